@@ -1,0 +1,41 @@
+"""gradcode: gradient coding for straggler-tolerant synchronous distributed gradient descent.
+
+Layers (see DESIGN.md): ``codes`` (placement, encode, decode), ``stragglers`` (delay models and
+traces), ``schemes`` (the round protocol), ``sim`` and ``runtime`` (the two drivers), ``problems``
+(models, data, optimizers, metrics) and ``experiments`` (what the CLI runs).
+
+The top-level names are resolved lazily so that ``import gradcode`` stays cheap and never imports
+the engine (Ray) or optional extras.
+"""
+
+from importlib import import_module
+
+from gradcode.errors import GradcodeError, NotDecodableError, TraceError
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "make_code": "gradcode.codes",
+    "available_codes": "gradcode.codes",
+    "code_info": "gradcode.codes",
+    "LinearCode": "gradcode.codes",
+    "make_delay_model": "gradcode.stragglers",
+    "available_delay_models": "gradcode.stragglers",
+    "load_trace": "gradcode.stragglers",
+    "simulate": "gradcode.sim",
+    "train": "gradcode.runtime",
+}
+
+__all__ = ["GradcodeError", "NotDecodableError", "TraceError", "__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gradcode' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,14 @@
+"""Exceptions shared by every layer of gradcode."""
+
+
+class GradcodeError(Exception):
+    """Base class of gradcode's own errors."""
+
+
+class NotDecodableError(GradcodeError):
+    """The received messages do not determine the full gradient (or only through a solve too
+    ill-conditioned to trust). The message says which, and why."""
+
+
+class TraceError(GradcodeError, ValueError):
+    """A delay trace is malformed; the message names the file and the problem."""
