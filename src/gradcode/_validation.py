@@ -1,0 +1,61 @@
+"""Argument checks whose messages name the argument, the bad value and what is allowed."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` or raise ``TypeError``/``ValueError`` naming ``name``.
+
+    Booleans and floats (even integral ones such as ``2.0``) are refused: a parameter that counts
+    workers or partitions must be given as an integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_real(
+    name: str,
+    value,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    strict_min: bool = False,
+    strict_max: bool = False,
+) -> float:
+    """Return ``value`` as a finite ``float`` in the given range, or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if minimum is not None and (value <= minimum if strict_min else value < minimum):
+        raise ValueError(f"{name} must be {'>' if strict_min else '>='} {minimum}, got {value}")
+    if maximum is not None and (value >= maximum if strict_max else value > maximum):
+        raise ValueError(f"{name} must be {'<' if strict_max else '<='} {maximum}, got {value}")
+    return value
+
+
+def check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        allowed = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
+    return value
+
+
+def as_generator(seed) -> np.random.Generator:
+    """A ``numpy.random.Generator`` from a seed, a ``SeedSequence`` or a Generator (returned as is)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None or isinstance(seed, (numbers.Integral, np.random.SeedSequence)) and not isinstance(seed, bool):
+        return np.random.default_rng(seed)
+    raise TypeError(f"seed must be an int, a numpy SeedSequence or Generator, or None; got {seed!r}")

@@ -1,0 +1,32 @@
+"""Gradient codes: placement, encoding and decoding of one job (see ``codes.base``).
+
+Importing this package registers every code family; ``make_code(name, **params)`` builds one.
+"""
+
+from gradcode.codes.base import (
+    DEFAULT_MAX_CONDITION,
+    Decoding,
+    LinearCode,
+    NonFiniteMessageError,
+    available_codes,
+    code_info,
+    make_code,
+    register,
+)
+from gradcode.errors import NotDecodableError
+
+# Each import registers its families with the registry.
+from gradcode.codes import tandon  # noqa: E402,F401  uncoded, ignore, frc, crc, partial
+from gradcode.codes import clustering  # noqa: E402,F401  gc-sc
+
+__all__ = [
+    "DEFAULT_MAX_CONDITION",
+    "Decoding",
+    "LinearCode",
+    "NonFiniteMessageError",
+    "NotDecodableError",
+    "available_codes",
+    "code_info",
+    "make_code",
+    "register",
+]

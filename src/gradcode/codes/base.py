@@ -1,0 +1,499 @@
+"""The linear code contract shared by every gradient code, and the generic decoder.
+
+One job computes one gradient ``g = sum_j g_j`` over ``k`` data partitions. Worker ``w`` stores
+partitions ``placement[w]`` and computes their partial gradients ``g_j`` (sums of per-sample
+gradients). Each ``g_j`` is cut into ``L = chunks`` pieces of length ``m = ceil(d / L)`` (the last
+one zero-padded), and the worker sends messages one after another:
+
+    message r of worker w  =  sum_{j in placement[w]} sum_{c < L}  E_w[r, j, c] * g_j[c]     (m,)
+
+A code is therefore fully described by its placement and its encoding tensors ``E_w`` of shape
+``(R_w, len(placement[w]), L)``. The master holds a prefix of each worker's stream, written as a
+*pattern* ``{w: r_w}`` (``r_w`` leading messages of ``w``), and decodes
+
+    chunk c of g  =  sum_{received rows i} A[c, i] * message_i
+
+where ``A`` solves ``A @ M = T``: ``M`` stacks the received rows of the ``E_w`` scattered over the
+``k * L`` (partition, chunk) coordinates and ``T[c, j * L + c] = 1``. The generic decoder finds the
+minimum-norm ``A`` by SVD, decides decodability by rank and residual (never by counting workers),
+reports the condition number of the solve, refuses a solve whose condition number exceeds
+``max_condition`` (default ``1e10``: a relative error of about ``cond * eps`` is then ~1e-6 for
+float64 messages), and caches ``A`` per pattern in a bounded LRU cache. Codes may supply a faster
+structured solve through the ``_fast_solve`` hook; tests check it agrees with the generic one.
+
+Coefficients are always computed in float64; messages may be float32 or float64, and the decoded
+gradient is float64.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.linalg import blas
+
+from gradcode._validation import check_int, check_real
+from gradcode.errors import NotDecodableError
+
+#: Default refusal threshold on the condition number of a decoding solve.
+DEFAULT_MAX_CONDITION = 1e10
+#: Relative residual ``||A M - T|| / ||T||`` above which the target is not in the received span.
+RESIDUAL_TOL = 1e-6
+#: Element block of the fused weighted sum: small enough to stay in L2 cache.
+_BLOCK = 1 << 14
+
+Pattern = tuple[tuple[int, int], ...]
+
+
+class NonFiniteMessageError(ValueError):
+    """A received message holds NaN or infinity; ``workers`` names the senders at fault.
+
+    Drivers treat those workers as stragglers for the round and decode without them."""
+
+    def __init__(self, message: str, workers: tuple[int, ...]):
+        super().__init__(message)
+        self.workers = workers
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """The decoding coefficients for one received pattern.
+
+    ``rows[i] = (w, r)`` is message ``r`` of worker ``w``; chunk ``c`` of the gradient is
+    ``sum_i coefficients[c, i] * message(rows[i])``. ``condition`` is the condition number of the
+    solve that produced the coefficients (1.0 for closed-form decoders).
+    """
+
+    pattern: Pattern
+    rows: tuple[tuple[int, int], ...]
+    coefficients: np.ndarray
+    condition: float
+    method: str = "lstsq"
+
+    @property
+    def max_coefficient(self) -> float:
+        return float(np.abs(self.coefficients).max()) if self.coefficients.size else 0.0
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    reason: str
+
+
+_REGISTRY: dict[str, type[LinearCode]] = {}
+
+
+def register(name: str):
+    """Class decorator adding a code family to the registry under ``name``."""
+
+    def wrap(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"code name {name!r} is already registered by {_REGISTRY[name].__name__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def available_codes() -> list[str]:
+    """The registry names accepted by :func:`make_code`, sorted."""
+    return sorted(_REGISTRY)
+
+
+def make_code(name: str, /, **params) -> LinearCode:
+    """Build the code registered as ``name`` with its keyword parameters, e.g.
+    ``make_code("crc", n=12, s=2, seed=0)``."""
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown code {name!r}; available codes: {', '.join(available_codes())}"
+        ) from None
+    return cls(**params)
+
+
+def code_info(name: str) -> dict[str, Any]:
+    """Registry entry ``name``: its class, summary line and constructor parameters (for the CLI)."""
+    import inspect
+
+    cls = _REGISTRY[name]
+    sig = inspect.signature(cls.__init__)
+    params = {
+        p.name: (None if p.default is inspect.Parameter.empty else p.default)
+        for p in list(sig.parameters.values())[1:]
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    doc = (cls.__doc__ or "").strip().splitlines()
+    return {"name": name, "class": cls.__name__, "summary": doc[0] if doc else "", "params": params}
+
+
+class LinearCode:
+    """Base class of every gradient code (see the module docstring for the math).
+
+    Subclasses build their placement and encoding tensors, validate their parameters and call
+    ``super().__init__``. Instances are immutable: arrays are read-only and attributes are fixed;
+    only the decoding cache changes.
+    """
+
+    name: ClassVar[str] = "?"
+
+    def __init__(
+        self,
+        *,
+        n: int,
+        placement: Iterable[Iterable[int]],
+        encoders: Iterable[np.ndarray],
+        params: Mapping[str, Any],
+        k: int | None = None,
+        partition_sizes: Iterable[float] | None = None,
+        chunks: int = 1,
+        tolerance: int,
+        exact: bool = True,
+        straggler_prefix: int = 0,
+        max_condition: float = DEFAULT_MAX_CONDITION,
+        cache_size: int = 4096,
+    ):
+        self._n = check_int("n", n, minimum=1)
+        placement = tuple(tuple(int(j) for j in p) for p in placement)
+        if len(placement) != n:
+            raise ValueError(f"placement must list {n} workers, got {len(placement)}")
+        k = 1 + max((max(p) for p in placement if p), default=-1) if k is None else k
+        self._k = check_int("k", k, minimum=1)
+        for w, p in enumerate(placement):
+            if len(set(p)) != len(p) or any(not 0 <= j < self._k for j in p):
+                raise ValueError(f"placement[{w}] = {p} must hold distinct partitions in [0, {k})")
+        self._placement = placement
+        self._chunks = check_int("chunks", chunks, minimum=1)
+        enc = []
+        for w, E in enumerate(encoders):
+            E = np.array(E, dtype=np.float64)
+            if E.ndim != 3 or E.shape[1:] != (len(placement[w]), self._chunks):
+                raise ValueError(
+                    f"encoder of worker {w} must have shape (R, {len(placement[w])}, {self._chunks}),"
+                    f" got {E.shape}"
+                )
+            E.flags.writeable = False
+            enc.append(E)
+        if len(enc) != n:
+            raise ValueError(f"encoders must list {n} workers, got {len(enc)}")
+        self._encoders = tuple(enc)
+        if partition_sizes is None:
+            sizes = np.full(self._k, 1.0 / self._k)
+        else:
+            sizes = np.array(partition_sizes, dtype=np.float64)
+            if sizes.shape != (self._k,) or (sizes <= 0).any() or abs(sizes.sum() - 1) > 1e-9:
+                raise ValueError(f"partition_sizes must be {self._k} positive fractions summing to 1")
+        sizes.flags.writeable = False
+        self._sizes = sizes
+        self._tolerance = check_int("tolerance", tolerance, minimum=0)
+        self._exact = bool(exact)
+        self._straggler_prefix = check_int("straggler_prefix", straggler_prefix, minimum=0)
+        self.max_condition = check_real("max_condition", max_condition, minimum=1.0)
+        self._params = dict(params)
+        self._cache: OrderedDict[Pattern, Decoding | _Refusal] = OrderedDict()
+        self._cache_size = check_int("cache_size", cache_size, minimum=0)
+        self._lock = threading.Lock()
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    # ------------------------------------------------------------------ attributes
+    n = property(lambda self: self._n, doc="Number of workers.")
+    k = property(lambda self: self._k, doc="Number of data partitions.")
+    placement = property(lambda self: self._placement, doc="Partitions stored by each worker.")
+    partition_sizes = property(lambda self: self._sizes, doc="Fraction of the data per partition.")
+    chunks = property(lambda self: self._chunks, doc="L: pieces each partial gradient is cut into.")
+    tolerance = property(lambda self: self._tolerance, doc="Stragglers tolerated in the worst case.")
+    exact = property(lambda self: self._exact, doc="Whether decode returns the exact gradient.")
+    encoders = property(lambda self: self._encoders, doc="E_w of shape (R_w, |placement[w]|, L).")
+    params = property(lambda self: dict(self._params), doc="Constructor parameters.")
+
+    @property
+    def straggler_prefix(self) -> int:
+        """Leading messages a tolerated straggler is still assumed to deliver: 0 for full
+        stragglers; 1 for the alpha-partial-straggler scheme, whose slow workers finish their
+        naive part."""
+        return self._straggler_prefix
+
+    @property
+    def messages_per_worker(self) -> int:
+        """R: the most messages any worker sends in one job."""
+        return max(E.shape[0] for E in self._encoders)
+
+    def messages_of(self, w: int) -> int:
+        """R_w: the number of messages worker ``w`` sends."""
+        return self._encoders[w].shape[0]
+
+    @property
+    def worker_loads(self) -> np.ndarray:
+        """Fraction of the data each worker computes on per job."""
+        return np.array([self._sizes[list(p)].sum() for p in self._placement])
+
+    @property
+    def load(self) -> float:
+        """Max over workers of the fraction of the data computed per job."""
+        return float(self.worker_loads.max())
+
+    def message_length(self, d: int) -> int:
+        """m = ceil(d / L): the length of every message for a gradient of dimension d."""
+        return math.ceil(check_int("d", d, minimum=1) / self._chunks)
+
+    def comm_cost(self, s: int) -> float | None:
+        """Message length each active worker sends to decode with ``s`` stragglers, as a fraction
+        of d; ``None`` where the code cannot decode with ``s`` stragglers in the worst case."""
+        s = check_int("s", s, minimum=0, maximum=self._n)
+        return self.messages_per_worker / self._chunks if s <= self._tolerance else None
+
+    def __repr__(self) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in self._params.items() if k != "seed" and v is not None)
+        return f"<{type(self).__name__} {shown}>"
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, w: int, partials) -> np.ndarray:
+        """Messages of worker ``w``: ``partials`` is ``(len(placement[w]), d)``, one row per stored
+        partition in placement order; returns ``(R_w, m)`` in the partials' float dtype."""
+        w = self._check_worker(w)
+        partials = np.asarray(partials)
+        p = len(self._placement[w])
+        if partials.ndim != 2 or partials.shape[0] != p:
+            raise ValueError(
+                f"partials of worker {w} must have shape ({p}, d), one row per stored partition;"
+                f" got {partials.shape}"
+            )
+        if not np.issubdtype(partials.dtype, np.floating):
+            partials = partials.astype(np.float64)
+        d = partials.shape[1]
+        E = self._encoders[w]
+        L = self._chunks
+        if L == 1:
+            out = E[:, :, 0].astype(partials.dtype) @ partials
+        else:
+            m = self.message_length(d)
+            if m * L != d:
+                padded = np.zeros((p, m * L), dtype=partials.dtype)
+                padded[:, :d] = partials
+                partials = padded
+            out = E.reshape(E.shape[0], p * L).astype(partials.dtype) @ partials.reshape(p * L, m)
+        if not np.isfinite(out).all():
+            raise ValueError(f"partials of worker {w} hold non-finite values (NaN or infinity)")
+        return out
+
+    # ------------------------------------------------------------------ decoding
+    def normalize_pattern(self, received) -> Pattern:
+        """``{w: r_w}`` (or pairs) -> sorted tuple of ``(w, r_w)`` with ``r_w > 0``, validated."""
+        out = {}
+        for w, r in _items(received, "received"):
+            w = self._check_worker(w)
+            r = check_int(f"messages received from worker {w}", r, minimum=0, maximum=self.messages_of(w))
+            if r:
+                out[w] = r
+        return tuple(sorted(out.items()))
+
+    def can_decode(self, received) -> bool:
+        """Whether the leading ``r_w`` messages of each worker ``w`` determine the gradient (by rank
+        and residual of the decoding solve, and a condition number below ``max_condition``)."""
+        return isinstance(self._solution(self.normalize_pattern(received)), Decoding)
+
+    def decoding(self, received) -> Decoding:
+        """The decoding coefficients for pattern ``{w: r_w}``; raises :class:`NotDecodableError`."""
+        pattern = self.normalize_pattern(received)
+        sol = self._solution(pattern)
+        if isinstance(sol, _Refusal):
+            raise NotDecodableError(sol.reason)
+        return sol
+
+    def decode(self, messages, *, dim: int) -> np.ndarray:
+        """The full gradient ``sum_j g_j`` (length ``dim``) from ``{w: msgs_w}``, ``msgs_w`` of shape
+        ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``."""
+        d = check_int("dim", dim, minimum=1)
+        m = self.message_length(d)
+        arrays = {}
+        for w, msgs in _items(messages, "messages"):
+            w = self._check_worker(w)
+            msgs = np.asarray(msgs)
+            if msgs.ndim == 1:
+                msgs = msgs[None, :]
+            if msgs.ndim != 2 or msgs.shape[1] != m:
+                raise ValueError(
+                    f"messages of worker {w} must have shape (r, {m}) for dim={d} and chunks="
+                    f"{self._chunks}; got {np.shape(msgs)}"
+                )
+            if msgs.shape[0] > self.messages_of(w):
+                raise ValueError(
+                    f"worker {w} sends at most {self.messages_of(w)} messages, got {msgs.shape[0]}"
+                )
+            if not (np.issubdtype(msgs.dtype, np.floating) or np.issubdtype(msgs.dtype, np.integer)):
+                raise TypeError(f"messages of worker {w} must be real numbers, got dtype {msgs.dtype}")
+            if msgs.shape[0]:
+                arrays[w] = msgs
+        sol = self.decoding({w: a.shape[0] for w, a in arrays.items()})
+        out = _combine(sol, arrays, self._chunks, m)
+        if not np.isfinite(out).all():
+            bad = tuple(
+                w for w, r in sol.pattern if not np.isfinite(arrays[w][:r]).all()
+            )
+            raise NonFiniteMessageError(
+                f"messages from workers {list(bad)} hold non-finite values (NaN or infinity); "
+                "treat them as stragglers and decode without them",
+                bad,
+            )
+        return out[:d]
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _check_worker(self, w) -> int:
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+            raise TypeError(f"worker id must be an integer in [0, {self._n}), got {w!r}")
+        if not 0 <= w < self._n:
+            raise ValueError(f"unknown worker id {w}: workers are 0..{self._n - 1}")
+        return int(w)
+
+    def _solution(self, pattern: Pattern) -> Decoding | _Refusal:
+        with self._lock:
+            sol = self._cache.get(pattern)
+            if sol is not None:
+                self._cache.move_to_end(pattern)
+                self.cache_hits += 1
+                return sol
+        self.cache_misses += 1
+        if not pattern:
+            sol = _Refusal("no messages received")
+        else:
+            try:
+                sol = self._fast_solve(pattern)
+                if sol is None:
+                    sol = self._generic_solve(pattern)
+            except NotDecodableError as exc:
+                sol = _Refusal(str(exc))
+        if self._cache_size:
+            with self._lock:
+                self._cache[pattern] = sol
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return sol
+
+    def _fast_solve(self, pattern: Pattern) -> Decoding | None:
+        """Hook for a structured decoder: return a :class:`Decoding`, raise
+        :class:`NotDecodableError`, or return ``None`` to use the generic solve."""
+        return None
+
+    def rows_matrix(self, pattern: Pattern) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
+        """The received rows and their ``(rows, k * L)`` coefficient matrix M."""
+        L = self._chunks
+        rows = tuple((w, r) for w, rw in pattern for r in range(rw))
+        M = np.zeros((len(rows), self._k * L))
+        i = 0
+        for w, rw in pattern:
+            cols = (np.asarray(self._placement[w])[:, None] * L + np.arange(L)).ravel()
+            M[i : i + rw, cols] = self._encoders[w][:rw].reshape(rw, -1)
+            i += rw
+        return rows, M
+
+    def target_matrix(self) -> np.ndarray:
+        """T of shape (L, k * L): chunk c of the gradient sums coordinate c of every partition."""
+        L = self._chunks
+        return np.tile(np.eye(L), (1, self._k))
+
+    def _generic_solve(self, pattern: Pattern) -> Decoding:
+        rows, M = self.rows_matrix(pattern)
+        coefficients, cond = lstsq_coefficients(M, self.target_matrix(), self.max_condition)
+        return Decoding(pattern, rows, coefficients, cond, "lstsq")
+
+    def generic_decoding(self, received) -> Decoding:
+        """The generic least-squares decoding, bypassing any fast path and the cache (for tests
+        and benchmarks that compare the two)."""
+        return self._generic_solve(self.normalize_pattern(received))
+
+
+def lstsq_coefficients(M: np.ndarray, T: np.ndarray, max_condition: float) -> tuple[np.ndarray, float]:
+    """Minimum-norm ``A`` with ``A @ M = T`` by SVD, with rank, residual and condition checks.
+
+    Raises :class:`NotDecodableError` when ``T`` is not in the row span of ``M`` (relative residual
+    above ``RESIDUAL_TOL``) or when the condition number ``s_max / s_rank`` exceeds
+    ``max_condition``. Returns ``(A, condition)``.
+    """
+    if M.shape[0] == 0:
+        raise NotDecodableError("no messages received")
+    U, S, Vt = np.linalg.svd(M, full_matrices=False)
+    tol = S[0] * max(M.shape) * np.finfo(np.float64).eps if S.size else 0.0
+    rank = int((S > tol).sum())
+    if rank == 0:
+        raise NotDecodableError("the received messages are all zero")
+    cond = float(S[0] / S[rank - 1])
+    # A = T V_r S_r^-1 U_r^T
+    A = ((T @ Vt[:rank].T) / S[:rank]) @ U[:, :rank].T
+    residual = np.linalg.norm(A @ M - T) / np.linalg.norm(T)
+    if not residual <= RESIDUAL_TOL:
+        raise NotDecodableError(
+            f"the received messages do not span the full gradient (rank {rank} of {M.shape[0]} rows,"
+            f" relative residual {residual:.2e})"
+        )
+    if cond > max_condition:
+        raise NotDecodableError(
+            f"decoding solve too ill-conditioned to trust: condition number {cond:.3e} exceeds"
+            f" max_condition={max_condition:.1e}"
+        )
+    return A, cond
+
+
+def _items(obj, what: str):
+    """Items of a mapping, or of an iterable of ``(worker, value)`` pairs with no repeated worker."""
+    if isinstance(obj, Mapping):
+        return list(obj.items())
+    try:
+        pairs = [tuple(p) for p in obj]
+    except TypeError:
+        raise TypeError(f"{what} must be a mapping {{worker: ...}} or (worker, ...) pairs") from None
+    seen = set()
+    for p in pairs:
+        if len(p) != 2:
+            raise TypeError(f"{what} must be (worker, ...) pairs, got {p!r}")
+        if p[0] in seen:
+            raise ValueError(f"duplicate worker id {p[0]} in {what}")
+        seen.add(p[0])
+    return pairs
+
+
+def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) -> np.ndarray:
+    """``sum_i A[:, i] * message_i`` over the received rows, in float64.
+
+    For single-chunk codes this is a fused, cache-blocked weighted sum (each message is read once,
+    the output block stays in cache), which is what brings decoding close to the memory floor of
+    summing the received messages once."""
+    A = sol.coefficients
+    if L == 1:
+        vecs = [arrays[w][r] for w, r in sol.rows]
+        coefs = [float(c) for c in A[0]]
+        out = np.empty(m, dtype=np.float64)
+        tmp = np.empty(min(m, _BLOCK), dtype=np.float64)
+        axpy = blas.daxpy
+        for start in range(0, m, _BLOCK):
+            stop = min(start + _BLOCK, m)
+            blk = out[start:stop]
+            first = True
+            for c, v in zip(coefs, vecs):
+                if c == 0.0:
+                    continue
+                seg = v[start:stop]
+                if first:
+                    np.multiply(seg, np.float64(c), out=blk)
+                    first = False
+                elif seg.dtype == np.float64:
+                    axpy(seg, blk, a=c)
+                else:
+                    t = tmp[: stop - start]
+                    np.multiply(seg, np.float64(c), out=t)
+                    blk += t
+            if first:
+                blk[:] = 0.0
+        return out
+    stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
+    return (A @ stacked).reshape(L * m)

@@ -1,0 +1,295 @@
+"""Tandon, Lei, Dimakis, Karampatziakis, *Gradient Coding* (ICML 2017): the baselines, the
+fractional and cyclic repetition codes (Section 3) and the two-stage scheme for alpha-partial
+stragglers (Section 4).
+
+Notation of the paper: ``B`` (n x k) holds the encoding of worker ``i`` in row ``b_i``; the scheme
+is robust to ``s`` stragglers iff ``1 in span{b_i : i in I}`` for every ``|I| = n - s``
+(Condition 1, the B-span condition). Theorem 1: every row of such a ``B`` has at least
+``k (s + 1) / n`` non-zeros, so no exact code has load below ``(s + 1) / n``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradcode._validation import as_generator, check_choice, check_int, check_real
+from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.errors import NotDecodableError
+
+
+def _single_message_encoders(B: np.ndarray, placement) -> list[np.ndarray]:
+    """Encoders ``(1, |placement[w]|, 1)`` taking row ``w`` of ``B`` on its support."""
+    return [B[w, list(p)].reshape(1, len(p), 1) for w, p in enumerate(placement)]
+
+
+def _check_n_s(n, s, *, s_max_exclusive=True):
+    n = check_int("n", n, minimum=1)
+    s = check_int("s", s, minimum=0)
+    if s >= n:
+        raise ValueError(f"s must be < n (at least one worker must finish); got s={s}, n={n}")
+    return n, s
+
+
+def _decoding_from_weights(pattern: Pattern, weights: dict[int, float], method: str) -> Decoding:
+    rows = tuple((w, 0) for w in sorted(weights))
+    coefficients = np.array([[weights[w] for w, _ in rows]])
+    return Decoding(pattern, rows, coefficients, 1.0, method)
+
+
+@register("uncoded")
+class Uncoded(LinearCode):
+    """Naive synchronous GD: worker ``w`` holds partition ``w`` and the master waits for all."""
+
+    def __init__(self, n: int):
+        n = check_int("n", n, minimum=1)
+        placement = [(w,) for w in range(n)]
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=_single_message_encoders(np.eye(n), placement),
+            tolerance=0,
+            params={"n": n},
+        )
+
+    def _fast_solve(self, pattern):
+        if len(pattern) < self.n:
+            missing = sorted(set(range(self.n)) - {w for w, _ in pattern})
+            raise NotDecodableError(f"uncoded needs every worker; missing {missing}")
+        return _decoding_from_weights(pattern, {w: 1.0 for w in range(self.n)}, "uncoded")
+
+
+@register("ignore")
+class Ignore(LinearCode):
+    """Ignore-s-stragglers baseline: uncoded placement; the master sums whatever arrived once at
+    least ``n - s`` workers are in and rescales by ``k / (partitions received)``. Not exact: the
+    result is an unbiased estimate of the gradient when stragglers are random."""
+
+    def __init__(self, n: int, s: int):
+        n, s = _check_n_s(n, s)
+        placement = [(w,) for w in range(n)]
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=_single_message_encoders(np.eye(n), placement),
+            tolerance=s,
+            exact=False,
+            params={"n": n, "s": s},
+        )
+
+    def _fast_solve(self, pattern):
+        got = len(pattern)
+        if got < self.n - self.tolerance:
+            raise NotDecodableError(
+                f"ignore-{self.tolerance}-stragglers needs {self.n - self.tolerance} workers, got {got}"
+            )
+        scale = self.n / got
+        return _decoding_from_weights(pattern, {w: scale for w, _ in pattern}, "rescaled-sum")
+
+
+@register("frc")
+class FRC(LinearCode):
+    """Fractional repetition code (Section 3.1, eq. 9): ``n/(s+1)`` disjoint data groups of ``s+1``
+    partitions each; worker ``w`` serves data group ``w mod n/(s+1)`` and sends the plain sum of
+    its ``s+1`` partial gradients. The ``s+1`` replicas of ``B_block`` are stacked, so workers
+    ``g, g + n/(s+1), ...`` hold the same data. Decoding (closed form): the first received worker of
+    each data group, coefficient 1."""
+
+    def __init__(self, n: int, s: int):
+        n, s = _check_n_s(n, s)
+        if n % (s + 1):
+            raise ValueError(f"frc needs (s + 1) to divide n; got n={n}, s={s} (n % (s+1) = {n % (s + 1)})")
+        self.groups = n // (s + 1)
+        placement = [tuple(range((w % self.groups) * (s + 1), (w % self.groups + 1) * (s + 1))) for w in range(n)]
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=[np.ones((1, s + 1, 1)) for _ in range(n)],
+            k=n,
+            tolerance=s,
+            params={"n": n, "s": s},
+        )
+
+    def group_members(self, g: int) -> list[int]:
+        return list(range(g, self.n, self.groups))
+
+    def _fast_solve(self, pattern):
+        chosen = {}
+        for w, _ in pattern:
+            chosen.setdefault(w % self.groups, w)
+        if len(chosen) < self.groups:
+            missing = sorted(set(range(self.groups)) - set(chosen))
+            raise NotDecodableError(
+                f"frc: no worker of data group(s) {missing} received (each group is workers g, g+{self.groups}, ...)"
+            )
+        return _decoding_from_weights(pattern, {w: 1.0 for w in chosen.values()}, "frc-groups")
+
+
+class _NullspaceSolver:
+    """Structured solve of ``B_I^T a = 1`` for a single-message code of rank ``n - s``.
+
+    Every solution of ``B^T a = 1`` is ``a0 + N c`` with ``a0`` the minimum-norm solution and ``N``
+    an orthonormal basis of the left null space of ``B`` (``n x (n - rank B)``). Silencing the
+    stragglers ``S`` means ``a_S = 0``, i.e. the small system ``N[S] c = -a0[S]`` with ``|S|`` rows
+    and ``n - rank B`` unknowns. Both are precomputed once, so a fresh straggler pattern costs an
+    ``|S| x s`` solve and one ``n x s`` product instead of a least-squares solve on ``n - s`` rows
+    of length ``n``. The solution is then verified against ``B`` directly.
+    """
+
+    def __init__(self, B: np.ndarray, rank: int):
+        U, S, Vt = np.linalg.svd(B)
+        self.B = B
+        self.null = U[:, rank:]  # left null space of B: B^T N = 0
+        # minimum-norm solution of B^T a = 1 on the rank-r part (1 lies in the row space of B)
+        self.a0 = U[:, :rank] @ ((Vt[:rank] @ np.ones(B.shape[1])) / S[:rank])
+
+    def solve(self, received: np.ndarray, max_condition: float) -> tuple[np.ndarray, float]:
+        n = self.B.shape[0]
+        mask = np.ones(n, dtype=bool)
+        mask[received] = False
+        stragglers = np.flatnonzero(mask)
+        a = self.a0.copy()
+        cond = 1.0
+        if stragglers.size:
+            Ns = self.null[stragglers]
+            u, sv, vt = np.linalg.svd(Ns, full_matrices=False)
+            tol = (sv[0] if sv.size else 0.0) * max(Ns.shape) * np.finfo(float).eps
+            r = int((sv > tol).sum())
+            if r:
+                cond = float(sv[0] / sv[r - 1])
+                c = vt[:r].T @ ((u[:, :r].T @ -self.a0[stragglers]) / sv[:r])
+                a += self.null @ c
+            a[stragglers] = 0.0
+        residual = np.linalg.norm(self.B.T @ a - 1.0) / math.sqrt(self.B.shape[1])
+        if not residual <= 1e-6:
+            raise NotDecodableError(
+                f"the {received.size} received workers do not span the full gradient"
+                f" ({stragglers.size} stragglers; relative residual {residual:.2e})"
+            )
+        if cond > max_condition:
+            raise NotDecodableError(
+                f"decoding solve too ill-conditioned to trust: condition number {cond:.3e} exceeds"
+                f" max_condition={max_condition:.1e}"
+            )
+        return a[received], cond
+
+
+def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
+    """``B_cyc`` of Algorithm 2: ``H ~ N(0,1)^{s x n}`` with ``H 1 = 0``; row ``i`` is supported on
+    ``i, ..., i+s (mod n)``, starts with 1, and lies in the null space of ``H``."""
+    B = np.zeros((n, n))
+    if s == 0:
+        return np.eye(n)
+    H = rng.standard_normal((s, n))
+    H[:, n - 1] = -H[:, : n - 1].sum(axis=1)
+    for i in range(n):
+        j = np.arange(i, i + s + 1) % n
+        B[i, j[0]] = 1.0
+        B[i, j[1:]] = -np.linalg.solve(H[:, j[1:]], H[:, j[0]])
+    return B
+
+
+@register("crc")
+class CRC(LinearCode):
+    """Cyclic repetition code (Section 3.2, Algorithm 2, eq. 10): worker ``i`` holds partitions
+    ``i, ..., i+s (mod n)`` and sends ``b_i g`` with ``b_i`` in the null space of a seeded random
+    ``H``. Robust to any ``s`` stragglers with probability 1 (Theorem 3). Works for any
+    ``0 <= s < n``.
+
+    Decoding uses the structured null-space solve of :class:`_NullspaceSolver` (an ``s x s`` system
+    per straggler pattern) in place of least squares on ``n - s`` rows. Its ``condition`` is that of
+    the ``s x s`` system. Tandon's random ``H`` gives badly conditioned decodes at scale (worst
+    conditions ~1e7 and coefficients ~4e4 at n = 256, s = 27; see BENCHMARKS.md): coefficients are
+    computed in float64 whatever the message dtype.
+    """
+
+    def __init__(self, n: int, s: int, seed=0):
+        n, s = _check_n_s(n, s)
+        rng = as_generator(seed)
+        B = cyclic_repetition_matrix(n, s, rng)
+        B.flags.writeable = False
+        self.B = B
+        placement = [tuple((i + np.arange(s + 1)) % n) for i in range(n)]
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=_single_message_encoders(B, placement),
+            k=n,
+            tolerance=s,
+            params={"n": n, "s": s, "seed": seed if not isinstance(seed, np.random.Generator) else None},
+        )
+        self._solver: _NullspaceSolver | None = None
+
+    def _fast_solve(self, pattern):
+        if self._solver is None:
+            self._solver = _NullspaceSolver(self.B, self.n - self.tolerance)
+        received = np.array([w for w, _ in pattern])
+        a, cond = self._solver.solve(received, self.max_condition)
+        rows = tuple((int(w), 0) for w in received)
+        return Decoding(pattern, rows, a[None, :], cond, "crc-nullspace")
+
+
+@register("partial")
+class Partial(LinearCode):
+    """Two-stage scheme for alpha-partial stragglers (Section 4, Fig. 4).
+
+    The data is split into ``n`` coded partitions of one unit each and a naive part of
+    ``q = (s+1)/(alpha-1)`` units per worker. Worker ``w`` first processes its own naive data and
+    sends the plain sum of those partial gradients (message 0, never coded), then its ``s+1`` coded
+    partitions and sends ``b_w g`` of the inner ``crc`` or ``frc`` code (message 1). A straggler at
+    most ``alpha`` times slower still finishes its naive part when a fast worker finishes both, so
+    the master needs message 0 from everyone and message 1 from ``n - s`` workers
+    (``straggler_prefix = 1``). Each worker computes a fraction
+    ``(s+1) alpha / (n (s + alpha))`` of the data, e.g. 4/9 for n = 3, s = 1, alpha = 2.
+
+    Rounding: when ``q`` is an integer each worker gets ``q`` naive partitions of one unit, exactly
+    as in the paper (``n + n q`` equal partitions). Otherwise the *count* is rounded up to
+    ``ceil(q)`` and those partitions are shrunk to ``q / ceil(q)`` units each, so the split between
+    naive and coded data, and hence the load, stays exactly the paper's.
+    """
+
+    def __init__(self, n: int, s: int, alpha: float, inner: str = "crc", seed=0):
+        n, s = _check_n_s(n, s)
+        alpha = check_real("alpha", alpha, minimum=1.0, strict_min=True)
+        check_choice("inner", inner, ("crc", "frc"))
+        inner_code = CRC(n, s, seed) if inner == "crc" else FRC(n, s)
+        q = (s + 1) / (alpha - 1)
+        q_count = round(q) if abs(q - round(q)) < 1e-9 else math.ceil(q)
+        q_count = max(q_count, 1)
+        unit = 1.0 / (n + n * q)
+        sizes = [unit] * n + [unit * q / q_count] * (n * q_count)
+        placement, encoders = [], []
+        for w in range(n):
+            naive = tuple(n + w * q_count + i for i in range(q_count))
+            coded = inner_code.placement[w]
+            placement.append(naive + coded)
+            E = np.zeros((2, q_count + s + 1, 1))
+            E[0, :q_count, 0] = 1.0
+            E[1, q_count:, 0] = inner_code.encoders[w][0, :, 0]
+            encoders.append(E)
+        self.inner = inner_code
+        self.naive_per_worker = q_count
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=encoders,
+            k=n + n * q_count,
+            partition_sizes=sizes,
+            tolerance=s,
+            straggler_prefix=1,
+            params={"n": n, "s": s, "alpha": alpha, "inner": inner, "seed": seed},
+        )
+
+    def _fast_solve(self, pattern):
+        got = dict(pattern)
+        if len(got) < self.n:
+            missing = sorted(set(range(self.n)) - set(got))
+            raise NotDecodableError(f"partial: the naive message of worker(s) {missing} is missing")
+        coded = tuple((w, 1) for w, r in pattern if r >= 2)
+        inner = self.inner.decoding(dict(coded)) if coded else None
+        if inner is None:
+            raise NotDecodableError("partial: no coded message received")
+        rows = tuple((w, 0) for w in range(self.n)) + tuple((w, 1) for w, _ in inner.rows)
+        coefficients = np.concatenate([np.ones((1, self.n)), inner.coefficients], axis=1)
+        return Decoding(pattern, rows, coefficients, inner.condition, "partial+" + inner.method)
