@@ -1,0 +1,114 @@
+"""The ``gradcode`` command line.
+
+Each area of the tool adds its commands from a module listed in ``_COMMAND_MODULES`` that defines
+``register(app: typer.Typer)``. With ``--json`` a command writes exactly one JSON document to
+stdout; tables, progress bars and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import import_module
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+#: stderr console for people; stdout is reserved for --json documents and plain tables
+err = Console(stderr=True)
+out = Console()
+
+_COMMAND_MODULES: list[str] = []
+
+
+def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
+    """Print ``doc`` (``{"rows": [...]}`` or any JSON-able object) as JSON or as a table."""
+    if as_json:
+        sys.stdout.write(json.dumps(doc, default=_jsonable) + "\n")
+        return
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if rows is None:
+        out.print_json(json.dumps(doc, default=_jsonable))
+        return
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(c)) for c in columns))
+    out.print(table)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _jsonable(obj):
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+@app.command("codes")
+def codes_command(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")):
+    """List the registered codes and their parameters."""
+    from gradcode.codes import available_codes, code_info
+
+    rows = [code_info(name) for name in available_codes()]
+    for r in rows:
+        r["params"] = ", ".join(f"{k}={v}" if v is not None else k for k, v in r["params"].items())
+    emit({"rows": rows}, as_json=as_json, title="gradient codes", columns=["name", "params", "summary"])
+
+
+@app.command("reproduce")
+def reproduce_command(
+    name: str = typer.Argument(None, help="Reproduction to run; omit to list them."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+):
+    """Recompute a table of the papers from the library."""
+    from gradcode.experiments.reproduce import available_reproductions, run_reproduction
+
+    if name is None:
+        emit({"rows": [{"name": k, "what": v} for k, v in available_reproductions().items()]},
+             as_json=as_json, title="reproductions")
+        return
+    try:
+        doc = run_reproduction(name)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    emit(doc, as_json=as_json, title=name)
+
+
+def _register_all() -> None:
+    for mod in _COMMAND_MODULES:
+        import_module(mod).register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""What the CLI runs: reproductions of the papers' tables, simulations, comparisons, training."""
