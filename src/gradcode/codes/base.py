@@ -270,6 +270,13 @@ class LinearCode:
         d = partials.shape[1]
         E = self._encoders[w]
         L = self._chunks
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = self._apply_encoder(E, partials, L, p, d)
+        if not np.isfinite(out).all():
+            raise ValueError(f"partials of worker {w} hold non-finite values (NaN or infinity)")
+        return out
+
+    def _apply_encoder(self, E, partials, L, p, d):
         if L == 1:
             out = E[:, :, 0].astype(partials.dtype) @ partials
         else:
@@ -279,8 +286,6 @@ class LinearCode:
                 padded[:, :d] = partials
                 partials = padded
             out = E.reshape(E.shape[0], p * L).astype(partials.dtype) @ partials.reshape(p * L, m)
-        if not np.isfinite(out).all():
-            raise ValueError(f"partials of worker {w} hold non-finite values (NaN or infinity)")
         return out
 
     # ------------------------------------------------------------------ decoding

@@ -293,3 +293,61 @@ class Partial(LinearCode):
         rows = tuple((w, 0) for w in range(self.n)) + tuple((w, 1) for w, _ in inner.rows)
         coefficients = np.concatenate([np.ones((1, self.n)), inner.coefficients], axis=1)
         return Decoding(pattern, rows, coefficients, inner.condition, "partial+" + inner.method)
+
+
+@register("matrix")
+class MatrixCode(LinearCode):
+    """Any single-message code given by its encoding matrix ``B`` (n x k, Section 2.2): worker ``i``
+    stores ``supp(b_i)`` and sends ``b_i g``. ``s`` is the claimed tolerance; it is checked against
+    the B-span condition (Condition 1) on every straggler set when ``n <= 16``, and found that way
+    when omitted. Decoding is the generic least-squares solve, i.e. Algorithm 1 row by row."""
+
+    _EXHAUSTIVE_MAX_N = 16
+
+    def __init__(self, B, s: int | None = None):
+        B = np.array(B, dtype=np.float64)
+        if B.ndim != 2 or 0 in B.shape:
+            raise ValueError(f"B must be a non-empty 2-D matrix (workers x partitions), got shape {B.shape}")
+        if not np.isfinite(B).all():
+            raise ValueError("B must hold finite numbers")
+        n, k = B.shape
+        placement = [tuple(np.flatnonzero(row)) for row in B]
+        if any(len(p) == 0 for p in placement):
+            raise ValueError("every row of B (worker) must have at least one non-zero entry")
+        if s is not None:
+            s = check_int("s", s, minimum=0, maximum=n - 1)
+        elif n > self._EXHAUSTIVE_MAX_N:
+            raise ValueError(f"give the tolerance s for n > {self._EXHAUSTIVE_MAX_N} (n={n}): it is found by exhaustive search only for small n")
+        B.flags.writeable = False
+        self.B = B
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=_single_message_encoders(B, placement),
+            k=k,
+            tolerance=0 if s is None else s,
+            params={"n": n, "k": k, "s": s},
+        )
+        if n <= self._EXHAUSTIVE_MAX_N:
+            found = self._exhaustive_tolerance()
+            if s is None:
+                self._tolerance = found
+                self._params["s"] = found
+            elif found < s:
+                raise ValueError(f"B does not tolerate s={s} stragglers (Condition 1 fails); it tolerates {found}")
+
+    def _exhaustive_tolerance(self) -> int:
+        from itertools import combinations
+
+        tol = -1
+        for s in range(self.n):
+            if all(
+                self.can_decode({w: 1 for w in range(self.n) if w not in S})
+                for S in combinations(range(self.n), s)
+            ):
+                tol = s
+            else:
+                break
+        if tol < 0:
+            raise ValueError("B cannot decode even with every worker: 1 is not in the row span of B")
+        return tol
