@@ -183,6 +183,7 @@ class LinearCode:
         if len(enc) != n:
             raise ValueError(f"encoders must list {n} workers, got {len(enc)}")
         self._encoders = tuple(enc)
+        self._messages = tuple(E.shape[0] for E in enc)
         if partition_sizes is None:
             sizes = np.full(self._k, 1.0 / self._k)
         else:
@@ -227,7 +228,7 @@ class LinearCode:
 
     def messages_of(self, w: int) -> int:
         """R_w: the number of messages worker ``w`` sends."""
-        return self._encoders[w].shape[0]
+        return self._messages[w]
 
     @property
     def worker_loads(self) -> np.ndarray:
@@ -291,13 +292,17 @@ class LinearCode:
     # ------------------------------------------------------------------ decoding
     def normalize_pattern(self, received) -> Pattern:
         """``{w: r_w}`` (or pairs) -> sorted tuple of ``(w, r_w)`` with ``r_w > 0``, validated."""
-        out = {}
+        n, R = self._n, self._messages
+        out = []
         for w, r in _items(received, "received"):
-            w = self._check_worker(w)
-            r = check_int(f"messages received from worker {w}", r, minimum=0, maximum=self.messages_of(w))
+            # fast path for plain ints in range; anything else goes through the full checks
+            if type(w) is not int or type(r) is not int or not 0 <= w < n or not 0 <= r <= R[w]:
+                w = self._check_worker(w)
+                r = check_int(f"messages received from worker {w}", r, minimum=0, maximum=R[w])
             if r:
-                out[w] = r
-        return tuple(sorted(out.items()))
+                out.append((w, r))
+        out.sort()
+        return tuple(out)
 
     def can_decode(self, received) -> bool:
         """Whether the leading ``r_w`` messages of each worker ``w`` determine the gradient (by rank
@@ -452,7 +457,7 @@ def lstsq_coefficients(M: np.ndarray, T: np.ndarray, max_condition: float) -> tu
 def _items(obj, what: str):
     """Items of a mapping, or of an iterable of ``(worker, value)`` pairs with no repeated worker."""
     if isinstance(obj, Mapping):
-        return list(obj.items())
+        return obj.items()
     try:
         pairs = [tuple(p) for p in obj]
     except TypeError:
