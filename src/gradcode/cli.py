@@ -40,8 +40,9 @@ def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | N
         return
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))
     table = Table(title=title)
+    numeric = {c for c in columns if all(isinstance(r.get(c), (int, float, type(None))) for r in rows)}
     for c in columns:
-        table.add_column(c, justify="right")
+        table.add_column(c, justify="right" if c in numeric else "left")
     for r in rows:
         table.add_row(*(_fmt(r.get(c)) for c in columns))
     out.print(table)

@@ -122,6 +122,8 @@ def code_info(name: str) -> dict[str, Any]:
     """Registry entry ``name``: its class, summary line and constructor parameters (for the CLI)."""
     import inspect
 
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown code {name!r}; available codes: {', '.join(available_codes())}")
     cls = _REGISTRY[name]
     sig = inspect.signature(cls.__init__)
     params = {
@@ -129,8 +131,8 @@ def code_info(name: str) -> dict[str, Any]:
         for p in list(sig.parameters.values())[1:]
         if p.kind is not inspect.Parameter.VAR_KEYWORD
     }
-    doc = (cls.__doc__ or "").strip().splitlines()
-    return {"name": name, "class": cls.__name__, "summary": doc[0] if doc else "", "params": params}
+    summary = cls.summary or " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+    return {"name": name, "class": cls.__name__, "summary": summary, "params": params}
 
 
 class LinearCode:
@@ -142,6 +144,8 @@ class LinearCode:
     """
 
     name: ClassVar[str] = "?"
+    #: one line for listings (``gradcode codes``)
+    summary: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -383,6 +387,8 @@ class LinearCode:
                     sol = self._generic_solve(pattern)
             except NotDecodableError as exc:
                 sol = _Refusal(str(exc))
+            else:
+                sol.coefficients.flags.writeable = False  # shared through the cache
         if self._cache_size:
             with self._lock:
                 self._cache[pattern] = sol

@@ -27,6 +27,8 @@ class GCSC(LinearCode):
     row ``i`` is the worker holding the cluster's ``i``-th cyclic codeword); by default cluster ``p``
     is workers ``p l, ..., p l + l - 1``."""
 
+    summary = "GC with static clustering (GC-DC Sec. II-B): a CRC per cluster"
+
     def __init__(self, n: int, clusters: int, s: int, assignment=None, seed=0):
         n = check_int("n", n, minimum=1)
         P = check_int("clusters", clusters, minimum=1, maximum=n)

@@ -42,6 +42,8 @@ def _decoding_from_weights(pattern: Pattern, weights: dict[int, float], method: 
 class Uncoded(LinearCode):
     """Naive synchronous GD: worker ``w`` holds partition ``w`` and the master waits for all."""
 
+    summary = "naive baseline: one partition per worker, waits for all"
+
     def __init__(self, n: int):
         n = check_int("n", n, minimum=1)
         placement = [(w,) for w in range(n)]
@@ -65,6 +67,8 @@ class Ignore(LinearCode):
     """Ignore-s-stragglers baseline: uncoded placement; the master sums whatever arrived once at
     least ``n - s`` workers are in and rescales by ``k / (partitions received)``. Not exact: the
     result is an unbiased estimate of the gradient when stragglers are random."""
+
+    summary = "baseline: sum the first n-s results and rescale (inexact)"
 
     def __init__(self, n: int, s: int):
         n, s = _check_n_s(n, s)
@@ -95,6 +99,8 @@ class FRC(LinearCode):
     its ``s+1`` partial gradients. The ``s+1`` replicas of ``B_block`` are stacked, so workers
     ``g, g + n/(s+1), ...`` hold the same data. Decoding (closed form): the first received worker of
     each data group, coefficient 1."""
+
+    summary = "fractional repetition (Tandon Sec. 3.1): n/(s+1) replicated data groups"
 
     def __init__(self, n: int, s: int):
         n, s = _check_n_s(n, s)
@@ -204,6 +210,8 @@ class CRC(LinearCode):
     computed in float64 whatever the message dtype.
     """
 
+    summary = "cyclic repetition (Tandon Alg. 2): any s < n, structured null-space decode"
+
     def __init__(self, n: int, s: int, seed=0):
         n, s = _check_n_s(n, s)
         rng = as_generator(seed)
@@ -248,6 +256,8 @@ class Partial(LinearCode):
     ``ceil(q)`` and those partitions are shrunk to ``q / ceil(q)`` units each, so the split between
     naive and coded data, and hence the load, stays exactly the paper's.
     """
+
+    summary = "two-stage scheme for alpha-partial stragglers (Tandon Sec. 4)"
 
     def __init__(self, n: int, s: int, alpha: float, inner: str = "crc", seed=0):
         n, s = _check_n_s(n, s)
@@ -301,6 +311,8 @@ class MatrixCode(LinearCode):
     stores ``supp(b_i)`` and sends ``b_i g``. ``s`` is the claimed tolerance; it is checked against
     the B-span condition (Condition 1) on every straggler set when ``n <= 16``, and found that way
     when omitted. Decoding is the generic least-squares solve, i.e. Algorithm 1 row by row."""
+
+    summary = "any single-message code given by its matrix B (Tandon Sec. 2.2)"
 
     _EXHAUSTIVE_MAX_N = 16
 
