@@ -1,0 +1,306 @@
+"""Delay traces: read, validate, write and load-adjust ``(rounds, workers)`` arrays of seconds.
+
+Formats (chosen by the file's extension):
+
+* ``.npy``: a 2-D numeric array, ``delays[t, w]`` = seconds worker ``w`` took in round ``t``
+  (read with ``allow_pickle=False``);
+* ``.csv`` / ``.txt``: one round per line, one comma-separated number per worker; blank lines and
+  lines starting with ``#`` are skipped, and a first line that is not numeric is taken as a header;
+* ``.pkl`` / ``.pickle``: the delay profiles of the public SGC experiments (Krishnan et al., App. J):
+  a list over rounds of dicts whose ``'results'`` list holds one dict per worker with
+  ``'worker_id'``, ``'started'`` and ``'finished'``; delay = finished - started (numbers, or
+  ``datetime`` objects). Worker ids may be any sortable values; columns follow their sorted order
+  (integer ids ``0..W-1`` map to column ``id``). Unpickling runs code from the file: read only
+  pickles you trust.
+
+Malformed input (a missing file, an unknown extension, ragged rows, text that is not a number,
+negative or non-finite delays, a worker count other than ``workers``, a pickled round that lacks a
+worker or lists one twice) raises :class:`gradcode.TraceError` (a ``ValueError``) whose message
+starts with the file name and says what is wrong and where.
+
+Load adjustment (SGC App. J): the mean run time of a worker grows linearly with its normalised
+load (their Fig. 16), with slope ``alpha`` seconds per unit load. A reference profile recorded
+uncoded (load ``1/n``) is turned into the profile of a scheme with load ``L`` by adding
+``(L - 1/n) alpha`` seconds to every entry: :func:`adjust_trace_load`. :func:`fit_load_slope` is the
+least-squares line through measured ``(load, mean time)`` pairs that gives ``alpha``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import numbers
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from gradcode._validation import check_int, check_real
+from gradcode.errors import TraceError
+
+__all__ = [
+    "adjust_trace_load",
+    "fit_load_slope",
+    "load_trace",
+    "save_trace",
+    "validate_trace",
+]
+
+_NPY = (".npy",)
+_CSV = (".csv", ".txt")
+_PICKLE = (".pkl", ".pickle")
+
+
+def _kind(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in _NPY:
+        return "npy"
+    if suffix in _CSV:
+        return "csv"
+    if suffix in _PICKLE:
+        return "pickle"
+    raise TraceError(
+        f"{path}: unknown trace format {suffix or '(no extension)'!r};"
+        " use .npy, .csv (or .txt) or an SGC pickle (.pkl/.pickle)"
+    )
+
+
+def validate_trace(delays, *, workers: int | None = None, source: str = "trace") -> np.ndarray:
+    """``delays`` as a float64 ``(rounds, workers)`` array, or :class:`TraceError` naming ``source``.
+
+    Checks: 2-D, at least one round and one worker, numeric, finite, non-negative, and
+    ``workers`` columns when ``workers`` is given."""
+    try:
+        arr = np.asarray(delays, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"{source}: not a rectangular numeric array (ragged rows or non-numbers): {exc}") from None
+    if arr.ndim != 2:
+        raise TraceError(f"{source}: a trace must be a 2-D (rounds, workers) array, got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise TraceError(f"{source}: the trace is empty (shape {arr.shape})")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        t, w = map(int, np.argwhere(bad)[0])
+        raise TraceError(f"{source}: non-finite delay {arr[t, w]} in round {t}, worker {w}"
+                         f" ({int(bad.sum())} non-finite entries)")
+    neg = arr < 0
+    if neg.any():
+        t, w = map(int, np.argwhere(neg)[0])
+        raise TraceError(f"{source}: negative delay {arr[t, w]} in round {t}, worker {w}"
+                         f" ({int(neg.sum())} negative entries)")
+    if workers is not None:
+        workers = check_int("workers", workers, minimum=1)
+        if arr.shape[1] != workers:
+            raise TraceError(f"{source}: the trace has {arr.shape[1]} workers, expected workers={workers}")
+    return arr
+
+
+def load_trace(path, *, workers: int | None = None) -> np.ndarray:
+    """Read a ``(rounds, workers)`` float64 array of seconds from ``path`` (.npy, .csv or an SGC
+    pickle; see the module docstring). ``workers``, when given, is the number of workers the trace
+    must have. Raises :class:`gradcode.TraceError` naming the file and the problem."""
+    if workers is not None:
+        workers = check_int("workers", workers, minimum=1)
+    path = Path(path)
+    kind = _kind(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file" if not path.exists() else f"{path}: not a file")
+    if kind == "npy":
+        try:
+            raw = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise TraceError(f"{path}: not a numeric .npy array ({exc})") from None
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"{path}: cannot read as .npy ({exc})") from None
+        if not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
+            raise TraceError(f"{path}: the array holds {raw.dtype}, not numbers")
+        return validate_trace(raw, workers=workers, source=str(path))
+    if kind == "csv":
+        return validate_trace(_read_csv(path), workers=workers, source=str(path))
+    return validate_trace(_read_pickle(path, workers), workers=workers, source=str(path))
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read ({exc})") from None
+    rows: list[list[float]] = []
+    width = None
+    first = True
+    for lineno, fields in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not fields or all(not f.strip() for f in fields) or fields[0].lstrip().startswith("#"):
+            continue
+        try:
+            values = [float(f) for f in fields]
+        except ValueError:
+            if first:  # a header line
+                first = False
+                continue
+            bad = next(f for f in fields if not _is_float(f))
+            raise TraceError(f"{path}: line {lineno}: {bad.strip()!r} is not a number") from None
+        first = False
+        if width is None:
+            width = len(values)
+        elif len(values) != width:
+            raise TraceError(
+                f"{path}: ragged rows: line {lineno} has {len(values)} values, earlier rows have {width}"
+            )
+        rows.append(values)
+    if not rows:
+        raise TraceError(f"{path}: no rows of numbers")
+    return np.array(rows, dtype=np.float64)
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _seconds(value, where: str, path: Path) -> float:
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise TraceError(f"{path}: {where}: expected a number of seconds, got {value!r}")
+
+
+def _read_pickle(path: Path, workers: int | None) -> np.ndarray:
+    try:
+        with path.open("rb") as fh:
+            profile = pickle.load(fh)
+    except Exception as exc:  # unpickling can raise nearly anything
+        raise TraceError(f"{path}: cannot unpickle ({type(exc).__name__}: {exc})") from None
+    if isinstance(profile, np.ndarray) and profile.dtype != object:
+        return profile
+    if not isinstance(profile, (list, tuple)):
+        raise TraceError(f"{path}: expected a list over rounds of dicts with 'results', got {type(profile).__name__}")
+    if not profile:
+        raise TraceError(f"{path}: the profile lists no rounds")
+    per_round: list[dict] = []
+    for t, rnd in enumerate(profile):
+        if not isinstance(rnd, dict) or "results" not in rnd:
+            raise TraceError(f"{path}: round {t}: expected a dict with a 'results' list, got {type(rnd).__name__}"
+                             + (f" with keys {sorted(map(str, rnd))}" if isinstance(rnd, dict) else ""))
+        results = rnd["results"]
+        if not isinstance(results, (list, tuple)):
+            raise TraceError(f"{path}: round {t}: 'results' must be a list, got {type(results).__name__}")
+        delays: dict = {}
+        for i, res in enumerate(results):
+            if not isinstance(res, dict):
+                raise TraceError(f"{path}: round {t}, result {i}: expected a dict, got {type(res).__name__}")
+            missing = [k for k in ("worker_id", "started", "finished") if k not in res]
+            if missing:
+                raise TraceError(f"{path}: round {t}, result {i}: missing key(s) {', '.join(missing)}")
+            w = res["worker_id"]
+            try:
+                hash(w)
+            except TypeError:
+                raise TraceError(f"{path}: round {t}, result {i}: unhashable worker_id {w!r}") from None
+            if w in delays:
+                raise TraceError(f"{path}: round {t}: worker {w!r} is listed twice")
+            started = res["started"]
+            finished = res["finished"]
+            where = f"round {t}, worker {w!r}"
+            if isinstance(started, _dt.datetime) and isinstance(finished, _dt.datetime):
+                delays[w] = (finished - started).total_seconds()
+            else:
+                delays[w] = _seconds(finished, where + " 'finished'", path) - _seconds(started, where + " 'started'", path)
+        per_round.append(delays)
+    ids = set().union(*per_round)
+    try:
+        order = sorted(ids)
+    except TypeError:
+        raise TraceError(f"{path}: worker ids of mixed, unsortable types: {sorted(map(repr, ids))}") from None
+    int_ids = all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in order)
+    if workers is not None and int_ids:
+        out_of_range = [w for w in order if not 0 <= w < workers]
+        if out_of_range:
+            raise TraceError(f"{path}: worker ids {out_of_range[:5]} are outside 0..{workers - 1} (workers={workers})")
+        order = list(range(workers))
+    elif int_ids and order and order[0] >= 0:
+        order = list(range(order[-1] + 1))  # ids 0..max: a worker absent from every round is still missing
+    column = {w: c for c, w in enumerate(order)}
+    arr = np.empty((len(per_round), len(order)))
+    for t, delays in enumerate(per_round):
+        absent = [w for w in order if w not in delays]
+        if absent:
+            shown = ", ".join(map(repr, absent[:8])) + (" ..." if len(absent) > 8 else "")
+            raise TraceError(f"{path}: round {t} has no result for worker(s) {shown}"
+                             f" ({len(delays)} of {len(order)} workers present)")
+        for w, v in delays.items():
+            arr[t, column[w]] = v
+    return arr
+
+
+def save_trace(path, delays, *, overwrite: bool = True) -> Path:
+    """Write a ``(rounds, workers)`` array of seconds to ``path`` (.npy, .csv/.txt, or the SGC
+    pickle format with round ``t`` starting at the sum of the slowest times of the rounds before
+    it). The array is validated first (:class:`TraceError` on bad input). Returns the path."""
+    path = Path(path)
+    kind = _kind(path)
+    arr = validate_trace(delays, source=str(path))
+    if path.exists() and not overwrite:
+        raise TraceError(f"{path}: exists (pass overwrite=True to replace it)")
+    if kind == "npy":
+        with path.open("wb") as fh:  # np.save on a path would append .npy to other suffixes
+            np.save(fh, arr, allow_pickle=False)
+    elif kind == "csv":
+        with path.open("w", newline="") as fh:
+            fh.write(f"# gradcode trace: {arr.shape[0]} rounds x {arr.shape[1]} workers, seconds\n")
+            writer = csv.writer(fh)
+            for row in arr:
+                writer.writerow([repr(float(v)) for v in row])
+    else:
+        profile = []
+        start = 0.0
+        for t, row in enumerate(arr):
+            profile.append({
+                "round": t,
+                "results": [{"worker_id": w, "started": start, "finished": start + float(v)}
+                            for w, v in enumerate(row)],
+            })
+            start += float(row.max())
+        with path.open("wb") as fh:
+            pickle.dump(profile, fh)
+    return path
+
+
+def adjust_trace_load(delays, *, from_load: float, to_load: float, slope: float) -> np.ndarray:
+    """SGC App. J load adjustment: ``delays + (to_load - from_load) * slope``, clipped at 0.
+
+    ``slope`` is seconds per unit of normalised load (the slope alpha of the linear fit of average
+    run time against load, their Fig. 16); ``from_load`` is the load the trace was recorded at
+    (``1/n`` for the uncoded reference profile) and ``to_load`` the load of the scheme to simulate.
+    """
+    arr = validate_trace(delays, source="delays")
+    from_load = check_real("from_load", from_load, minimum=0.0)
+    to_load = check_real("to_load", to_load, minimum=0.0)
+    slope = check_real("slope", slope)
+    out = arr + (to_load - from_load) * slope
+    np.maximum(out, 0.0, out=out)
+    return out
+
+
+def fit_load_slope(loads, times) -> tuple[float, float]:
+    """Least-squares line ``time = intercept + slope * load`` through measured pairs (SGC App. J,
+    Fig. 16); returns ``(slope, intercept)``. ``times`` may be ``(len(loads),)`` means or
+    ``(len(loads), samples)`` raw run times (fitted to their row means)."""
+    x = np.asarray(loads, dtype=np.float64)
+    y = np.asarray(times, dtype=np.float64)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"loads must be a 1-D array of at least 2 loads, got shape {x.shape}")
+    if y.ndim == 2:
+        y = y.mean(axis=1)
+    if y.shape != x.shape:
+        raise ValueError(f"times must have one entry (or row) per load: {x.size}; got shape {np.shape(times)}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("loads and times must be finite")
+    if np.ptp(x) == 0:
+        raise ValueError("loads must not all be equal (the slope is undetermined)")
+    slope, intercept = np.polynomial.polynomial.polyfit(x, y, 1)[::-1]
+    return float(slope), float(intercept)
