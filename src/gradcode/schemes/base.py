@@ -57,6 +57,8 @@ class Scheme(ABC):
     chunks: int = 1
     #: jobs finish at most ``delay`` rounds after they start (0 for static codes)
     delay: int = 0
+    #: data fraction of each partition index that Tasks name (drivers time a task by its sizes)
+    partition_sizes: np.ndarray
 
     @abstractmethod
     def plan(self, t: int) -> dict[int, tuple[Task, ...]]:

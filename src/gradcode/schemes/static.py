@@ -1,0 +1,444 @@
+"""Static codes as round-by-round schemes, and the decodability rules of the static code families.
+
+:class:`StaticScheme` wraps any :class:`~gradcode.codes.LinearCode`: job ``t`` is computed in round
+``t`` by every worker with the same placement and encoder (Tandon's FRC/CRC, GC-SC, the partial
+straggler scheme, the baselines...). It is the reference implementation of the protocol of
+:mod:`gradcode.schemes.base` that both drivers run::
+
+    plan(t)                                  every worker: (Task(job=t, placement[w], E_w),)
+    on_result(t, w, i, payload, time)        message i of worker w in round t
+    ready(t)                                 code.can_decode(prefixes held for round t)
+    close(t, arrived)                        [(t, gradient or None)]; straggler history updated
+
+Message rules (what the master does with what it receives), tested in tests/test_static_scheme.py:
+
+* **stale**: a message for a round that is already closed is ignored (counted in
+  ``stale_messages``); a round that was never planned is a :class:`ProtocolError`.
+* **duplicate**: a message index already received from that worker is counted once: the copy is
+  ignored (counted in ``duplicate_messages``), whatever its payload.
+* **out of order**: workers send their messages one after another, so index ``i`` of worker ``w``
+  must follow index ``i - 1``; a gap, or an index beyond the worker's messages, raises
+  :class:`ProtocolError` (it means a broken driver or transport, not a straggler).
+* **non-finite payloads**: ``code.decode`` raises :class:`~gradcode.codes.NonFiniteMessageError`
+  naming the senders; ``close`` drops them (they count as stragglers of the round, their later
+  messages are ignored) and decodes without them. If what is left does not decode, ``close``
+  raises :class:`~gradcode.errors.NotDecodableError` and the round stays open: ``ready`` is then
+  False and a runtime driver may wait for more workers and call ``close`` again.
+* payloads are all arrays (runtime: ``close`` returns the decoded gradient) or all ``None``
+  (simulator: ``close`` returns ``(t, None)``); mixing them in one round is a ProtocolError.
+
+The straggler history (``straggler_history``: a ``(closed rounds, n)`` boolean array, row ``t`` for
+round ``t``) records the workers not in ``arrived`` plus those dropped for non-finite messages.
+
+How dynamic schemes plug in with no change to the drivers
+---------------------------------------------------------
+A driver needs from a scheme only ``n``, ``chunks``, ``partition_sizes`` (data fraction of each
+partition index a Task names) and the four protocol calls. The simulator draws the delay model's
+random state once for all rounds (:meth:`DelayModel.draw`: ``time = intercept + slope * load``),
+so whatever load a round's plan gives a worker, and whatever prefix of it a message needs, is
+timed from the same draw. Everything round-specific travels in the plan:
+
+* **GC-DC** (dynamic clustering): ``plan(t)`` reads ``straggler_history`` (or its own estimate of
+  the straggler states) and returns, for each worker, a Task of job ``t`` whose ``coefficients`` are
+  the codeword picked for this round; ``ready`` decodes with the round's assignment. Loads do not
+  change (every worker computes ``r`` partitions).
+* **SR-SGC / M-SGC** (sequential codes, delay ``T``): ``plan(t)`` gives a worker several Tasks, of
+  jobs ``t - T .. t`` (different ``job`` fields; M-SGC with unequal ``partition_sizes``). Message
+  indices run across a worker's tasks in plan order, and the simulator times message ``i`` by the
+  partitions it depends on in that order, so a worker finishing an old job's task first delivers it
+  first. ``ready(t)`` says whether every job due in round ``t`` (job ``t - T``) decodes from the
+  results of rounds ``t - T .. t`` (a scheme may demand more, e.g. results it needs to keep later
+  jobs decodable, which turns a deviation from its straggler model into a wait-out). ``close``
+  returns every job finished in the round: the driver fills ``job_done_round`` from it.
+* **perfect straggler state information** (GC-DC Sec. VI): a scheme defining
+  ``observe_states(t, straggling)`` is handed, before ``plan(t)``, the delay model's own straggler
+  states of round ``t`` (``Draw.straggling[t]``, an ``(n,)`` boolean array); schemes with imperfect
+  information use ``straggler_history`` instead.
+
+:func:`decode_rule` gives each static family its decodability as a closed rule (any ``n - s``
+workers for CRC, one worker per data group for FRC, ``l - s`` per cluster for GC-SC, ...): the
+simulator's vectorized path computes decode times from it with no per-event loop, and
+``StaticScheme.ready`` uses it as an exact prefilter before confirming with ``code.can_decode``.
+Codes without a rule get :class:`GenericRule` (``can_decode`` on growing prefixes).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+import numpy as np
+
+from gradcode.codes.base import LinearCode, NonFiniteMessageError
+from gradcode.errors import GradcodeError, NotDecodableError
+from gradcode.schemes.base import Scheme, Task
+
+
+class ProtocolError(GradcodeError, ValueError):
+    """A driver broke the round protocol (a message out of order, a round closed twice, ...)."""
+
+
+# ---------------------------------------------------------------------------------- timing
+
+
+def task_schedule(tasks: Iterable[Task], partition_sizes: np.ndarray) -> tuple[np.ndarray, float]:
+    """How much of a worker's round must be computed before each of its messages can go out.
+
+    The worker processes the partitions of its tasks in plan order (task by task, each in its
+    ``partitions`` order). Message ``i`` (counted across tasks) can go out once every partition its
+    coefficients touch (non-zero ``coefficients[r, j, :]``) is done, and not before message
+    ``i - 1``. Returns ``(prefix_loads, load)``: ``prefix_loads[i]`` is the data fraction processed
+    when message ``i`` is ready (non-decreasing; e.g. only the naive part for message 0 of the
+    ``partial`` code) and ``load`` the data fraction of the whole round (partition sizes summed
+    over tasks; a partition in two tasks is computed twice, at two model states). Both drivers and
+    both simulator paths use this function, so their floating-point results agree exactly.
+    """
+    order: list[int] = []
+    last: list[int] = []
+    for task in tasks:
+        coef = np.asarray(task.coefficients)
+        base = len(order)
+        order.extend(task.partitions)
+        if coef.shape[0]:
+            used = np.any(coef != 0, axis=2)  # (R, p)
+            pos = np.where(
+                used.any(axis=1), base + used.shape[1] - 1 - np.argmax(used[:, ::-1], axis=1), -1
+            )
+            last.extend(int(p) for p in pos)
+    if not order:
+        return np.zeros(len(last)), 0.0
+    cum = np.cumsum(partition_sizes[np.asarray(order, dtype=np.intp)])
+    prefix = np.array([cum[p] if p >= 0 else 0.0 for p in last])
+    if prefix.size:
+        prefix = np.maximum.accumulate(prefix)
+    return prefix, float(cum[-1])
+
+
+# ---------------------------------------------------------------------------------- rules
+
+
+class DecodeRule:
+    """Decodability of a static code as a rule on message prefixes.
+
+    ``satisfied(counts)``: ``counts[w]`` leading messages of worker ``w`` are held; are they
+    enough? ``decode_time(A)``: ``A`` is ``(rounds, n, R)`` arrival times of each message (``inf``
+    past a worker's last message, times non-decreasing along the last axis); the earliest time
+    ``T`` per round at which the messages arrived by ``T`` (ties included) decode, ``inf`` if never.
+    ``exact`` rules agree with ``code.can_decode`` on every pattern (for CRC and GC-SC with
+    probability one over the code's random draw; tests check this exhaustively on small codes).
+    """
+
+    exact = True
+
+    def satisfied(self, counts: np.ndarray) -> bool:
+        raise NotImplementedError
+
+    def decode_time(self, A: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class KOfN(DecodeRule):
+    """Any ``need`` workers with message ``msg`` (MDS-like codes: CRC, ignore, uncoded)."""
+
+    def __init__(self, need: int, msg: int = 0):
+        self.need, self.msg = need, msg
+
+    def satisfied(self, counts):
+        return int(np.count_nonzero(counts > self.msg)) >= self.need
+
+    def decode_time(self, A):
+        col = A[:, :, self.msg]
+        return np.partition(col, self.need - 1, axis=1)[:, self.need - 1]
+
+    def __repr__(self):
+        return f"KOfN(need={self.need}, msg={self.msg})"
+
+
+class PerGroup(DecodeRule):
+    """At least ``need`` workers with message ``msg`` in every group (``groups``: a
+    ``(G, size)`` array of worker ids): FRC data groups (need 1), GC-SC clusters (need l - s)."""
+
+    def __init__(self, groups: np.ndarray, need: int, msg: int = 0):
+        self.groups = np.asarray(groups, dtype=np.intp)
+        self.need, self.msg = need, msg
+
+    def satisfied(self, counts):
+        return bool(((counts[self.groups] > self.msg).sum(axis=1) >= self.need).all())
+
+    def decode_time(self, A):
+        col = A[:, :, self.msg][:, self.groups]  # (rounds, G, size)
+        return np.partition(col, self.need - 1, axis=2)[:, :, self.need - 1].max(axis=1)
+
+    def __repr__(self):
+        return f"PerGroup(groups={self.groups.shape[0]}, need={self.need}, msg={self.msg})"
+
+
+class AllOf(DecodeRule):
+    """Every sub-rule holds (the partial-straggler scheme: message 0 of every worker and the inner
+    code on message 1)."""
+
+    def __init__(self, *rules: DecodeRule):
+        self.rules = rules
+
+    def satisfied(self, counts):
+        return all(r.satisfied(counts) for r in self.rules)
+
+    def decode_time(self, A):
+        return np.max([r.decode_time(A) for r in self.rules], axis=0)
+
+    def __repr__(self):
+        return f"AllOf{self.rules!r}"
+
+
+class GenericRule(DecodeRule):
+    """Any code: ``code.can_decode`` decides. ``decode_time`` sorts a round's messages by arrival
+    and binary-searches the shortest decodable prefix (decodability only grows with more messages),
+    so a round costs ``O(log(n R))`` calls, each cached per pattern by the code."""
+
+    exact = True
+
+    def __init__(self, code: LinearCode):
+        self.code = code
+
+    def satisfied(self, counts):
+        return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
+
+    def decode_time(self, A):
+        rounds, n, R = A.shape
+        out = np.full(rounds, np.inf)
+        w_idx = np.repeat(np.arange(n), R)
+        for t in range(rounds):
+            times = A[t].ravel()
+            order = np.lexsort((np.tile(np.arange(R), n), w_idx, times))
+            order = order[np.isfinite(times[order])]
+            st = times[order]
+            wk = w_idx[order]
+
+            def ok(length):
+                counts = np.bincount(wk[:length], minlength=n)
+                # include every message tied with the last one of the prefix
+                return self.satisfied(counts)
+
+            if not order.size or not ok(order.size):
+                continue
+            lo, hi = 1, order.size  # smallest decodable prefix length in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ok(mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out[t] = st[lo - 1]
+        return out
+
+    def __repr__(self):
+        return f"GenericRule({self.code!r})"
+
+
+def decode_rule(code: LinearCode) -> DecodeRule:
+    """The decodability rule of ``code``: a closed form for the families whose decoder is a simple
+    rule (exact type match, so a subclass with another decoder falls back), else
+    :class:`GenericRule`."""
+    from gradcode.codes.clustering import GCSC
+    from gradcode.codes.tandon import CRC, FRC, Ignore, Partial, Uncoded
+
+    kind = type(code)
+    n = code.n
+    if kind is Uncoded:
+        return KOfN(n)
+    if kind in (CRC, Ignore):
+        return KOfN(n - code.tolerance)
+    if kind is FRC:
+        return PerGroup(np.array([code.group_members(g) for g in range(code.groups)]), 1)
+    if kind is GCSC:
+        size = code.assignment.shape[0]
+        return PerGroup(code.assignment.T, size - code.tolerance)
+    if kind is Partial:
+        inner = code.inner
+        if type(inner) is FRC:
+            inner_rule = PerGroup(np.array([inner.group_members(g) for g in range(inner.groups)]), 1, msg=1)
+        else:
+            inner_rule = KOfN(n - inner.tolerance, msg=1)
+        return AllOf(KOfN(n, msg=0), inner_rule)
+    return GenericRule(code)
+
+
+# ---------------------------------------------------------------------------------- scheme
+
+
+class _Round:
+    __slots__ = ("counts", "payloads", "times", "dropped", "real")
+
+    def __init__(self, n: int):
+        self.counts = np.zeros(n, dtype=np.intp)
+        self.payloads: dict[int, list] = {}
+        self.times: dict[int, list[float]] = {}
+        self.dropped: set[int] = set()
+        self.real: bool | None = None
+
+
+class StaticScheme(Scheme):
+    """Any :class:`~gradcode.codes.LinearCode` run as a scheme: job ``t`` in round ``t``.
+
+    ``dim`` is the gradient dimension ``d`` used to decode (default ``m * chunks``, i.e. the
+    zero-padded length, for codes with ``chunks > 1``; exactly ``m`` for single-chunk codes).
+    See the module docstring for the message rules.
+    """
+
+    delay = 0
+
+    def __init__(self, code: LinearCode, *, dim: int | None = None):
+        if not isinstance(code, LinearCode):
+            raise TypeError(f"code must be a gradcode LinearCode, got {type(code).__name__}")
+        self.code = code
+        self.n = code.n
+        self.chunks = code.chunks
+        self.partition_sizes = code.partition_sizes
+        self.dim = dim
+        self.rule = decode_rule(code)
+        self._R = np.array([code.messages_of(w) for w in range(code.n)], dtype=np.intp)
+        self._open: dict[int, _Round] = {}
+        self._closed: set[int] = set()
+        self._history = np.zeros((0, code.n), dtype=bool)
+        self._history_rounds = 0
+        self.stale_messages = 0
+        self.duplicate_messages = 0
+
+    def __repr__(self) -> str:
+        return f"StaticScheme({self.code!r})"
+
+    def _task(self, t: int, w: int) -> Task:
+        return Task(job=t, partitions=self.code.placement[w], coefficients=self.code.encoders[w])
+
+    # -------------------------------------------------------------- protocol
+    def plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        t = _check_round(t)
+        if t in self._closed:
+            raise ProtocolError(f"round {t} is already closed; it cannot be planned again")
+        self._open.setdefault(t, _Round(self.n))
+        return {w: (self._task(t, w),) for w in range(self.n)}
+
+    def on_result(self, t: int, worker: int, index: int, payload, time: float) -> None:
+        t = _check_round(t)
+        if t in self._closed:
+            self.stale_messages += 1
+            return
+        state = self._open.get(t)
+        if state is None:
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        w = self.code._check_worker(worker)
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
+            raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
+        index = int(index)
+        if w in state.dropped:
+            return
+        have = int(state.counts[w])
+        if index < have:
+            self.duplicate_messages += 1
+            return
+        if index >= self._R[w]:
+            raise ProtocolError(
+                f"worker {w} sends {self._R[w]} message(s) per round; got index {index} in round {t}"
+            )
+        if index > have:
+            raise ProtocolError(
+                f"message {index} of worker {w} in round {t} arrived before message {have}: workers"
+                " send their messages in order"
+            )
+        real = payload is not None
+        if state.real is None:
+            state.real = real
+        elif state.real != real:
+            raise ProtocolError(
+                f"round {t} mixes array payloads and None payloads (worker {w}, message {index})"
+            )
+        state.counts[w] = have + 1
+        state.times.setdefault(w, []).append(float(time))
+        if real:
+            state.payloads.setdefault(w, []).append(np.asarray(payload))
+
+    def _usable(self, state: _Round) -> np.ndarray:
+        counts = state.counts
+        if state.dropped:
+            counts = counts.copy()
+            counts[list(state.dropped)] = 0
+        return counts
+
+    def ready(self, t: int) -> bool:
+        state = self._open.get(t)
+        if state is None:
+            return False
+        counts = self._usable(state)
+        if not self.rule.satisfied(counts):
+            return False
+        if isinstance(self.rule, GenericRule):
+            return True
+        return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
+
+    def close(self, t: int, arrived) -> list[tuple[int, np.ndarray | None]]:
+        t = _check_round(t)
+        if t in self._closed:
+            raise ProtocolError(f"round {t} is already closed")
+        state = self._open.get(t)
+        if state is None:
+            raise ProtocolError(f"round {t} was never planned")
+        arrived = frozenset(self.code._check_worker(w) for w in arrived)
+        gradient = None
+        while True:
+            counts = self._usable(state)
+            pattern = {w: int(c) for w, c in enumerate(counts) if c}
+            try:
+                self.code.decoding(pattern)
+            except NotDecodableError as exc:
+                dropped = (
+                    f" after dropping workers {sorted(state.dropped)} (non-finite messages)"
+                    if state.dropped else ""
+                )
+                raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
+            if not state.real:
+                break
+            msgs = {w: np.stack(state.payloads[w][:c]) for w, c in pattern.items()}
+            m = next(iter(msgs.values())).shape[1]
+            dim = self.dim if self.dim is not None else m * self.chunks
+            try:
+                gradient = self.code.decode(msgs, dim=dim)
+                break
+            except NonFiniteMessageError as exc:
+                state.dropped.update(exc.workers)
+        row = np.ones(self.n, dtype=bool)
+        row[list(arrived)] = False
+        if state.dropped:
+            row[list(state.dropped)] = True
+        self._record(t, row)
+        del self._open[t]
+        self._closed.add(t)
+        return [(t, gradient)]
+
+    # -------------------------------------------------------------- history
+    def _record(self, t: int, row: np.ndarray) -> None:
+        if t >= self._history.shape[0]:
+            grown = np.zeros((max(2 * self._history.shape[0], t + 1, 64), self.n), dtype=bool)
+            grown[: self._history.shape[0]] = self._history
+            self._history = grown
+        self._history[t] = row
+        self._history_rounds = max(self._history_rounds, t + 1)
+
+    @property
+    def straggler_history(self) -> np.ndarray:
+        """``(rounds, n)`` booleans: row ``t`` marks the stragglers of round ``t`` (rows of rounds
+        not closed yet are all False). A read-only view."""
+        view = self._history[: self._history_rounds]
+        view = view.view()
+        view.flags.writeable = False
+        return view
+
+    def arrival_times(self, t: int) -> dict[int, list[float]]:
+        """Arrival time of each message received so far in open round ``t``, per worker."""
+        state = self._open.get(t)
+        return {} if state is None else {w: list(v) for w, v in state.times.items()}
+
+
+def _check_round(t) -> int:
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
+        raise ProtocolError(f"round must be an integer >= 0, got {t!r}")
+    return int(t)
