@@ -1,0 +1,354 @@
+"""Delay models: Monte-Carlo against closed forms, seeding, load scaling, validation.
+
+Tolerances: a Monte-Carlo mean over N iid draws of standard deviation sigma is checked within
+5 sigma / sqrt(N) (a false alarm about once in 3.5 million runs); seeds are fixed, so the tests are
+deterministic anyway.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.stragglers import Draw, available_delay_models, make_delay_model, model_info
+
+ALL_EXAMPLES = {
+    "fixed": dict(stragglers=2, delay=0.5),
+    "bernoulli": dict(p=0.1, slowdown=10),
+    "partial": dict(stragglers=1, alpha=2.0),
+    "shifted-exp": dict(mu=1.0, alpha=0.01),
+    "gilbert-elliot": dict(mu_fast=10, mu_slow=0.1, p_switch=0.05, alpha=0.01),
+    "gilbert-elliot-het": dict(p_switch=0.2, tau=0.5),
+    "time-varying": dict(p=0.05, tau=1.0, initial_slow=3),
+    "shared-access": dict(arrival_rate=1.0),
+    "trace": dict(delays=np.arange(40.0).reshape(8, 5) + 1),
+}
+
+
+def test_registry_lists_every_model():
+    assert set(available_delay_models()) == set(ALL_EXAMPLES)
+    assert gradcode.available_delay_models() == available_delay_models()
+    assert gradcode.make_delay_model is make_delay_model
+
+
+@pytest.mark.parametrize("name", sorted(ALL_EXAMPLES))
+def test_every_model_draws_seeded_nonnegative_times(name):
+    model = make_delay_model(name, **ALL_EXAMPLES[name])
+    a = model.sample(6, 5, 7, load=0.2)
+    b = model.sample(6, 5, np.random.default_rng(7), load=0.2)
+    assert a.shape == (6, 5) and a.dtype == np.float64
+    assert np.isfinite(a).all() and (a >= 0).all()
+    np.testing.assert_array_equal(a, b)
+    d = model.draw(6, 5, 7)
+    assert isinstance(d, Draw) and d.straggling.shape == (6, 5) and d.straggling.dtype == bool
+    with pytest.raises(ValueError):
+        d.slope[0, 0] = 1.0  # read-only
+    # immutable, readable repr, describe() has the parts the CLI shows
+    with pytest.raises(AttributeError):
+        model.foo = 1
+    assert repr(model).startswith(f"<{type(model).__name__} ") and len(repr(model)) < 200
+    info = model.describe()
+    assert set(info) == {"name", "params", "summary"} and info["summary"]
+    assert model_info(name)["summary"]
+    # zero rounds is a valid, empty draw
+    assert model.sample(0, 5, 0).shape == (0, 5)
+
+
+@pytest.mark.parametrize("name", sorted(ALL_EXAMPLES))
+def test_same_draw_is_affine_in_load(name):
+    """One draw serves every load: time(L) = max(0, intercept + slope L), monotone in L."""
+    model = make_delay_model(name, **ALL_EXAMPLES[name], **({"trace_load": 0.2} if name == "trace" else {}))
+    d = model.draw(5, 5, 3)
+    t1, t2, t3 = d.times(0.1), d.times(0.2), d.times(0.3)
+    np.testing.assert_allclose(t2 - t1, t3 - t2, atol=1e-12)
+    assert (t2 >= t1).all()
+    per_worker = np.linspace(0.1, 0.5, 5)
+    np.testing.assert_allclose(d.times(per_worker)[:, 4], d.times(0.5)[:, 4])
+    full = np.full((5, 5), 0.3)
+    np.testing.assert_allclose(d.times(full), t3)
+
+
+def test_different_seeds_differ():
+    m = make_delay_model("shifted-exp", mu=1.0, alpha=0.01)
+    assert not np.array_equal(m.sample(4, 4, 0), m.sample(4, 4, 1))
+
+
+# --------------------------------------------------------------------------- Tandon's models
+
+
+def test_fixed_delays_exactly_s_random_workers_additively():
+    n, s, delay, base = 6, 2, 0.5, 3.0
+    m = make_delay_model("fixed", stragglers=s, delay=delay, base=base)
+    rounds = 6000
+    t = m.sample(rounds, n, 11, load=1 / n)
+    fast = base / n
+    assert np.isin(np.round(t, 12), np.round([fast, fast + delay], 12)).all()
+    slow = t > fast + delay / 2
+    assert (slow.sum(axis=1) == s).all()
+    # each worker is a straggler with probability s/n: 5-sigma binomial bound
+    freq = slow.mean(axis=0)
+    sigma = math.sqrt((s / n) * (1 - s / n) / rounds)
+    assert np.all(np.abs(freq - s / n) < 5 * sigma)
+    # the delay is additive: it does not scale with load
+    d = m.draw(3, n, 0)
+    np.testing.assert_allclose(d.times(0.5) - d.times(0.25), base * 0.25)
+
+
+def test_bernoulli_straggler_fraction_and_mean():
+    p, slowdown, base, load = 0.1, 10.0, 2.0, 0.25
+    m = make_delay_model("bernoulli", p=p, slowdown=slowdown, base=base)
+    N = 200_000
+    d = m.draw(N // 10, 10, 5)
+    frac = d.straggling.mean()
+    assert abs(frac - p) < 5 * math.sqrt(p * (1 - p) / N)
+    t = d.times(load)
+    np.testing.assert_allclose(np.unique(t), [base * load, base * load * slowdown])
+    np.testing.assert_array_equal(t > base * load, d.straggling)
+
+
+def test_partial_stragglers_take_alpha_times_as_long():
+    m = make_delay_model("partial", stragglers=2, alpha=3.0, base=1.0)
+    d = m.draw(500, 7, 2)
+    t = d.times(0.4)
+    assert (d.straggling.sum(axis=1) == 2).all()
+    np.testing.assert_allclose(t[d.straggling], 1.2)
+    np.testing.assert_allclose(t[~d.straggling], 0.4)
+
+
+# --------------------------------------------------------------------------- shifted exponential
+
+
+def harmonic(k):
+    return sum(1.0 / i for i in range(1, k + 1))
+
+
+def test_shifted_exponential_cdf_mean_and_order_statistics():
+    """GC-DC eq. 20: X_r = r (alpha + Exp(mu)); E[k-th fastest of n] = r (alpha + (H_n - H_{n-k}) / mu)."""
+    mu, alpha, n, r = 2.0, 0.05, 8, 3
+    m = make_delay_model("shifted-exp", mu=mu, alpha=alpha)
+    N = 40_000
+    t = m.sample(N, n, 123, load=r / n)  # partitions defaults to n: load r/n computes r partitions
+    assert t.min() >= r * alpha
+    # mean and variance of one worker's time: r alpha + r/mu, variance (r/mu)^2
+    mean, sd = r * (alpha + 1 / mu), r / mu
+    assert abs(t.mean() - mean) < 5 * sd / math.sqrt(t.size)
+    # CDF at a few points against 1 - exp(-mu (x/r - alpha))
+    for x in (r * alpha + 0.2, r * alpha + 1.0, r * alpha + 3.0):
+        F = 1 - math.exp(-mu * (x / r - alpha))
+        assert abs((t <= x).mean() - F) < 5 * math.sqrt(F * (1 - F) / t.size)
+    # order statistics
+    ts = np.sort(t, axis=1)
+    for k in (1, n - 2, n):
+        expect = r * (alpha + (harmonic(n) - harmonic(n - k)) / mu)
+        # sd of the k-th order statistic of exponentials: sqrt(sum 1/i^2)/mu, times r
+        sdk = r * math.sqrt(sum(1 / i**2 for i in range(n - k + 1, n + 1))) / mu
+        assert abs(ts[:, k - 1].mean() - expect) < 5 * sdk / math.sqrt(N), k
+
+
+def test_shifted_exponential_partitions_parameter():
+    a = make_delay_model("shifted-exp", mu=1.0, alpha=0.1, partitions=20).draw(3, 4, 9)
+    b = make_delay_model("shifted-exp", mu=1.0, alpha=0.1).draw(3, 4, 9)  # partitions = n = 4
+    np.testing.assert_allclose(a.times(0.5), b.times(0.5) * 5)  # 10 partitions instead of 2
+
+
+# --------------------------------------------------------------------------- Gilbert-Elliot
+
+
+def test_gilbert_elliot_stationary_law_and_switching():
+    p, q = 0.05, 0.2  # fast->slow, slow->fast: stationary P[slow] = p / (p + q) = 0.2
+    m = make_delay_model("gilbert-elliot", mu_fast=10, mu_slow=0.1, p_switch=p, p_recover=q, alpha=0.01)
+    assert m.stationary_slow == pytest.approx(0.2)
+    d = m.draw(4000, 50, 1)
+    slow = d.straggling
+    # stationary start: every round has P[slow] = 0.2; rounds are correlated, so bound with the
+    # effective sample size N (1 - rho)/(1 + rho), rho = 1 - p - q the chain's lag-1 correlation
+    rho = 1 - p - q
+    n_eff = slow.size * (1 - rho) / (1 + rho)
+    assert abs(slow.mean() - 0.2) < 5 * math.sqrt(0.2 * 0.8 / n_eff)
+    # transition frequencies
+    prev, nxt = slow[:-1], slow[1:]
+    f_s = (~prev & nxt).sum() / (~prev).sum()
+    s_f = (prev & ~nxt).sum() / prev.sum()
+    assert abs(f_s - p) < 5 * math.sqrt(p * (1 - p) / (~prev).sum())
+    assert abs(s_f - q) < 5 * math.sqrt(q * (1 - q) / prev.sum())
+    np.testing.assert_array_equal(d.rates, np.where(slow, 0.1, 10.0))
+
+
+def test_gilbert_elliot_symmetric_acceptance_example():
+    m = make_delay_model("gilbert-elliot", mu_fast=10, mu_slow=0.1, p_switch=0.05, alpha=0.01)
+    d = m.draw(3000, 40, 4)
+    slow = d.straggling
+    stay = (slow[1:] == slow[:-1]).mean()
+    assert abs(stay - 0.95) < 5 * math.sqrt(0.05 * 0.95 / slow[1:].size)
+    # given the state, times follow eq. 20 with the state's rate: mean r (alpha + 1/mu)
+    t = d.times(1 / 40)  # r = 1
+    fast_t = t[~slow]
+    assert abs(fast_t.mean() - (0.01 + 0.1)) < 5 * 0.1 / math.sqrt(fast_t.size)
+
+
+def test_gilbert_elliot_initial_slow_count():
+    m = make_delay_model("gilbert-elliot", initial_slow=10)
+    d = m.draw(3, 20, 0)
+    assert d.straggling[0].sum() == 10
+    with pytest.raises(ValueError, match="initial_slow"):
+        m.draw(3, 5, 0)
+
+
+def test_gilbert_elliot_heterogeneous_rates():
+    """GC-DC VI-B1: mu_f ~ U[0, 5] per worker, mu_s = mu_f / 10, straggler iff rate < tau."""
+    m = make_delay_model("gilbert-elliot-het", p_switch=0.2, tau=0.5)
+    assert m == make_delay_model("gilbert-elliot", heterogeneous=True, p_switch=0.2, tau=0.5)
+    assert m.describe()["name"] == "gilbert-elliot-het"
+    d = m.draw(400, 300, 8)
+    fast_rate = d.rates.max(axis=0)  # each worker's fast rate (seen at least once at p = 0.2)
+    ratio = d.rates / fast_rate
+    assert np.all(np.isclose(ratio, 1.0) | np.isclose(ratio, 0.1))
+    np.testing.assert_array_equal(d.straggling, d.rates < 0.5)
+    # fast rates uniform on (0, 5]: mean 2.5, sd 5/sqrt(12)
+    assert 0 < fast_rate.min() and fast_rate.max() <= 5
+    assert abs(fast_rate.mean() - 2.5) < 5 * (5 / math.sqrt(12)) / math.sqrt(fast_rate.size)
+
+
+def test_time_varying_rates_eq21():
+    p, tau = 0.2, 1.0
+    m = make_delay_model("time-varying", p=p, tau=tau, rate_max=5.0, initial_slow=10)
+    d = m.draw(2000, 20, 6)
+    r = d.rates
+    assert (r[0] < tau).sum() == 10 and (r[0, r[0] >= tau] <= 5).all()
+    changed = r[1:] != r[:-1]
+    # a re-sample almost surely changes the rate: P[change] = p
+    assert abs(changed.mean() - p) < 5 * math.sqrt(p * (1 - p) / changed.size)
+    np.testing.assert_array_equal(d.straggling, r < tau)
+    # stationary law U(0, 5]: after many rounds the mean rate is 2.5
+    late = r[500:]
+    assert abs(late.mean() - 2.5) < 0.1
+    assert 0 < r.min() and r.max() <= 5.0
+
+
+# --------------------------------------------------------------------------- shared access
+
+
+def test_shared_access_occupancy_is_thinned_poisson():
+    """Without blocking, other tasks on a worker ~ Poisson(lambda * E[D]), D ~ U{2..5}: E[D] = 3.5."""
+    lam = 0.4
+    m = make_delay_model("shared-access", arrival_rate=lam, capacity=200, warmup=10)
+    occ = m.occupancy(3000, 30, 2) - 1
+    mean = lam * 3.5
+    # successive rounds overlap (a task stays up to 5 rounds): use every 5th round, nearly independent
+    sub = occ[::5]
+    assert abs(sub.mean() - mean) < 5 * math.sqrt(mean / sub.size)
+    assert abs(sub.var() - mean) < 0.1 * mean  # Poisson: variance = mean
+
+
+def test_shared_access_latency_and_capacity():
+    m = make_delay_model("shared-access", arrival_rate=5.0)  # heavy load: always near capacity 10
+    d = m.draw(200, 6, 0)
+    m_tasks = m.occupancy(200, 6, 0)
+    assert m_tasks.min() >= 1 and m_tasks.max() <= 10
+    # latency per partition is linear from 20 ms (alone) to 200 ms (at capacity 10)
+    assert m.latency(1) == pytest.approx(0.02) and m.latency(10) == pytest.approx(0.2)
+    np.testing.assert_allclose(d.times(1 / 6), m.latency(m_tasks))  # one partition: r = 1
+    np.testing.assert_array_equal(d.straggling, m_tasks >= 7)
+    quiet = make_delay_model("shared-access", arrival_rate=0.0)
+    np.testing.assert_allclose(quiet.sample(5, 4, 0, load=0.5), 2 * 0.02)
+
+
+# --------------------------------------------------------------------------- trace
+
+
+def test_trace_replay_and_load_rules():
+    arr = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    m = make_delay_model("trace", delays=arr)
+    np.testing.assert_array_equal(m.sample(2, 3, None, load=0.7), arr)  # replayed as is
+    np.testing.assert_array_equal(m.sample(2, 2, None), arr[:, :2])  # first n workers
+    with pytest.raises(ValueError, match="3 workers"):
+        m.sample(2, 4, None)
+    with pytest.raises(ValueError, match="wrap"):
+        m.sample(3, 3, None)
+    wrapped = make_delay_model("trace", delays=arr, wrap=True, offset=1)
+    np.testing.assert_array_equal(wrapped.sample(3, 3, None), arr[[1, 0, 1]])
+    # proportional scaling from the recorded load
+    prop = make_delay_model("trace", delays=arr, trace_load=0.25)
+    np.testing.assert_allclose(prop.sample(2, 3, None, load=0.5), 2 * arr)
+    # SGC App. J: delay + (L - L0) alpha
+    addj = make_delay_model("trace", delays=arr, trace_load=0.25, load_slope=4.0)
+    np.testing.assert_allclose(addj.sample(2, 3, None, load=0.5), arr + 1.0)
+    np.testing.assert_allclose(addj.sample(2, 3, None, load=0.0), np.maximum(arr - 1.0, 0))
+    assert "rounds=2" in repr(m) and "workers=3" in repr(m)
+    assert m == make_delay_model("trace", delays=arr.copy())
+
+
+def test_trace_rejects_bad_arrays():
+    with pytest.raises(ValueError, match="negative"):
+        make_delay_model("trace", delays=[[1.0, -1.0]])
+    with pytest.raises(ValueError, match="non-finite"):
+        make_delay_model("trace", delays=[[1.0, np.nan]])
+    with pytest.raises(ValueError, match="2-D"):
+        make_delay_model("trace", delays=[1.0, 2.0])
+    with pytest.raises(TypeError, match="exactly one"):
+        make_delay_model("trace")
+
+
+# --------------------------------------------------------------------------- communication
+
+
+def test_message_time_proportional_to_length():
+    plain = make_delay_model("shifted-exp")
+    assert plain.message_time(0.5) == 0.0
+    m = make_delay_model("fixed", stragglers=1, delay=0.1, comm=2.0, comm_latency=0.01)
+    assert m.message_time(0.25) == pytest.approx(0.51)
+    np.testing.assert_allclose(m.message_time(np.array([0.0, 1.0])), [0.01, 2.01])
+    assert m.describe()["params"]["comm"] == 2.0
+    with pytest.raises(ValueError, match="length_fraction"):
+        m.message_time(-1)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "name, params, exc, words",
+    [
+        ("fixed", dict(stragglers=-1), ValueError, "stragglers"),
+        ("fixed", dict(stragglers=1.5), TypeError, "stragglers"),
+        ("bernoulli", dict(p=1.5), ValueError, "p must be <= 1"),
+        ("bernoulli", dict(slowdown=0.5), ValueError, "slowdown"),
+        ("partial", dict(alpha=1.0), ValueError, "alpha must be > 1"),
+        ("shifted-exp", dict(mu=0), ValueError, "mu must be > 0"),
+        ("shifted-exp", dict(alpha=float("nan")), ValueError, "alpha must be finite"),
+        ("shifted-exp", dict(partitions=0), ValueError, "partitions"),
+        ("gilbert-elliot", dict(mu_fast=1, mu_slow=2), ValueError, "mu_slow must be <= mu_fast"),
+        ("gilbert-elliot", dict(heterogeneous="yes"), TypeError, "heterogeneous"),
+        ("time-varying", dict(tau=6), ValueError, "tau"),
+        ("shared-access", dict(stay_min=3, stay_max=2), ValueError, "stay_max"),
+        ("shared-access", dict(latency_min=0.3), ValueError, "latency_max"),
+        ("shifted-exp", dict(comm=-1), ValueError, "comm"),
+        ("shifted-exp", dict(rate=3), TypeError, "accepts: mu, alpha, partitions"),
+        ("gilbert-elliot-het", dict(heterogeneous=False), TypeError, "sets heterogeneous"),
+    ],
+)
+def test_bad_parameters_raise_clear_errors(name, params, exc, words):
+    with pytest.raises(exc, match=words):
+        make_delay_model(name, **params)
+
+
+def test_unknown_name_lists_models():
+    with pytest.raises(ValueError, match="available delay models: bernoulli, fixed"):
+        make_delay_model("weibull")
+
+
+def test_bad_draw_arguments():
+    m = make_delay_model("fixed", stragglers=3)
+    with pytest.raises(ValueError, match="exceeds the number of workers"):
+        m.sample(2, 2, 0)
+    with pytest.raises(TypeError, match="seed"):
+        m.sample(2, 4, "seed")
+    with pytest.raises(ValueError, match="rounds"):
+        m.sample(-1, 4, 0)
+    with pytest.raises(ValueError, match="load must be"):
+        m.sample(2, 4, 0, load=np.ones(3))
+    with pytest.raises(ValueError, match="load must be"):
+        m.sample(2, 4, 0, load=-0.1)
