@@ -18,6 +18,7 @@ from gradcode.errors import NotDecodableError
 # Each import registers its families with the registry.
 from gradcode.codes import tandon  # noqa: E402,F401  uncoded, ignore, frc, crc, partial
 from gradcode.codes import clustering  # noqa: E402,F401  gc-sc
+from gradcode.codes import commfr, adaptive  # noqa: E402,F401  commfr; cgc, agc, g-agc, g-cgc
 
 __all__ = [
     "DEFAULT_MAX_CONDITION",

@@ -1,0 +1,396 @@
+"""CommFR-GC: Kadhe, Koyluoglu, Ramchandran, *Communication-Efficient Gradient Coding for Straggler
+Mitigation in Distributed Learning* (ISIT 2020), Section III, with the decoders of Section IV.
+
+Framework (Section III-A). Given ``N | n`` and ``n | k N``, let ``l = k N / n`` and ``p = n / N``.
+The workers form ``p`` groups of ``N``; every worker of group ``i`` stores the same ``l``
+partitions ``i l, ..., (i+1) l - 1`` (fractional-repetition placement) and sums their partial
+gradients into ``g^(i)`` (eq. 2). With a generator ``G`` (``K x N``) of an ``[N, K, delta]`` linear
+code, the ``j``-th worker of group ``i`` pads ``g^(i)`` to ``K ceil(d/K)``, arranges it as the
+``ceil(d/K) x K`` matrix whose column ``c`` is chunk ``c`` (eq. 4), and sends ``g_mat G_j``
+(eq. 3), a message of length ``ceil(d/K)``. In the library's contract (``codes.base``) that is one
+message with ``chunks = K`` and encoder ``E_w[0, p, c] = G[c, j]`` for each stored partition
+``p``. The master decodes every group from its received columns ``G_T`` (eq. 5) and adds the
+groups. Theorem 1: the code achieves the triple ``(l = kN/n, m = K, s = delta - 1)``; MDS codes
+(``delta = N - K + 1``) meet the bound ``l/k >= (s + m)/n`` of eq. 1 (Corollary 1).
+
+Worker numbering: worker ``w`` is member ``j = w // p`` of group ``i = w mod p``. This is the
+stacking of replicas used by Tandon et al.'s fractional repetition code (``frc``), so
+``construction="repetition"`` (``[N, 1, N]``, Remark 1) *is* ``frc(n, s = N - 1)``: same
+placement, encoders and decodings. (The paper's Fig. 1 numbers the groups contiguously; only the
+labels differ.)
+
+Constructions and their group decoders (``_fast_solve``; every one agrees with the generic
+least-squares decoder where both decode, see tests):
+
+* ``mds-gaussian``: ``G`` i.i.d. ``N(0, 1)`` (MDS with probability 1, Section IV-B); decode by the
+  minimum-norm solve of eq. 5 on the ``K x t`` matrix ``G_T`` (condition ``cond(G_T)``).
+* ``mds-systematic``: ``G = [I_K | P]`` with ``P`` i.i.d. ``N(0, 1)`` (every square submatrix of a
+  Gaussian ``P`` is invertible with probability 1, so ``G`` is MDS). Proposition 1: received
+  systematic columns are chunks; the ``e <= min(K, N - K)`` missing ones come from ``e`` received
+  parity columns by an ``e x e`` solve.
+* ``repetition``: ``K = 1``, ``G = 1``: the first received worker of each group, coefficient 1.
+* ``ldpc``: ``G`` the systematic generator of a random ``(dc, dv)``-regular binary parity-check
+  matrix ``H`` (``N - K = N dv / dc`` checks, row weight ``dc``, column weight ``dv``;
+  configuration-model ensemble without multi-edges, full rank over the reals). Decoding is the
+  peeling decoder of Proposition 2: a check with one erased coordinate recovers it; it stops when
+  the ``K`` information coordinates are known and *reports failure* (``NotDecodableError``) on a
+  stopping set, even where the generic solve would succeed. The paper's "ensemble C(3,6)" with
+  threshold 0.4294 (Remark 3) is the rate-1/2 ensemble with column weight 3 and row weight 6, i.e.
+  ``dc = 6``, ``dv = 3`` here (the defaults); :func:`ldpc_threshold` computes ``p*``.
+* ``custom``: any ``K x N`` generator of rank ``K`` passed as ``generator``; decoded like
+  ``mds-gaussian``.
+
+``tolerance`` is the straggler count the code's own decoder tolerates in the worst case
+(``delta - 1`` of Theorem 1; for LDPC peeling, the smallest stopping set through an information
+coordinate minus one). It is certified by checking every erasure set of increasing size within a
+budget; where the budget runs out, MDS constructions use the theory (``N - K``) and the others keep
+the largest fully checked size, a certified lower bound (``tolerance_certified`` says which).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import OrderedDict
+
+import numpy as np
+from scipy import linalg as sla
+from scipy.optimize import minimize_scalar
+
+from gradcode._validation import as_generator, check_choice, check_int
+from gradcode.codes.adaptive import min_norm_left_solve
+from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.errors import NotDecodableError
+
+__all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_generator"]
+
+CONSTRUCTIONS = ("mds-gaussian", "mds-systematic", "repetition", "ldpc", "custom")
+#: group erasure sets checked when certifying the tolerance at construction
+CERTIFY_BUDGET = 3000
+
+
+def ldpc_threshold(dc: int, dv: int) -> float:
+    """BEC peeling threshold ``p*`` of the ``(dc, dv)``-regular ensemble (Section IV-A): the
+    largest ``eps`` with ``eps (1 - (1 - x)^(dc-1))^(dv-1) < x`` for all ``x in (0, 1]``, i.e.
+    ``min_x x / (1 - (1 - x)^(dc-1))^(dv-1)``. ``ldpc_threshold(6, 3) = 0.4294`` (Remark 3)."""
+    dc = check_int("dc", dc, minimum=2)
+    dv = check_int("dv", dv, minimum=2)
+
+    def ratio(x):
+        return x / (1.0 - (1.0 - x) ** (dc - 1)) ** (dv - 1)
+
+    grid = np.linspace(1e-4, 1.0, 20001)
+    x0 = grid[np.argmin(ratio(grid))]
+    lo, hi = max(1e-6, x0 - 1e-3), min(1.0, x0 + 1e-3)
+    res = minimize_scalar(ratio, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+    return float(min(res.fun, ratio(x0), ratio(1.0)))
+
+
+def regular_ldpc_parity_check(N: int, dc: int, dv: int, rng, tries: int = 2000) -> np.ndarray:
+    """A random ``(dc, dv)``-regular binary parity-check matrix ``H`` (``N dv / dc x N``): the
+    configuration model (a uniform matching of ``N dv`` variable sockets to check sockets),
+    redrawn until it has no repeated edge and full row rank over the reals."""
+    rows = N * dv // dc
+    var = np.repeat(np.arange(N), dv)
+    chk = np.repeat(np.arange(rows), dc)
+    for _ in range(tries):
+        H = np.zeros((rows, N))
+        np.add.at(H, (chk, var[rng.permutation(N * dv)]), 1.0)
+        if H.max() == 1.0 and np.linalg.matrix_rank(H) == rows:
+            return H
+    raise ValueError(
+        f"could not draw a ({dc}, {dv})-regular parity-check matrix with N={N} without repeated edges"
+        f" and of full rank in {tries} tries; use a larger N or smaller dc"
+    )
+
+
+def systematic_generator(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A generator ``G`` (``K x N``) of the null space of full-row-rank ``H``, systematic on an
+    information set ``I``: ``G[:, I] = I_K``. The parity positions are the pivots of a
+    column-pivoted QR of ``H`` (a well-conditioned ``H_P``); ``G[:, P] = (-H_P^{-1} H_I)^T``.
+    Returns ``(G, I)``."""
+    r, N = H.shape
+    _, _, piv = sla.qr(H, pivoting=True, mode="economic")
+    P = np.sort(piv[:r])
+    info = np.sort(piv[r:])
+    G = np.zeros((N - r, N))
+    G[:, info] = np.eye(N - r)
+    G[:, P] = (-np.linalg.solve(H[:, P], H[:, info])).T
+    return G, info
+
+
+@register("commfr")
+class CommFR(LinearCode):
+    """CommFR-GC (Kadhe et al., Section III): fractional-repetition groups of ``N`` workers, each
+    worker sends its group's summed gradient, cut into ``K`` chunks, times its column of a ``K x N``
+    generator (one message of length ``ceil(d/K)``); triple ``(l = kN/n, m = K, s = delta - 1)``.
+    See the module docstring for the constructions (``mds-gaussian``, ``mds-systematic``,
+    ``repetition``, ``ldpc`` with ``dc``/``dv``, or a user ``generator``)."""
+
+    summary = "CommFR-GC: fractional repetition + any [N, K] linear code (MDS, systematic, LDPC)"
+
+    def __init__(
+        self,
+        n: int,
+        k: int,
+        N: int,
+        K: int,
+        construction: str | None = None,
+        seed=0,
+        generator=None,
+        dc: int | None = None,
+        dv: int | None = None,
+    ):
+        n = check_int("n", n, minimum=1)
+        k = check_int("k", k, minimum=1)
+        N = check_int("N", N, minimum=1)
+        K = check_int("K", K, minimum=1)
+        if n % N:
+            raise ValueError(f"N (group size, code length) must divide n; got n={n}, N={N}")
+        if (k * N) % n:
+            raise ValueError(f"n must divide k N (l = kN/n partitions per worker); got n={n}, k={k}, N={N}")
+        if K > N:
+            raise ValueError(f"K (code dimension) must be <= N (code length); got K={K}, N={N}")
+        if construction is None:
+            construction = "mds-gaussian" if generator is None else "custom"
+        check_choice("construction", construction, CONSTRUCTIONS)
+        if (generator is None) == (construction == "custom"):
+            raise ValueError(
+                "pass generator= exactly when construction='custom' (or leave construction unset);"
+                f" got construction={construction!r} with generator {'set' if generator is not None else 'unset'}"
+            )
+        if construction != "ldpc" and (dc is not None or dv is not None):
+            raise ValueError(f"dc and dv are parameters of construction='ldpc', not {construction!r}")
+        rng = as_generator(seed)
+        self.p = n // N
+        self.l = k * N // n
+        self.N, self.K = N, K
+        self.construction = construction
+        self.info_positions = np.arange(K)
+        self.parity_check = None
+        if construction == "mds-gaussian":
+            G = rng.standard_normal((K, N))
+        elif construction == "mds-systematic":
+            G = np.hstack([np.eye(K), rng.standard_normal((K, N - K))])
+        elif construction == "repetition":
+            if K != 1:
+                raise ValueError(f"the repetition code [N, 1, N] has K = 1; got K={K}")
+            G = np.ones((1, N))
+        elif construction == "ldpc":
+            dc = 6 if dc is None else check_int("dc", dc, minimum=2)
+            dv = 3 if dv is None else check_int("dv", dv, minimum=1)
+            if dc > N or (N * dv) % dc or N - N * dv // dc != K:
+                raise ValueError(
+                    f"a ({dc}, {dv})-regular LDPC code of length N has N dv / dc checks, so N dv must be"
+                    f" divisible by dc <= N and K = N (1 - dv/dc); got N={N}, K={K}, dc={dc}, dv={dv}"
+                )
+            H = regular_ldpc_parity_check(N, dc, dv, rng)
+            G, self.info_positions = systematic_generator(H)
+            H.flags.writeable = False
+            self.parity_check = H
+            self._checks_of = [np.flatnonzero(H[:, j]) for j in range(N)]
+            self._vars_of = [np.flatnonzero(H[c]) for c in range(H.shape[0])]
+        else:
+            G = np.array(generator, dtype=np.float64)
+            if G.shape != (K, N) or not np.isfinite(G).all():
+                raise ValueError(f"generator must be a finite ({K}, {N}) matrix (K x N); got shape {G.shape}")
+            if np.linalg.matrix_rank(G) != K:
+                raise ValueError(f"generator must have rank K={K}; got rank {np.linalg.matrix_rank(G)}")
+        G = np.asarray(G, dtype=np.float64)
+        G.flags.writeable = False
+        self.G = G
+        self.info_positions.flags.writeable = False
+        self._group_cache: OrderedDict = OrderedDict()
+        placement = [
+            tuple(range((w % self.p) * self.l, (w % self.p + 1) * self.l)) for w in range(n)
+        ]
+        encoders = [np.repeat(G[:, w // self.p][None, None, :], self.l, axis=1) for w in range(n)]
+        params = {
+            "n": n,
+            "k": k,
+            "N": N,
+            "K": K,
+            "construction": construction,
+            "seed": None if construction in ("repetition", "custom") or isinstance(seed, np.random.Generator) else seed,
+            "generator": None if generator is None else G.tolist(),
+            "dc": dc if construction == "ldpc" else None,
+            "dv": dv if construction == "ldpc" else None,
+        }
+        super().__init__(
+            n=n,
+            placement=placement,
+            encoders=encoders,
+            k=k,
+            chunks=K,
+            tolerance=0,
+            params=params,
+        )
+        self._tolerance, self.tolerance_certified = self._certify_tolerance()
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def triple(self) -> tuple[int, int, int]:
+        """``(l, m, s)`` of Theorem 1: partitions per worker, communication saving, tolerance."""
+        return (self.l, self.K, self.tolerance)
+
+    def group_members(self, i: int) -> list[int]:
+        """Workers of group ``i`` in generator-column order (member ``j`` sends ``g_mat G_j``)."""
+        return list(range(i, self.n, self.p))
+
+    def __repr__(self) -> str:
+        extra = f" dc={self._params['dc']} dv={self._params['dv']}" if self.construction == "ldpc" else ""
+        return (f"<CommFR n={self.n} k={self.k} N={self.N} K={self.K}"
+                f" construction={self.construction}{extra}>")
+
+    # ------------------------------------------------------------------ decoding
+    def _fast_solve(self, pattern: Pattern) -> Decoding:
+        received = [[] for _ in range(self.p)]
+        for w, _ in pattern:
+            received[w % self.p].append(w // self.p)
+        rows, coefs, cond = [], [], 1.0
+        for i, T in enumerate(received):
+            try:
+                used, A, c = self._group_solve(tuple(T))
+            except NotDecodableError as exc:
+                raise NotDecodableError(f"commfr group {i} (workers {self.group_members(i)}): {exc}") from None
+            rows.extend((i + j * self.p, 0) for j in used)
+            coefs.append(A)
+            cond = max(cond, c)
+        return Decoding(pattern, tuple(rows), np.concatenate(coefs, axis=1), cond, f"commfr-{self.construction}")
+
+    def _group_solve(self, T: tuple[int, ...]):
+        """Decode one group from its received generator columns ``T`` (sorted positions):
+        returns ``(used positions, A (K x len(used)), condition)`` with chunk ``c`` of ``g^(i)`` =
+        ``sum_u A[c, u] * message(used[u])``."""
+        hit = self._group_cache.get(T)
+        if hit is not None:
+            self._group_cache.move_to_end(T)
+            return hit
+        if not T:
+            raise NotDecodableError("no worker of the group received")
+        if len(T) < self.K:
+            raise NotDecodableError(f"{len(T)} of {self.N} workers received; the [N={self.N}, K={self.K}] code needs >= {self.K}")
+        if self.construction == "repetition":
+            out = ((T[0],), np.ones((1, 1)), 1.0)
+        elif self.construction == "mds-systematic":
+            out = self._systematic_solve(T)
+        elif self.construction == "ldpc":
+            out = self._peeling_solve(T)
+        else:
+            out = self._lstsq_solve(T)
+        self._group_cache[T] = out
+        if len(self._group_cache) > 4096:
+            self._group_cache.popitem(last=False)
+        return out
+
+    def _lstsq_solve(self, T):
+        A, cond = min_norm_left_solve(self.G[:, list(T)].T, np.eye(self.K), self.max_condition)
+        return (T, A, cond)
+
+    def _systematic_solve(self, T):
+        """Proposition 1: chunk ``c`` is received directly from systematic worker ``c``; the ``e``
+        missing chunks ``E`` solve ``P[E, J]^T x_E = y_J - P[S, J]^T x_S`` on the first ``e``
+        received parity positions ``J`` (an ``e x e`` system). Falls back to the least-squares
+        group solve if that block is too ill-conditioned."""
+        K = self.K
+        S = [j for j in T if j < K]
+        missing = [c for c in range(K) if c not in set(S)]
+        J = [j for j in T if j >= K][: len(missing)]
+        e = len(missing)
+        if e == 0:
+            return (tuple(S), np.eye(K), 1.0)
+        block = self.G[np.ix_(missing, J)]  # e x e
+        sv = np.linalg.svd(block, compute_uv=False)
+        cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
+        if not cond <= self.max_condition:
+            return self._lstsq_solve(T)
+        W = np.linalg.inv(block.T)  # x_E = W (y_J - P[S, J]^T x_S)
+        used = tuple(S) + tuple(J)
+        A = np.zeros((K, len(used)))
+        for u, c in enumerate(S):
+            A[c, u] = 1.0
+        A[np.ix_(missing, range(len(S), len(used)))] = W
+        if S:
+            A[np.ix_(missing, range(len(S)))] = -W @ self.G[np.ix_(S, J)].T
+        return (used, A, cond)
+
+    def _peeling_solve(self, T):
+        """Peeling decoder (Proposition 2) on the erasure set ``[N] \\ T``, tracking each recovered
+        coordinate as a combination of the received messages."""
+        H = self.parity_check
+        known = {j: None for j in T}  # None = the received message itself
+        index = {j: u for u, j in enumerate(T)}
+        order = self._peel_order(set(T))
+        if order is None:
+            raise NotDecodableError(
+                "LDPC peeling stalled on a stopping set before recovering the information coordinates"
+            )
+        t = len(T)
+        vec = {}
+
+        def coef(j):
+            if known[j] is None:
+                v = np.zeros(t)
+                v[index[j]] = 1.0
+                return v
+            return known[j]
+
+        for c, e in order:
+            acc = np.zeros(t)
+            for j in self._vars_of[c]:
+                if j != e:
+                    acc += H[c, j] * (vec[j] if j in vec else coef(j))
+            vec[e] = -acc / H[c, e]
+            known[e] = vec[e]
+        A = np.stack([coef(j) for j in self.info_positions])
+        return (T, A, 1.0)
+
+    def _peel_order(self, received: set[int]):
+        """The peeling schedule ``[(check, recovered coordinate), ...]`` until every information
+        coordinate is known, or ``None`` if it stalls first."""
+        N = self.N
+        erased = set(range(N)) - received
+        need = {int(j) for j in self.info_positions if j in erased}
+        if not need:
+            return []
+        count = {}
+        for j in erased:
+            for c in self._checks_of[j]:
+                count[c] = count.get(c, 0) + 1
+        queue = [c for c, v in count.items() if v == 1]
+        order = []
+        while queue and need:
+            c = queue.pop()
+            if count.get(c) != 1:
+                continue
+            e = next(int(j) for j in self._vars_of[c] if j in erased)
+            order.append((c, e))
+            erased.discard(e)
+            need.discard(e)
+            for c2 in self._checks_of[e]:
+                count[c2] -= 1
+                if count[c2] == 1:
+                    queue.append(c2)
+        return order if not need else None
+
+    # ------------------------------------------------------------------ tolerance
+    def _certify_tolerance(self) -> tuple[int, bool]:
+        N, K = self.N, self.K
+        if self.construction == "repetition":
+            return N - 1, True
+        upper = N - K
+        total = sum(math.comb(N, s) for s in range(1, upper + 2))
+        if self.construction.startswith("mds") and total > CERTIFY_BUDGET:
+            return upper, False  # MDS with probability 1 (Theorem 1, Corollary 1)
+        checked = 0
+        for s in range(1, upper + 1):
+            if checked + math.comb(N, s) > CERTIFY_BUDGET:
+                return s - 1, False
+            checked += math.comb(N, s)
+            for S in itertools.combinations(range(N), s):
+                T = tuple(j for j in range(N) if j not in S)
+                try:
+                    self._group_solve(T)
+                except NotDecodableError:
+                    return s - 1, True
+        return upper, True
