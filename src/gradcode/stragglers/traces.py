@@ -108,6 +108,13 @@ def load_trace(path, *, workers: int | None = None) -> np.ndarray:
         raise TraceError(f"{path}: no such trace file" if not path.exists() else f"{path}: not a file")
     if kind == "npy":
         try:
+            with path.open("rb") as fh:
+                magic = fh.read(6)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read ({exc})") from None
+        if magic != b"\x93NUMPY":
+            raise TraceError(f"{path}: cannot read as .npy (no NumPy file header)")
+        try:
             raw = np.load(path, allow_pickle=False)
         except ValueError as exc:
             raise TraceError(f"{path}: not a numeric .npy array ({exc})") from None
