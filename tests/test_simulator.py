@@ -1,0 +1,344 @@
+"""The virtual-clock simulator: hand-computed rounds, order statistics, the mu-rule and wait-outs,
+the vectorized path against the protocol path, every code under every delay model, records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gradcode
+from codes_util import SMALL_INSTANCES
+from gradcode.schemes import ProtocolError, Scheme, StaticScheme, Task
+from gradcode.sim import SimulationResult
+
+make_model = gradcode.make_delay_model
+
+
+def trace(rows, **kw):
+    return make_model("trace", delays=np.array(rows, dtype=float), **kw)
+
+
+def both(code, model, rounds, **kw):
+    a = gradcode.simulate(code, model, rounds, method="fast", **kw)
+    b = gradcode.simulate(code, model, rounds, method="events", **kw)
+    assert_same(a, b)
+    return a
+
+
+def assert_same(a: SimulationResult, b: SimulationResult):
+    np.testing.assert_array_equal(a.round_times, b.round_times)
+    np.testing.assert_array_equal(a.stragglers, b.stragglers)
+    np.testing.assert_array_equal(a.arrivals, b.arrivals)
+    np.testing.assert_array_equal(a.waitout_rounds, b.waitout_rounds)
+    np.testing.assert_array_equal(a.job_done_round, b.job_done_round)
+
+
+# ------------------------------------------------------------------------------ hand-computed
+
+
+def test_frc_n4_s1_by_hand():
+    # frc n=4, s=1: data groups {0, 2} and {1, 3}; the round ends when each group has one worker
+    code = gradcode.make_code("frc", n=4, s=1)
+    res = both(code, trace([[1, 5, 3, 2], [4, 1, 2, 3], [1, 2, 3, 4]]), 3)
+    assert res.round_times.tolist() == [2.0, 2.0, 2.0]
+    assert res.stragglers.tolist() == [
+        [False, True, True, False],
+        [True, False, False, True],
+        [False, False, True, True],
+    ]
+    assert res.arrivals.tolist() == [[1, -1, -1, 2], [-1, 1, 2, -1], [1, 2, -1, -1]]
+    assert res.total_time == 6.0 and res.waitouts == 0
+    assert res.job_done_round.tolist() == [0, 1, 2]
+
+
+def test_uncoded_waits_for_the_slowest_and_crc_for_the_n_minus_s_th():
+    rng = np.random.default_rng(3)
+    rows = rng.exponential(size=(50, 6))
+    res = both(gradcode.make_code("uncoded", n=6), trace(rows), 50)
+    np.testing.assert_array_equal(res.round_times, rows.max(axis=1))
+    assert not res.stragglers.any()
+    res = both(gradcode.make_code("crc", n=6, s=2), trace(rows), 50)
+    np.testing.assert_array_equal(res.round_times, np.sort(rows, axis=1)[:, 3])
+    assert (res.stragglers.sum(axis=1) == 2).all()
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_crc_under_fixed_is_the_order_statistic(s):
+    n = 8
+    code = gradcode.make_code("crc", n=n, s=s, seed=2)
+    model = make_model("fixed", stragglers=s, delay=0.5, base=1.0)
+    res = both(code, model, 200, seed=7)
+    times = model.draw(200, n, np.random.default_rng(7)).times(code.worker_loads)
+    np.testing.assert_allclose(res.round_times, np.sort(times, axis=1)[:, n - s - 1], rtol=1e-12)
+    # the s delayed workers are exactly the stragglers, and the round time is the undelayed one
+    np.testing.assert_allclose(res.round_times, (s + 1) / n, rtol=1e-12)
+    drawn = model.draw(200, n, np.random.default_rng(7)).straggling
+    np.testing.assert_array_equal(res.stragglers, drawn)
+
+
+def test_mu_rule_and_waitouts_by_hand():
+    code = gradcode.make_code("crc", n=4, s=1)  # any 3 workers decode
+    rows = [
+        [1.0, 1.2, 1.4, 3.0],  # kappa 1, deadline 1.5: workers 0-2 in, decodable
+        [1.0, 1.6, 2.0, 3.0],  # only worker 0 by 1.5: wait-out until the 3rd arrival at 2.0
+        [1.0, 1.1, 1.2, 1.3],  # everyone in before the deadline: round ends at 1.3
+        [2.0, 1.0, 9.0, 1.5],  # kappa 1 (worker 1), deadline 1.5 (tie counts): 1, 3 in; wait to 2.0
+    ]
+    res = both(code, trace(rows), 4, close=0.5)
+    assert res.round_times.tolist() == [1.5, 2.0, 1.3, 2.0]
+    assert res.waitout_rounds.tolist() == [False, True, False, True] and res.waitouts == 2
+    assert res.stragglers.tolist() == [
+        [False, False, False, True],
+        [False, False, False, True],
+        [False, False, False, False],
+        [False, False, True, False],
+    ]
+    # under "decodable" the same rows end at the 3rd arrival
+    res = both(code, trace(rows), 4)
+    assert res.round_times.tolist() == [1.4, 2.0, 1.2, 2.0] and res.waitouts == 0
+
+
+def test_mu_rule_with_a_decodable_deadline_marks_late_workers_as_stragglers():
+    code = gradcode.make_code("frc", n=4, s=1)  # groups {0, 2}, {1, 3}
+    res = both(code, trace([[1.0, 1.4, 1.45, 5.0]]), 1, close=0.5)
+    assert res.round_times.tolist() == [1.5]
+    assert res.stragglers.tolist() == [[False, False, False, True]]  # 2 was in by the deadline
+    res = both(code, trace([[1.0, 1.4, 1.45, 5.0]]), 1, close=0.0)
+    assert res.round_times.tolist() == [1.4] and res.waitouts == 1  # waited for group {1, 3}
+
+
+def test_partial_code_alpha_partial_stragglers_finish_their_naive_part():
+    """Tandon Sec. 4: with n=3, s=1, alpha=2 a straggler at most alpha times slower delivers its
+    naive message by the time the fast workers deliver both, so the round takes the fast time."""
+    code = gradcode.make_code("partial", n=3, s=1, alpha=2)
+    L = code.load  # 4/9; the trace gives seconds at that load, scaled proportionally to prefixes
+    res = both(code, trace([[1.0, 1.0, 2.0], [1.0, 1.0, 3.0]], trace_load=L), 2)
+    # row 0: naive messages at 0.5, 0.5, 1.0; coded at 1, 1, 2 -> decodable at 1.0
+    # row 1: the straggler is 3x slower: its naive message arrives at 1.5
+    assert res.round_times.tolist() == pytest.approx([1.0, 1.5])
+    assert res.stragglers.tolist() == [[False, False, True]] * 2
+
+
+def test_communication_time_queues_messages():
+    code = gradcode.make_code("partial", n=3, s=1, alpha=2)
+    L = code.load
+    # compute: naive part at 0.5, everything at 1.0; each message takes 0.75 s on the link
+    res = both(code, trace([[1.0, 1.0, 1.0]], trace_load=L, comm=0.75), 1)
+    # message 0 arrives at 0.5 + 0.75 = 1.25, message 1 at max(1.0, 1.25) + 0.75 = 2.0
+    assert res.round_times.tolist() == [2.0]
+    assert res.arrivals.tolist() == [[2.0, 2.0, 2.0]]
+    code = gradcode.make_code("crc", n=3, s=1)
+    res = both(code, trace([[1.0, 2.0, 3.0]], comm=0.5, comm_latency=0.25), 1)
+    assert res.round_times.tolist() == [2.75]
+
+
+# ------------------------------------------------------------------------------ paths and models
+
+
+def model_instances():
+    out = []
+    for name in gradcode.available_delay_models():
+        params = {}
+        if name == "trace":
+            params = dict(delays=np.random.default_rng(0).exponential(size=(30, 12)))
+        out.append(pytest.param(name, params, id=name))
+    return out
+
+
+def code_instances():
+    """Two small instances of every registered code (a family with none is reported by the code
+    contract suite, test_code_contract.py::test_every_registered_code_has_instances)."""
+    out = []
+    for name in gradcode.available_codes():
+        for params in SMALL_INSTANCES.get(name, [])[:2]:
+            out.append((name, params))
+    return out
+
+
+@pytest.mark.parametrize("model_name,model_params", model_instances())
+def test_every_code_under_every_model_both_paths_agree(model_name, model_params):
+    model = make_model(model_name, **model_params)
+    for name, params in code_instances():
+        code = gradcode.make_code(name, **params)
+        for close in ("decodable", 0.3):
+            res = both(code, model, 30, seed=11, close=close)
+            assert res.rounds == 30 and res.n == code.n
+            assert (res.round_times >= 0).all() and np.isfinite(res.round_times).all()
+            assert res.stragglers.sum(axis=1).max() <= code.n
+            assert ((res.arrivals == -1) == res.stragglers).all()
+            assert (res.arrivals[~res.stragglers] <= res.round_times.repeat(code.n).reshape(30, -1)[~res.stragglers]).all()
+            if code.straggler_prefix == 0:
+                # the workers that arrived decode on their own (no partial results needed)
+                for row in res.stragglers[:5]:
+                    assert code.can_decode({w: code.messages_of(w) for w in np.flatnonzero(~row)})
+
+
+def test_same_seed_same_result_and_seeds_matter():
+    code = gradcode.make_code("crc", n=10, s=3)
+    model = make_model("shifted-exp", mu=1.0, alpha=0.01)
+    a = gradcode.simulate(code, model, 100, seed=4)
+    b = gradcode.simulate(code, model, 100, seed=4)
+    assert_same(a, b)
+    c = gradcode.simulate(code, model, 100, seed=5)
+    assert not np.array_equal(a.round_times, c.round_times)
+    g = gradcode.simulate(code, model, 100, seed=np.random.default_rng(4))
+    assert_same(a, g)
+
+
+def test_shifted_exp_crc_mean_round_time_matches_order_statistics():
+    """GC-DC eq. 20: X = r (alpha + Exp(mu)); the (n-s)-th fastest of n has mean
+    r (alpha + (H_n - H_s) / mu). Monte-Carlo over 20000 rounds, within 4 standard errors."""
+    n, s, mu, alpha = 10, 2, 2.0, 0.05
+    code = gradcode.make_code("crc", n=n, s=s)
+    res = gradcode.simulate(code, make_model("shifted-exp", mu=mu, alpha=alpha), 20000, seed=0)
+    H = lambda m: sum(1.0 / i for i in range(1, m + 1))  # noqa: E731
+    expect = (s + 1) * (alpha + (H(n) - H(s)) / mu)
+    se = res.round_times.std() / np.sqrt(res.rounds)
+    assert abs(res.round_times.mean() - expect) < 4 * se
+
+
+def test_static_scheme_passed_in_keeps_its_history():
+    code = gradcode.make_code("frc", n=6, s=1)
+    scheme = StaticScheme(code)
+    res = gradcode.simulate(scheme, make_model("bernoulli", p=0.3, slowdown=5), 40, seed=2)
+    assert res.method == "events"
+    np.testing.assert_array_equal(scheme.straggler_history, res.stragglers)
+    fast = gradcode.simulate(code, make_model("bernoulli", p=0.3, slowdown=5), 40, seed=2)
+    assert_same(res, fast)
+
+
+class _Observing(StaticScheme):
+    def __init__(self, code):
+        super().__init__(code)
+        self.seen = []
+
+    def observe_states(self, t, straggling):
+        self.seen.append(np.array(straggling))
+
+
+def test_perfect_state_information_hook():
+    code = gradcode.make_code("crc", n=5, s=1)
+    model = make_model("fixed", stragglers=1, delay=1.0)
+    scheme = _Observing(code)
+    gradcode.simulate(scheme, model, 10, seed=3)
+    np.testing.assert_array_equal(np.array(scheme.seen), model.draw(10, 5, np.random.default_rng(3)).straggling)
+
+
+class _Pipelined(Scheme):
+    """A toy sequential scheme (delay T = 1): each worker owns two half partitions 2w, 2w+1; in
+    round t it computes half 2w of job t and then half 2w+1 of job t-1, so job t needs every
+    worker in rounds t and t+1 (uncoded, no straggler tolerance)."""
+
+    delay = 1
+
+    def __init__(self, n, jobs):
+        self.n, self.jobs = n, jobs
+        self.partition_sizes = np.full(2 * n, 1 / (2 * n))
+        self.got = {}
+        self.one = np.ones((1, 1, 1))
+
+    def plan(self, t):
+        out = {}
+        for w in range(self.n):
+            tasks = []
+            if t < self.jobs:
+                tasks.append(Task(t, (2 * w,), self.one))
+            if 1 <= t <= self.jobs:
+                tasks.append(Task(t - 1, (2 * w + 1,), self.one))
+            out[w] = tuple(tasks)
+        return out
+
+    def on_result(self, t, worker, index, payload, time):
+        job = t if (t < self.jobs and index == 0) else t - 1
+        self.got.setdefault(job, set()).add((worker, job == t))
+
+    def ready(self, t):
+        # job t-1 is complete and every worker delivered its half of job t (needed next round)
+        done = t == 0 or len(self.got.get(t - 1, ())) == 2 * self.n
+        started = t >= self.jobs or len(self.got.get(t, ())) == self.n
+        return done and started
+
+    def close(self, t, arrived):
+        return [] if t == 0 else [(t - 1, None)]
+
+
+def test_sequential_scheme_through_the_protocol_path():
+    rows = np.array([[1.0, 2.0], [4.0, 1.0], [2.0, 2.0], [1.0, 1.0]])
+    res = gradcode.simulate(_Pipelined(2, 3), trace(rows, trace_load=0.5), 4)
+    # round 0: one half (load 1/4) -> half the trace time; rounds 1-2: both halves; round 3: one
+    # half; each round needs every worker's results -> the slowest worker
+    assert res.round_times.tolist() == [1.0, 4.0, 2.0, 0.5]
+    assert res.job_done_round.tolist() == [1, 2, 3]
+    assert res.arrivals[1].tolist() == [4.0, 1.0]
+
+
+def test_records_json_csv_and_arrivals(tmp_path):
+    code = gradcode.make_code("frc", n=4, s=1)
+    res = gradcode.simulate(code, trace([[1, 5, 3, 2], [4, 1, 2, 3]]), 2)
+    recs = res.to_records()
+    assert recs[0] == {"scheme": repr(code), "round": 0, "start": 0.0, "time": 2.0, "stragglers": 2,
+                       "waitout": False, "jobs": [0]}
+    assert recs[1]["start"] == 2.0
+    doc = json.loads(res.to_json(tmp_path / "r.json"))
+    assert doc["summary"]["total_time"] == 4.0 and doc["summary"]["mean"] == 2.0
+    assert json.loads((tmp_path / "r.json").read_text())["records"] == json.loads(json.dumps(recs))
+    csv_text = res.to_csv(tmp_path / "r.csv")
+    assert csv_text.splitlines()[0] == "scheme,round,start,time,stragglers,waitout,jobs"
+    assert csv_text.splitlines()[1].endswith(",0,0.0,2.0,2,False,0")
+    res.save_arrivals(tmp_path / "a.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), res.arrivals)
+    with pytest.raises(ValueError, match=".npy or .csv"):
+        res.save_arrivals(tmp_path / "a.txt")
+
+
+def test_progress_bar_and_model_shortcuts(capsys):
+    code = gradcode.make_code("crc", n=4, s=1)
+    a = gradcode.simulate(code, "shifted-exp", 50, progress=True)
+    b = gradcode.simulate(code, make_model("shifted-exp"), 50, method="events", progress=True)
+    assert_same(a, b)
+    assert capsys.readouterr().out == ""
+    rows = np.ones((3, 4))
+    assert gradcode.simulate(code, rows, 3).round_times.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_bad_arguments():
+    code = gradcode.make_code("crc", n=4, s=1)
+    model = make_model("shifted-exp")
+    with pytest.raises(ValueError, match="rounds"):
+        gradcode.simulate(code, model, 0)
+    with pytest.raises(ValueError, match="close"):
+        gradcode.simulate(code, model, 5, close="fastest")
+    with pytest.raises(ValueError, match="close"):
+        gradcode.simulate(code, model, 5, close=-0.5)
+    with pytest.raises(TypeError, match="close"):
+        gradcode.simulate(code, model, 5, close=True)
+    with pytest.raises(ValueError, match="method"):
+        gradcode.simulate(code, model, 5, method="gpu")
+    with pytest.raises(ValueError, match="method='fast'"):
+        gradcode.simulate(_Pipelined(2, 2), model, 5, method="fast")
+    with pytest.raises(TypeError, match="scheme_or_code"):
+        gradcode.simulate("crc", model, 5)
+    with pytest.raises(TypeError, match="model"):
+        gradcode.simulate(code, object(), 5)
+    with pytest.raises(ValueError, match="workers"):
+        gradcode.simulate(code, np.ones((5, 3)), 5)  # a trace with too few workers
+
+
+def test_a_scheme_that_never_decodes_is_reported():
+    class Never(_Pipelined):
+        def ready(self, t):
+            return False
+
+    with pytest.raises(gradcode.NotDecodableError, match="round 0"):
+        gradcode.simulate(Never(2, 2), make_model("shifted-exp"), 3)
+
+
+def test_a_scheme_finishing_a_job_twice_is_a_protocol_error():
+    class Twice(_Pipelined):
+        def close(self, t, arrived):
+            return [(0, None)]
+
+    with pytest.raises(ProtocolError, match="job 0 twice"):
+        gradcode.simulate(Twice(2, 2), make_model("shifted-exp"), 3)
