@@ -352,3 +352,31 @@ def test_bad_draw_arguments():
         m.sample(2, 4, 0, load=np.ones(3))
     with pytest.raises(ValueError, match="load must be"):
         m.sample(2, 4, 0, load=-0.1)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_models_command_table_and_json():
+    import json
+
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["models", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [r["name"] for r in doc["rows"]] == available_delay_models()
+    shifted = next(r for r in doc["rows"] if r["name"] == "shifted-exp")
+    assert shifted["params"] == {"mu": 1.0, "alpha": 0.01, "partitions": None, "comm": 0.0, "comm_latency": 0.0}
+    res = runner.invoke(app, ["models", "gilbert-elliot-het", "--json"])
+    rows = json.loads(res.stdout)["rows"]
+    assert {r["param"] for r in rows} >= {"tau", "rate_max", "slow_factor"}
+    assert "mu_fast" not in {r["param"] for r in rows}
+    assert all(r["help"] for r in rows)
+    res = runner.invoke(app, ["models"])
+    assert res.exit_code == 0 and "shared-access" in res.stdout
+    res = runner.invoke(app, ["models", "weibull"])
+    assert res.exit_code == 2

@@ -146,7 +146,9 @@ def model_info(name: str) -> dict[str, Any]:
         info = model_info(target)
         info["name"] = name
         info["summary"] = _REGISTRY[target].alias_summary.get(name, info["summary"])
-        info["params"] = {k: v for k, v in info["params"].items() if k not in fixed}
+        hidden = set(fixed) | set(_REGISTRY[target].alias_hidden.get(name, ()))
+        info["params"] = {k: v for k, v in info["params"].items() if k not in hidden}
+        info["help"] = {k: v for k, v in info["help"].items() if k not in hidden}
         return info
     try:
         cls = _REGISTRY[name]
@@ -255,6 +257,8 @@ class DelayModel:
     summary: ClassVar[str] = ""
     param_help: ClassVar[dict[str, str]] = {}
     alias_summary: ClassVar[dict[str, str]] = {}
+    #: parameters an alias leaves unused (not listed by ``model_info``)
+    alias_hidden: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, params: dict[str, Any], *, comm=0.0, comm_latency=0.0):
         self._params = dict(params)
@@ -544,6 +548,7 @@ class GilbertElliot(DelayModel):
         "gilbert-elliot-het": "two-state Markov rates with per-worker mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor,"
         " straggler when rate < tau (GC-DC VI-B1)"
     }
+    alias_hidden = {"gilbert-elliot-het": ("mu_fast", "mu_slow")}
     param_help = {
         "mu_fast": "rate in the fast (non-straggling) state",
         "mu_slow": "rate in the slow (straggling) state",

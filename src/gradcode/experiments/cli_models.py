@@ -1,0 +1,61 @@
+"""``gradcode models``: the delay models, their parameters and defaults.
+
+Without an argument: one row per model (name, parameters with defaults, summary). With a model
+name: one row per parameter (default and meaning). ``--json`` prints the same rows as one JSON
+document on stdout.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def models_rows(name: str | None = None) -> dict:
+    """The rows ``gradcode models [NAME]`` prints."""
+    from gradcode.stragglers import available_delay_models, model_info
+
+    if name is None:
+        rows = []
+        for model in available_delay_models():
+            info = model_info(model)
+            rows.append({"name": model, "params": info["params"], "summary": info["summary"]})
+        return {"rows": rows}
+    info = model_info(name)
+    return {
+        "model": name,
+        "summary": info["summary"],
+        "rows": [{"param": k, "default": v, "help": info["help"][k]} for k, v in info["params"].items()],
+    }
+
+
+def _fmt_params(params: dict) -> str:
+    return ", ".join(k if v is None else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in params.items())
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("models")
+    def models_command(
+        name: str = typer.Argument(None, help="A delay model to describe parameter by parameter; omit to list them."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ):
+        """List the straggler delay models and their parameters (defaults in the table)."""
+        from gradcode.cli import emit, err
+
+        try:
+            doc = models_rows(name)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
+        if as_json:
+            emit(doc, as_json=True)
+            return
+        if name is None:
+            common = ("comm", "comm_latency")
+            rows = [dict(r, params=_fmt_params({k: v for k, v in r["params"].items() if k not in common}))
+                    for r in doc["rows"]]
+            emit({"rows": rows}, as_json=False, columns=["name", "params", "summary"],
+                 title="delay models (every model also takes comm=0 and comm_latency=0: message time"
+                       " = comm_latency + comm * length / d)")
+        else:
+            emit(doc, as_json=False, title=f"{name}: {doc['summary']}", columns=["param", "default", "help"])
