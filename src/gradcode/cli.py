@@ -26,7 +26,7 @@ app = typer.Typer(
 err = Console(stderr=True)
 out = Console()
 
-_COMMAND_MODULES: list[str] = []
+_COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models"]
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
