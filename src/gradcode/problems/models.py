@@ -81,6 +81,8 @@ class Problem:
         self.dataset = dataset
         self.l2 = check_real("l2", l2, minimum=0.0)
         self._slices: OrderedDict = OrderedDict()
+        # the feature matrices the model reads (a GLM may append an intercept column)
+        self._X_train, self._X_test = dataset.X_train, dataset.X_test
 
     # ---------------------------------------------------------------------------- checks, rows
     @property
@@ -127,7 +129,7 @@ class Problem:
     def _data(self, rows):
         """``(X, y)`` of the selected training rows; sparse contiguous slices are kept in an LRU."""
         sel = self._rows(rows)
-        X, y = self.dataset.X_train, self.dataset.y_train
+        X, y = self._X_train, self.dataset.y_train
         if isinstance(sel, slice) and sp.issparse(X):
             key = (sel.start, sel.stop)
             hit = self._slices.get(key)
@@ -206,7 +208,7 @@ class Problem:
         from sklearn.metrics import r2_score, roc_auc_score
 
         w = self._check_params(params)
-        X, y = self.dataset.X_test, self.dataset.y_test
+        X, y = self._X_test, self.dataset.y_test
         if X.shape[0] == 0:
             raise ValueError("the dataset has no held-out rows (test_fraction=0): no metrics")
         out = {"loss": float(self._loss_sum(w, X, y) / X.shape[0])}
@@ -248,6 +250,11 @@ class _GLM(Problem):
         self.fit_intercept = fit_intercept
         self.n_outputs = 1
         self.dim = dataset.n_features + int(fit_intercept)
+        if fit_intercept and dataset.sparse:
+            # a column of ones carries the intercept: z = X1 @ w and grad = X1^T r come out of one
+            # sparse product each, with no (d,)-sized concatenation per call (1 extra nnz per row)
+            self._X_train = _with_ones(dataset.X_train)
+            self._X_test = _with_ones(dataset.X_test)
 
     def _reg_mask(self):
         if not self.fit_intercept:
@@ -257,22 +264,28 @@ class _GLM(Problem):
         return m
 
     def _z(self, w, X):
-        if self.n_outputs == 1:
-            z = X @ (w[:-1] if self.fit_intercept else w)
-            return z + w[-1] if self.fit_intercept else z
-        W = w.reshape(-1, self.n_outputs)
-        Z = X @ (W[:-1] if self.fit_intercept else W)
-        return Z + W[-1] if self.fit_intercept else Z
+        """``X @ W (+ b)``; ``X`` either has the intercept column already (one row of W per
+        column) or not (then the last row of W is added as the intercept)."""
+        W = w if self.n_outputs == 1 else w.reshape(-1, self.n_outputs)
+        if X.shape[1] == W.shape[0]:
+            return X @ W
+        return X @ W[:-1] + W[-1]
 
     def _grad_sum(self, w, X, y):
         r = self._dz(self._z(w, X), y)  # dl_i / dz_i, shape (n,) or (n, C)
-        gw = X.T @ r
-        if not self.fit_intercept:
-            return np.asarray(gw, dtype=np.float64).ravel()
-        return np.concatenate([np.asarray(gw).ravel(), np.atleast_1d(r.sum(axis=0))])
+        gw = np.asarray(X.T @ r, dtype=np.float64)
+        if gw.size == self.dim:
+            return gw.ravel()
+        return np.concatenate([gw.ravel(), np.atleast_1d(r.sum(axis=0))])
 
     def _loss_sum(self, w, X, y):
         return float(np.sum(self._l(self._z(w, X), y)))
+
+
+def _with_ones(X):
+    X1 = sp.hstack([X, np.ones((X.shape[0], 1))], format="csr", dtype=np.float64)
+    X1.sort_indices()
+    return X1
 
 
 @register_problem("logistic")
