@@ -24,6 +24,10 @@ _LAZY = {
     "load_trace": "gradcode.stragglers",
     "simulate": "gradcode.sim",
     "train": "gradcode.runtime",
+    "DataSpec": "gradcode.problems",
+    "make_dataset": "gradcode.problems",
+    "make_problem": "gradcode.problems",
+    "make_optimizer": "gradcode.problems",
 }
 
 __all__ = ["GradcodeError", "NotDecodableError", "TraceError", "__version__", *_LAZY]
