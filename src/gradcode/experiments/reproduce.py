@@ -12,7 +12,7 @@ from typing import Callable
 _REPRODUCTIONS: dict[str, tuple[Callable[..., dict], str]] = {}
 
 #: modules that define reproductions; each registers on import
-_MODULES: list[str] = []
+_MODULES: list[str] = ["gradcode.experiments.repro_analysis", "gradcode.experiments.repro_codes"]
 
 
 def reproduction(name: str):
