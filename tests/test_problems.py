@@ -268,6 +268,9 @@ def test_gradient_matches_finite_differences(problem, data, kw, datasets):
         return p.loss(v, rows) * rows.size  # sum of l_i over rows
 
     g = p.gradient(w, rows)
+    frozen = w.copy()
+    frozen.flags.writeable = False  # as params arrive from Ray's object store
+    np.testing.assert_array_equal(p.gradient(frozen, rows), g)
     for i in coords:
         e = np.zeros(p.dim)
         e[i] = 1e-6
@@ -427,6 +430,13 @@ def test_torch_gradients(name, kw, datasets):
     np.testing.assert_allclose(sum(p.gradient(w, r) for r in parts), p.gradient(w), rtol=1e-10, atol=1e-10)
     m = p.metrics(w)
     assert set(m) == {"loss", "accuracy", "roc_auc"} and 0 <= m["accuracy"] <= 1
+    frozen = w.copy()
+    frozen.flags.writeable = False  # as params arrive from Ray's object store
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(p.gradient(frozen, rows), g)
     with pytest.raises(ValueError, match="finite"):
         p.gradient(np.full(p.dim, np.nan), rows)
 

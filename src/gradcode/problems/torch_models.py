@@ -68,8 +68,10 @@ class TorchProblem(Problem):
 
     def _load(self, w: np.ndarray):
         torch = self._torch
+        # a copy: vector_to_parameters makes the parameters views of the vector, and the caller's
+        # array may be read-only (Ray's object store) or change after the call
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.from_numpy(w), self._params)
+            torch.nn.utils.vector_to_parameters(torch.tensor(w, dtype=torch.float64), self._params)
 
     def _forward(self, X):
         return self.module(X)
