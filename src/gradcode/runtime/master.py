@@ -1,0 +1,710 @@
+"""The master loop: real distributed gradient descent with a gradient-coding scheme on Ray.
+
+:func:`train` runs any scheme through the round protocol of :mod:`gradcode.schemes.base`, the same
+one the simulator drives::
+
+    tasks = scheme.plan(t)                          # ship to idle workers, params once per job
+    scheme.on_result(t, w, i, payload, time)        # each message as it streams back
+    ... until scheme.ready(t) ...
+    for job, g in scheme.close(t, arrived):         # decoded g = sum_j g_j (a sum over rows)
+        model = job mod M
+        params[model] = optimizer.step(params[model], g / N + lambda grad R, ...)
+
+Rules the loop follows (DESIGN.md "The runtime"):
+
+* **params once per job**: each job's parameters go to the object store once (``ray.put``) and
+  every worker task of the job gets the same reference.
+* **skip busy**: a worker still running an earlier round is not given new work (Ray cannot
+  cancel a task running on a synchronous actor, and queued work would delay the new round); it is a
+  straggler of the new round. If the round cannot decode without it, it receives the round's
+  task as soon as it is free.
+* **failure-tolerant waiting**: a worker that dies (or whose task raises) is a straggler, never a
+  crash. Ray restarts it (``max_restarts``); it reloads its partitions from the data spec and takes
+  part again from the next round. When the round does not decode without it, its task is sent
+  again (with back-off) once the actor is back; if the round still does not decode within
+  ``round_timeout`` seconds the run stops with :class:`RoundTimeoutError`, which says which workers
+  are missing. A wrong gradient is never used: a round closes only when the scheme decodes.
+* **cancellation**: once a round closes, the workers still busy with it are aborted (their
+  injected sleeps end at once; they send nothing more).
+* **injected stragglers**: the delay model is drawn once for the run with the simulator's
+  convention (``model.draw(rounds, n, default_rng(seed))``), so :func:`gradcode.simulate` with the
+  same model and seed sees the same straggler realisation. Worker ``w``'s message ``i`` of round
+  ``t`` is held back until ``a_i = max(0, intercept[t, w] + slope[t, w] * prefix_i)`` seconds
+  (accumulated, plus the model's message time), ``prefix_i`` the data fraction message ``i`` needs
+  (:func:`gradcode.schemes.task_schedule`): the simulator's timing, slept by the worker on top of
+  its real compute. ``train(stragglers=S, delay=D)`` uses ``fixed`` with ``base=0``: only the delay
+  is injected, the compute time is real.
+* **multi-model training** (SGC App. I): with ``models=M`` job ``j`` computes the gradient of model
+  ``j mod M`` at its parameters when the job starts. Schemes whose jobs take up to ``T`` rounds
+  (``scheme.delay = T``) need ``M > T`` so that a model's previous job is finished when its next
+  starts (checked).
+* **records**: per round its wall time (plan to close), the ``(rounds, n)`` arrival table
+  (seconds after the round started at which a worker's last message arrived, ``-1`` for a
+  straggler: the table the simulator's ``arrivals`` holds), the number of messages received, the
+  injected times, the training objective of each model and held-out metrics; written under
+  ``run_dir`` as ``result.json`` and ``.npy`` arrays, plus ``trace.npy``: the arrivals with each
+  straggler's entry replaced by a lower bound of its time (the round's duration, or its injected
+  time if larger), a valid trace for :func:`gradcode.load_trace`.
+* **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states and records go
+  to ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it. The scheme is
+  restored by replaying the recorded rounds through the protocol (payload-free), which rebuilds
+  any history-dependent state (e.g. GC-DC's straggler history) without pickling codes.
+
+Exactness: with an exact code the decoded ``g`` equals ``sum_j g_j`` up to floating-point rounding
+in the decoding coefficients, so training follows single-process full-gradient descent to ~1e-12
+relative whichever tolerated set of workers straggled or failed (tests/test_runtime.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradcode._validation import check_int, check_real
+from gradcode.errors import GradcodeError, NotDecodableError
+from gradcode.runtime.worker import ProblemSpec, WireTask
+
+__all__ = ["RoundTimeoutError", "TrainResult", "parse_failures", "train", "build_scheme"]
+
+
+class RoundTimeoutError(GradcodeError):
+    """A round could not be decoded within ``round_timeout`` seconds (too many workers failed or
+    straggled, and they did not come back). The message names the round and the missing workers."""
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: int) -> frozenset[tuple[int, int]]:
+    """``["W@R", ...]`` (or ``(W, R)`` pairs): worker ``W``'s process exits during round ``R``."""
+    out = set()
+    for spec in specs:
+        if isinstance(spec, str):
+            try:
+                w_s, r_s = spec.split("@")
+                w, r = int(w_s), int(r_s)
+            except ValueError:
+                raise ValueError(f"fail must look like W@R (worker W dies in round R), got {spec!r}") from None
+        else:
+            w, r = spec
+        w = check_int("fail worker", w, minimum=0, maximum=n - 1)
+        r = check_int("fail round", r, minimum=0, maximum=max(rounds - 1, 0))
+        out.add((w, r))
+    return frozenset(out)
+
+
+def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None):
+    """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
+    passing ``s`` and ``seed`` only to codes that take them), a :class:`LinearCode` or a
+    :class:`Scheme` (returned as is)."""
+    from gradcode.codes import LinearCode, code_info, make_code
+    from gradcode.schemes import Scheme, StaticScheme
+
+    if isinstance(code, Scheme):
+        return code
+    if isinstance(code, LinearCode):
+        return StaticScheme(code)
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a code name, a LinearCode or a Scheme, got {type(code).__name__}")
+    info = code_info(code) if code in _available_codes() else None
+    if info is None:
+        raise ValueError(f"unknown code {code!r}; available codes: {', '.join(_available_codes())}")
+    params = dict(code_params or {})
+    takes = info["params"]
+    if "n" in takes:
+        params.setdefault("n", check_int("workers", workers, minimum=1))
+    if "s" in takes:
+        params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
+    if "seed" in takes:
+        params.setdefault("seed", seed)
+    return StaticScheme(make_code(code, **params))
+
+
+def _available_codes():
+    from gradcode.codes import available_codes
+
+    return available_codes()
+
+
+def _placement(scheme) -> list[tuple[int, ...]]:
+    """Partitions each worker stores: ``scheme.placement``, else its code's placement."""
+    placement = getattr(scheme, "placement", None)
+    if placement is None and getattr(scheme, "code", None) is not None:
+        placement = scheme.code.placement
+    if placement is None:
+        k = len(scheme.partition_sizes)
+        placement = [tuple(range(k))] * scheme.n
+    return [tuple(int(j) for j in p) for p in placement]
+
+
+def _checksum(arrays: Sequence[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------- result
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns (and writes under ``run_dir``).
+
+    ``params[m]`` are model ``m``'s final parameters (``params[0]`` for one model, also
+    ``final_params``); ``round_times[t]`` seconds from planning to closing round ``t``;
+    ``arrivals[t, w]`` seconds into round ``t`` at which worker ``w``'s last message arrived, ``-1``
+    for a straggler; ``messages[t, w]`` messages received before the round closed;
+    ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
+    objective of model ``m`` after round ``t`` (carried over from the last update of that model);
+    ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics);
+    ``failures``: ``{"round", "worker", "error"}`` per failed task.
+    """
+
+    config: dict
+    params: list[np.ndarray]
+    round_times: np.ndarray
+    arrivals: np.ndarray
+    messages: np.ndarray
+    injected: np.ndarray
+    losses: np.ndarray
+    metrics: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    run_dir: str | None = None
+    resumed_from: int | None = None
+
+    @property
+    def final_params(self) -> np.ndarray:
+        return self.params[0]
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.losses[-1, 0]) if self.losses.size else float("nan")
+
+    @property
+    def elapsed(self) -> np.ndarray:
+        """Cumulative training time at the end of each round (evaluation excluded)."""
+        return np.cumsum(self.round_times)
+
+    @property
+    def stragglers(self) -> np.ndarray:
+        return self.arrivals < 0
+
+    def to_json(self, *, include_params: bool | None = None) -> dict:
+        """A JSON-able summary; parameters are included when ``include_params`` (default: when
+        the models have at most 10000 parameters)."""
+        d = self.params[0].size
+        include = d <= 10000 if include_params is None else include_params
+        doc = {
+            "config": self.config,
+            "rounds": int(self.round_times.size),
+            "round_times": self.round_times.tolist(),
+            "total_time": float(self.round_times.sum()),
+            "final_loss": self.final_loss,
+            "final_losses": self.losses[-1].tolist() if self.losses.size else [],
+            "losses": self.losses.tolist(),
+            "final_params_checksum": _checksum(self.params),
+            "final_params_norm": [float(np.linalg.norm(p)) for p in self.params],
+            "arrivals": self.arrivals.tolist(),
+            "messages": self.messages.tolist(),
+            "injected": self.injected.tolist(),
+            "metrics": self.metrics,
+            "failures": self.failures,
+            "run_dir": self.run_dir,
+            "resumed_from": self.resumed_from,
+        }
+        if include:
+            doc["final_params"] = [p.tolist() for p in self.params] if len(self.params) > 1 else self.params[0].tolist()
+        return doc
+
+    def save(self, run_dir: str | os.PathLike) -> Path:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.save(run_dir / "arrivals.npy", self.arrivals)
+        np.save(run_dir / "messages.npy", self.messages)
+        np.save(run_dir / "injected.npy", self.injected)
+        np.save(run_dir / "round_times.npy", self.round_times)
+        np.save(run_dir / "losses.npy", self.losses)
+        np.save(run_dir / "params.npy", np.stack(self.params))
+        np.save(run_dir / "trace.npy", self.trace())
+        _atomic_write(run_dir / "result.json", json.dumps(self.to_json(include_params=False), indent=1).encode())
+        return run_dir
+
+    def trace(self) -> np.ndarray:
+        """The arrivals as a replayable trace: stragglers get the round's duration (or their
+        injected time, if larger), a lower bound of the time they would have taken."""
+        lower = np.maximum(self.round_times[:, None], self.injected)
+        return np.where(self.arrivals >= 0, self.arrivals, lower)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------- train
+
+
+def train(
+    code="crc",
+    *,
+    workers: int = 4,
+    stragglers: int = 0,
+    delay: float = 0.0,
+    delay_model=None,
+    code_params: Mapping | None = None,
+    data="tandon-synthetic",
+    data_params: Mapping | None = None,
+    test_fraction: float = 0.2,
+    problem: str | None = None,
+    problem_params: Mapping | None = None,
+    optimizer: str = "gd",
+    optimizer_params: Mapping | Sequence[Mapping] | None = None,
+    rounds: int = 100,
+    models: int = 1,
+    seed: int = 0,
+    fail: Iterable = (),
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    run_dir: str | os.PathLike | None = None,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    round_timeout: float = 120.0,
+    max_restarts: int = -1,
+    eval_every: int = 1,
+    callback: Callable[[dict], None] | None = None,
+) -> TrainResult:
+    """Train ``models`` models with gradient coding on Ray workers; see the module docstring.
+
+    ``code``: a code name (built with ``n=workers``, ``s=stragglers`` and ``seed`` where the code
+    takes them, plus ``code_params``), a :class:`~gradcode.LinearCode` or any
+    :class:`~gradcode.schemes.Scheme`. ``stragglers``/``delay``: ``stragglers`` random workers per
+    round sleep ``delay`` extra seconds (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless
+    ``delay_model`` (a delay model, or ``(name, params)``) is given; also the tolerance ``s`` of codes
+    that take one. ``data``: a dataset name or a :class:`~gradcode.problems.DataSpec`; ``problem``
+    defaults to ``logistic``/``linear``/``softmax`` by the data's task. ``optimizer_params`` may be a
+    list of ``models`` dicts (one per model: e.g. a learning-rate sweep). ``fail``: ``"W@R"``
+    strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
+    and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
+    Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
+    ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
+    exception it raises stops the run (a checkpoint taken before survives for ``resume``).
+    """
+    from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem, partition_rows
+    from gradcode.schemes import task_schedule
+
+    rounds = check_int("rounds", rounds, minimum=1)
+    models = check_int("models", models, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    checkpoint_every = check_int("checkpoint_every", checkpoint_every, minimum=0)
+    eval_every = check_int("eval_every", eval_every, minimum=0)
+    round_timeout = check_real("round_timeout", round_timeout, minimum=0.0, strict_min=True)
+    delay = check_real("delay", delay, minimum=0.0)
+    max_restarts = check_int("max_restarts", max_restarts, minimum=-1)
+
+    scheme = build_scheme(code, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params)
+    n = scheme.n
+    scheme_name = code if isinstance(code, str) else repr(code)
+
+    # ---- data and problem
+    if isinstance(data, str):
+        spec = DataSpec(data, dict(data_params or {}), seed=seed, test_fraction=test_fraction)
+    elif isinstance(data, DataSpec):
+        spec = data
+    else:
+        raise TypeError(f"data must be a dataset name or a DataSpec, got {type(data).__name__}")
+    dataset = make_dataset(spec)
+    problem = problem or _default_problem(dataset)
+    pspec = ProblemSpec(spec, problem, dict(problem_params or {}))
+    master_problem = make_problem(problem, dataset, **pspec.params)
+
+    # ---- optimizers
+    if optimizer_params is None or isinstance(optimizer_params, Mapping):
+        opt_params = [dict(optimizer_params or {})] * models
+    else:
+        opt_params = [dict(p) for p in optimizer_params]
+        if len(opt_params) != models:
+            raise ValueError(f"optimizer_params lists {len(opt_params)} dicts; give one per model ({models})")
+    optimizers = [make_optimizer(optimizer, **p) for p in opt_params]
+
+    # ---- stragglers and failures
+    dmodel = _delay_model(delay_model, stragglers, delay)
+    if dmodel is None:
+        draw, comm = None, 0.0
+    else:  # the simulator's convention: one draw for the run from default_rng(seed)
+        draw = dmodel.draw(rounds, n, np.random.default_rng(seed))
+        comm = float(dmodel.message_time(1.0 / int(getattr(scheme, "chunks", 1))))
+    streams = np.random.SeedSequence(seed).spawn(2)  # [unused, initial parameters]
+    failures_planned = parse_failures(fail, n=n, rounds=rounds)
+
+    config = {
+        "code": scheme_name,
+        "scheme": repr(scheme),
+        "workers": n,
+        "stragglers": stragglers,
+        "delay": delay,
+        "delay_model": repr(dmodel) if dmodel is not None else None,
+        "data": spec.to_dict(),
+        "problem": pspec.problem,
+        "problem_params": dict(problem_params or {}),
+        "optimizer": optimizer,
+        "optimizer_params": opt_params,
+        "rounds": rounds,
+        "models": models,
+        "seed": seed,
+        "fail": sorted(f"{w}@{r}" for w, r in failures_planned),
+        "dim": int(master_problem.dim),
+        "n_train": int(master_problem.n_train),
+    }
+
+    run_dir = Path(run_dir) if run_dir is not None else Path("gradcode-runs") / (
+        f"{scheme_name}-n{n}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- state (fresh or from a checkpoint)
+    init_rngs = [np.random.default_rng(s) for s in streams[1].spawn(models)]
+    state = {
+        "next_round": 0,
+        "params": [master_problem.init_params(r) for r in init_rngs],
+        "opt_states": None,
+        "steps": [0] * models,
+        "round_times": np.zeros(rounds),
+        "arrivals": np.full((rounds, n), -1.0),
+        "messages": np.zeros((rounds, n), dtype=np.int64),
+        "injected": np.zeros((rounds, n)),
+        "losses": np.full((rounds, models), np.nan),
+        "metrics": [],
+        "failures": [],
+    }
+    state["opt_states"] = [opt.init(p) for opt, p in zip(optimizers, state["params"])]
+    resumed_from = None
+    ckpt_path = run_dir / "checkpoint.pkl"
+    if resume:
+        state = _load_checkpoint(ckpt_path, config)
+        resumed_from = state["next_round"]
+        _replay(scheme, state)
+    _atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
+
+    # ---- engine and workers
+    from gradcode.runtime.engine import RayEngine
+
+    rows = partition_rows(master_problem.n_train, scheme.partition_sizes)
+    placement = _placement(scheme)
+    chunks = int(getattr(scheme, "chunks", 1))
+    engine = RayEngine(address=address, num_cpus=num_cpus, run_dir=run_dir)
+    try:
+        engine.spawn([(pspec, {j: rows[j] for j in placement[w]}, chunks) for w in range(n)],
+                     max_restarts=max_restarts)
+        loop = _Loop(scheme, engine, master_problem, optimizers, state, draw, comm, failures_planned,
+                     models, round_timeout, task_schedule)
+        current_loss = [master_problem.objective(p) for p in state["params"]]
+        for t in range(state["next_round"], rounds):
+            finished_models = loop.round(t)
+            for m in finished_models:
+                current_loss[m] = master_problem.objective(state["params"][m])
+            state["losses"][t] = current_loss
+            elapsed = float(state["round_times"][: t + 1].sum())
+            record = {
+                "round": t,
+                "time": float(state["round_times"][t]),
+                "elapsed": elapsed,
+                "loss": current_loss[0] if models == 1 else list(current_loss),
+                "stragglers": int((state["arrivals"][t] < 0).sum()),
+            }
+            if eval_every and ((t + 1) % eval_every == 0 or t == rounds - 1):
+                for m in range(models):
+                    met = master_problem.metrics(state["params"][m])
+                    state["metrics"].append({"round": t, "elapsed": elapsed, "model": m,
+                                             "train_loss": current_loss[m], **met})
+                record["metrics"] = state["metrics"][-models:]
+            state["next_round"] = t + 1
+            if checkpoint_every and (t + 1) % checkpoint_every == 0:
+                _save_checkpoint(ckpt_path, config, state)
+            if callback is not None:
+                callback(record)
+    finally:
+        engine.shutdown()
+
+    result = TrainResult(
+        config=config,
+        params=[np.asarray(p) for p in state["params"]],
+        round_times=state["round_times"],
+        arrivals=state["arrivals"],
+        messages=state["messages"],
+        injected=state["injected"],
+        losses=state["losses"],
+        metrics=state["metrics"],
+        failures=state["failures"],
+        run_dir=str(run_dir),
+        resumed_from=resumed_from,
+    )
+    result.save(run_dir)
+    return result
+
+
+def _default_problem(dataset) -> str:
+    return {"binary": "logistic", "regression": "linear", "multiclass": "softmax"}[dataset.task]
+
+
+def _delay_model(delay_model, stragglers, delay):
+    from gradcode.stragglers import make_delay_model
+
+    if delay_model is None:
+        if stragglers and delay > 0:
+            return make_delay_model("fixed", stragglers=stragglers, delay=delay, base=0.0)
+        return None
+    if isinstance(delay_model, str):
+        return make_delay_model(delay_model)
+    if isinstance(delay_model, tuple) and len(delay_model) == 2 and isinstance(delay_model[0], str):
+        return make_delay_model(delay_model[0], **dict(delay_model[1]))
+    if hasattr(delay_model, "sample"):
+        return delay_model
+    raise TypeError(f"delay_model must be a delay model, a name or (name, params); got {delay_model!r}")
+
+
+# ----------------------------------------------------------------------------------------- checkpoints
+
+_CKPT_VERSION = 1
+#: config entries that may change between an interrupted run and its resumption
+_RESUMABLE = {"scheme"}
+
+
+def _save_checkpoint(path: Path, config: dict, state: dict) -> None:
+    _atomic_write(path, pickle.dumps({"version": _CKPT_VERSION, "config": config, "state": state}))
+
+
+def _load_checkpoint(path: Path, config: dict) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
+    with open(path, "rb") as fh:
+        saved = pickle.load(fh)
+    if saved.get("version") != _CKPT_VERSION:
+        raise ValueError(f"resume: {path} has checkpoint version {saved.get('version')}, expected {_CKPT_VERSION}")
+    old = saved["config"]
+    differ = sorted(k for k in set(old) | set(config) if k not in _RESUMABLE and old.get(k) != config.get(k))
+    if differ:
+        detail = "; ".join(f"{k}: checkpoint {old.get(k)!r} vs now {config.get(k)!r}" for k in differ)
+        raise ValueError(f"resume: the configuration differs from the checkpoint's ({detail})")
+    return saved["state"]
+
+
+def _replay(scheme, state: dict) -> None:
+    """Bring a fresh scheme to the state after the checkpointed rounds by replaying them through
+    the protocol without payloads (the recorded message counts and arrivals)."""
+    if getattr(scheme, "delay", 0):
+        raise NotImplementedError(
+            "resume: schemes whose jobs span rounds (delay > 0) hold messages of jobs in flight"
+            " that a replay cannot restore"
+        )
+    for t in range(state["next_round"]):
+        scheme.plan(t)
+        counts = state["messages"][t]
+        times = state["arrivals"][t]
+        for w in np.flatnonzero(counts):
+            for i in range(int(counts[w])):
+                scheme.on_result(t, int(w), i, None, float(max(times[w], 0.0)))
+        arrived = frozenset(int(w) for w in np.flatnonzero(state["arrivals"][t] >= 0))
+        scheme.close(t, arrived)
+
+
+# ----------------------------------------------------------------------------------------- the loop
+
+
+class _Loop:
+    """One round at a time; see the module docstring for the rules."""
+
+    POLL = 0.5  # seconds between checks when nothing arrives
+    BACKOFF = 0.2  # first wait before re-sending a failed worker's task (doubles per attempt)
+
+    def __init__(self, scheme, engine, problem, optimizers, state, draw, comm, failures, models, timeout, schedule):
+        self.scheme, self.engine, self.problem = scheme, engine, problem
+        self.optimizers, self.state, self.draw, self.comm = optimizers, state, draw, comm
+        self.failed_once: set[tuple[int, int]] = set()
+        self.failures, self.models, self.timeout = failures, models, timeout
+        self.schedule = schedule
+        self.sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
+        self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
+        self.pending_job: dict[int, int] = {}  # model -> job in flight
+        self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages seen
+        self.expected: dict[tuple[int, int], int] = {}
+        self.starts: dict[int, float] = {}
+        self.current = 0
+        self.stale_messages = 0
+
+    # -------------------------------------------------------------- per round
+    def round(self, t: int) -> list[int]:
+        engine, scheme = self.engine, self.scheme
+        start = time.perf_counter()
+        self.current = t
+        self.starts[t] = start
+        plan = scheme.plan(t)
+        wire = {}
+        for w, tasks in plan.items():
+            wire[w] = self._wire(t, w, tasks)
+            self.state["injected"][t, w] = wire[w][2][-1] if len(wire[w][2]) else 0.0
+        unsent = set(wire)
+        retries: dict[int, tuple[float, int]] = {}  # worker -> (not before, attempts)
+        for w in sorted(wire):
+            if engine.busy(w):
+                continue
+            self._send(t, w, wire[w])
+            unsent.discard(w)
+        deadline = start + self.timeout
+        while not scheme.ready(t):
+            now = time.perf_counter()
+            if now >= deadline:
+                raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries))
+            # late work: idle workers whose task this round still lacks
+            for w in sorted(unsent):
+                if engine.busy(w):
+                    continue
+                not_before, attempts = retries.get(w, (0.0, 0))
+                if now >= not_before:
+                    self._send(t, w, wire[w], elapsed=now - start)
+                    unsent.discard(w)
+            waits = [nb for w, (nb, _) in retries.items() if w in unsent]
+            timeout = min([self.POLL, deadline - now] + [max(nb - now, 0.0) for nb in waits])
+            ev = engine.poll(max(timeout, 0.0))
+            if ev is None:
+                continue
+            self._handle(ev)
+            if ev.kind == "failed" and ev.round == t:
+                _, attempts = retries.get(ev.worker, (0.0, 0))
+                retries[ev.worker] = (time.perf_counter() + self.BACKOFF * 2**attempts, attempts + 1)
+                unsent.add(ev.worker)
+        # the round decodes: close it
+        arrived = frozenset(w for w in wire if self.state["arrivals"][t, w] >= 0)
+        try:
+            finished = scheme.close(t, arrived)
+        except NotDecodableError as exc:  # e.g. non-finite messages dropped: cannot happen twice
+            raise GradcodeError(f"round {t}: {exc}") from exc
+        self.state["round_times"][t] = time.perf_counter() - start
+        for w in range(scheme.n):
+            self.state["messages"][t, w] = self.counts.get((t, w), 0)
+        for w in range(scheme.n):
+            r = engine.running_round(w)
+            if r is not None and r <= t:
+                engine.abort(w, t)
+        for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
+            self.counts.pop(key, None)
+            self.expected.pop(key, None)
+        return self._apply(finished)
+
+    def _wire(self, t: int, w: int, tasks) -> tuple[list[WireTask], list, np.ndarray, int]:
+        """Wire tasks, parameter refs, the injected schedule and the number of messages.
+
+        The schedule is the simulator's: message ``i`` is ready ``a_i`` seconds into the round,
+        ``a_i = max(0, intercept + slope * prefix_i)`` accumulated (``prefix_i`` from
+        :func:`task_schedule`), plus the model's message time per message."""
+        slots: dict[int, int] = {}
+        out = []
+        for task in tasks:
+            job = int(task.job)
+            if job not in slots:
+                slots[job] = len(slots)
+                self._ensure_job(job)
+            out.append(WireTask(job, tuple(task.partitions), np.asarray(task.coefficients, dtype=np.float64), slots[job]))
+        refs = [self.job_params[job][1] for job in slots]
+        total = sum(task.messages for task in tasks)
+        if self.draw is None:
+            return out, refs, np.zeros(total), total
+        prefix, _ = self.schedule(tasks, self.sizes)
+        a = np.maximum(self.draw.intercept[t, w] + self.draw.slope[t, w] * prefix, 0.0)
+        a = np.maximum.accumulate(a)
+        if self.comm:
+            prev = None
+            for r in range(a.size):
+                v = a[r] if prev is None else max(a[r], prev)
+                prev = a[r] = v + self.comm
+        return out, refs, a, total
+
+    def _ensure_job(self, job: int) -> None:
+        if job in self.job_params:
+            return
+        m = job % self.models
+        prev = self.pending_job.get(m)
+        if prev is not None and prev != job:
+            raise GradcodeError(
+                f"job {job} of model {m} starts before job {prev} of the same model finished: train"
+                f" more models than the scheme's delay ({getattr(self.scheme, 'delay', 0)})"
+            )
+        x = np.array(self.state["params"][m], dtype=np.float64)
+        x.flags.writeable = False
+        self.job_params[job] = (x, self.engine.put(x))
+        self.pending_job[m] = job
+
+    def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
+        """Submit round ``t`` to worker ``w``; a late submission sleeps only what is left of the
+        worker's injected schedule. A planned failure fires on the first submission."""
+        tasks, refs, ready_at, total = wire
+        left = np.maximum(np.asarray(ready_at) - elapsed, 0.0)
+        sleeps = np.diff(np.concatenate([[0.0], left])) if left.size else left
+        fail = (w, t) in self.failures and (w, t) not in self.failed_once
+        if fail:
+            self.failed_once.add((w, t))
+        self.counts[(t, w)] = 0
+        self.expected[(t, w)] = total
+        self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
+
+    def _handle(self, ev) -> None:
+        t, w = ev.round, ev.worker
+        if ev.kind == "message":
+            if t < self.current:  # the round is closed: a late message (aborted work)
+                self.stale_messages += 1
+                return
+            i = self.counts.get((t, w), 0)
+            self.counts[(t, w)] = i + 1
+            now = time.perf_counter() - self.starts.get(t, 0.0)
+            self.scheme.on_result(t, w, i, ev.payload, now)
+            if i + 1 == self.expected.get((t, w)):
+                self.state["arrivals"][t, w] = now
+                self.engine.release(w)  # all its messages are in: free for the next round
+        elif ev.kind == "failed":
+            self.state["failures"].append({"round": t, "worker": w, "error": _short_error(ev.payload)})
+
+    def _apply(self, finished) -> list[int]:
+        done = []
+        for job, g in finished:
+            x, _ = self.job_params.pop(job)
+            m = job % self.models
+            self.pending_job.pop(m, None)
+            grad = self.problem.full_gradient(x, g)
+            k = self.state["steps"][m]
+            self.state["params"][m], self.state["opt_states"][m] = self.optimizers[m].step(
+                self.state["params"][m], grad, self.state["opt_states"][m], k
+            )
+            self.state["steps"][m] = k + 1
+            done.append(m)
+        return done
+
+    def _timeout_message(self, t, wire, unsent, retries) -> str:
+        got = {w for w in wire if self.state["arrivals"][t, w] >= 0}
+        failed = sorted(retries)
+        busy = sorted(w for w in unsent if self.engine.busy(w))
+        return (
+            f"round {t} could not be decoded within round_timeout={self.timeout:g} s: complete results"
+            f" from workers {sorted(got)} of {self.scheme.n}; failed workers {failed}"
+            f" (re-sent up to {max([a for _, a in retries.values()], default=0)} times); still busy with"
+            f" earlier rounds {busy}. More workers failed than the code tolerates and did not come"
+            " back; no gradient was used for this round."
+        )
+
+
+def _short_error(exc) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text.splitlines()[0][:200]

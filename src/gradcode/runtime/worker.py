@@ -1,0 +1,181 @@
+"""The generic worker: partitions and a coefficient tensor in, messages out (engine-free).
+
+A worker holds the data partitions of its placement and, for each task of a round, sends
+
+    message r  =  sum_j sum_c  coefficients[r, j, c] * g_{partitions[j]}[c]          (length m)
+
+where ``g_j`` is the partial gradient of partition ``j`` (the *sum* of per-sample gradients over its
+rows, DESIGN.md "The linear code contract") at the parameters of the task's job, cut into ``L``
+chunks of length ``m = ceil(d / L)`` (zero-padded). It knows nothing of codes or schemes: all
+intelligence is in the master's scheme (schemes/base.py).
+
+Partial gradients are computed lazily, message by message: message ``r`` computes only the
+partitions it needs (non-zero coefficients) that earlier messages of the same job have not
+computed. A message that needs nothing new costs only its weighted sum. This is what makes
+multi-message codes stream naturally (the partial-straggler scheme of Tandon Section 4 sends its
+naive part first).
+
+Injected stragglers (DESIGN.md "Straggler models and traces"): the master draws the worker's time
+for the round from a delay model and sends it with the tasks, already cut into one sleep per message
+by the simulator's own timing rule (:func:`gradcode.schemes.task_schedule`: message ``i`` is ready
+at the share of the round's data its partitions reach), so the real run is slowed exactly as the
+simulator assumes. The worker sleeps before each message, then computes. Sleeps are interruptible:
+once the master closes the round it aborts the worker, which stops at once and sends nothing more.
+Real computation is never interrupted mid-message.
+
+Failure injection: a task with ``fail=True`` makes the worker's process exit (``os._exit``) before
+it sends anything, as a crashed machine would.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradcode._validation import check_int
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """How a worker (or the master) rebuilds its problem: the data spec and the problem's name and
+    keyword parameters. Picklable and array-free, so a restarted actor rebuilds the same problem
+    and gets its partitions back."""
+
+    data: Any  # gradcode.problems.DataSpec
+    problem: str
+    params: dict = field(default_factory=dict)
+
+    def build(self):
+        """``(problem, dataset)`` for this spec."""
+        from gradcode.problems import make_dataset, make_problem
+
+        dataset = make_dataset(self.data)
+        return make_problem(self.problem, dataset, **dict(self.params)), dataset
+
+    def to_dict(self) -> dict:
+        return {"data": self.data.to_dict(), "problem": self.problem, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class WireTask:
+    """A :class:`gradcode.schemes.base.Task` as sent to a worker: ``param_slot`` indexes the
+    parameter arrays sent with the round (one per distinct job)."""
+
+    job: int
+    partitions: tuple[int, ...]
+    coefficients: np.ndarray
+    param_slot: int
+
+
+class WorkerCore:
+    """The computation of one worker, independent of any engine.
+
+    ``problem`` has ``gradient(params, rows)`` (sum of per-sample gradients over ``rows``) and
+    ``dim``; ``partitions`` maps each stored partition ``j`` to its row indices in the training set.
+    """
+
+    def __init__(self, worker: int, problem, partitions: Mapping[int, np.ndarray], chunks: int = 1):
+        self.worker = check_int("worker", worker, minimum=0)
+        self.problem = problem
+        self.partitions = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
+        self.chunks = check_int("chunks", chunks, minimum=1)
+        self._aborted = -1
+        self._wake = threading.Event()
+
+    # ----------------------------------------------------------------- control (any thread)
+    def abort(self, round_: int) -> None:
+        """Stop the work of every round ``<= round_`` at the next check (sleeps end at once)."""
+        self._aborted = max(self._aborted, int(round_))
+        self._wake.set()
+
+    def _sleep(self, t: int, seconds: float) -> bool:
+        """Sleep ``seconds`` unless round ``t`` is aborted; returns False when aborted."""
+        if seconds <= 0:
+            return self._aborted < t
+        deadline = _now() + seconds
+        while self._aborted < t:
+            left = deadline - _now()
+            if left <= 0:
+                return True
+            self._wake.wait(left)
+            self._wake.clear()
+        return False
+
+    # ----------------------------------------------------------------- work
+    def run(
+        self,
+        t: int,
+        tasks: Sequence[WireTask],
+        params: Sequence[np.ndarray],
+        sleeps: Sequence[float] = (),
+        fail: bool = False,
+    ) -> Iterator[np.ndarray]:
+        """The messages of round ``t``, in plan order (task 0's messages first); ``sleeps[i]``
+        seconds of injected delay are slept before message ``i`` (missing entries: none). Stops
+        early, sending nothing more, once the round is aborted."""
+        if fail:
+            os._exit(17)  # chaos: the process dies as a crashed machine would
+        plan = [self._message_plan(task) for task in tasks]
+        i = 0
+        for task, per_task in zip(tasks, plan):
+            x = params[task.param_slot]
+            d = int(np.shape(x)[0])
+            m = math.ceil(d / self.chunks)
+            partials: dict[int, np.ndarray] = {}
+            for r, needed in enumerate(per_task):
+                if not self._sleep(t, float(sleeps[i]) if i < len(sleeps) else 0.0):
+                    return
+                for pos in needed:
+                    partials[pos] = self._partial(x, task.partitions[pos], m)
+                yield self._combine(task.coefficients[r], partials, m)
+                i += 1
+
+    def _message_plan(self, task: WireTask) -> list[list[int]]:
+        """For each message of ``task``: the positions of the partitions it computes first."""
+        for j in task.partitions:
+            if j not in self.partitions:
+                raise ValueError(
+                    f"worker {self.worker} was asked for partition {j} but stores only "
+                    f"{sorted(self.partitions)}"
+                )
+        coeffs = np.asarray(task.coefficients)
+        if coeffs.ndim != 3 or coeffs.shape[1:] != (len(task.partitions), self.chunks):
+            raise ValueError(
+                f"task coefficients must have shape (R, {len(task.partitions)}, {self.chunks}),"
+                f" got {coeffs.shape}"
+            )
+        done: set[int] = set()
+        out = []
+        for r in range(coeffs.shape[0]):
+            needed = [p for p in np.flatnonzero(np.any(coeffs[r] != 0, axis=1)) if p not in done]
+            done.update(needed)
+            out.append([int(p) for p in needed])
+        return out
+
+    def _partial(self, x: np.ndarray, j: int, m: int) -> np.ndarray:
+        g = np.asarray(self.problem.gradient(x, self.partitions[j]), dtype=np.float64).ravel()
+        if self.chunks > 1 and g.size != m * self.chunks:
+            g = np.concatenate([g, np.zeros(m * self.chunks - g.size)])
+        return g.reshape(self.chunks, m)
+
+    @staticmethod
+    def _combine(E: np.ndarray, partials: Mapping[int, np.ndarray], m: int) -> np.ndarray:
+        """``sum_j sum_c E[j, c] * partials[j][c]`` for the rows ``j`` with non-zero coefficients."""
+        out = np.zeros(m)
+        for pos, G in partials.items():
+            coeff = E[pos]
+            for c in np.flatnonzero(coeff):
+                out += coeff[c] * G[c]
+        return out
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
