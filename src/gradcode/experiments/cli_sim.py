@@ -1,0 +1,323 @@
+"""``gradcode simulate`` and ``gradcode compare``: the simulator from the command line.
+
+``simulate`` runs one code under a delay model (or a trace file) for ``--rounds`` rounds,
+``--repeats`` times with seeds ``seed, seed + 1, ...`` (repeat ``i`` is exactly
+``gradcode.simulate(code, model, rounds, seed=seed + i, close=...)``), and prints one row per
+repeat plus a pooled row. ``compare`` runs several codes on the same draws (same seeds; every
+delay model draws its randomness independently of the load, so the codes meet the same straggler
+realisations) and prints mean / median / p95 round time and the speedup over uncoded; ``--plot``
+writes a PNG of the mean round time per scheme and of the round-time CDF.
+
+Code parameters: ``--workers`` (``n``) and ``--stragglers`` (``s``) for the codes that take them,
+``--param key=value`` for any other (values are read as JSON when they parse: ``2``, ``1.5``,
+``true``, ``[[0, 1]]``; otherwise as text). In ``compare`` a scheme is ``NAME`` or
+``NAME:key=value,key=value``. Delay model: ``--model NAME`` with ``--model-param key=value``, or
+``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--model-param`` then sets the trace
+options such as ``trace_load`` or ``wrap``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+
+_CLOSE_HELP = "Closing rule: 'decodable' (end when the job decodes) or a number mu (SGC mu-tolerance rule)."
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def parse_kv(items: list[str] | None, what: str) -> dict:
+    """``["k=v", ...]`` -> dict, values parsed as JSON when possible."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{what} must look like key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def parse_scheme(spec: str) -> tuple[str, dict]:
+    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params)."""
+    name, _, rest = spec.partition(":")
+    items = [p for p in rest.split(",") if p.strip()] if rest else []
+    return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
+
+
+def build_code(name: str, params: dict, workers: int | None, stragglers: int | None):
+    from gradcode.codes import code_info, make_code
+
+    info = code_info(name) if name in _available_codes() else None
+    if info is None:
+        make_code(name)  # raises the registry's ValueError listing the names
+    accepted = info["params"]
+    params = dict(params)
+    if workers is not None and "n" in accepted:
+        params.setdefault("n", workers)
+    if stragglers is not None and "s" in accepted:
+        params.setdefault("s", stragglers)
+    try:
+        return make_code(name, **params)
+    except TypeError as exc:
+        raise ValueError(f"code {name!r}: {exc} (it takes: {', '.join(accepted)})") from None
+
+
+def _available_codes():
+    from gradcode.codes import available_codes
+
+    return available_codes()
+
+
+def build_model(model: str, model_params: list[str] | None, trace: Path | None):
+    from gradcode.stragglers import make_delay_model
+
+    params = parse_kv(model_params, "--model-param")
+    if trace is not None:
+        return make_delay_model("trace", path=str(trace), **params)
+    return make_delay_model(model, **params)
+
+
+def parse_close(close: str):
+    if close == "decodable":
+        return close
+    try:
+        return float(close)
+    except ValueError:
+        raise ValueError(f"--close must be 'decodable' or a number mu >= 0, got {close!r}") from None
+
+
+def label(code) -> str:
+    return repr(code).strip("<>")
+
+
+def run_repeats(code, model, rounds, repeats, seed, close, method, progress=None):
+    from gradcode.sim import simulate
+
+    return [
+        simulate(code, model, rounds, seed=seed + i, close=close, method=method, progress=progress)
+        for i in range(repeats)
+    ]
+
+
+def stats(times: np.ndarray) -> dict:
+    return {
+        "mean": float(times.mean()),
+        "median": float(np.median(times)),
+        "p95": float(np.percentile(times, 95)),
+    }
+
+
+def _fail(exc: Exception):
+    from gradcode.cli import err
+
+    err.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2) from None
+
+
+def _write_records(path: Path, rows: list[dict]) -> None:
+    import csv
+
+    if path.suffix == ".json":
+        path.write_text(json.dumps({"rows": rows}) + "\n")
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            for r in rows:
+                writer.writerow({**r, "jobs": ";".join(map(str, r["jobs"]))})
+    else:
+        raise ValueError(f"--records must end in .json or .csv, got {str(path)!r}")
+
+
+def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> None:
+    """PNG: mean round time per scheme (bars, p95 marked) and the round-time CDF of each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    means = [t.mean() for t in times]
+    p95 = [np.percentile(t, 95) for t in times]
+    x = np.arange(len(names))
+    ax1.bar(x, means, color="tab:blue", label="mean")
+    ax1.scatter(x, p95, color="tab:red", marker="_", s=400, label="p95", zorder=3)
+    ax1.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax1.set_ylabel("round time (s)")
+    ax1.set_title("mean round time")
+    ax1.legend()
+    for name, t in zip(names, times):
+        s = np.sort(t)
+        ax2.step(s, np.arange(1, s.size + 1) / s.size, where="post", label=name)
+    ax2.set_xlabel("round time (s)")
+    ax2.set_ylabel("P[round time <= x]")
+    ax2.set_title("round-time CDF")
+    ax2.legend(fontsize=7)
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
+                 seed, close, method) -> tuple[dict, list]:
+    """The document ``gradcode simulate`` prints, and the runs."""
+    code = build_code(scheme, params, workers, stragglers)
+    dmodel = build_model(model, model_params, trace)
+    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method)
+    rows = []
+    for i, res in enumerate(results):
+        s = res.summary()
+        rows.append({
+            "repeat": i, "seed": seed + i, "total_time": s["total_time"], "mean": s["mean"],
+            "median": s["median"], "p95": s["p95"], "stragglers/round": s["stragglers_per_round"],
+            "waitouts": s["waitouts"],
+        })
+    pooled = np.concatenate([r.round_times for r in results])
+    summary = {
+        "scheme": label(code), "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
+        "repeats": repeats, "load": code.load, "total_time": float(np.mean([r.total_time for r in results])),
+        **stats(pooled), "waitouts": int(sum(r.waitouts for r in results)),
+    }
+    return {"summary": summary, "rows": rows}, results
+
+
+def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
+                seed, close, method) -> tuple[dict, list[str], list[np.ndarray]]:
+    """The document ``gradcode compare`` prints, the scheme labels and their pooled round times."""
+    specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
+    extra = parse_kv(params, "--param")
+    codes = [build_code(name, {**extra, **p} if name != "uncoded" else p, workers, stragglers)
+             for name, p in specs]
+    if not any(type(c).__name__ == "Uncoded" for c in codes):
+        n = codes[0].n
+        codes.insert(0, build_code("uncoded", {"n": n}, None, None))
+    ns = {c.n for c in codes}
+    if len(ns) > 1:
+        raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
+    dmodel = build_model(model, model_params, trace)
+    close = parse_close(close)
+    names, pooled, rows = [], [], []
+    for code in codes:
+        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method)
+        times = np.concatenate([r.round_times for r in results])
+        names.append(label(code))
+        pooled.append(times)
+        rows.append({
+            "scheme": label(code), "load": code.load, **stats(times),
+            "total_time": float(np.mean([r.total_time for r in results])),
+            "stragglers/round": float(np.mean([r.stragglers.sum(axis=1).mean() for r in results])),
+            "waitouts": int(sum(r.waitouts for r in results)),
+        })
+    base = next(r for r, c in zip(rows, codes) if type(c).__name__ == "Uncoded")["mean"]
+    for r in rows:
+        r["speedup"] = base / r["mean"] if r["mean"] > 0 else None
+    doc = {"model": repr(dmodel), "close": close, "rounds": rounds, "repeats": repeats, "seed": seed,
+           "rows": rows}
+    return doc, names, pooled
+
+
+def _default_specs(workers, stragglers):
+    n = workers or 12
+    s = 1 if stragglers is None else stragglers
+    specs = [("uncoded", {}), ("ignore", {}), ("crc", {})]
+    if n % (s + 1) == 0:
+        specs.insert(2, ("frc", {}))
+    return specs
+
+
+def register(app: typer.Typer) -> None:
+    scheme_opt = typer.Option("crc", "--scheme", help="Code to run (see `gradcode codes`).")
+    workers_opt = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
+    strag_opt = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
+    param_opt = typer.Option(None, "--param", "-p", help="Other code parameter key=value (repeatable).")
+    model_opt = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
+    mparam_opt = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
+    trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model.")
+    rounds_opt = typer.Option(1000, "--rounds", "-r", help="Rounds per run.")
+    repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
+    seed_opt = typer.Option(0, "--seed", help="Seed of the first run.")
+    close_opt = typer.Option("decodable", "--close", help=_CLOSE_HELP)
+    method_opt = typer.Option("auto", "--method", help="auto | fast (vectorized) | events (protocol path).")
+    json_opt = typer.Option(False, "--json", help="Print one JSON document.")
+
+    @app.command("simulate")
+    def simulate_command(
+        scheme: str = scheme_opt,
+        workers: int = workers_opt,
+        stragglers: int = strag_opt,
+        param: list[str] = param_opt,
+        model: str = model_opt,
+        model_param: list[str] = mparam_opt,
+        trace: Path = trace_opt,
+        rounds: int = rounds_opt,
+        repeats: int = repeats_opt,
+        seed: int = seed_opt,
+        close: str = close_opt,
+        method: str = method_opt,
+        records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
+        as_json: bool = json_opt,
+    ):
+        """Simulate a code under a delay model or a trace, in virtual time."""
+        from gradcode.cli import emit
+
+        try:
+            if repeats < 1:
+                raise ValueError(f"--repeats must be >= 1, got {repeats}")
+            doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
+                                        model_param, trace, rounds, repeats, seed, close, method)
+            if records is not None:
+                rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
+                _write_records(records, rows)
+        except (ValueError, TypeError, OSError) as exc:
+            _fail(exc)
+        s = doc["summary"]
+        title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
+                 f" mean {s['mean']:.4g} s, median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
+        emit(doc, as_json=as_json, title=title)
+
+    @app.command("compare")
+    def compare_command(
+        scheme: list[str] = typer.Option(
+            None, "--scheme", help="NAME or NAME:key=value,... (repeatable); default: uncoded, ignore, frc, crc."),
+        workers: int = workers_opt,
+        stragglers: int = strag_opt,
+        param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
+        model: str = model_opt,
+        model_param: list[str] = mparam_opt,
+        trace: Path = trace_opt,
+        rounds: int = rounds_opt,
+        repeats: int = repeats_opt,
+        seed: int = seed_opt,
+        close: str = close_opt,
+        method: str = method_opt,
+        plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme and the CDF."),
+        as_json: bool = json_opt,
+    ):
+        """Compare several codes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
+        from gradcode.cli import emit
+
+        try:
+            if repeats < 1:
+                raise ValueError(f"--repeats must be >= 1, got {repeats}")
+            doc, names, pooled = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
+                                             rounds, repeats, seed, close, method)
+            if plot is not None:
+                plot_comparison(plot, names, pooled)
+                doc["plot"] = str(plot)
+        except (ValueError, TypeError, OSError) as exc:
+            _fail(exc)
+        emit(doc, as_json=as_json,
+             title=f"{doc['model']}, close={doc['close']}: {rounds} rounds x {repeats} (same draws for every scheme)",
+             columns=["scheme", "load", "mean", "median", "p95", "speedup", "stragglers/round", "waitouts"])
