@@ -77,6 +77,24 @@ def test_documented_shapes(datasets):
     assert (d.n_train, d.n_features, d.task) == (160, 6, "regression")
 
 
+def test_tandon_synthetic_follows_the_paper_model():
+    """x ~ 0.5 N(mu1, I) + 0.5 N(mu2, I), P(y=1|x) = 1/(exp(2 x^T beta*) + 1) (Tandon Sec. 5):
+    the mixture means are recovered, and the maximum-likelihood logistic fit is near -2 beta*."""
+    from sklearn.linear_model import LogisticRegression as SkLogistic
+
+    d = make_dataset(DataSpec("tandon-synthetic", {"n_samples": 40000, "n_features": 3}, seed=7, test_fraction=0.0))
+    mu, beta = d.info["mu"], d.info["beta_true"]
+    X = d.X_train
+    # each row is nearer (in expectation) to its own component's mean; means of the halves match
+    side = (X - mu.mean(axis=0)) @ (mu[1] - mu[0]) > 0
+    assert 0.4 < side.mean() < 0.6
+    np.testing.assert_allclose(X.mean(axis=0), mu.mean(axis=0), atol=0.05)
+    np.testing.assert_allclose(np.cov(X.T), np.eye(3) + np.outer(mu[1] - mu[0], mu[1] - mu[0]) / 4, atol=0.1)
+    fit = SkLogistic(C=np.inf, tol=1e-10, max_iter=1000).fit(X, d.y_train)
+    np.testing.assert_allclose(fit.coef_[0], -2 * beta, atol=0.12)
+    assert abs(fit.intercept_[0]) < 0.1
+
+
 def test_amazon_synthetic_structure(datasets):
     d = datasets["amazon-synthetic"]
     assert d.task == "binary" and sp.isspmatrix_csr(d.X_train) and d.X_train.dtype == np.float64
@@ -185,6 +203,12 @@ def test_bad_specs():
 
 def test_spec_round_trips_through_dict_and_hashes():
     spec = DataSpec("amazon-synthetic", {"n_samples": 600, "scale": 0.02}, seed=5, test_fraction=0.1)
+    with pytest.raises(TypeError, match="read-only"):
+        spec.params["n_samples"] = 10
+    assert pickle.loads(pickle.dumps(spec)) == spec and pickle.loads(pickle.dumps(spec)).params == spec.params
+    import json
+
+    assert json.loads(json.dumps(spec.to_dict()))["params"] == {"n_samples": 600, "scale": 0.02}
     assert DataSpec.from_dict(spec.to_dict()) == spec
     assert hash(spec) == hash(DataSpec.from_dict(spec.to_dict()))
     with pytest.raises(ValueError, match="unknown DataSpec fields"):

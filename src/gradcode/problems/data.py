@@ -75,6 +75,22 @@ def _plain(value, where: str):
     )
 
 
+class _Params(dict):
+    """A read-only dict (spec parameters must not change after the spec is made); pickles as itself."""
+
+    def _readonly(self, *args, **kwargs):
+        raise TypeError("DataSpec params are read-only; make a new DataSpec instead")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly
+    __ior__ = _readonly
+
+    def __reduce__(self):
+        return (_Params, (dict(self),))
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
 @dataclass(frozen=True)
 class DataSpec:
     """How to regenerate a dataset deterministically (no arrays inside).
@@ -98,7 +114,7 @@ class DataSpec:
             if not isinstance(key, str):
                 raise TypeError(f"params keys must be strings, got {key!r}")
             clean[key] = _plain(value, key)
-        object.__setattr__(self, "params", clean)
+        object.__setattr__(self, "params", _Params(clean))
         object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0))
         object.__setattr__(
             self,
@@ -268,7 +284,8 @@ def _tandon_synthetic(rng, test_fraction, n_samples: int = 20000, n_features: in
     The paper: "x ~ 0.5 x N(mu1, I) + 0.5 x N(mu2, I) (for random mu1, mu2 in R^p), and
     y ~ Ber(p), with p = 1/(exp(2 x^T beta*) + 1)", p = 100 features, 554400 samples, beta*
     random. We keep that exactly: ``P(y = 1 | x) = 1 / (exp(label_scale * x @ beta) + 1)`` with
-    ``label_scale = 2``. What the paper leaves open we choose so that the problem is neither
+    ``label_scale = 2``, i.e. ``sigmoid(-2 x @ beta*)``: the true logistic-regression parameter is
+    ``-2 beta*`` with zero intercept (``info['beta_true']`` holds ``beta*``). What the paper leaves open we choose so that the problem is neither
     trivial nor hopeless: ``mu1, mu2 ~ N(0, I_p)`` independently, ``beta* ~ N(0, I_p / p)`` (so
     ``x @ beta*`` is O(1)), and the mixture component of each row is a fair coin. Default
     ``n_samples`` is 20000 (the paper's 554400 works, at 440 MB); features are not rescaled.
