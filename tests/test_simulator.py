@@ -342,3 +342,65 @@ def test_a_scheme_finishing_a_job_twice_is_a_protocol_error():
 
     with pytest.raises(ProtocolError, match="job 0 twice"):
         gradcode.simulate(Twice(2, 2), make_model("shifted-exp"), 3)
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_simulate_json_matches_the_library():
+    r = _cli("simulate", "--scheme", "crc", "--workers", "6", "--stragglers", "2", "--model", "bernoulli",
+             "-M", "p=0.2", "-M", "slowdown=5", "--rounds", "50", "--repeats", "2", "--seed", "3", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    code = gradcode.make_code("crc", n=6, s=2)
+    model = make_model("bernoulli", p=0.2, slowdown=5)
+    for i, row in enumerate(doc["rows"]):
+        res = gradcode.simulate(code, model, 50, seed=3 + i)
+        assert row["seed"] == 3 + i and row["total_time"] == pytest.approx(res.total_time)
+        assert row["p95"] == pytest.approx(np.percentile(res.round_times, 95))
+    assert doc["summary"]["scheme"] == "CRC n=6 s=2" and doc["summary"]["repeats"] == 2
+
+
+def test_cli_simulate_trace_file_mu_rule_and_records(tmp_path):
+    rows = np.array([[1.0, 1.2, 1.4, 3.0], [1.0, 1.6, 2.0, 3.0]])
+    np.save(tmp_path / "t.npy", rows)
+    r = _cli("simulate", "--scheme", "crc", "-n", "4", "-s", "1", "--trace", str(tmp_path / "t.npy"),
+             "--rounds", "2", "--close", "0.5", "--records", str(tmp_path / "rec.csv"), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["rows"][0]["total_time"] == 3.5 and doc["rows"][0]["waitouts"] == 1
+    lines = (tmp_path / "rec.csv").read_text().splitlines()
+    assert len(lines) == 3 and "waitout" in lines[0]
+
+
+def test_cli_compare_same_draws_speedup_and_plot(tmp_path):
+    png = tmp_path / "cmp.png"
+    r = _cli("compare", "--scheme", "frc", "--scheme", "crc:seed=1", "-n", "6", "-s", "1", "--model", "fixed",
+             "-M", "stragglers=1", "-M", "delay=2", "--rounds", "20", "--plot", str(png), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    by = {row["scheme"]: row for row in doc["rows"]}
+    assert set(by) == {"Uncoded n=6", "FRC n=6 s=1", "CRC n=6 s=1"}
+    # uncoded waits for the delayed worker (1/6 + 2 s); the codes never do (2/6 s)
+    assert by["Uncoded n=6"]["mean"] == pytest.approx(1 / 6 + 2)
+    assert by["CRC n=6 s=1"]["mean"] == pytest.approx(2 / 6)
+    assert by["CRC n=6 s=1"]["speedup"] == pytest.approx((1 / 6 + 2) / (2 / 6))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_exit_2():
+    assert _cli("simulate", "--scheme", "nope", "--rounds", "5").exit_code == 2
+    assert _cli("simulate", "--scheme", "crc", "-n", "4", "-s", "9").exit_code == 2
+    assert _cli("simulate", "--model", "shifted-exp", "-M", "mu", "--rounds", "5").exit_code == 2
+    assert _cli("simulate", "-n", "4", "-s", "1", "--close", "soon", "--rounds", "5").exit_code == 2
+    assert _cli("compare", "--scheme", "crc:n=4,s=1", "--scheme", "frc:n=6,s=1", "--rounds", "5").exit_code == 2
+    r = _cli("simulate", "--scheme", "gc-sc", "-n", "6", "-s", "1", "--rounds", "5")
+    assert r.exit_code == 2 and "clusters" in r.output
