@@ -16,7 +16,8 @@ Load conventions, model by model (each follows its paper):
 
 * ``fixed`` (Tandon et al., Sec. 5): ``base * load`` plus an *additive* ``delay`` for ``stragglers``
   workers picked uniformly at random each round (the experiments ``time.sleep()`` on s random
-  workers per iteration).
+  workers per iteration). The delay is the intercept of the affine law: a delayed worker sleeps,
+  then computes, so every message it streams is late by ``delay``.
 * ``bernoulli``: ``base * load``, multiplied by ``slowdown`` for each worker that straggles,
   independently with probability ``p``.
 * ``partial`` (Tandon et al., Sec. 4): ``stragglers`` random workers per round are alpha-partial
@@ -716,7 +717,7 @@ class SharedAccess(DelayModel):
     straggler when ``m >= gamma``. The system starts empty ``warmup`` rounds before round 0.
 
     Note: with the paper's ``arrival_rate = 0.1`` tasks per round the number of other tasks is
-    about Poisson(0.35) and ``m >= 7`` has probability ~1e-6 per worker and round, so GC-DC's
+    about Poisson(0.35) and ``m >= 7`` has probability ~2e-6 per worker and round, so GC-DC's
     Fig. 12 regime (stragglers present) needs a larger arrival rate under this reading; the text
     does not say in which time unit lambda is expressed.
     """
