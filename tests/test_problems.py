@@ -502,3 +502,21 @@ def test_coded_partial_gradients_decode_to_the_full_gradient(code_name, kw, data
         decoded = code.decode(got, dim=p.dim)
         np.testing.assert_allclose(decoded, full, rtol=1e-9, atol=1e-9 * np.abs(full).max())
         np.testing.assert_allclose(p.full_gradient(w, decoded), p.full_gradient(w), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("problem,data,kw", CASES)
+def test_smoothness_bounds_the_curvature(problem, data, kw, datasets):
+    """L from smoothness() bounds the Hessian (finite differences of the gradient along random
+    directions); for least squares it equals lambda_max of the exact Hessian."""
+    p = make_problem(problem, datasets[data], **kw)
+    L = p.smoothness()
+    rng = np.random.default_rng(0)
+    w = 0.1 * rng.standard_normal(p.dim)
+    for _ in range(5):
+        v = rng.standard_normal(p.dim)
+        v /= np.linalg.norm(v)
+        hv = (p.full_gradient(w + 1e-5 * v) - p.full_gradient(w - 1e-5 * v)) / 2e-5
+        assert np.linalg.norm(hv) <= L * (1 + 1e-6)
+    if problem == "linear":
+        X1 = np.hstack([p.dataset.X_train, np.ones((p.n_train, 1))])
+        assert L == pytest.approx(np.linalg.eigvalsh(X1.T @ X1 / p.n_train)[-1] + kw["l2"], rel=1e-9)

@@ -198,6 +198,12 @@ class Problem:
                 raise ValueError(f"partial_sum must have shape ({self.dim},), got {g.shape}")
         return g / self.n_train + self.regularizer_gradient(params)
 
+    def smoothness(self) -> float | None:
+        """An upper bound ``L`` on the curvature of ``F`` (``grad F`` is L-Lipschitz), so that
+        ``lr = 1 / L`` is a safe constant step for GD and Nesterov; None where no bound is known
+        (neural networks)."""
+        return None
+
     def predict(self, params, X):
         """Model output on a feature matrix: P(y=1) (binary), class probabilities (multiclass) or values."""
         return self._predict(self._check_params(params), X)
@@ -271,6 +277,37 @@ class _GLM(Problem):
             return X @ W
         return X @ W[:-1] + W[-1]
 
+    #: sup of the second derivative of l in z (logistic 1/4, least squares 1, softmax 1/2)
+    _curvature = 1.0
+
+    def smoothness(self) -> float:
+        """``L = c * lambda_max(X1^T X1) / N + l2`` with ``X1`` the features (plus the intercept
+        column) and ``c`` the curvature bound of the loss in ``z``; computed once by Lanczos
+        (``eigsh``, fixed start vector: deterministic)."""
+        if getattr(self, "_L", None) is None:
+            from scipy.sparse.linalg import LinearOperator, eigsh
+
+            X = self._X_train
+            ones = self.fit_intercept and X.shape[1] == self.dataset.n_features
+            n_cols = X.shape[1] + int(ones)
+
+            def mv(v):
+                v = np.ravel(v)
+                z = X @ (v[:-1] if ones else v) + (v[-1] if ones else 0.0)
+                out = np.asarray(X.T @ z).ravel()
+                return np.concatenate([out, [z.sum()]]) if ones else out
+
+            if n_cols <= 500:
+                Xd = X.toarray() if sp.issparse(X) else np.asarray(X)
+                if ones:
+                    Xd = np.hstack([Xd, np.ones((Xd.shape[0], 1))])
+                lam = float(np.linalg.eigvalsh(Xd.T @ Xd)[-1])
+            else:
+                op = LinearOperator((n_cols, n_cols), matvec=mv, dtype=np.float64)
+                lam = float(eigsh(op, k=1, which="LA", v0=np.ones(n_cols), tol=1e-6)[0][0]) * (1 + 1e-5)
+            self._L = self._curvature * lam / self.n_train + self.l2
+        return self._L
+
     def _grad_sum(self, w, X, y):
         r = self._dz(self._z(w, X), y)  # dl_i / dz_i, shape (n,) or (n, C)
         gw = np.asarray(X.T @ r, dtype=np.float64)
@@ -294,6 +331,7 @@ class LogisticRegression(_GLM):
 
     name = "logistic"
     tasks = ("binary",)
+    _curvature = 0.25
 
     def _l(self, z, y):
         return np.logaddexp(0.0, z) - y * z
@@ -340,6 +378,7 @@ class SoftmaxRegression(_GLM):
 
     name = "softmax"
     tasks = ("multiclass",)
+    _curvature = 0.5  # Hessian of logsumexp is diag(p) - p p^T, with norm <= 1/2
 
     def __init__(self, dataset: Dataset, l2: float = 0.0, fit_intercept: bool = True):
         super().__init__(dataset, l2, fit_intercept)
