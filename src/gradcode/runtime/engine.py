@@ -92,6 +92,27 @@ def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
     return tempfile.mkdtemp(prefix="gcray-", dir="/tmp")
 
 
+def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None) -> str | None:
+    """Start (``address=None``: an embedded local cluster) or join (``address``) Ray, quietly.
+    Returns the temp dir of a local cluster (None when joining). Used by :class:`RayEngine` and
+    by the test suite's session fixture."""
+    kwargs: dict[str, Any] = dict(
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        configure_logging=True,
+    )
+    temp_dir = None
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        temp_dir = ray_temp_dir(run_dir)
+        kwargs.update(num_cpus=num_cpus, _temp_dir=temp_dir)
+    else:
+        kwargs.update(address=address)
+    ray.init(**kwargs)
+    return temp_dir
+
+
 class RayEngine:
     """Ray actors as gradcode workers.
 
@@ -113,19 +134,7 @@ class RayEngine:
         self._owned = False
         self.temp_dir = None
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = dict(
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-                configure_logging=True,
-            )
-            if address is None:
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-                self.temp_dir = ray_temp_dir(run_dir)
-                kwargs.update(num_cpus=num_cpus, _temp_dir=self.temp_dir)
-            else:
-                kwargs.update(address=address)
-            ray.init(**kwargs)
+            self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir)
             self._owned = True
         self._actors: list[Any] = []
         self._running: dict[int, tuple[int, Any]] = {}  # worker -> (round, generator)

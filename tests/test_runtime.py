@@ -1,0 +1,180 @@
+"""The Ray runtime: exactness against single-process GD, failures, checkpoints, multi-model.
+
+All Ray tests share one session (``ray_session`` in conftest.py, 2 CPUs); each run uses n = 4
+workers and a small data set, so a run takes a few seconds. No timing assertions: injected delays
+only decide who straggles, and every assertion is on values (parameters, records, errors).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from gradcode.codes import make_code
+from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
+from gradcode.schemes import StaticScheme
+
+DATA = {"n_samples": 400, "n_features": 6}
+SEED = 3
+
+
+def reference(rounds, *, lr=0.5, optimizer="gd", steps=None):
+    """Single-process full-gradient descent on the same data: the target of exact codes."""
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    opt = make_optimizer(optimizer, lr=lr)
+    x = problem.init_params()
+    state = opt.init(x)
+    for k in range(rounds if steps is None else steps):
+        x, state = opt.step(x, problem.full_gradient(x), state, k)
+    return x
+
+
+def run(tmp_path, name="run", **kw):
+    kw.setdefault("workers", 4)
+    kw.setdefault("rounds", 6)
+    kw.setdefault("optimizer_params", {"lr": 0.5})
+    return train(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name,
+                 eval_every=0, **kw)
+
+
+def rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+# ---------------------------------------------------------------------------- engine-free parts
+
+
+def test_worker_core_messages_equal_code_encode():
+    """The generic worker sends exactly code.encode's messages (single and multi-chunk codes)."""
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(problem.dim)
+    for code in (make_code("crc", n=4, s=1, seed=0), make_code("partial", n=4, s=1, alpha=2.0)):
+        from gradcode.problems import partition_rows
+
+        rows = partition_rows(problem.n_train, code.partition_sizes)
+        for w in range(code.n):
+            core = WorkerCore(w, problem, {j: rows[j] for j in code.placement[w]}, code.chunks)
+            task = WireTask(0, code.placement[w], code.encoders[w], 0)
+            got = np.stack(list(core.run(0, [task], [x])))
+            partials = np.stack([problem.gradient(x, rows[j]) for j in code.placement[w]])
+            np.testing.assert_allclose(got, code.encode(w, partials), rtol=1e-12, atol=1e-12)
+
+
+def test_worker_core_tasks_of_several_jobs_in_one_round():
+    """A round may carry tasks of several jobs (SR-SGC/M-SGC, multi-model): each task uses the
+    parameters of its own slot, and messages come in plan order."""
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    rows = {0: np.arange(0, 50), 1: np.arange(50, 120)}
+    core = WorkerCore(0, problem, rows)
+    x0, x1 = np.zeros(problem.dim), np.full(problem.dim, 0.1)
+    tasks = [WireTask(5, (0, 1), np.array([[[1.0], [2.0]]]), 1), WireTask(6, (1,), np.array([[[1.0]], [[3.0]]]), 0)]
+    got = list(core.run(0, tasks, [x0, x1]))
+    g = {(j, k): problem.gradient(x, rows[j]) for j in rows for k, x in enumerate((x0, x1))}
+    np.testing.assert_allclose(got[0], g[0, 1] + 2 * g[1, 1])
+    np.testing.assert_allclose(got[1], g[1, 0])
+    np.testing.assert_allclose(got[2], 3 * g[1, 0])
+
+
+def test_worker_core_abort_stops_injected_sleep_and_refuses_unknown_partition():
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    core = WorkerCore(0, problem, {0: np.arange(10)})
+    core.abort(3)
+    task = WireTask(3, (0,), np.ones((1, 1, 1)), 0)
+    assert list(core.run(3, [task], [np.zeros(problem.dim)], sleeps=[100.0])) == []
+    with pytest.raises(ValueError, match="partition 7"):
+        list(core.run(4, [WireTask(4, (7,), np.ones((1, 1, 1)), 0)], [np.zeros(problem.dim)]))
+
+
+def test_parse_failures_validates():
+    assert parse_failures(["1@2", (0, 3)], n=4, rounds=5) == {(1, 2), (0, 3)}
+    with pytest.raises(ValueError, match="W@R"):
+        parse_failures(["1-2"], n=4, rounds=5)
+    with pytest.raises(ValueError, match="fail worker"):
+        parse_failures(["9@1"], n=4, rounds=5)
+    with pytest.raises(ValueError, match="fail round"):
+        parse_failures(["1@9"], n=4, rounds=5)
+
+
+# ---------------------------------------------------------------------------- Ray
+
+
+@pytest.mark.parametrize(
+    "code, kw",
+    [
+        ("crc", {"stragglers": 1, "delay": 0.2}),  # one injected straggler per round: tolerated
+        ("frc", {"stragglers": 1, "delay": 0.2}),
+        ("partial", {"code_params": {"s": 1, "alpha": 2.0}}),  # two messages per worker, streamed
+    ],
+)
+def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
+    res = run(tmp_path, code=code, **kw)
+    assert rel(res.final_params, reference(6)) < 1e-9
+    assert res.arrivals.shape == (6, 4) and res.round_times.shape == (6,)
+    if "delay" in kw:  # the injected draw is the simulator's: fixed model, base 0, default_rng(seed)
+        from gradcode.stragglers import make_delay_model
+
+        want = make_delay_model("fixed", stragglers=1, delay=0.2, base=0.0).sample(6, 4, np.random.default_rng(SEED))
+        np.testing.assert_array_equal(res.injected, want)
+    # records on disk: JSON + arrays, and a trace the simulator's reader accepts
+    doc = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert doc["rounds"] == 6 and len(doc["arrivals"]) == 6
+    from gradcode.stragglers import load_trace
+
+    assert load_trace(tmp_path / "run" / "trace.npy", workers=4).shape == (6, 4)
+    np.testing.assert_array_equal(np.load(tmp_path / "run" / "arrivals.npy"), res.arrivals)
+
+
+def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_path):
+    """Round 1 loses two workers (more than s = 1: the master waits for Ray to restart them);
+    round 5 loses one (tolerated). The result is still exact and the dead workers deliver again."""
+    res = run(tmp_path, code="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
+    assert rel(res.final_params, reference(9)) < 1e-9
+    failed = {(f["round"], f["worker"]) for f in res.failures}
+    assert {(1, 1), (1, 2)} <= failed
+    assert (res.arrivals[2:, 1] >= 0).any() and (res.arrivals[2:, 2] >= 0).any()
+
+
+def test_too_many_failures_without_restarts_stop_with_clear_error(ray_session, tmp_path):
+    with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*failed workers \[1, 2\]"):
+        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=4.0)
+
+
+def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
+    class Interrupt(Exception):
+        pass
+
+    def stop_at_3(record):
+        if record["round"] == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, callback=stop_at_3)
+    res = run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True)
+    assert res.resumed_from == 4
+    assert rel(res.final_params, reference(6)) < 1e-9
+    assert not np.isnan(res.losses).any() and (res.round_times > 0).all()
+    with pytest.raises(ValueError, match="rounds"):
+        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
+
+
+def test_multi_model_round_j_serves_model_j_mod_m(ray_session, tmp_path):
+    res = run(tmp_path, code="crc", stragglers=1, models=2, rounds=6,
+              optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    assert len(res.params) == 2 and res.losses.shape == (6, 2)
+    assert rel(res.params[0], reference(0, lr=0.5, steps=3)) < 1e-9
+    assert rel(res.params[1], reference(0, lr=1.0, steps=3)) < 1e-9
+
+
+def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
+    with pytest.raises(ValueError, match="unknown code"):
+        run(tmp_path, code="nope")
+    with pytest.raises(ValueError, match="one per model"):
+        run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.1}])
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        run(tmp_path, name="fresh", code="crc", stragglers=1, resume=True)
