@@ -319,17 +319,21 @@ class StaticScheme(Scheme):
         return {w: (self._task(t, w),) for w in range(self.n)}
 
     def on_result(self, t: int, worker: int, index: int, payload, time: float) -> None:
-        t = _check_round(t)
+        if type(t) is not int:
+            t = _check_round(t)
         if t in self._closed:
             self.stale_messages += 1
             return
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"message for round {t}, which was never planned")
-        w = self.code._check_worker(worker)
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
+        w = worker if type(worker) is int and 0 <= worker < self.n else self.code._check_worker(worker)
+        if type(index) is not int:
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+                raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
+            index = int(index)
+        if index < 0:
             raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
-        index = int(index)
         if w in state.dropped:
             return
         have = int(state.counts[w])

@@ -323,35 +323,58 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
 def _round_events(plan, n, sizes, intercept, slope, c, cache, t):
     """Arrival times of every message of the round: ``(times, workers, indices, completion)``;
     ``completion[w]`` is the arrival of worker ``w``'s last message (``nan`` if it has no task)."""
-    times, wk, idx = [], [], []
-    comp = np.full(n, np.nan)
+    prefixes, workers = [], []
     for w, tasks in plan.items():
         if not 0 <= w < n:
             raise ProtocolError(f"plan({t}) names worker {w}; workers are 0..{n - 1}")
-        key = tuple((task.partitions, task.coefficients.shape, task.coefficients.tobytes()) for task in tasks)
-        prefix = cache.get(key)
-        if prefix is None:
-            prefix, _ = task_schedule(tasks, sizes)
-            if len(cache) < 65536:
-                cache[key] = prefix
-        if not prefix.size:
-            continue
-        a = intercept[w] + slope[w] * prefix
-        np.maximum(a, 0.0, out=a)
-        np.maximum.accumulate(a, out=a)
-        if c:
-            # a_i = max(c_i, a_{i-1}) + c, in the same operation order as the fast path
-            out = np.empty_like(a)
+        prefix = _cached_schedule(tasks, sizes, cache)
+        if prefix.size:
+            prefixes.append(prefix)
+            workers.append(w)
+    comp = np.full(n, np.nan)
+    if not prefixes:
+        return np.zeros(0), np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), comp
+    counts = np.fromiter(map(len, prefixes), dtype=np.intp, count=len(prefixes))
+    wk = np.repeat(np.asarray(workers, dtype=np.intp), counts)
+    P = np.concatenate(prefixes)
+    a = intercept[wk] + slope[wk] * P
+    np.maximum(a, 0.0, out=a)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    idx = np.arange(P.size) - np.repeat(starts, counts)
+    multi = np.flatnonzero(counts > 1)
+    if multi.size:
+        # messages of one worker go out in order over one link: a_i = max(c_i, a_{i-1}) + c,
+        # in the same operation order as the fast path
+        for j in multi:
+            lo, hi = starts[j], starts[j] + counts[j]
             prev = None
-            for r in range(a.size):
+            for r in range(lo, hi):
                 v = a[r] if prev is None else max(a[r], prev)
-                prev = v + c
-                out[r] = prev
-            a = out
-        times.append(a)
-        wk.append(np.full(a.size, w))
-        idx.append(np.arange(a.size))
-        comp[w] = a[-1]
-    if not times:
-        return np.zeros(0), np.zeros(0, dtype=int), np.zeros(0, dtype=int), comp
-    return np.concatenate(times), np.concatenate(wk), np.concatenate(idx), comp
+                prev = v + c if c else v
+                a[r] = prev
+        single = np.repeat(counts == 1, counts)
+        if c:
+            a[single] += c
+    elif c:
+        a += c
+    comp[wk[starts + counts - 1]] = a[starts + counts - 1]
+    return a, wk, idx, comp
+
+
+def _cached_schedule(tasks, sizes, cache) -> np.ndarray:
+    """:func:`task_schedule` prefix loads, cached per (coefficients, partitions) of the tasks.
+
+    Read-only coefficient arrays (every code's encoders) are keyed by identity and kept alive by
+    the cache, so an id cannot be reused while cached; writeable ones by their bytes."""
+    key = tuple(
+        (id(task.coefficients), task.partitions) if not task.coefficients.flags.writeable
+        else (task.coefficients.shape, task.coefficients.tobytes(), task.partitions)
+        for task in tasks
+    )
+    hit = cache.get(key)
+    if hit is not None:
+        return hit[1]
+    prefix, _ = task_schedule(tasks, sizes)
+    if len(cache) < 65536:
+        cache[key] = ([task.coefficients for task in tasks], prefix)
+    return prefix
