@@ -67,6 +67,8 @@ __all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_
 CONSTRUCTIONS = ("mds-gaussian", "mds-systematic", "repetition", "ldpc", "custom")
 #: group erasure sets checked when certifying the tolerance at construction
 CERTIFY_BUDGET = 3000
+#: float64 coefficients kept in the per-group decoding cache (about 32 MB)
+GROUP_CACHE_ELEMENTS = 4_000_000
 
 
 def ldpc_threshold(dc: int, dv: int) -> float:
@@ -86,17 +88,28 @@ def ldpc_threshold(dc: int, dv: int) -> float:
     return float(min(res.fun, ratio(x0), ratio(1.0)))
 
 
-def regular_ldpc_parity_check(N: int, dc: int, dv: int, rng, tries: int = 2000) -> np.ndarray:
+def regular_ldpc_parity_check(N: int, dc: int, dv: int, rng, tries: int = 50) -> np.ndarray:
     """A random ``(dc, dv)``-regular binary parity-check matrix ``H`` (``N dv / dc x N``): the
-    configuration model (a uniform matching of ``N dv`` variable sockets to check sockets),
-    redrawn until it has no repeated edge and full row rank over the reals."""
+    configuration model (a uniform matching of the ``N dv`` variable sockets to the check sockets)
+    with repeated edges removed by swapping one of their sockets with a random socket until none is
+    left, redrawn if the result does not have full row rank over the reals."""
     rows = N * dv // dc
-    var = np.repeat(np.arange(N), dv)
     chk = np.repeat(np.arange(rows), dc)
     for _ in range(tries):
+        var = rng.permutation(np.repeat(np.arange(N), dv))
+        for _ in range(1000):
+            key = chk * N + var
+            order = np.argsort(key, kind="stable")
+            dup = order[1:][key[order[1:]] == key[order[:-1]]]
+            if dup.size == 0:
+                break
+            for a, b in zip(dup, rng.integers(0, var.size, size=dup.size)):
+                var[a], var[b] = var[b], var[a]
+        else:
+            continue
         H = np.zeros((rows, N))
-        np.add.at(H, (chk, var[rng.permutation(N * dv)]), 1.0)
-        if H.max() == 1.0 and np.linalg.matrix_rank(H) == rows:
+        H[chk, var] = 1.0
+        if np.linalg.matrix_rank(H) == rows:
             return H
     raise ValueError(
         f"could not draw a ({dc}, {dv})-regular parity-check matrix with N={N} without repeated edges"
@@ -201,6 +214,7 @@ class CommFR(LinearCode):
         self.G = G
         self.info_positions.flags.writeable = False
         self._group_cache: OrderedDict = OrderedDict()
+        self._group_cache_size = 0
         placement = [
             tuple(range((w % self.p) * self.l, (w % self.p + 1) * self.l)) for w in range(n)
         ]
@@ -256,7 +270,9 @@ class CommFR(LinearCode):
             rows.extend((i + j * self.p, 0) for j in used)
             coefs.append(A)
             cond = max(cond, c)
-        return Decoding(pattern, tuple(rows), np.concatenate(coefs, axis=1), cond, f"commfr-{self.construction}")
+        A = np.concatenate(coefs, axis=1)
+        order = sorted(range(len(rows)), key=rows.__getitem__)  # rows in worker order
+        return Decoding(pattern, tuple(rows[i] for i in order), A[:, order], cond, f"commfr-{self.construction}")
 
     def _group_solve(self, T: tuple[int, ...]):
         """Decode one group from its received generator columns ``T`` (sorted positions):
@@ -279,8 +295,9 @@ class CommFR(LinearCode):
         else:
             out = self._lstsq_solve(T)
         self._group_cache[T] = out
-        if len(self._group_cache) > 4096:
-            self._group_cache.popitem(last=False)
+        self._group_cache_size += out[1].size
+        while self._group_cache_size > GROUP_CACHE_ELEMENTS and len(self._group_cache) > 1:
+            self._group_cache_size -= self._group_cache.popitem(last=False)[1][1].size
         return out
 
     def _lstsq_solve(self, T):
@@ -389,8 +406,16 @@ class CommFR(LinearCode):
             checked += math.comb(N, s)
             for S in itertools.combinations(range(N), s):
                 T = tuple(j for j in range(N) if j not in S)
-                try:
-                    self._group_solve(T)
-                except NotDecodableError:
+                if not self._group_decodable(T):
                     return s - 1, True
         return upper, True
+
+    def _group_decodable(self, T: tuple[int, ...]) -> bool:
+        """Whether the group decoder succeeds from positions ``T`` (index-only peeling for LDPC)."""
+        if self.construction == "ldpc":
+            return len(T) >= self.K and self._peel_order(set(T)) is not None
+        try:
+            self._group_solve(T)
+        except NotDecodableError:
+            return False
+        return True
