@@ -30,7 +30,8 @@ s_max = 0) at p = 0.05 against the paper's 18.39 and 17.00. The reading that rep
 the elapsed time of the ``i`` failed epochs, ``R(i) = t_0 + (i - 1) t_1`` for ``i >= 1``
 (``R(i) = i t`` when all epochs have the same length, so it agrees with eq. 40). With it the
 uncoded and all non-group CGC rows, and G-CGC with s_max in {0, 2}, come out within 0.015 of
-Table VI (see ``gradcode reproduce agc-table6``).
+Table VI; AGC, G-AGC and G-CGC(1) do not (up to 1.7 lower in the paper), see
+``gradcode.experiments.repro_analysis`` and ``gradcode reproduce agc-table6``.
 
 Group versions (eq. 31-35, 41-42). Workers are split into groups (sizes :func:`group_sizes`); each
 group is its own restart chain with the same ``s_max`` and communication vector; a group that has
