@@ -33,6 +33,7 @@ def assert_same(a: SimulationResult, b: SimulationResult):
     np.testing.assert_array_equal(a.arrivals, b.arrivals)
     np.testing.assert_array_equal(a.waitout_rounds, b.waitout_rounds)
     np.testing.assert_array_equal(a.job_done_round, b.job_done_round)
+    np.testing.assert_array_equal(a.finish_times, b.finish_times)
 
 
 # ------------------------------------------------------------------------------ hand-computed
@@ -49,6 +50,7 @@ def test_frc_n4_s1_by_hand():
         [False, False, True, True],
     ]
     assert res.arrivals.tolist() == [[1, -1, -1, 2], [-1, 1, 2, -1], [1, 2, -1, -1]]
+    assert res.finish_times.tolist() == [[1, 5, 3, 2], [4, 1, 2, 3], [1, 2, 3, 4]]
     assert res.total_time == 6.0 and res.waitouts == 0
     assert res.job_done_round.tolist() == [0, 1, 2]
 
@@ -289,6 +291,12 @@ def test_records_json_csv_and_arrivals(tmp_path):
     assert csv_text.splitlines()[1].endswith(",0,0.0,2.0,2,False,0")
     res.save_arrivals(tmp_path / "a.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), res.arrivals)
+    # the finish times are a trace: replaying them gives the same run
+    for name in ("t.npy", "t.csv"):
+        res.save_trace(tmp_path / name)
+        back = gradcode.load_trace(tmp_path / name)
+        np.testing.assert_array_equal(back, res.finish_times)
+        assert_same(gradcode.simulate(code, back, 2), res)
     with pytest.raises(ValueError, match=".npy or .csv"):
         res.save_arrivals(tmp_path / "a.txt")
 

@@ -25,6 +25,9 @@ class SimulationResult:
     * ``waitout_rounds[t]``: under the mu-rule, round ``t`` could not decode at its deadline and
       the master waited until it could; ``waitouts`` counts them.
     * ``job_done_round[j]``: the round in which job ``j`` was decoded, ``-1`` if not yet.
+    * ``finish_times[t, w]``: when ``w``'s whole task result would have arrived had the round not
+      been closed (stragglers included; 0 for a worker given no task): a complete trace of the
+      run at the scheme's loads (``save_trace``), where ``arrivals`` marks stragglers with -1.
     """
 
     scheme: str
@@ -37,6 +40,7 @@ class SimulationResult:
     arrivals: np.ndarray
     waitout_rounds: np.ndarray
     job_done_round: np.ndarray
+    finish_times: np.ndarray
     extra: dict = field(default_factory=dict)
 
     @property
@@ -130,12 +134,22 @@ class SimulationResult:
             Path(path).write_text(text)
         return text
 
+    def save_trace(self, path: str | Path) -> None:
+        """Write ``finish_times`` as a ``(rounds, workers)`` trace (``.npy`` or ``.csv``) that
+        :func:`gradcode.load_trace` reads back."""
+        _save_table(path, self.finish_times)
+
     def save_arrivals(self, path: str | Path) -> None:
-        """Write ``arrivals`` as a ``(rounds, workers)`` trace (``.npy`` or ``.csv``)."""
-        path = Path(path)
-        if path.suffix == ".npy":
-            np.save(path, self.arrivals)
-        elif path.suffix == ".csv":
-            np.savetxt(path, self.arrivals, delimiter=",", fmt="%.9g")
-        else:
-            raise ValueError(f"arrivals path must end in .npy or .csv, got {str(path)!r}")
+        """Write ``arrivals`` (``-1`` for stragglers) as a ``(rounds, workers)`` table (``.npy`` or
+        ``.csv``), the format of the Ray runtime's ``arrivals.npy``."""
+        _save_table(path, self.arrivals)
+
+
+def _save_table(path, table: np.ndarray) -> None:
+    path = Path(path)
+    if path.suffix == ".npy":
+        np.save(path, table)
+    elif path.suffix == ".csv":
+        np.savetxt(path, table, delimiter=",", fmt="%.17g")
+    else:
+        raise ValueError(f"path must end in .npy or .csv, got {str(path)!r}")

@@ -29,7 +29,10 @@ Closing rules (``close``):
 
 Stragglers: a worker whose task result (all its messages of the round) was not in when the round
 ended; messages it did deliver are still used (the ``partial`` code needs the stragglers' message
-0). ``arrivals[t, w]`` is the arrival of ``w``'s last message, ``-1`` for a straggler.
+0). For codes whose master stops early (AGC: once decodable, the remaining messages are cancelled)
+a worker cut off before its last message therefore counts as a straggler of the round, as in the
+Ray runtime. ``arrivals[t, w]`` is the arrival of ``w``'s last message, ``-1`` for a straggler (the
+runtime's table); ``finish_times[t, w]`` is when it would have arrived, stragglers included.
 
 Two paths give identical results on the same draw (tests check it): the *fast path* for a
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
@@ -206,6 +209,7 @@ def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
     round_times = np.empty(rounds)
     stragglers = np.empty((rounds, n), dtype=bool)
     arrivals = np.empty((rounds, n))
+    finish = np.empty((rounds, n))
     waitout = np.zeros(rounds, dtype=bool)
     cols = np.arange(n)
     with _progress(show, rounds, "simulating") as prog:
@@ -231,12 +235,13 @@ def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
             round_times[a:b] = end
             stragglers[a:b] = ~arrived
             arrivals[a:b] = np.where(arrived, C, -1.0)
+            finish[a:b] = C
             if prog is not None:
                 prog.update(task, completed=b)
     return SimulationResult(
         scheme=_name(code), model=_name(model), close=close, seed=_seed_repr(seed), method="fast",
         round_times=round_times, stragglers=stragglers, arrivals=arrivals,
-        waitout_rounds=waitout, job_done_round=np.arange(rounds),
+        waitout_rounds=waitout, job_done_round=np.arange(rounds), finish_times=finish,
     )
 
 
@@ -255,6 +260,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
     round_times = np.empty(rounds)
     stragglers = np.zeros((rounds, n), dtype=bool)
     arrivals = np.full((rounds, n), -1.0)
+    finish = np.zeros((rounds, n))
     waitout = np.zeros(rounds, dtype=bool)
     done: dict[int, int] = {}
     cache: dict = {}
@@ -303,6 +309,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
             round_times[t] = end
             stragglers[t, planned] = ~arrived[planned]
             arrivals[t] = np.where(arrived, comp, -1.0)
+            finish[t, planned] = comp[planned]
             for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
                 if job in done:
                     raise ProtocolError(f"{_name(scheme)} finished job {job} twice (rounds {done[job]} and {t})")
@@ -316,7 +323,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
     return SimulationResult(
         scheme=_name(scheme), model=_name(model), close=close, seed=_seed_repr(seed), method="events",
         round_times=round_times, stragglers=stragglers, arrivals=arrivals,
-        waitout_rounds=waitout, job_done_round=job_done_round,
+        waitout_rounds=waitout, job_done_round=job_done_round, finish_times=finish,
     )
 
 
