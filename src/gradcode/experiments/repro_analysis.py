@@ -23,7 +23,7 @@ printed (p = 0.05 | p = 0.1):
     G-CGC(1)  12.10 / 11.90 | 13.56 / 12.86     AGC               12.77 / 12.19 | 16.53 / 15.85
     G-AGC     11.03 /  9.95 | 12.78 / 11.10
 
-The first eleven pairs agree to 0.015. The last three rows do not, and no reading we tried brings
+The first twelve pairs agree to 0.015. The last three rows do not, and no reading we tried brings
 them out without breaking the others: CGC(2) fixes the law of the decoding epoch ``Y`` at
 ``s_max = 2`` (it matches), so AGC's gap must come from the per-``s`` costs, yet no choice of the
 tables' Enc/Dec/Comm columns, overhead or restart term fits both values of ``p`` (best misfit
