@@ -297,7 +297,8 @@ def train(
     ``delay_model`` (a delay model, or ``(name, params)``) is given; also the tolerance ``s`` of codes
     that take one. ``data``: a dataset name or a :class:`~gradcode.problems.DataSpec`; ``problem``
     defaults to ``logistic``/``linear``/``softmax`` by the data's task. ``optimizer_params`` may be a
-    list of ``models`` dicts (one per model: e.g. a learning-rate sweep). ``fail``: ``"W@R"``
+    list of ``models`` dicts (one per model: e.g. a learning-rate sweep); without a step size GD and
+    Nesterov take ``1/L`` from ``problem.smoothness()``. ``fail``: ``"W@R"``
     strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
     and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
     Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
@@ -339,6 +340,7 @@ def train(
         opt_params = [dict(p) for p in optimizer_params]
         if len(opt_params) != models:
             raise ValueError(f"optimizer_params lists {len(opt_params)} dicts; give one per model ({models})")
+    opt_params = [_default_steps(optimizer, p, master_problem) for p in opt_params]
     optimizers = [make_optimizer(optimizer, **p) for p in opt_params]
 
     # ---- stragglers and failures
@@ -455,6 +457,21 @@ def train(
     )
     result.save(run_dir)
     return result
+
+
+def _default_steps(optimizer: str, params: dict, problem) -> dict:
+    """Step sizes when none are given: ``lr = 1/L`` for GD and Nesterov (``L`` from
+    ``problem.smoothness()``), and ``c1 / (t + c2)`` with ``c2 = 10``, ``c1 = 10 / L`` for SGD
+    (first step ``1/L``, then decaying as Tandon's ignore-stragglers baseline)."""
+    params = dict(params)
+    L = problem.smoothness() if hasattr(problem, "smoothness") else None
+    if L:
+        if optimizer in ("gd", "nesterov"):
+            params.setdefault("lr", 1.0 / L)
+        elif optimizer == "sgd":
+            params.setdefault("c2", 10.0)
+            params.setdefault("c1", params["c2"] / L)
+    return params
 
 
 def _default_problem(dataset) -> str:

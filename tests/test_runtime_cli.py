@@ -1,0 +1,32 @@
+"""``gradcode train`` end to end on the shared Ray session: --json, --plot, errors."""
+
+import json
+
+from typer.testing import CliRunner
+
+from gradcode.cli import app
+
+
+def test_train_json_and_plots(ray_session, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, [
+        "train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--delay", "0.1",
+        "--data", "synthetic", "--data-param", "n_samples=400", "--data-param", "n_features=5",
+        "--rounds", "4", "--seed", "0", "--run-dir", str(tmp_path / "run"), "--plot", str(tmp_path / "plots"),
+        "--json",
+    ])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert len(doc["round_times"]) == 4 and len(doc["arrivals"]) == 4 and len(doc["arrivals"][0]) == 4
+    assert isinstance(doc["final_loss"], float) and len(doc["final_params_checksum"]) == 16
+    assert len(doc["final_params"]) == 6  # 5 features + intercept
+    assert (tmp_path / "plots" / "loss_auc_vs_time.png").stat().st_size > 0
+    assert (tmp_path / "plots" / "round_time_vs_delay.png").stat().st_size > 0
+
+
+def test_train_bad_arguments_exit_2_with_a_message(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "--scheme", "nope", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "unknown code" in res.output
+    res = runner.invoke(app, ["train", "--fail", "x", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "W@R" in res.output
