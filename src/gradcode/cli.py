@@ -26,7 +26,7 @@ app = typer.Typer(
 err = Console(stderr=True)
 out = Console()
 
-_COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim"]
+_COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim", "gradcode.experiments.cli_train"]
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
