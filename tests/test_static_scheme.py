@@ -220,6 +220,16 @@ def test_non_finite_messages_are_dropped_as_stragglers():
     assert issubclass(NonFiniteMessageError, ValueError)
 
 
+def test_overflow_from_finite_messages_is_not_decodable():
+    code = gradcode.make_code("uncoded", n=2)
+    scheme = StaticScheme(code)
+    scheme.plan(0)
+    big = np.full((1, 3), 1e308)
+    feed(scheme, 0, code, {0: big, 1: big}, [0, 1])
+    with pytest.raises(gradcode.NotDecodableError, match="round 0"):
+        scheme.close(0, {0, 1})
+
+
 def test_dim_for_multichunk_payloads_defaults_to_padded_length():
     code = gradcode.make_code("crc", n=4, s=1)
     scheme = StaticScheme(code, dim=3)

@@ -408,6 +408,8 @@ class StaticScheme(Scheme):
                 gradient = self.code.decode(msgs, dim=dim)
                 break
             except NonFiniteMessageError as exc:
+                if not set(exc.workers) - state.dropped:  # overflow from finite messages
+                    raise NotDecodableError(f"round {t}: {exc}") from None
                 state.dropped.update(exc.workers)
         row = np.ones(self.n, dtype=bool)
         row[list(arrived)] = False

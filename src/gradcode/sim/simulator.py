@@ -39,13 +39,15 @@ Two paths give identical results on the same draw (tests check it): the *fast pa
 :func:`~gradcode.schemes.static.decode_rule` (an order statistic for MDS-like codes, per group
 for FRC, per cluster for GC-SC, binary search with ``can_decode`` otherwise); the *event path*
 feeds each message to a :class:`~gradcode.schemes.Scheme` in time order, the protocol that
-dynamic schemes and the Ray runtime use.
+dynamic schemes and the Ray runtime use. The fast path trusts the closed rule (for CRC and GC-SC
+"any n - s" holds with probability one over the code's random draw); the event path confirms each
+decodable instant with ``code.can_decode``, which also refuses solves above ``max_condition``, so
+the two could only differ on a code whose decoding is that badly conditioned.
 """
 
 from __future__ import annotations
 
 import numbers
-import sys
 
 import numpy as np
 
