@@ -381,10 +381,11 @@ def test_cli_simulate_trace_file_mu_rule_and_records(tmp_path):
     rows = np.array([[1.0, 1.2, 1.4, 3.0], [1.0, 1.6, 2.0, 3.0]])
     np.save(tmp_path / "t.npy", rows)
     r = _cli("simulate", "--scheme", "crc", "-n", "4", "-s", "1", "--trace", str(tmp_path / "t.npy"),
-             "--rounds", "2", "--close", "0.5", "--records", str(tmp_path / "rec.csv"), "--json")
+             "--close", "0.5", "--records", str(tmp_path / "rec.csv"), "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["rows"][0]["total_time"] == 3.5 and doc["rows"][0]["waitouts"] == 1
+    assert doc["summary"]["rounds"] == 2  # the trace's length by default
     lines = (tmp_path / "rec.csv").read_text().splitlines()
     assert len(lines) == 3 and "waitout" in lines[0]
 

@@ -85,6 +85,16 @@ def build_model(model: str, model_params: list[str] | None, trace: Path | None):
     return make_delay_model(model, **params)
 
 
+def default_rounds(rounds: int | None, model) -> int:
+    """``--rounds``, else the rows a trace has left from its offset, else 1000."""
+    if rounds is not None:
+        return rounds
+    delays = getattr(model, "delays", None)
+    if isinstance(delays, np.ndarray) and not getattr(model, "wrap", False):
+        return max(1, delays.shape[0] - getattr(model, "offset", 0))
+    return 1000
+
+
 def parse_close(close: str):
     if close == "decodable":
         return close
@@ -175,6 +185,7 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
     """The document ``gradcode simulate`` prints, and the runs."""
     code = build_code(scheme, params, workers, stragglers)
     dmodel = build_model(model, model_params, trace)
+    rounds = default_rounds(rounds, dmodel)
     results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method)
     rows = []
     for i, res in enumerate(results):
@@ -207,6 +218,7 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     if len(ns) > 1:
         raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
     dmodel = build_model(model, model_params, trace)
+    rounds = default_rounds(rounds, dmodel)
     close = parse_close(close)
     names, pooled, rows = [], [], []
     for code in codes:
@@ -245,7 +257,7 @@ def register(app: typer.Typer) -> None:
     model_opt = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
     mparam_opt = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
     trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model.")
-    rounds_opt = typer.Option(1000, "--rounds", "-r", help="Rounds per run.")
+    rounds_opt = typer.Option(None, "--rounds", "-r", help="Rounds per run [default: 1000, or the trace's length].")
     repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
     seed_opt = typer.Option(0, "--seed", help="Seed of the first run.")
     close_opt = typer.Option("decodable", "--close", help=_CLOSE_HELP)
@@ -261,7 +273,7 @@ def register(app: typer.Typer) -> None:
         model: str = model_opt,
         model_param: list[str] = mparam_opt,
         trace: Path = trace_opt,
-        rounds: int = rounds_opt,
+        rounds: int | None = rounds_opt,
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
@@ -297,7 +309,7 @@ def register(app: typer.Typer) -> None:
         model: str = model_opt,
         model_param: list[str] = mparam_opt,
         trace: Path = trace_opt,
-        rounds: int = rounds_opt,
+        rounds: int | None = rounds_opt,
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
@@ -319,5 +331,5 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError, OSError) as exc:
             _fail(exc)
         emit(doc, as_json=as_json,
-             title=f"{doc['model']}, close={doc['close']}: {rounds} rounds x {repeats} (same draws for every scheme)",
+             title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every scheme)",
              columns=["scheme", "load", "mean", "median", "p95", "speedup", "stragglers/round", "waitouts"])
