@@ -215,9 +215,10 @@ class GenericRule(DecodeRule):
             wk = w_idx[order]
 
             def ok(length):
-                counts = np.bincount(wk[:length], minlength=n)
-                # include every message tied with the last one of the prefix
-                return self.satisfied(counts)
+                # the first `length` arrivals; ties need no special care: the shortest decodable
+                # prefix ends at time T, every shorter prefix (so every earlier instant) fails,
+                # and the tie-inclusive set at T contains the prefix, so it decodes too
+                return self.satisfied(np.bincount(wk[:length], minlength=n))
 
             if not order.size or not ok(order.size):
                 continue
