@@ -84,8 +84,9 @@ def simulate(
     (:func:`gradcode.make_delay_model`), a registry name, or a ``(rounds, workers)`` array of
     seconds replayed as a trace. ``seed``: an int, SeedSequence or Generator for the model's draw.
     ``close``: ``"decodable"`` or the mu of the SGC mu-tolerance rule (see the module docstring).
-    ``method``: ``"fast"`` (codes only: vectorized over rounds), ``"events"`` (the protocol path,
-    message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
+    ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
+    through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
+    path, message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
     progress bar on stderr (default: on long runs only).
     """
     rounds = check_int("rounds", rounds, minimum=1)
