@@ -256,6 +256,12 @@ class CommFR(LinearCode):
         return (f"<CommFR n={self.n} k={self.k} N={self.N} K={self.K}"
                 f" construction={self.construction}{extra}>")
 
+    def clear_cache(self) -> None:
+        """Drop cached decodings, including the per-group solutions."""
+        super().clear_cache()
+        self._group_cache.clear()
+        self._group_cache_size = 0
+
     # ------------------------------------------------------------------ decoding
     def _fast_solve(self, pattern: Pattern) -> Decoding:
         received = [[] for _ in range(self.p)]
