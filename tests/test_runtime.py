@@ -142,7 +142,7 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
 
 def test_too_many_failures_without_restarts_stop_with_clear_error(ray_session, tmp_path):
     with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*failed workers \[1, 2\]"):
-        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=4.0)
+        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
 
 
 def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):

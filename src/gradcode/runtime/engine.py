@@ -15,8 +15,9 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
   stream, or the error of a worker that died. A dead worker becomes an event, never an exception;
 * ``ray.cancel`` does not stop a task running on a synchronous actor (measured: a 3 s sleep ran to
   its end), so the runtime never queues work behind an unfinished task (the master skips busy
-  workers) and stops injected sleeps through :meth:`abort`, a method of a separate concurrency
-  group that sets a flag the worker's sleep waits on (measured: the stream ends within ~4 ms);
+  workers), and workers are *async* actors whose injected sleeps are ``await``-ed: :meth:`abort`
+  (another coroutine) ends them at once (measured: the stream ends within ~4 ms). Compute runs
+  inline in the coroutine; only sleeps yield the event loop;
 * a round's messages stream back through actor generators (``num_returns="streaming"``); for one
   message per worker they cost no more than plain calls (measured: 15 ms per round for 8 workers
   and d = 1e3, 52 ms streaming vs 91 ms plain at d = 1e6, on 2 shared cores);
@@ -32,6 +33,7 @@ cluster.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import tempfile
@@ -61,24 +63,45 @@ class Event:
     payload: Any = None
 
 
-@ray.remote(concurrency_groups={"control": 1})
+@ray.remote
 class _RayWorker:
-    """Actor wrapper of :class:`WorkerCore`; ``run`` streams messages, ``abort``/``ping`` run in a
-    separate concurrency group so they reach the worker while ``run`` sleeps."""
+    """Async actor around :class:`WorkerCore`: ``run`` streams the messages of a round and sleeps
+    injected delays with ``await``, so ``abort`` (another coroutine) ends them at once. Measured
+    with n = 8, d = 1e5: 20 ms per round, against 18 ms for a synchronous actor (which cannot be
+    interrupted) and 34 ms for a threaded actor with a control concurrency group."""
 
-    def __init__(self, worker: int, spec: ProblemSpec, partitions: dict, chunks: int):
+    def __init__(self, worker: int, spec, partitions: dict, chunks: int):
         problem, _ = spec.build()
         self.core = WorkerCore(worker, problem, partitions, chunks)
+        self._wake = asyncio.Event()
 
-    def run(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
-        yield from self.core.run(t, tasks, params, sleeps, fail)
+    async def run(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+        for item in self.core.steps(t, tasks, params, sleeps, fail):
+            if isinstance(item, float):
+                if not await self._sleep(t, item):
+                    return
+            else:
+                yield item
 
-    @ray.method(concurrency_group="control")
-    def abort(self, t: int) -> None:
+    async def _sleep(self, t: int, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.core._aborted < t:
+            left = deadline - loop.time()
+            if left <= 0:
+                return True
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except asyncio.TimeoutError:
+                return True
+            self._wake.clear()
+        return False
+
+    async def abort(self, t: int) -> None:
         self.core.abort(t)
+        self._wake.set()
 
-    @ray.method(concurrency_group="control")
-    def ping(self) -> int:
+    async def ping(self) -> int:
         return os.getpid()
 
 

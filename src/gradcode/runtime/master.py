@@ -296,7 +296,9 @@ def train(
     round sleep ``delay`` extra seconds (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless
     ``delay_model`` (a delay model, or ``(name, params)``) is given; also the tolerance ``s`` of codes
     that take one. ``data``: a dataset name or a :class:`~gradcode.problems.DataSpec`; ``problem``
-    defaults to ``logistic``/``linear``/``softmax`` by the data's task. ``optimizer_params`` may be a
+    defaults to ``logistic``/``linear``/``softmax`` by the data's task. ``data`` may also be a
+    :class:`~gradcode.runtime.ProblemSpec` or any picklable object whose ``build()`` returns
+    ``(problem, dataset)``: workers and master call it to get the same problem. ``optimizer_params`` may be a
     list of ``models`` dicts (one per model: e.g. a learning-rate sweep); without a step size GD and
     Nesterov take ``1/L`` from ``problem.smoothness()``. ``fail``: ``"W@R"``
     strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
@@ -322,16 +324,24 @@ def train(
     scheme_name = code if isinstance(code, str) else repr(code)
 
     # ---- data and problem
-    if isinstance(data, str):
-        spec = DataSpec(data, dict(data_params or {}), seed=seed, test_fraction=test_fraction)
-    elif isinstance(data, DataSpec):
-        spec = data
+    if hasattr(data, "build") and not isinstance(data, (str, DataSpec)):
+        pspec = data  # a ProblemSpec, or any picklable object whose build() -> (problem, dataset)
+        master_problem, _ = pspec.build()
+        data_record = pspec.to_dict() if hasattr(pspec, "to_dict") else repr(pspec)
     else:
-        raise TypeError(f"data must be a dataset name or a DataSpec, got {type(data).__name__}")
-    dataset = make_dataset(spec)
-    problem = problem or _default_problem(dataset)
-    pspec = ProblemSpec(spec, problem, dict(problem_params or {}))
-    master_problem = make_problem(problem, dataset, **pspec.params)
+        if isinstance(data, str):
+            spec = DataSpec(data, dict(data_params or {}), seed=seed, test_fraction=test_fraction)
+        elif isinstance(data, DataSpec):
+            spec = data
+        else:
+            raise TypeError(
+                f"data must be a dataset name, a DataSpec or a ProblemSpec, got {type(data).__name__}"
+            )
+        dataset = make_dataset(spec)
+        problem = problem or _default_problem(dataset)
+        pspec = ProblemSpec(spec, problem, dict(problem_params or {}))
+        master_problem = make_problem(problem, dataset, **pspec.params)
+        data_record = spec.to_dict()
 
     # ---- optimizers
     if optimizer_params is None or isinstance(optimizer_params, Mapping):
@@ -360,8 +370,8 @@ def train(
         "stragglers": stragglers,
         "delay": delay,
         "delay_model": repr(dmodel) if dmodel is not None else None,
-        "data": spec.to_dict(),
-        "problem": pspec.problem,
+        "data": data_record,
+        "problem": getattr(pspec, "problem", None),
         "problem_params": dict(problem_params or {}),
         "optimizer": optimizer,
         "optimizer_params": opt_params,

@@ -118,7 +118,19 @@ class WorkerCore:
     ) -> Iterator[np.ndarray]:
         """The messages of round ``t``, in plan order (task 0's messages first); ``sleeps[i]``
         seconds of injected delay are slept before message ``i`` (missing entries: none). Stops
-        early, sending nothing more, once the round is aborted."""
+        early, sending nothing more, once the round is aborted. (Blocking sleeps: engines with an
+        event loop drive :meth:`steps` themselves.)"""
+        for item in self.steps(t, tasks, params, sleeps, fail):
+            if isinstance(item, float):
+                if not self._sleep(t, item):
+                    return
+            else:
+                yield item
+
+    def steps(self, t, tasks, params, sleeps=(), fail=False) -> Iterator[float | np.ndarray]:
+        """The round as a sequence of instructions: a ``float`` asks the driver to sleep that many
+        seconds (unless round ``t`` is aborted, in which case it stops iterating), an array is the
+        next message."""
         if fail:
             os._exit(17)  # chaos: the process dies as a crashed machine would
         plan = [self._message_plan(task) for task in tasks]
@@ -129,7 +141,10 @@ class WorkerCore:
             m = math.ceil(d / self.chunks)
             partials: dict[int, np.ndarray] = {}
             for r, needed in enumerate(per_task):
-                if not self._sleep(t, float(sleeps[i]) if i < len(sleeps) else 0.0):
+                pause = float(sleeps[i]) if i < len(sleeps) else 0.0
+                if pause > 0:
+                    yield pause
+                if self._aborted >= t:
                     return
                 for pos in needed:
                     partials[pos] = self._partial(x, task.partitions[pos], m)

@@ -1,0 +1,212 @@
+"""Benchmarks of the Ray runtime (issue 5, item 8). Prints medians; run from the repo root:
+
+    python benchmarks/bench_runtime.py [--quick] [--only overhead|delay|target]
+
+(a) **Master overhead per round** for n = 8 and 32 workers and d = 1e3, 1e5, 1e6 parameters:
+    the median time of a full training round (plan, one ``ray.put`` of the parameters, n streamed
+    tasks, decode, optimizer step) with a problem whose partial gradient costs only writing d
+    numbers (so the round is all overhead), against two floors measured in the same run on the
+    same actors' cluster: the *Ray floor*, one ``ray.put`` of the model and n actor calls that
+    each return a d-vector with no compute (the cheapest way to copy the model out and the results
+    back once through Ray), and the *memcpy floor*, (1 + n) copies of d float64 in this process.
+(b) **Time per round against injected delay**: uncoded, ignore-s, frc and crc (n = 8, s = 3) on
+    Tandon's synthetic data with s random workers delayed by ``delay`` each round: coded schemes
+    stay flat, uncoded grows with the delay.
+(c) **Time to a target loss** under injected stragglers (n = 8, s = 3, delay 0.2 s): Nesterov for
+    the exact codes and uncoded, SGD c1/(t + c2) for ignore-s (Tandon Sec. 5); the target is the
+    training objective single-process Nesterov reaches after ``K`` steps.
+
+All runs share one embedded Ray session (num_cpus=2; workers reserve no CPU). On a 2-core machine
+shared with other work the absolute numbers are noisy; the ratios measured side by side are what
+to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+class ConstProblem:
+    """A problem whose partial gradient is ``len(rows)`` in every coordinate: the worker's compute
+    is one write of d numbers, so a training round measures the runtime's overhead."""
+
+    def __init__(self, d: int, n_train: int):
+        self.dim, self.n_train = d, n_train
+
+    def gradient(self, params, rows):
+        return np.full(self.dim, float(len(rows)))
+
+    def init_params(self, rng=None):
+        return np.zeros(self.dim)
+
+    def full_gradient(self, params, g):
+        return np.asarray(g) / self.n_train
+
+    def objective(self, params):
+        return 0.0
+
+    def smoothness(self):
+        return None
+
+
+class ConstSpec:
+    def __init__(self, d: int, n_train: int = 1024):
+        self.d, self.n_train = d, n_train
+
+    def build(self):
+        return ConstProblem(self.d, self.n_train), None
+
+    def __repr__(self):
+        return f"ConstSpec(d={self.d})"
+
+
+def _ray_floor(n: int, d: int, reps: int) -> float:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def __init__(self, d):
+            self.out = np.ones(d)
+
+        def run(self, x):
+            return self.out
+
+    actors = [Echo.remote(d) for _ in range(n)]
+    ray.get([a.run.remote(np.zeros(1)) for a in actors])
+    x = np.zeros(d)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ref = ray.put(x)
+        outs = ray.get([a.run.remote(ref) for a in actors])
+        times.append(time.perf_counter() - t0)
+        del outs
+    for a in actors:
+        ray.kill(a)
+    return float(np.median(times))
+
+
+def _memcpy_floor(n: int, d: int, reps: int) -> float:
+    x = np.ones(d)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n + 1):
+            y = x.copy()
+        times.append(time.perf_counter() - t0)
+        del y
+    return float(np.median(times))
+
+
+def bench_overhead(tmp: Path, quick: bool) -> list[dict]:
+    from gradcode.runtime import train
+
+    rows = []
+    reps = 10 if quick else 20
+    for n in ((8,) if quick else (8, 32)):
+        for d in (10**3, 10**5, 10**6):
+            res = train("uncoded", workers=n, data=ConstSpec(d), optimizer="gd", optimizer_params={"lr": 0.1},
+                        rounds=reps + 2, eval_every=0, run_dir=tmp / f"oh-{n}-{d}")
+            master = float(np.median(res.round_times[2:]))  # first rounds warm caches
+            ray_floor = _ray_floor(n, d, reps)
+            mem = _memcpy_floor(n, d, reps)
+            rows.append({"n": n, "d": d, "master ms": 1e3 * master, "ray floor ms": 1e3 * ray_floor,
+                         "memcpy floor ms": 1e3 * mem, "master / ray floor": master / ray_floor})
+            print(_fmt(rows[-1]), flush=True)
+    return rows
+
+
+SCHEMES = [("uncoded", {}), ("ignore", {}), ("frc", {}), ("crc", {})]
+
+
+def bench_delay(tmp: Path, quick: bool) -> list[dict]:
+    from gradcode.runtime import train
+
+    rows = []
+    n, s = 8, 3
+    rounds = 6 if quick else 10
+    data = {"n_samples": 4000, "n_features": 100}
+    for delay in ((0.0, 0.2) if quick else (0.0, 0.1, 0.2, 0.4)):
+        row = {"delay s": delay}
+        for name, _ in SCHEMES:
+            res = train(name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic", data_params=data,
+                        rounds=rounds, eval_every=0, run_dir=tmp / f"dl-{name}-{delay}")
+            row[f"{name} ms"] = 1e3 * float(np.median(res.round_times[1:]))
+        rows.append(row)
+        print(_fmt(row), flush=True)
+    return rows
+
+
+def bench_target(tmp: Path, quick: bool) -> list[dict]:
+    from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+    from gradcode.runtime import train
+
+    n, s, delay, seed = 8, 3, 0.2, 0
+    data = {"n_samples": 8000, "n_features": 100}
+    K = 15 if quick else 30
+    rounds = 2 * K
+    ds = make_dataset(DataSpec("tandon-synthetic", data, seed=seed))
+    problem = make_problem("logistic", ds)
+    lr = 1.0 / problem.smoothness()
+    opt = make_optimizer("nesterov", lr=lr)
+    x = problem.init_params()
+    st = opt.init(x)
+    for k in range(K):
+        x, st = opt.step(x, problem.full_gradient(x), st, k)
+    target = problem.objective(x)
+    rows = []
+    for name, _ in SCHEMES:
+        optimizer = "sgd" if name == "ignore" else "nesterov"
+        res = train(name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic", data_params=data,
+                    optimizer=optimizer, rounds=rounds, seed=seed, eval_every=0, run_dir=tmp / f"tg-{name}")
+        hit = np.flatnonzero(res.losses[:, 0] <= target + 1e-12)
+        rows.append({
+            "scheme": name, "optimizer": optimizer, "target loss": target,
+            "rounds to target": int(hit[0]) + 1 if hit.size else None,
+            "time to target s": float(res.elapsed[hit[0]]) if hit.size else None,
+            "median round ms": 1e3 * float(np.median(res.round_times)),
+            "final loss": res.final_loss,
+        })
+        print(_fmt(rows[-1]), flush=True)
+    return rows
+
+
+def _fmt(row: dict) -> str:
+    return "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
+    ap.add_argument("--only", choices=["overhead", "delay", "target"], action="append")
+    args = ap.parse_args(argv)
+    from gradcode.runtime.engine import init_ray
+
+    which = args.only or ["overhead", "delay", "target"]
+    with tempfile.TemporaryDirectory(prefix="gcbench-") as tmp:
+        init_ray(num_cpus=2)
+        tmp = Path(tmp)
+        if "overhead" in which:
+            print("# (a) master overhead per round (median), against the Ray and memcpy floors")
+            bench_overhead(tmp, args.quick)
+        if "delay" in which:
+            print("# (b) median time per round (ms) as the injected delay grows; n=8, s=3")
+            bench_delay(tmp, args.quick)
+        if "target" in which:
+            print("# (c) time to a target loss under injected stragglers; n=8, s=3, delay=0.2 s")
+            bench_target(tmp, args.quick)
+        import ray
+
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
