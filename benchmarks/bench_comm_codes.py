@@ -150,15 +150,18 @@ def bench_b(repeats, D=1 << 20):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (smoke run)")
+    ap.add_argument("--part", choices=("a", "b", "all"), default="all", help="run only part (a) or (b)")
     args = ap.parse_args()
     sizes = [60, 120] if args.quick else [60, 120, 240, 500, 1000]
     repeats = 3 if args.quick else 9
     print(f"# bench_comm_codes  python {platform.python_version()}  numpy {np.__version__}  "
           f"{platform.processor() or platform.machine()}  BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}")
-    print("(a) decoding coefficients for a fresh straggler pattern: structured vs generic SVD solve")
-    bench_a(sizes, repeats)
-    print("(b) encode one worker, D = 2^20 per partial gradient, vs reading its partials once")
-    bench_b(repeats)
+    if args.part in ("a", "all"):
+        print("(a) decoding coefficients for a fresh straggler pattern: structured vs generic SVD solve")
+        bench_a(sizes, repeats)
+    if args.part in ("b", "all"):
+        print("(b) encode one worker, D = 2^20 per partial gradient, vs reading its partials once")
+        bench_b(repeats)
 
 
 if __name__ == "__main__":

@@ -261,3 +261,22 @@ def test_from_matrix_rejects_bad_E():
     bad[0, 3] = 1.0  # round 0 may only use L + (n - d) = 3 columns
     with pytest.raises(ValueError, match="zero"):
         AGC.from_matrix(3, 2, 2, bad)
+
+
+@pytest.mark.parametrize("name,params", [("agc", dict(n=5, d=3, L=4)), ("cgc", dict(n=6, d=4, m=3)),
+                                         ("commfr", dict(n=6, k=6, N=3, K=2)), ("g-agc", dict(n=7, d=3, L=2))])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_unpadded_encode_equals_padded(name, params, dtype):
+    """Encoding when L does not divide the dimension skips the padded copy; same messages."""
+    from gradcode.codes.base import LinearCode
+
+    code = gradcode.make_code(name, **params)
+    rng = np.random.default_rng(0)
+    for dim in (1, 5, 13, 4 * code.chunks):
+        for w in range(code.n):
+            p = len(code.placement[w])
+            x = rng.standard_normal((p, dim)).astype(dtype)
+            ref = LinearCode._apply_encoder(code, code.encoders[w], x, code.chunks, p, dim)
+            got = code.encode(w, x)
+            assert got.dtype == dtype and got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5 if dtype == np.float32 else 1e-12)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from gradcode.codes.adaptive import CGC
@@ -61,6 +60,13 @@ def test_eq8_gives_decreasing_f_with_tail_below_eps(s, m):
         assert all(a > b for a, b in zip(f, f[1:]))
         assert f[-1] <= eps
         assert commfr_s_kappa(s, m, kappa, eps, C) is not None
+
+
+def test_ya_threshold_is_the_substitution():
+    """Ye-Abbe: Theorem 2 with m + s -> n and m -> n - s (a [n, n - s] Gaussian code)."""
+    for n, s in [(60, 8), (1000, 90), (30, 5)]:
+        assert ya_s_kappa(n, s, 1000.0, 1e-3) == commfr_s_kappa(s, n - s, 1000.0, 1e-3)
+    assert ya_s_kappa(60, 8, 1000.0, 1e-3, C=7.0) < commfr_s_kappa(8, 2, 1000.0, 1e-3, C=7.0)
 
 
 def test_commfr_table1_reproduction():
