@@ -171,6 +171,31 @@ def test_multi_model_round_j_serves_model_j_mod_m(ray_session, tmp_path):
     assert rel(res.params[1], reference(0, lr=1.0, steps=3)) < 1e-9
 
 
+class BrokenOnWorkers:
+    """Builds the problem in the master's process only: every worker's __init__ fails."""
+
+    def __init__(self):
+        import os
+
+        self.pid = os.getpid()
+
+    def build(self):
+        import os
+
+        if os.getpid() != self.pid:
+            raise RuntimeError("no data on this node")
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return make_problem("logistic", ds), ds
+
+
+def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):
+    from gradcode.errors import GradcodeError
+
+    with pytest.raises(GradcodeError, match="workers could not start"):
+        train("crc", workers=4, stragglers=1, data=BrokenOnWorkers(), rounds=2, run_dir=tmp_path / "r",
+              max_restarts=0)
+
+
 def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
     with pytest.raises(ValueError, match="unknown code"):
         run(tmp_path, code="nope")
@@ -178,3 +203,57 @@ def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
         run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.1}])
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         run(tmp_path, name="fresh", code="crc", stragglers=1, resume=True)
+
+
+class SplitJobs:
+    """A scheme with tasks of two jobs per round (delay 1): worker ``w`` holds partitions
+    ``2w, 2w+1``; job ``t`` computes partition ``2w`` in round ``t`` and ``2w+1`` in round ``t+1``,
+    so every round from 1 on carries the second half of job ``t-1`` and the first half of job
+    ``t``. Uncoded (every worker needed). Exercises multi-job rounds as SR-SGC/M-SGC use them."""
+
+    chunks = 1
+    delay = 1
+
+    def __init__(self, n):
+        from gradcode.schemes import Task
+
+        self.Task = Task
+        self.n = n
+        self.partition_sizes = np.full(2 * n, 1 / (2 * n))
+        self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
+        self.got = {}  # round -> {worker: [payloads]}
+
+    def plan(self, t):
+        one = np.ones((1, 1, 1))
+        tasks = {}
+        for w in range(self.n):
+            tasks[w] = ((self.Task(t - 1, (2 * w + 1,), one),) if t else ()) + (self.Task(t, (2 * w,), one),)
+        self.got[t] = {}
+        return tasks
+
+    def on_result(self, t, worker, index, payload, time):
+        if t in self.got:
+            self.got[t].setdefault(worker, []).append(payload)
+
+    def ready(self, t):
+        need = 2 if t else 1
+        return all(len(self.got[t].get(w, ())) == need for w in range(self.n))
+
+    def close(self, t, arrived):
+        done = []
+        if t:
+            first = sum(p[-1] for p in self.got.pop(t - 1).values())
+            second = sum(p[0] for p in self.got[t].values())
+            done.append((t - 1, first + second))
+        self.got[t] = {w: [p[-1]] for w, p in self.got[t].items()}  # keep job t's first half
+        return done
+
+
+def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session, tmp_path):
+    res = run(tmp_path, code=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    # jobs 0..3 finish (in rounds 1..4): model 0 gets jobs 0 and 2, model 1 gets jobs 1 and 3
+    assert rel(res.params[0], reference(0, lr=0.5, steps=2)) < 1e-9
+    assert rel(res.params[1], reference(0, lr=1.0, steps=2)) < 1e-9
+    assert (res.messages[1:] == 2).all()
+    with pytest.raises(Exception, match="more models than the scheme's delay"):
+        run(tmp_path, name="one", code=SplitJobs(4), models=1, rounds=3)

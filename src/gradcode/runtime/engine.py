@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from gradcode.errors import GradcodeError
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 
 #: longest temp dir Ray accepts here: its socket paths add ~60 characters and Unix caps them at 107
@@ -160,6 +161,7 @@ class RayEngine:
             self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir)
             self._owned = True
         self._actors: list[Any] = []
+        self._run: list[Any] = []
         self._running: dict[int, tuple[int, Any]] = {}  # worker -> (round, generator)
 
     # ----------------------------------------------------------------- workers
@@ -171,7 +173,15 @@ class RayEngine:
             num_cpus=self.worker_cpus,
         )
         self._actors = [cls.remote(w, spec, parts, chunks) for w, (spec, parts, chunks) in enumerate(specs)]
-        ray.get([a.ping.remote() for a in self._actors])
+        self._run = [a.run.options(num_returns="streaming") for a in self._actors]
+        try:
+            ray.get([a.ping.remote() for a in self._actors])
+        except ray.exceptions.RayError as exc:
+            self.shutdown()
+            raise GradcodeError(
+                "the workers could not start (each rebuilds its problem from the data spec in"
+                f" __init__; on a remote cluster gradcode must be installed on every node): {exc}"
+            ) from None
 
     @property
     def n(self) -> int:
@@ -202,7 +212,7 @@ class RayEngine:
         """Start round ``t`` on worker ``w`` (which must be idle); messages come back via :meth:`poll`."""
         if w in self._running:
             raise RuntimeError(f"worker {w} is still busy with round {self._running[w][0]}")
-        gen = self._actors[w].run.options(num_returns="streaming").remote(
+        gen = self._run[w].remote(
             t, tasks, tuple(float(x) for x in sleeps), bool(fail), *params
         )
         self._running[w] = (t, gen)
@@ -257,6 +267,7 @@ class RayEngine:
             except Exception:
                 pass
         self._actors = []
+        self._run = []
         self._running = {}
         if self._owned and ray.is_initialized():
             ray.shutdown()

@@ -110,8 +110,8 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
     from gradcode.codes import LinearCode, code_info, make_code
     from gradcode.schemes import Scheme, StaticScheme
 
-    if isinstance(code, Scheme):
-        return code
+    if isinstance(code, Scheme) or all(hasattr(code, a) for a in ("plan", "on_result", "ready", "close", "n")):
+        return code  # a Scheme, or any object implementing the round protocol
     if isinstance(code, LinearCode):
         return StaticScheme(code)
     if not isinstance(code, str):
