@@ -21,6 +21,18 @@ SMALL_INSTANCES: dict[str, list[dict]] = {
     ],
     "gc-sc": [dict(n=6, clusters=2, s=1), dict(n=8, clusters=2, s=2, seed=4)],
     "matrix": [dict(B=[[0.5, 1, 0], [0, 1, -1], [0.5, 0, 1]])],
+    "commfr": [
+        dict(n=8, k=4, N=4, K=2, generator=[[1, 0, 1, 1], [0, 1, 1, 2]]),
+        dict(n=6, k=6, N=3, K=2, construction="mds-systematic", seed=1),
+        dict(n=6, k=4, N=3, K=1, construction="repetition"),
+        dict(n=6, k=6, N=6, K=3, construction="mds-gaussian", seed=2),
+        dict(n=12, k=6, N=12, K=6, construction="ldpc", dc=6, dv=3, seed=0),
+    ],
+    "cgc": [dict(n=5, d=3, m=2), dict(n=6, d=4, m=1, construction="gaussian", seed=1), dict(n=4, d=4, m=2)],
+    # large-L AGC such as AGC(5, 4, 12) has decoding errors above the suite's 1e-9 (see test_adaptive)
+    "agc": [dict(n=3, d=2, L=2), dict(n=5, d=4, L=3, seed=1), dict(n=5, d=3, L=2, seed=2), dict(n=4, d=4, L=2)],
+    "g-agc": [dict(n=7, d=2, L=2), dict(n=8, d=3, L=2, seed=1)],
+    "g-cgc": [dict(n=7, d=3, m=2), dict(n=9, d=4, m=2, seed=1)],
 }
 
 
