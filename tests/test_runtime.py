@@ -130,6 +130,39 @@ def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
     np.testing.assert_array_equal(np.load(tmp_path / "run" / "arrivals.npy"), res.arrivals)
 
 
+#: runtime parameters (n = 4 workers) for each registered code; multi-chunk and multi-message codes
+#: included. A code missing here is skipped with a reason, so adding a family shows up in the run.
+REGISTRY_PARAMS = {
+    "agc": dict(n=4, d=2, L=2),
+    "cgc": dict(n=4, d=2, m=2),
+    "g-agc": dict(n=4, d=2, L=2),
+    "g-cgc": dict(n=4, d=2, m=2),
+    "gc-sc": dict(n=4, clusters=2, s=1),
+    "commfr": dict(n=4, k=2, N=2, K=1, construction="mds-gaussian"),
+    "matrix": dict(B=[[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 1]], s=0),
+    "partial": dict(n=4, s=1, alpha=2.0, inner="frc"),
+    "crc": dict(n=4, s=2), "frc": dict(n=4, s=1), "uncoded": dict(n=4), "ignore": dict(n=4, s=1),
+}
+
+
+def _registry_codes():
+    from gradcode.codes import available_codes
+
+    return available_codes()
+
+
+@pytest.mark.parametrize("name", _registry_codes())
+def test_every_exact_registered_code_trains_exactly(ray_session, tmp_path, name):
+    """Every exact code of the registry (chunked, multi-message and single-message) trains to the
+    single-process GD iterates, with one injected straggler per round."""
+    if name not in REGISTRY_PARAMS:
+        pytest.skip(f"no runtime parameters for code {name!r}: add them to REGISTRY_PARAMS")
+    if not make_code(name, **REGISTRY_PARAMS[name]).exact:
+        pytest.skip(f"{name} is not exact")
+    res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=3, stragglers=1, delay=0.05)
+    assert rel(res.final_params, reference(3)) < 1e-9
+
+
 def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_path):
     """Round 1 loses two workers (more than s = 1: the master waits for Ray to restart them);
     round 5 loses one (tolerated). The result is still exact and the dead workers deliver again."""

@@ -103,17 +103,19 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
     return frozenset(out)
 
 
-def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None):
+def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None,
+                 dim: int | None = None):
     """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
     passing ``s`` and ``seed`` only to codes that take them), a :class:`LinearCode` or a
-    :class:`Scheme` (returned as is)."""
+    :class:`Scheme` (returned as is). ``dim``: the gradient dimension the static scheme decodes to
+    (codes with ``chunks > 1`` zero-pad the last chunk)."""
     from gradcode.codes import LinearCode, code_info, make_code
     from gradcode.schemes import Scheme, StaticScheme
 
     if isinstance(code, Scheme) or all(hasattr(code, a) for a in ("plan", "on_result", "ready", "close", "n")):
         return code  # a Scheme, or any object implementing the round protocol
     if isinstance(code, LinearCode):
-        return StaticScheme(code)
+        return StaticScheme(code, dim=dim)
     if not isinstance(code, str):
         raise TypeError(f"code must be a code name, a LinearCode or a Scheme, got {type(code).__name__}")
     info = code_info(code) if code in _available_codes() else None
@@ -127,7 +129,7 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
     if "seed" in takes:
         params.setdefault("seed", seed)
-    return StaticScheme(make_code(code, **params))
+    return StaticScheme(make_code(code, **params), dim=dim)
 
 
 def _available_codes():
@@ -319,9 +321,6 @@ def train(
     delay = check_real("delay", delay, minimum=0.0)
     max_restarts = check_int("max_restarts", max_restarts, minimum=-1)
 
-    scheme = build_scheme(code, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params)
-    n = scheme.n
-    scheme_name = code if isinstance(code, str) else repr(code)
 
     # ---- data and problem
     if hasattr(data, "build") and not isinstance(data, (str, DataSpec)):
@@ -342,6 +341,11 @@ def train(
         pspec = ProblemSpec(spec, problem, dict(problem_params or {}))
         master_problem = make_problem(problem, dataset, **pspec.params)
         data_record = spec.to_dict()
+
+    scheme = build_scheme(code, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params,
+                          dim=int(master_problem.dim))
+    n = scheme.n
+    scheme_name = code if isinstance(code, str) else repr(code)
 
     # ---- optimizers
     if optimizer_params is None or isinstance(optimizer_params, Mapping):
@@ -710,6 +714,7 @@ class _Loop:
             x, _ = self.job_params.pop(job)
             m = job % self.models
             self.pending_job.pop(m, None)
+            g = np.asarray(g)[: x.size]  # drop the zero padding of a chunked code's last chunk
             grad = self.problem.full_gradient(x, g)
             k = self.state["steps"][m]
             self.state["params"][m], self.state["opt_states"][m] = self.optimizers[m].step(
