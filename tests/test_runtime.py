@@ -290,3 +290,21 @@ def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session,
     assert (res.messages[1:] == 2).all()
     with pytest.raises(Exception, match="more models than the scheme's delay"):
         run(tmp_path, name="one", code=SplitJobs(4), models=1, rounds=3)
+
+
+class AsksForWrongPartition(SplitJobs):
+    """Plans tasks on partitions the workers do not store: the workers raise (a bug, not a
+    straggler), and the master stops at once instead of retrying."""
+
+    delay = 0
+
+    def plan(self, t):
+        self.got[t] = {}
+        return {w: (self.Task(t, ((2 * w + 2) % (2 * self.n),), np.ones((1, 1, 1))),) for w in range(self.n)}
+
+
+def test_a_worker_exception_stops_the_run_with_its_message(ray_session, tmp_path):
+    from gradcode.errors import GradcodeError
+
+    with pytest.raises(GradcodeError, match="raised in round 0.*stores only"):
+        run(tmp_path, code=AsksForWrongPartition(4), rounds=2)

@@ -23,7 +23,9 @@ makes worker W's process exit in round R. ``--checkpoint-every K`` and ``--resum
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -77,31 +79,34 @@ def train_command(
             opt_params["lr"] = lr
         callback, finish = _progress(rounds, err, enabled=True)
         try:
-            result = train(
-                scheme,
-                workers=workers,
-                stragglers=stragglers,
-                delay=delay,
-                delay_model=dm,
-                code_params=parse_kv(code_param, "--param") or None,
-                data=DATA_ALIASES.get(data, data),
-                data_params=parse_kv(data_param, "--data-param"),
-                problem=problem,
-                optimizer=optimizer,
-                optimizer_params=opt_params,
-                rounds=rounds,
-                models=models,
-                seed=seed,
-                fail=fail or (),
-                checkpoint_every=checkpoint_every,
-                resume=resume,
-                run_dir=run_dir,
-                address=address,
-                num_cpus=num_cpus,
-                round_timeout=round_timeout,
-                eval_every=eval_every,
-                callback=callback,
-            )
+            # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
+            # stdout for the one JSON document / table
+            with contextlib.redirect_stdout(sys.stderr):
+                result = train(
+                    scheme,
+                    workers=workers,
+                    stragglers=stragglers,
+                    delay=delay,
+                    delay_model=dm,
+                    code_params=parse_kv(code_param, "--param") or None,
+                    data=DATA_ALIASES.get(data, data),
+                    data_params=parse_kv(data_param, "--data-param"),
+                    problem=problem,
+                    optimizer=optimizer,
+                    optimizer_params=opt_params,
+                    rounds=rounds,
+                    models=models,
+                    seed=seed,
+                    fail=fail or (),
+                    checkpoint_every=checkpoint_every,
+                    resume=resume,
+                    run_dir=run_dir,
+                    address=address,
+                    num_cpus=num_cpus,
+                    round_timeout=round_timeout,
+                    eval_every=eval_every,
+                    callback=callback,
+                )
         finally:
             finish()
     except (ValueError, TypeError, FileNotFoundError) as exc:

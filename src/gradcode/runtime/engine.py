@@ -63,6 +63,15 @@ class Event:
     kind: str
     payload: Any = None
 
+    @property
+    def lost(self) -> bool:
+        """A ``"failed"`` event because the worker's process died or is restarting (a straggler),
+        as opposed to an exception raised by the task itself (a bug: not retried)."""
+        return self.kind == "failed" and not (
+            isinstance(self.payload, ray.exceptions.RayTaskError)
+            and not isinstance(self.payload, ray.exceptions.RayActorError)
+        )
+
 
 @ray.remote
 class _RayWorker:

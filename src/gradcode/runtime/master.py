@@ -614,6 +614,11 @@ class _Loop:
             if ev is None:
                 continue
             self._handle(ev)
+            if ev.kind == "failed" and not ev.lost:
+                cause = getattr(ev.payload, "cause", None) or ev.payload
+                raise GradcodeError(
+                    f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
+                ) from None
             if ev.kind == "failed" and ev.round == t:
                 _, attempts = retries.get(ev.worker, (0.0, 0))
                 retries[ev.worker] = (time.perf_counter() + self.BACKOFF * 2**attempts, attempts + 1)
