@@ -24,7 +24,8 @@ app = typer.Typer(
 
 #: stderr console for people; stdout is reserved for --json documents and plain tables
 err = Console(stderr=True)
-out = Console()
+# piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
+out = Console(width=None if sys.stdout.isatty() else 120)
 
 _COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim", "gradcode.experiments.cli_train"]
 
