@@ -66,11 +66,21 @@ def _kind(path: Path) -> str:
     )
 
 
-def validate_trace(delays, *, workers: int | None = None, source: str = "trace") -> np.ndarray:
+def validate_trace(
+    delays, *, workers: int | None = None, source: str = "trace", stragglers: str = "censor"
+) -> np.ndarray:
     """``delays`` as a float64 ``(rounds, workers)`` array, or :class:`TraceError` naming ``source``.
 
     Checks: 2-D, at least one round and one worker, numeric, finite, non-negative, and
-    ``workers`` columns when ``workers`` is given."""
+    ``workers`` columns when ``workers`` is given.
+
+    Arrival tables recorded by :func:`gradcode.simulate` and ``gradcode train`` mark a straggler
+    with ``-1``: its time is unknown, but it had not arrived when the round closed. With
+    ``stragglers="censor"`` (the default) each ``-1`` is replaced by that lower bound, the latest
+    arrival of its round, so such a table replays as a trace (a round of nothing but ``-1`` is an
+    error); ``stragglers="error"`` refuses them like any other negative entry."""
+    if stragglers not in ("censor", "error"):
+        raise ValueError(f"stragglers must be 'censor' or 'error', got {stragglers!r}")
     try:
         arr = np.asarray(delays, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -84,6 +94,13 @@ def validate_trace(delays, *, workers: int | None = None, source: str = "trace")
         t, w = map(int, np.argwhere(bad)[0])
         raise TraceError(f"{source}: non-finite delay {arr[t, w]} in round {t}, worker {w}"
                          f" ({int(bad.sum())} non-finite entries)")
+    if stragglers == "censor" and (arr == -1).any():
+        marked = arr == -1
+        arrived = np.where(marked, -np.inf, arr).max(axis=1)
+        if not np.isfinite(arrived).all():
+            t = int(np.flatnonzero(~np.isfinite(arrived))[0])
+            raise TraceError(f"{source}: round {t} has no arrival at all (every entry is -1, a straggler)")
+        arr = np.where(marked, arrived[:, None], arr)
     neg = arr < 0
     if neg.any():
         t, w = map(int, np.argwhere(neg)[0])
@@ -96,10 +113,11 @@ def validate_trace(delays, *, workers: int | None = None, source: str = "trace")
     return arr
 
 
-def load_trace(path, *, workers: int | None = None) -> np.ndarray:
+def load_trace(path, *, workers: int | None = None, stragglers: str = "censor") -> np.ndarray:
     """Read a ``(rounds, workers)`` float64 array of seconds from ``path`` (.npy, .csv or an SGC
     pickle; see the module docstring). ``workers``, when given, is the number of workers the trace
-    must have. Raises :class:`gradcode.TraceError` naming the file and the problem."""
+    must have; ``stragglers`` says what ``-1`` entries of a recorded arrival table (.npy or .csv)
+    become (see :func:`validate_trace`). Raises :class:`gradcode.TraceError` naming the file and the problem."""
     if workers is not None:
         workers = check_int("workers", workers, minimum=1)
     path = Path(path)
@@ -122,10 +140,11 @@ def load_trace(path, *, workers: int | None = None) -> np.ndarray:
             raise TraceError(f"{path}: cannot read as .npy ({exc})") from None
         if not (np.issubdtype(raw.dtype, np.number) or raw.dtype == bool):
             raise TraceError(f"{path}: the array holds {raw.dtype}, not numbers")
-        return validate_trace(raw, workers=workers, source=str(path))
+        return validate_trace(raw, workers=workers, source=str(path), stragglers=stragglers)
     if kind == "csv":
-        return validate_trace(_read_csv(path), workers=workers, source=str(path))
-    return validate_trace(_read_pickle(path, workers), workers=workers, source=str(path))
+        return validate_trace(_read_csv(path), workers=workers, source=str(path), stragglers=stragglers)
+    # an SGC profile holds measured started/finished pairs: a negative delay there is bad data
+    return validate_trace(_read_pickle(path, workers), workers=workers, source=str(path), stragglers="error")
 
 
 def _read_csv(path: Path) -> np.ndarray:
