@@ -53,6 +53,20 @@ def test_attributes(name, params):
 
 
 @pytest.mark.parametrize("name,params", CASES, ids=IDS)
+def test_pickle_round_trip(name, params):
+    import pickle
+
+    code = build(name, params)
+    pattern = {w: code.messages_of(w) for w in range(code.n)}
+    code.decoding(pattern)
+    back = pickle.loads(pickle.dumps(code))
+    assert repr(back) == repr(code) and back.placement == code.placement
+    for a, b in zip(code.encoders, back.encoders):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.decoding(pattern).coefficients, code.decoding(pattern).coefficients)
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=IDS)
 def test_encode_shapes_and_linearity(name, params):
     code = build(name, params)
     rng = np.random.default_rng(0)

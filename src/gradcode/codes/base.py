@@ -358,6 +358,17 @@ class LinearCode:
             )
         return out[:d]
 
+    def __getstate__(self):
+        # codes travel (checkpoints, Ray): the lock cannot be pickled and the cache is rebuilt
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_cache"] = OrderedDict()
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
