@@ -283,7 +283,10 @@ def test_trace_replay_and_load_rules():
 
 def test_trace_rejects_bad_arrays():
     with pytest.raises(ValueError, match="negative"):
-        make_delay_model("trace", delays=[[1.0, -1.0]])
+        make_delay_model("trace", delays=[[1.0, -0.5]])
+    # -1 marks a straggler in recorded arrival tables: censored at the round's latest arrival
+    censored = make_delay_model("trace", delays=[[1.0, -1.0]]).sample(1, 2, 0)
+    np.testing.assert_array_equal(censored, [[1.0, 1.0]])
     with pytest.raises(ValueError, match="non-finite"):
         make_delay_model("trace", delays=[[1.0, np.nan]])
     with pytest.raises(ValueError, match="2-D"):
