@@ -29,23 +29,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import gradcode  # noqa: E402
-
-
-def interleaved(fns, repeats):
-    """Median time of each function, run in turn so that machine noise hits all alike."""
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _timing import interleaved  # noqa: E402
 
 
 def fresh(code, pattern):

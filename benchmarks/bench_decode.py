@@ -16,32 +16,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import time
 
 import numpy as np
 
 import gradcode
-
-
-def median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def interleaved(fns, repeats):
-    """Median time of each function, running them in turn so that machine noise hits all alike."""
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _timing import interleaved, median_time  # noqa: E402
 
 
 def bench_a(repeats):

@@ -17,23 +17,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
 import time
 
 import numpy as np
 from scipy.special import expit
 
 from gradcode.problems import DataSpec, make_dataset, make_problem, partition_rows
-
-
-def interleaved(fns, repeats):
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _timing import interleaved  # noqa: E402
 
 
 def once(fn):
@@ -71,7 +61,6 @@ def main():
     dense_rows = rows[:256]
     Xd = ds.X_train[dense_rows[0] : dense_rows[-1] + 1].toarray()
     yd = ds.y_train[dense_rows]
-    Xs = ds.X_train[dense_rows[0] : dense_rows[-1] + 1]
 
     def dense():
         return Xd.T @ (expit(Xd @ w[:-1] + w[-1]) - yd)

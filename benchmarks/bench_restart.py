@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
 
 import numpy as np
 
 from gradcode.analysis.restart import agc_comm_vector, average_execution_time, group_sizes, simulate_restart
 from gradcode.experiments.repro_analysis import agc_timing
 from gradcode.experiments.reproduce import run_reproduction
-
-
-def interleaved(fns, repeats):
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for k, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _timing import interleaved  # noqa: E402
 
 
 def main():

@@ -18,24 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
-import time
 
 import numpy as np
 
 import gradcode
 from gradcode.schemes import GenericRule, StaticScheme
-
-
-def interleaved(fns, repeats):
-    """Median time of each function, run in turn so that machine noise hits all alike."""
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _timing import interleaved  # noqa: E402
 
 
 CODES = [

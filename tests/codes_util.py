@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 
 #: Small instances of each registered code family. The contract suite fails if a registered family
 #: has no entry here, so every new family gets the same checks.

@@ -13,7 +13,6 @@ import pytest
 from gradcode.codes import make_code
 from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
-from gradcode.schemes import StaticScheme
 
 DATA = {"n_samples": 400, "n_features": 6}
 SEED = 3
