@@ -214,10 +214,31 @@ def test_table6_schema():
         assert isinstance(r["p"], float) and isinstance(r["aet"], float)
 
 
-# rows whose published value the cumulative restart reading reproduces (to the paper's 2 decimals,
-# give or take 0.015 for the rounding of the measured phase durations)
+# Recomputed Table VI (p = 0.05, p = 0.1), pinned to 1e-3, and the gap to the printed value.
+# Rows within 0.015 of the paper: the residue is the rounding of the measured phase durations of
+# Tables IV-V (a two-parameter fit of each ungrouped row recovers t_0 = 16.0 and the tables'
+# constant to 0.017). G-CGC(2) at p = 0.1 (18.714 vs 18.70) and G-CGC(1), AGC, G-AGC are off:
+# no reading of eq. 37-44 reproduces them (see gradcode.experiments.repro_analysis).
+COMPUTED = {
+    ("uncoded", False, None): (18.4019, 19.9602),
+    ("CGC", False, 0): (16.9973, 20.4509),
+    ("CGC", True, 0): (16.9973, 20.4509),
+    ("CGC", False, 1): (14.1662, 17.6707),
+    ("CGC", False, 2): (18.9620, 19.9563),
+    ("CGC", True, 2): (18.6671, 18.7141),
+    ("CGC", True, 1): (12.0958, 13.5605),
+    ("AGC", False, None): (12.7673, 16.5300),
+    ("AGC", True, None): (11.0304, 12.7750),
+}
 MATCHING = [("uncoded", False, None), ("CGC", False, 0), ("CGC", True, 0), ("CGC", False, 1),
-            ("CGC", False, 2), ("CGC", True, 2)]
+            ("CGC", False, 2)]
+
+
+@pytest.mark.parametrize("key", list(COMPUTED))
+def test_table6_recomputed_values(key):
+    table, _ = _table6()
+    for p, value in zip((0.05, 0.1), COMPUTED[key]):
+        assert table[key + (p,)] == pytest.approx(value, abs=1e-3)
 
 
 @pytest.mark.parametrize("key", MATCHING)
@@ -225,6 +246,30 @@ def test_table6_rows_that_match_the_paper(key):
     table, _ = _table6()
     for p, paper in zip((0.05, 0.1), AGC_TABLE6[key]):
         assert table[key + (p,)] == pytest.approx(paper, abs=0.015)
+
+
+def test_table6_rows_that_do_not_match_the_paper():
+    """Documented mismatches: G-CGC(2) only at p = 0.1 (by 0.014), the other three by 0.2-1.7."""
+    table, _ = _table6()
+    assert table[("CGC", True, 2, 0.05)] == pytest.approx(18.67, abs=0.005)
+    assert table[("CGC", True, 2, 0.1)] - 18.70 == pytest.approx(0.014, abs=0.002)
+    for key in [("CGC", True, 1), ("AGC", False, None), ("AGC", True, None)]:
+        for p, paper in zip((0.05, 0.1), AGC_TABLE6[key]):
+            assert table[key + (p,)] - paper > 0.19
+
+
+def test_table6_communication_vectors_are_those_of_the_codes():
+    """The vectors the AET uses (eq. 8-11) are what the registered codes measure: AGC sends
+    ceil(L/(d - s)) of L chunks, CGC with s_max sends 1/(d - s_max) whatever s <= s_max."""
+    import gradcode
+    from gradcode.analysis.restart import agc_comm_vector, cgc_comm_vector
+
+    agc = gradcode.make_code("agc", n=20, d=3, L=6, seed=0)
+    np.testing.assert_allclose([agc.comm_cost(s) for s in range(3)], agc_comm_vector(3))
+    for s_max in range(3):
+        cgc = gradcode.make_code("cgc", n=20, d=3, m=3 - s_max)
+        np.testing.assert_allclose([cgc.comm_cost(s) for s in range(s_max + 1)], cgc_comm_vector(3, s_max))
+        assert cgc.comm_cost(s_max + 1) is None if s_max < 2 else True
 
 
 def test_table6_orderings_stated_in_the_paper():
@@ -278,6 +323,11 @@ def test_fig3_statements():
     assert np.all(best[ps < 0.006] == 0) and np.all(best[(ps > 0.015) & (ps < 0.29)] == 1)
     assert np.all(best[ps > 0.31] == 2)
     assert np.all(gcgc.argmin(axis=0)[ps < 0.006] == 0)
+    # the paper puts the best G-CGC's switch from s_max = 1 to 2 near p = 0.23; the exact model of
+    # eq. 42 (appendix eq. 58-67) puts it at 0.164 -- the same grouped-law gap as Table VI's G-CGC(1)
+    best_g = gcgc.argmin(axis=0)
+    switch = ps[np.flatnonzero((best_g[:-1] == 1) & (best_g[1:] == 2))[0] + 1]
+    assert switch == pytest.approx(0.164, abs=0.003)
 
 
 # ---------------------------------------------------------------- errors

@@ -22,7 +22,9 @@ not by ``C = 6.414`` (which matches only 4 rows): the table was evidently comput
 (every ``C`` in about ``[6.85, 7.17]`` gives the same 11 rows; a scan of ``C`` in ``[1, 60]`` finds
 no better). The row ``n = 60, s = 13, m = 12`` prints ``(2, 4)``, a repeat of the row above it;
 eq. 7 gives ``(6, 8)`` there with ``C = 7`` (the same as for ``m = 2``, as it must: ``s_kappa^YA``
-does not depend on ``m``), and no ``C`` in that scan gives ``(2, 4)``. ``C`` is therefore a
+does not depend on ``m``), and no ``C`` in that scan gives ``(2, 4)``. That row is likely a typo
+in the paper: its group size ``N = m + s = 25`` does not even divide ``n = 60``, so CommFR-GC with
+``k = n`` cannot be built there. ``C`` is therefore a
 parameter everywhere, default ``6.414`` (the paper's statement); ``gradcode reproduce
 commfr-table1`` uses ``C = 7``.
 """
