@@ -115,6 +115,9 @@ def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
     res = run(tmp_path, code=code, **kw)
     assert rel(res.final_params, reference(6)) < 1e-9
     assert res.arrivals.shape == (6, 4) and res.round_times.shape == (6,)
+    if "delay" in kw:  # a round closes without its delayed worker (0.2 s against ms of compute)
+        left_out = res.arrivals[res.injected > 0] < 0
+        assert left_out.size == 6 and left_out.mean() >= 0.5
     if "delay" in kw:  # the injected draw is the simulator's: fixed model, base 0, default_rng(seed)
         from gradcode.stragglers import make_delay_model
 
@@ -160,6 +163,21 @@ def test_every_exact_registered_code_trains_exactly(ray_session, tmp_path, name)
         pytest.skip(f"{name} is not exact")
     res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=3, stragglers=1, delay=0.05)
     assert rel(res.final_params, reference(3)) < 1e-9
+
+
+def test_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(ray_session, tmp_path):
+    """Worker 0 sleeps 30 s in round 0, worker 1 in round 1 (a trace delay model). crc with s = 1
+    closes round 0 without worker 0 and aborts it, so worker 0 is free and delivers in round 1,
+    which cannot decode without it (worker 1 is delayed there). Without cancellation worker 0 would
+    stay busy for 30 s and round 1 would time out."""
+    delays = np.zeros((2, 4))
+    delays[0, 0] = delays[1, 1] = 30.0
+    res = run(tmp_path, code="crc", stragglers=1, rounds=2, delay_model=("trace", {"delays": delays}),
+              round_timeout=10.0)
+    np.testing.assert_array_equal(res.injected, delays)
+    assert res.arrivals[0, 0] < 0 and res.arrivals[1, 1] < 0  # the delayed workers were left out
+    assert res.arrivals[1, 0] >= 0 and res.messages[1, 0] == 1  # the aborted worker came back
+    assert rel(res.final_params, reference(2)) < 1e-9
 
 
 def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_path):
