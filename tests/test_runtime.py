@@ -185,9 +185,51 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
     round 5 loses one (tolerated). The result is still exact and the dead workers deliver again."""
     res = run(tmp_path, code="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
     assert rel(res.final_params, reference(9)) < 1e-9
-    failed = {(f["round"], f["worker"]) for f in res.failures}
-    assert {(1, 1), (1, 2)} <= failed
+    injected = {(f["round"], f["worker"], f["planned_round"]) for f in res.failures if f["injected"] and f["fired"]}
+    assert injected == {(1, 1, 1), (1, 2, 1), (5, 3, 5)}  # recorded when sent, reported by Ray or not
+    assert res.arrivals[5, 3] < 0 and res.messages[5, 3] == 0  # round 5 closed without worker 3
     assert (res.arrivals[2:, 1] >= 0).any() and (res.arrivals[2:, 2] >= 0).any()
+
+
+class SkipsWorkers:
+    """Uncoded duck-typed scheme whose round ``t`` plan leaves out the workers ``skip[t]``
+    (worker ``w`` holds partition ``w``; a round needs every planned worker)."""
+
+    chunks = 1
+    delay = 0
+
+    def __init__(self, n, skip):
+        from gradcode.schemes import Task
+
+        self.Task, self.n, self.skip = Task, n, skip
+        self.partition_sizes = np.full(n, 1 / n)
+        self.placement = [(w,) for w in range(n)]
+        self.got = {}
+
+    def plan(self, t):
+        self.got[t] = {}
+        return {w: (self.Task(t, (w,), np.ones((1, 1, 1))),) for w in range(self.n) if w not in self.skip.get(t, ())}
+
+    def on_result(self, t, worker, index, payload, time):
+        self.got[t][worker] = payload
+
+    def ready(self, t):
+        return len(self.got[t]) == self.n - len(self.skip.get(t, ()))
+
+    def close(self, t, arrived):
+        return [(t, sum(self.got.pop(t).values()))]
+
+
+def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ray_session, tmp_path):
+    """Worker 3 gets no task in round 1 (as when it is busy all round): its planned failure 3@1
+    fires in round 2 instead of silently never. Worker 1 gets no task in the last round: its
+    planned failure 1@2 is recorded as not fired."""
+    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
+    rec = {(f["worker"], f["planned_round"]): f for f in res.failures if f["injected"]}
+    assert (rec[3, 1]["round"], rec[3, 1]["fired"]) == (2, True)
+    assert rec[1, 2]["fired"] is False
+    assert res.arrivals[2, 3] >= 0  # re-sent once Ray restarted it
+    assert res.messages[1, 3] == 0
 
 
 def test_too_many_failures_without_restarts_stop_with_clear_error(ray_session, tmp_path):

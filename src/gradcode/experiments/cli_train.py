@@ -146,7 +146,7 @@ def summary_rows(result) -> list[dict]:
             "time s": float(result.round_times.sum()),
             "round ms": 1e3 * float(np.median(result.round_times)),
             "strag": float(strag.sum(axis=1).mean()),
-            "fails": len(result.failures),
+            "fails": sum(1 for f in result.failures if f.get("fired", True)),
             "loss": float(result.losses[-1, m]),
             "test loss": met.get("loss"),
             "acc": met.get("accuracy"),

@@ -170,7 +170,10 @@ class TrainResult:
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics);
-    ``failures``: ``{"round", "worker", "error"}`` per failed task.
+    ``failures``: one dict per failed task, ``{"round", "worker", "error", "injected"}``; an
+    injected failure (``fail``) also has ``planned_round`` (it fires in the worker's first task of
+    that round or later, ``round``) and ``fired`` (False: the run ended first), and is recorded
+    when sent; Ray's own report of the dead actor, when it comes, replaces ``error``.
     """
 
     config: dict
@@ -453,6 +456,7 @@ def train(
                 _save_checkpoint(ckpt_path, config, state)
             if callback is not None:
                 callback(record)
+        loop.unfired()
     finally:
         engine.shutdown()
 
@@ -565,7 +569,10 @@ class _Loop:
     def __init__(self, scheme, engine, problem, optimizers, state, draw, comm, failures, models, timeout, schedule):
         self.scheme, self.engine, self.problem = scheme, engine, problem
         self.optimizers, self.state, self.draw, self.comm = optimizers, state, draw, comm
-        self.failed_once: set[tuple[int, int]] = set()
+        # planned failures already fired (also those of a checkpointed run's earlier rounds)
+        self.fired: set[tuple[int, int]] = {
+            (rec["worker"], rec["planned_round"]) for rec in state["failures"] if rec.get("injected") and rec.get("fired")
+        }
         self.failures, self.models, self.timeout = failures, models, timeout
         self.schedule = schedule
         self.sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
@@ -686,13 +693,24 @@ class _Loop:
 
     def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
         """Submit round ``t`` to worker ``w``; a late submission sleeps only what is left of the
-        worker's injected schedule. A planned failure fires on the first submission."""
+        worker's injected schedule.
+
+        A planned failure ``(w, r)`` fires on worker ``w``'s first submission in a round ``>= r``:
+        a worker that is busy during all of round ``r`` (skip-busy), or that round ``r``'s plan
+        leaves out, fails on its next task instead of never. It is recorded when it is sent
+        (``injected: True``, ``planned_round: r``), not when Ray reports the dead actor (~2 s
+        later, possibly after the run ended)."""
         tasks, refs, ready_at, total = wire
         left = np.maximum(np.asarray(ready_at) - elapsed, 0.0)
         sleeps = np.diff(np.concatenate([[0.0], left])) if left.size else left
-        fail = (w, t) in self.failures and (w, t) not in self.failed_once
+        due = sorted(r for (fw, r) in self.failures if fw == w and r <= t and (fw, r) not in self.fired)
+        fail = bool(due)
         if fail:
-            self.failed_once.add((w, t))
+            self.fired.add((w, due[0]))
+            self.state["failures"].append({
+                "round": t, "worker": w, "error": "injected: the worker's process exits (fail W@R)",
+                "injected": True, "fired": True, "planned_round": due[0],
+            })
         self.counts[(t, w)] = 0
         self.expected[(t, w)] = total
         self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
@@ -711,7 +729,21 @@ class _Loop:
                 self.state["arrivals"][t, w] = now
                 self.engine.release(w)  # all its messages are in: free for the next round
         elif ev.kind == "failed":
-            self.state["failures"].append({"round": t, "worker": w, "error": _short_error(ev.payload)})
+            error = _short_error(ev.payload)
+            for rec in reversed(self.state["failures"]):  # Ray reporting an injected failure
+                if rec["round"] == t and rec["worker"] == w and rec.get("injected") and not rec.get("reported"):
+                    rec["error"], rec["reported"] = error, True
+                    return
+            self.state["failures"].append({"round": t, "worker": w, "error": error, "injected": False})
+
+    def unfired(self) -> None:
+        """Record the planned failures that never fired (the run ended before the worker was sent
+        a task of their round or later)."""
+        for w, r in sorted(self.failures - self.fired):
+            self.state["failures"].append({
+                "round": r, "worker": w, "error": "not fired: the worker got no task from this round on",
+                "injected": True, "fired": False, "planned_round": r,
+            })
 
     def _apply(self, finished) -> list[int]:
         done = []
