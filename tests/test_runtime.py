@@ -367,3 +367,26 @@ def test_a_worker_exception_stops_the_run_with_its_message(ray_session, tmp_path
 
     with pytest.raises(GradcodeError, match="raised in round 0.*stores only"):
         run(tmp_path, code=AsksForWrongPartition(4), rounds=2)
+
+
+def test_an_engine_that_starts_ray_leaves_nothing_in_tmp(tmp_path):
+    """A run dir too long for Ray's socket paths makes Ray use /tmp/gcray-*: the engine that
+    started Ray removes that folder at shutdown and keeps its logs under run_dir/ray/logs. (In a
+    subprocess: this test session's Ray is already running.)"""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / ("long-run-directory-name-" * 3)
+    script = (
+        "import os, sys\n"
+        "from gradcode.runtime.engine import RayEngine\n"
+        f"e = RayEngine(num_cpus=1, run_dir={str(run_dir)!r})\n"
+        "d = e.temp_dir\n"
+        "assert d.startswith('/tmp/gcray-') and os.path.isdir(d), d\n"
+        "e.shutdown()\n"
+        "print(os.path.exists(d))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert any((run_dir / "ray" / "logs").iterdir())

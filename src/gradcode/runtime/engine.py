@@ -23,7 +23,8 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
   and d = 1e3, 52 ms streaming vs 91 ms plain at d = 1e6, on 2 shared cores);
 * Ray 2.60 turns token authentication on by default: a local cluster started here sets
   ``RAY_AUTH_MODE=disabled`` unless the user set it; Ray's temp dir goes under the run's folder when
-  that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``), the dashboard is
+  that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``, removed at
+  shutdown after its logs are copied to ``run_dir/ray/logs``: :func:`retire_temp_dir`), the dashboard is
   off, workers' logs are not forwarded to the driver, and Ray logs only errors (to stderr).
 
 Workers are created with ``num_cpus=0`` so that the number of workers is not limited by the cores
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -125,6 +127,26 @@ def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
     return tempfile.mkdtemp(prefix="gcray-", dir="/tmp")
 
 
+def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | None) -> None:
+    """After ``ray.shutdown()``: keep Ray's logs under ``run_dir/ray/logs`` and delete a temp dir
+    that lies outside ``run_dir`` (a ``/tmp/gcray-*`` made because ``run_dir/ray`` was too long
+    for Unix socket names), so that nothing of the run is left in ``/tmp``. A temp dir inside
+    ``run_dir`` stays where it is."""
+    temp = Path(temp_dir).resolve()
+    if run_dir is not None:
+        home = Path(run_dir).resolve()
+        if temp == home / "ray" or home in temp.parents:
+            return
+        logs = temp / "session_latest" / "logs"
+        if logs.is_dir():
+            dest = home / "ray" / "logs"
+            try:
+                shutil.copytree(logs.resolve(), dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+            except (OSError, shutil.Error):  # logs are a courtesy: never fail a finished run for them
+                pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
 def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None) -> str | None:
     """Start (``address=None``: an embedded local cluster) or join (``address``) Ray, quietly.
     Returns the temp dir of a local cluster (None when joining). Used by :class:`RayEngine` and
@@ -166,6 +188,7 @@ class RayEngine:
         self.worker_cpus = float(worker_cpus)
         self._owned = False
         self.temp_dir = None
+        self.run_dir = run_dir
         if not ray.is_initialized():
             self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir)
             self._owned = True
@@ -269,7 +292,8 @@ class RayEngine:
         ray.kill(self._actors[w], no_restart=True)
 
     def shutdown(self) -> None:
-        """Kill the workers; stop Ray if this engine started it."""
+        """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:
+        logs kept under ``run_dir/ray/logs``, a ``/tmp/gcray-*`` folder removed)."""
         for a in self._actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -281,3 +305,6 @@ class RayEngine:
         if self._owned and ray.is_initialized():
             ray.shutdown()
             self._owned = False
+            if self.temp_dir is not None:
+                retire_temp_dir(self.temp_dir, self.run_dir)
+                self.temp_dir = None
