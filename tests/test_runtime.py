@@ -115,6 +115,8 @@ def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
     res = run(tmp_path, code=code, **kw)
     assert rel(res.final_params, reference(6)) < 1e-9
     assert res.arrivals.shape == (6, 4) and res.round_times.shape == (6,)
+    assert [m["round"] for m in res.metrics] == [5]  # eval_every=0: held-out metrics at the end only
+    assert 0.5 <= res.metrics[0]["accuracy"] <= 1.0
     if "delay" in kw:  # a round closes without its delayed worker (0.2 s against ms of compute)
         left_out = res.arrivals[res.injected > 0] < 0
         assert left_out.size == 6 and left_out.mean() >= 0.5

@@ -309,7 +309,8 @@ def train(
     strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
     and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
     Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
-    ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
+    ``eval_every``: held-out metrics every ``K`` rounds and after the last one (0: after the last
+    only). ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
     """
     from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem, partition_rows
@@ -445,7 +446,7 @@ def train(
                 "loss": current_loss[0] if models == 1 else list(current_loss),
                 "stragglers": int((state["arrivals"][t] < 0).sum()),
             }
-            if eval_every and ((t + 1) % eval_every == 0 or t == rounds - 1):
+            if (eval_every and (t + 1) % eval_every == 0) or t == rounds - 1:  # 0: at the end only
                 for m in range(models):
                     met = master_problem.metrics(state["params"][m])
                     state["metrics"].append({"round": t, "elapsed": elapsed, "model": m,
