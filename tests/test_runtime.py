@@ -257,6 +257,16 @@ def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
         run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
 
 
+def test_resume_refuses_another_code_configuration(ray_session, tmp_path):
+    """The checkpoint of a partial code with alpha = 2 does not resume a run with alpha = 3 (same
+    code name: only code_params and the scheme differ)."""
+    kw = dict(code="partial", rounds=2, checkpoint_every=2)
+    run(tmp_path, code_params={"s": 1, "alpha": 2.0}, **kw)
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(code_params: .*scheme: "):
+        run(tmp_path, code_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
+    assert run(tmp_path, code_params={"s": 1, "alpha": 2.0}, resume=True, **kw).resumed_from == 2
+
+
 def test_multi_model_round_j_serves_model_j_mod_m(ray_session, tmp_path):
     res = run(tmp_path, code="crc", stragglers=1, models=2, rounds=6,
               optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])

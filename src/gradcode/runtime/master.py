@@ -374,6 +374,7 @@ def train(
     config = {
         "code": scheme_name,
         "scheme": repr(scheme),
+        "code_params": _plain(dict(code_params or {})),
         "workers": n,
         "stragglers": stragglers,
         "delay": delay,
@@ -415,7 +416,9 @@ def train(
     resumed_from = None
     ckpt_path = run_dir / "checkpoint.pkl"
     if resume:
-        state = _load_checkpoint(ckpt_path, config)
+        # a code built from its name is fully described by the config (name, code_params, workers,
+        # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
+        state = _load_checkpoint(ckpt_path, config, ignore=() if isinstance(code, str) else ("scheme",))
         resumed_from = state["next_round"]
         _replay(scheme, state)
     _atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
@@ -516,15 +519,20 @@ def _delay_model(delay_model, stragglers, delay):
 # ----------------------------------------------------------------------------------------- checkpoints
 
 _CKPT_VERSION = 1
-#: config entries that may change between an interrupted run and its resumption
-_RESUMABLE = {"scheme"}
+
+
+def _plain(value):
+    """``value`` as JSON-able built-ins (arrays as lists), so configs compare with ``==``."""
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else repr(v)))
 
 
 def _save_checkpoint(path: Path, config: dict, state: dict) -> None:
     _atomic_write(path, pickle.dumps({"version": _CKPT_VERSION, "config": config, "state": state}))
 
 
-def _load_checkpoint(path: Path, config: dict) -> dict:
+def _load_checkpoint(path: Path, config: dict, *, ignore: Iterable[str] = ()) -> dict:
+    """The checkpointed state, after checking that ``config`` (but the ``ignore`` entries) is the
+    checkpoint's: a resumed run continues the same training, never another code or problem."""
     if not path.is_file():
         raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
     with open(path, "rb") as fh:
@@ -532,7 +540,7 @@ def _load_checkpoint(path: Path, config: dict) -> dict:
     if saved.get("version") != _CKPT_VERSION:
         raise ValueError(f"resume: {path} has checkpoint version {saved.get('version')}, expected {_CKPT_VERSION}")
     old = saved["config"]
-    differ = sorted(k for k in set(old) | set(config) if k not in _RESUMABLE and old.get(k) != config.get(k))
+    differ = sorted(k for k in set(old) | set(config) if k not in ignore and old.get(k) != config.get(k))
     if differ:
         detail = "; ".join(f"{k}: checkpoint {old.get(k)!r} vs now {config.get(k)!r}" for k in differ)
         raise ValueError(f"resume: the configuration differs from the checkpoint's ({detail})")
