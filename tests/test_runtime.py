@@ -6,6 +6,8 @@ only decide who straggles, and every assertion is on values (parameters, records
 """
 
 import json
+import os
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +15,15 @@ import pytest
 from gradcode.codes import make_code
 from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
+
+try:  # workers cannot import this test module: ship its classes (problem specs) by value
+    import sys
+
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+except ImportError:
+    pass
 
 DATA = {"n_samples": 400, "n_features": 6}
 SEED = 3
@@ -295,7 +306,7 @@ class BrokenOnWorkers:
 def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):
     from gradcode.errors import GradcodeError
 
-    with pytest.raises(GradcodeError, match="workers could not start"):
+    with pytest.raises(GradcodeError, match="(?s)workers could not start.*no data on this node"):
         train("crc", workers=4, stragglers=1, data=BrokenOnWorkers(), rounds=2, run_dir=tmp_path / "r",
               max_restarts=0)
 
@@ -402,3 +413,83 @@ def test_an_engine_that_starts_ray_leaves_nothing_in_tmp(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
     assert any((run_dir / "ray" / "logs").iterdir())
+
+
+class _DiesOnce:
+    """Wraps a problem: the process exits (after 1 s, so that the message before reaches the
+    master) the second time it computes the partition starting at ``row``, unless ``marker``
+    exists; it creates ``marker`` first, so the restarted worker carries on."""
+
+    def __init__(self, inner, marker, row):
+        self.inner, self.marker, self.row, self.calls = inner, marker, row, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, x, rows):
+        if len(rows) and int(rows[0]) == self.row:
+            self.calls += 1
+            if self.calls == 2 and not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                time.sleep(1.0)
+                os._exit(3)
+        return self.inner.gradient(x, rows)
+
+
+class DiesOnceMidStream:
+    """Problem spec (``build()``) whose workers use :class:`_DiesOnce`."""
+
+    def __init__(self, marker, row):
+        self.marker, self.row = str(marker), int(row)
+
+    def build(self):
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return _DiesOnce(make_problem("logistic", ds), self.marker, self.row), ds
+
+
+class TwoMessages:
+    """Uncoded, two messages per worker: worker ``w`` holds partitions ``2w, 2w+1`` and sends
+    ``g_{2w}`` then ``g_{2w+1}``. Records every ``on_result`` call."""
+
+    chunks = 1
+    delay = 0
+
+    def __init__(self, n):
+        from gradcode.schemes import Task
+
+        self.Task, self.n = Task, n
+        self.partition_sizes = np.full(2 * n, 1 / (2 * n))
+        self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
+        self.got, self.calls = {}, []
+
+    def plan(self, t):
+        self.got[t] = {}
+        E = np.array([[[1.0], [0.0]], [[0.0], [1.0]]])
+        return {w: (self.Task(t, (2 * w, 2 * w + 1), E),) for w in range(self.n)}
+
+    def on_result(self, t, worker, index, payload, time):
+        self.calls.append((t, worker, index))
+        self.got[t].setdefault(worker, {})[index] = payload
+
+    def ready(self, t):
+        return all(len(self.got[t].get(w, ())) == 2 for w in range(self.n))
+
+    def close(self, t, arrived):
+        return [(t, sum(p for msgs in self.got.pop(t).values() for p in msgs.values()))]
+
+
+def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_session, tmp_path):
+    """Worker 0 dies in round 1 after sending its first message; the round needs it, so its task
+    is sent again once Ray restarted it. The scheme gets message (1, 0, 0) once, not twice."""
+    from gradcode.problems import partition_rows
+
+    scheme = TwoMessages(4)
+    row = int(partition_rows(320, scheme.partition_sizes)[1][0])  # 400 samples, 20% held out
+    spec = DiesOnceMidStream(tmp_path / "died", row)
+    res = train(scheme, data=spec, rounds=3, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r",
+                round_timeout=60, eval_every=0)
+    assert (tmp_path / "died").exists()
+    assert {(f["round"], f["worker"], f["injected"]) for f in res.failures} == {(1, 0, False)}
+    assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
+    assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
+    assert rel(res.final_params, reference(3)) < 1e-9

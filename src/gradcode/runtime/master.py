@@ -587,7 +587,8 @@ class _Loop:
         self.sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
         self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
         self.pending_job: dict[int, int] = {}  # model -> job in flight
-        self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages seen
+        self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages delivered
+        self.streamed: dict[tuple[int, int], int] = {}  # (round, worker) -> of the current stream
         self.expected: dict[tuple[int, int], int] = {}
         self.starts: dict[int, float] = {}
         self.current = 0
@@ -654,6 +655,7 @@ class _Loop:
                 engine.abort(w, t)
         for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
             self.counts.pop(key, None)
+            self.streamed.pop(key, None)
             self.expected.pop(key, None)
         return self._apply(finished)
 
@@ -720,7 +722,8 @@ class _Loop:
                 "round": t, "worker": w, "error": "injected: the worker's process exits (fail W@R)",
                 "injected": True, "fired": True, "planned_round": due[0],
             })
-        self.counts[(t, w)] = 0
+        self.counts.setdefault((t, w), 0)  # messages delivered to the scheme, across re-sends
+        self.streamed[(t, w)] = 0  # messages of this submission's stream seen so far
         self.expected[(t, w)] = total
         self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
 
@@ -730,7 +733,13 @@ class _Loop:
             if t < self.current:  # the round is closed: a late message (aborted work)
                 self.stale_messages += 1
                 return
-            i = self.counts.get((t, w), 0)
+            # a task re-sent after its worker died mid-stream recomputes the same messages: the
+            # first `counts` of the new stream were delivered by the dead one, so the scheme gets
+            # each message index once (the protocol does not ask schemes to drop duplicates)
+            i = self.streamed.get((t, w), 0)
+            self.streamed[(t, w)] = i + 1
+            if i < self.counts.get((t, w), 0):
+                return
             self.counts[(t, w)] = i + 1
             now = time.perf_counter() - self.starts.get(t, 0.0)
             self.scheme.on_result(t, w, i, ev.payload, now)
