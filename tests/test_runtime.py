@@ -101,6 +101,25 @@ def test_worker_core_abort_stops_injected_sleep_and_refuses_unknown_partition():
         list(core.run(4, [WireTask(4, (7,), np.ones((1, 1, 1)), 0)], [np.zeros(problem.dim)]))
 
 
+@pytest.mark.parametrize("data, problem", [("tandon-synthetic", "logistic"), ("digits", "softmax")])
+def test_problem_spec_keeps_only_the_partition_rows(data, problem):
+    """A worker's problem holds only its partitions' rows (no held-out split) and gives the same
+    partial gradients as the full problem; softmax keeps all classes (same dim) though a
+    worker's rows may miss some."""
+    from gradcode.problems import partition_rows
+    from gradcode.runtime import ProblemSpec
+
+    spec = ProblemSpec(DataSpec(data, DATA if data == "tandon-synthetic" else {}, seed=SEED), problem)
+    full, ds = spec.build()
+    rows = partition_rows(ds.n_train, np.full(8, 1 / 8))
+    part, local = spec.build_partitions({2: rows[2], 5: rows[5]})
+    assert (part.dataset.n_train, part.dataset.n_test) == (rows[2].size + rows[5].size, 0)
+    assert part.dim == full.dim
+    x = np.random.default_rng(0).standard_normal(full.dim) * 0.1
+    for j in (2, 5):
+        np.testing.assert_allclose(part.gradient(x, local[j]), full.gradient(x, rows[j]), rtol=1e-13, atol=1e-13)
+
+
 def test_parse_failures_validates():
     assert parse_failures(["1@2", (0, 3)], n=4, rounds=5) == {(1, 2), (0, 3)}
     with pytest.raises(ValueError, match="W@R"):
@@ -301,6 +320,21 @@ class BrokenOnWorkers:
             raise RuntimeError("no data on this node")
         ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
         return make_problem("logistic", ds), ds
+
+
+def test_ray_workers_keep_only_their_partitions(ray_session):
+    from gradcode.problems import partition_rows
+    from gradcode.runtime import ProblemSpec
+    from gradcode.runtime.engine import RayEngine
+
+    spec = ProblemSpec(DataSpec("tandon-synthetic", DATA, seed=SEED), "logistic")
+    rows = partition_rows(320, np.full(4, 1 / 4))  # 400 samples, 20% held out
+    engine = RayEngine()
+    try:
+        engine.spawn([(spec, {0: rows[0], 1: rows[1]}, 1), (spec, {3: rows[3]}, 1)], max_restarts=0)
+        assert engine.rows_held() == [(160, 0), (80, 0)]
+    finally:
+        engine.shutdown()
 
 
 def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):

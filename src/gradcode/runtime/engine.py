@@ -8,7 +8,8 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
 
 * a worker is an actor created with ``max_restarts`` and ``max_task_retries=0``; it rebuilds its
   problem and partitions in ``__init__`` from a :class:`~gradcode.runtime.worker.ProblemSpec` and the
-  partition row indices, so a restarted actor has its data back. A task that was running when the
+  partition row indices, so a restarted actor has its data back, and keeps only its partitions' rows
+  (:meth:`~gradcode.runtime.worker.ProblemSpec.build_partitions`). A task that was running when the
   process died is *not* retried (the master decides what to do with it);
 * ``ray.wait`` counts a failed reference (dead actor) as ready, so :meth:`RayEngine.poll` waits for
   one generator at a time (``num_returns=1``) and reads what it holds: a message, the end of the
@@ -83,7 +84,12 @@ class _RayWorker:
     interrupted) and 34 ms for a threaded actor with a control concurrency group."""
 
     def __init__(self, worker: int, spec, partitions: dict, chunks: int):
-        problem, _ = spec.build()
+        # only the partitions' rows are kept (ProblemSpec.build_partitions); a spec object that
+        # only has build() keeps what build() returns
+        if hasattr(spec, "build_partitions"):
+            problem, partitions = spec.build_partitions(partitions)
+        else:
+            problem, _ = spec.build()
         self.core = WorkerCore(worker, problem, partitions, chunks)
         self._wake = asyncio.Event()
 
@@ -115,6 +121,11 @@ class _RayWorker:
 
     async def ping(self) -> int:
         return os.getpid()
+
+    async def rows_held(self) -> tuple[int, int]:
+        """``(training rows, held-out rows)`` of the data this worker keeps."""
+        ds = getattr(self.core.problem, "dataset", None)
+        return (int(ds.n_train), int(ds.n_test)) if ds is not None else (-1, -1)
 
 
 def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
@@ -228,6 +239,10 @@ class RayEngine:
             except Exception:
                 out.append(None)
         return out
+
+    def rows_held(self) -> list[tuple[int, int]]:
+        """``(training rows, held-out rows)`` each worker keeps in memory."""
+        return ray.get([a.rows_held.remote() for a in self._actors])
 
     def put(self, array: np.ndarray):
         """Store ``array`` once in the object store; every worker of the round reads that copy."""

@@ -58,6 +58,28 @@ class ProblemSpec:
         dataset = make_dataset(self.data)
         return make_problem(self.problem, dataset, **dict(self.params)), dataset
 
+    def build_partitions(self, partitions: Mapping[int, np.ndarray]):
+        """``(problem, local)``: the problem on only the training rows of ``partitions`` (no held-out
+        split), and each partition's rows as indices into it. What a worker keeps (issue 5: workers
+        "hold their partitions"): the full dataset is built (the data spec describes all of it) and
+        dropped once ``__init__`` returns. Partial gradients are sums over rows, so they equal those
+        of the full problem; the dataset's ``n_classes`` and ``image_shape`` are kept so the problem
+        has the same shape (``dim``)."""
+        from gradcode.problems import Dataset, make_dataset, make_problem
+
+        ds = make_dataset(self.data)
+        parts = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
+        keep = np.unique(np.concatenate(list(parts.values()))) if parts else np.zeros(0, dtype=np.int64)
+        if keep.size == 0:  # a Dataset needs one training row; a worker with no partition never reads it
+            keep = np.arange(1)
+        sub = Dataset(
+            name=ds.name, task=ds.task, X_train=ds.X_train[keep], y_train=ds.y_train[keep],
+            X_test=ds.X_train[:0], y_test=ds.y_train[:0], n_classes=ds.n_classes,
+            image_shape=ds.image_shape, spec=ds.spec, info=dict(ds.info),
+        )
+        problem = make_problem(self.problem, sub, **dict(self.params))
+        return problem, {j: np.searchsorted(keep, r) for j, r in parts.items()}
+
     def to_dict(self) -> dict:
         return {"data": self.data.to_dict(), "problem": self.problem, "params": dict(self.params)}
 
