@@ -135,8 +135,10 @@ def test_registry_and_bad_input():
         make_optimizer("nesterov", lr=0.1, momentum=1.0)
     with pytest.raises(ValueError, match="c2"):
         make_optimizer("sgd", c1=1.0, c2=0.0)
-    with pytest.raises(TypeError, match="unexpected keyword"):
+    with pytest.raises(ValueError, match="'gd' does not take 'learning_rate'; its parameters are lr$"):
         make_optimizer("gd", learning_rate=0.1)
+    with pytest.raises(ValueError, match="'sgd' does not take 'lr'; its parameters are c1, c2$"):
+        make_optimizer("sgd", lr=0.1)
     opt = make_optimizer("nesterov", lr=0.1)
     w = np.zeros(3)
     state = opt.init(w)

@@ -30,3 +30,9 @@ def test_train_bad_arguments_exit_2_with_a_message(tmp_path):
     assert res.exit_code == 2 and "unknown code" in res.output
     res = runner.invoke(app, ["train", "--fail", "x", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "W@R" in res.output
+
+
+def test_sgd_with_lr_is_refused_naming_its_parameters(tmp_path):
+    res = CliRunner().invoke(app, ["train", "--optimizer", "sgd", "--lr", "0.1", "--data-param", "n_samples=200",
+                                   "--data-param", "n_features=4", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "'sgd' does not take 'lr'; its parameters are c1, c2" in res.output

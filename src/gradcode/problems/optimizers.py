@@ -23,6 +23,7 @@ stragglers are ignored the gradient is stochastic and they use SGD with learning
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,9 +49,21 @@ def available_optimizers() -> tuple[str, ...]:
 
 
 def make_optimizer(name: str, **params) -> "Optimizer":
-    """``make_optimizer('gd', lr=0.1)``, ``('nesterov', lr=0.1[, momentum=0.9])``, ``('sgd', c1=1, c2=10)``."""
+    """``make_optimizer('gd', lr=0.1)``, ``('nesterov', lr=0.1[, momentum=0.9])``, ``('sgd', c1=1, c2=10)``.
+
+    An unknown parameter raises ``ValueError`` naming the optimizer's accepted ones (``sgd`` has
+    no ``lr``: its steps are ``c1 / (t + c2)``)."""
     check_choice("optimizer", name, available_optimizers())
-    return _OPTIMIZERS[name](**params)
+    factory = _OPTIMIZERS[name]
+    accepted = [f.name for f in dataclasses.fields(factory)] if dataclasses.is_dataclass(factory) else None
+    if accepted is not None:
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"optimizer {name!r} does not take {', '.join(map(repr, unknown))}; its parameters are"
+                f" {', '.join(accepted)}"
+            )
+    return factory(**params)
 
 
 def _vec(name, value, shape=None) -> np.ndarray:
