@@ -352,6 +352,8 @@ def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
         run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.1}])
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         run(tmp_path, name="fresh", code="crc", stragglers=1, resume=True)
+    with pytest.raises(ValueError, match="resume=True needs run_dir"):
+        train("crc", workers=4, stragglers=1, resume=True)
 
 
 class SplitJobs:

@@ -30,6 +30,8 @@ def test_train_bad_arguments_exit_2_with_a_message(tmp_path):
     assert res.exit_code == 2 and "unknown code" in res.output
     res = runner.invoke(app, ["train", "--fail", "x", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "W@R" in res.output
+    res = runner.invoke(app, ["train", "--resume"])
+    assert res.exit_code == 2 and "--resume needs --run-dir" in res.output
 
 
 def test_sgd_with_lr_is_refused_naming_its_parameters(tmp_path):

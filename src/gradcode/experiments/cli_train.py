@@ -71,6 +71,8 @@ def train_command(
     from gradcode.runtime import train
 
     try:
+        if resume and run_dir is None:  # the default run dir is a new timestamped folder
+            raise ValueError("--resume needs --run-dir: the folder of the run to continue")
         dm = None
         if delay_model is not None:
             dm = (delay_model, parse_kv(delay_param, "--delay-param"))

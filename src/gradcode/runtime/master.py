@@ -324,6 +324,8 @@ def train(
     round_timeout = check_real("round_timeout", round_timeout, minimum=0.0, strict_min=True)
     delay = check_real("delay", delay, minimum=0.0)
     max_restarts = check_int("max_restarts", max_restarts, minimum=-1)
+    if resume and run_dir is None:  # the default run_dir is a new timestamped folder
+        raise ValueError("resume=True needs run_dir: the folder of the run to continue")
 
 
     # ---- data and problem
