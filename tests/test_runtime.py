@@ -410,6 +410,35 @@ def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session,
         run(tmp_path, name="one", code=SplitJobs(4), models=1, rounds=3)
 
 
+def test_a_scheme_whose_jobs_span_rounds_resumes_to_the_same_result(ray_session, tmp_path):
+    """Checkpoints hold the scheme (pickled) and the parameters of jobs in flight: a delay-1 scheme
+    interrupted after round 3 (job 3 half done) resumes and ends as the uninterrupted run."""
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_at_3(record):
+        if record["round"] == 3:
+            raise Interrupt
+
+    kw = dict(models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
+    with pytest.raises(Interrupt):
+        run(tmp_path, code=SplitJobs(4), callback=stop_at_3, **kw)
+    res = run(tmp_path, code=SplitJobs(4), resume=True, **kw)
+    assert res.resumed_from == 4
+    assert rel(res.params[0], reference(0, lr=0.5, steps=2)) < 1e-9
+    assert rel(res.params[1], reference(0, lr=1.0, steps=2)) < 1e-9
+
+
+def test_checkpoints_of_a_scheme_that_does_not_pickle_are_refused_up_front(ray_session, tmp_path):
+    import threading
+
+    scheme = SplitJobs(4)
+    scheme.lock = threading.Lock()
+    with pytest.raises(ValueError, match="checkpoint_every needs a scheme that pickles"):
+        run(tmp_path, code=scheme, models=2, checkpoint_every=2)
+
+
 class AsksForWrongPartition(SplitJobs):
     """Plans tasks on partitions the workers do not store: the workers raise (a bug, not a
     straggler), and the master stops at once instead of retrying."""

@@ -45,10 +45,15 @@ Rules the loop follows (DESIGN.md "The runtime"):
   ``run_dir`` as ``result.json`` and ``.npy`` arrays, plus ``trace.npy``: the arrivals with each
   straggler's entry replaced by a lower bound of its time (the round's duration, or its injected
   time if larger), a valid trace for :func:`gradcode.load_trace`.
-* **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states and records go
-  to ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it. The scheme is
-  restored by replaying the recorded rounds through the protocol (payload-free), which rebuilds
-  any history-dependent state (e.g. GC-DC's straggler history) without pickling codes.
+* **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states, records, the
+  scheme itself (pickled: codes pickle, DESIGN.md) and the parameters of jobs still in flight go to
+  ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it with the same
+  configuration (checked). Pickling the scheme keeps any history-dependent state (e.g. GC-DC's
+  straggler history) and, for schemes whose jobs span rounds (``delay > 0``), the messages of jobs
+  in flight; a scheme that does not pickle is refused up front when ``checkpoint_every > 0``. A
+  resumed run reaches the same parameters to rounding (~1e-12 relative), bit for bit only when the
+  same workers arrived in every round (the decoding coefficients depend on who arrived), so
+  ``final_params_checksum`` may differ.
 
 Exactness: with an exact code the decoded ``g`` equals ``sum_j g_j`` up to floating-point rounding
 in the decoding coefficients, so training follows single-process full-gradient descent to ~1e-12
@@ -164,7 +169,9 @@ class TrainResult:
     """What :func:`train` returns (and writes under ``run_dir``).
 
     ``params[m]`` are model ``m``'s final parameters (``params[0]`` for one model, also
-    ``final_params``); ``round_times[t]`` seconds from planning to closing round ``t``;
+    ``final_params``; two runs of an exact code agree to ~1e-12 relative, their
+    ``final_params_checksum`` bit for bit only when the same workers arrived in every round);
+    ``round_times[t]`` seconds from planning to closing round ``t``;
     ``arrivals[t, w]`` seconds into round ``t`` at which worker ``w``'s last message arrived, ``-1``
     for a straggler; ``messages[t, w]`` messages received before the round closed;
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
@@ -351,7 +358,11 @@ def train(
     scheme = build_scheme(code, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params,
                           dim=int(master_problem.dim))
     n = scheme.n
-    scheme_name = code if isinstance(code, str) else repr(code)
+    # an object without its own repr is named by its class (the default repr holds an address,
+    # which would make every resumption of it look like another configuration)
+    scheme_name = code if isinstance(code, str) else (
+        repr(code) if type(code).__repr__ is not object.__repr__ else type(code).__qualname__
+    )
 
     # ---- optimizers
     if optimizer_params is None or isinstance(optimizer_params, Mapping):
@@ -417,12 +428,21 @@ def train(
     state["opt_states"] = [opt.init(p) for opt, p in zip(optimizers, state["params"])]
     resumed_from = None
     ckpt_path = run_dir / "checkpoint.pkl"
+    inflight = None
+    if checkpoint_every:
+        try:
+            pickle.dumps(scheme)
+        except Exception as exc:
+            raise ValueError(
+                f"checkpoint_every needs a scheme that pickles (checkpoints hold it); {scheme!r} does not:"
+                f" {type(exc).__name__}: {exc}"
+            ) from None
     if resume:
         # a code built from its name is fully described by the config (name, code_params, workers,
         # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
-        state = _load_checkpoint(ckpt_path, config, ignore=() if isinstance(code, str) else ("scheme",))
+        saved = _load_checkpoint(ckpt_path, config, ignore=() if isinstance(code, str) else ("scheme",))
+        state, scheme, inflight = saved["state"], saved["scheme"], saved["inflight"]
         resumed_from = state["next_round"]
-        _replay(scheme, state)
     _atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
 
     # ---- engine and workers
@@ -437,6 +457,8 @@ def train(
                      max_restarts=max_restarts)
         loop = _Loop(scheme, engine, master_problem, optimizers, state, draw, comm, failures_planned,
                      models, round_timeout, task_schedule)
+        if inflight is not None:
+            loop.restore(inflight)
         current_loss = [master_problem.objective(p) for p in state["params"]]
         for t in range(state["next_round"], rounds):
             finished_models = loop.round(t)
@@ -459,7 +481,7 @@ def train(
                 record["metrics"] = state["metrics"][-models:]
             state["next_round"] = t + 1
             if checkpoint_every and (t + 1) % checkpoint_every == 0:
-                _save_checkpoint(ckpt_path, config, state)
+                _save_checkpoint(ckpt_path, config, state, scheme, loop.inflight())
             if callback is not None:
                 callback(record)
         loop.unfired()
@@ -520,7 +542,7 @@ def _delay_model(delay_model, stragglers, delay):
 
 # ----------------------------------------------------------------------------------------- checkpoints
 
-_CKPT_VERSION = 1
+_CKPT_VERSION = 2
 
 
 def _plain(value):
@@ -528,8 +550,9 @@ def _plain(value):
     return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else repr(v)))
 
 
-def _save_checkpoint(path: Path, config: dict, state: dict) -> None:
-    _atomic_write(path, pickle.dumps({"version": _CKPT_VERSION, "config": config, "state": state}))
+def _save_checkpoint(path: Path, config: dict, state: dict, scheme, inflight: dict) -> None:
+    doc = {"version": _CKPT_VERSION, "config": config, "state": state, "scheme": scheme, "inflight": inflight}
+    _atomic_write(path, pickle.dumps(doc))
 
 
 def _load_checkpoint(path: Path, config: dict, *, ignore: Iterable[str] = ()) -> dict:
@@ -546,26 +569,7 @@ def _load_checkpoint(path: Path, config: dict, *, ignore: Iterable[str] = ()) ->
     if differ:
         detail = "; ".join(f"{k}: checkpoint {old.get(k)!r} vs now {config.get(k)!r}" for k in differ)
         raise ValueError(f"resume: the configuration differs from the checkpoint's ({detail})")
-    return saved["state"]
-
-
-def _replay(scheme, state: dict) -> None:
-    """Bring a fresh scheme to the state after the checkpointed rounds by replaying them through
-    the protocol without payloads (the recorded message counts and arrivals)."""
-    if getattr(scheme, "delay", 0):
-        raise NotImplementedError(
-            "resume: schemes whose jobs span rounds (delay > 0) hold messages of jobs in flight"
-            " that a replay cannot restore"
-        )
-    for t in range(state["next_round"]):
-        scheme.plan(t)
-        counts = state["messages"][t]
-        times = state["arrivals"][t]
-        for w in np.flatnonzero(counts):
-            for i in range(int(counts[w])):
-                scheme.on_result(t, int(w), i, None, float(max(times[w], 0.0)))
-        arrived = frozenset(int(w) for w in np.flatnonzero(state["arrivals"][t] >= 0))
-        scheme.close(t, arrived)
+    return saved
 
 
 # ----------------------------------------------------------------------------------------- the loop
@@ -660,6 +664,19 @@ class _Loop:
             self.streamed.pop(key, None)
             self.expected.pop(key, None)
         return self._apply(finished)
+
+    def inflight(self) -> dict:
+        """What a checkpoint needs beyond ``state`` and the scheme: the parameters each job still in
+        flight was started at (schemes with ``delay > 0``), and which job each model waits for."""
+        return {"jobs": {job: x for job, (x, _) in self.job_params.items()}, "pending_job": dict(self.pending_job)}
+
+    def restore(self, inflight: dict) -> None:
+        """Undo :meth:`inflight` on a resumed run (parameters go to the object store again)."""
+        for job, x in inflight["jobs"].items():
+            x = np.array(x, dtype=np.float64)
+            x.flags.writeable = False
+            self.job_params[job] = (x, self.engine.put(x))
+        self.pending_job.update(inflight["pending_job"])
 
     def _wire(self, t: int, w: int, tasks) -> tuple[list[WireTask], list, np.ndarray, int]:
         """Wire tasks, parameter refs, the injected schedule and the number of messages.
