@@ -337,6 +337,18 @@ def test_ray_workers_keep_only_their_partitions(ray_session):
         engine.shutdown()
 
 
+def test_ignored_engine_options_are_warned_about(ray_session, monkeypatch):
+    from gradcode.runtime import engine as eng
+
+    with pytest.warns(eng.IgnoredOptionWarning, match=r"num_cpus=3 ignored: Ray is already running"):
+        eng.RayEngine(num_cpus=3)
+    seen = {}
+    monkeypatch.setattr(eng.ray, "init", lambda **kw: seen.update(kw))
+    with pytest.warns(eng.IgnoredOptionWarning, match=r"num_cpus=2 is ignored: joining the cluster at 'auto'"):
+        eng.init_ray(address="auto", num_cpus=2)
+    assert seen["address"] == "auto" and "num_cpus" not in seen
+
+
 def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):
     from gradcode.errors import GradcodeError
 

@@ -41,6 +41,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,14 @@ def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
     return tempfile.mkdtemp(prefix="gcray-", dir="/tmp")
 
 
+class IgnoredOptionWarning(RuntimeWarning):
+    """An engine option had no effect (Ray was already running, or a cluster was joined)."""
+
+
+def _warn_ignored(message: str) -> None:
+    warnings.warn(message, IgnoredOptionWarning, stacklevel=3)  # on stderr, unless filtered
+
+
 def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | None) -> None:
     """After ``ray.shutdown()``: keep Ray's logs under ``run_dir/ray/logs`` and delete a temp dir
     that lies outside ``run_dir`` (a ``/tmp/gcray-*`` made because ``run_dir/ray`` was too long
@@ -174,6 +183,9 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
         temp_dir = ray_temp_dir(run_dir)
         kwargs.update(num_cpus=num_cpus, _temp_dir=temp_dir)
     else:
+        if num_cpus is not None:
+            _warn_ignored(f"num_cpus={num_cpus} is ignored: joining the cluster at {address!r}, whose nodes"
+                          " have their own CPUs")
         kwargs.update(address=address)
     ray.init(**kwargs)
     return temp_dir
@@ -203,6 +215,11 @@ class RayEngine:
         if not ray.is_initialized():
             self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir)
             self._owned = True
+        else:
+            ignored = [f"{k}={v!r}" for k, v in (("address", address), ("num_cpus", num_cpus)) if v is not None]
+            if ignored:
+                _warn_ignored(f"{' and '.join(ignored)} ignored: Ray is already running in this process"
+                              " and its session is used")
         self._actors: list[Any] = []
         self._run: list[Any] = []
         self._running: dict[int, tuple[int, Any]] = {}  # worker -> (round, generator)
