@@ -357,6 +357,25 @@ def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):
               max_restarts=0)
 
 
+class SlowOnWorkers(BrokenOnWorkers):
+    """Builds at once in the master's process, in 30 s on workers."""
+
+    def build(self):
+        import os
+
+        if os.getpid() != self.pid:
+            time.sleep(30)
+        return super().build()
+
+
+def test_workers_that_do_not_start_in_time_give_a_clear_error(ray_session, tmp_path):
+    from gradcode.errors import GradcodeError
+
+    with pytest.raises(GradcodeError, match=r"workers did not start within 0.5 s"):
+        train("crc", workers=4, stragglers=1, data=SlowOnWorkers(), rounds=2, run_dir=tmp_path / "r",
+              start_timeout=0.5)
+
+
 def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
     with pytest.raises(ValueError, match="unknown code"):
         run(tmp_path, code="nope")

@@ -225,8 +225,11 @@ class RayEngine:
         self._running: dict[int, tuple[int, Any]] = {}  # worker -> (round, generator)
 
     # ----------------------------------------------------------------- workers
-    def spawn(self, specs: list[tuple[ProblemSpec, dict, int]], *, max_restarts: int = -1) -> None:
-        """One actor per ``(problem spec, {partition: rows}, chunks)``; returns once all are up."""
+    def spawn(self, specs: list[tuple[ProblemSpec, dict, int]], *, max_restarts: int = -1,
+              start_timeout: float = 120.0) -> None:
+        """One actor per ``(problem spec, {partition: rows}, chunks)``; returns once all are up, or
+        raises :class:`GradcodeError` after ``start_timeout`` seconds (workers that cannot be
+        placed or whose ``__init__`` hangs, e.g. loading data) or when a worker fails to start."""
         cls = _RayWorker.options(
             max_restarts=max_restarts,
             max_task_retries=0,
@@ -235,7 +238,14 @@ class RayEngine:
         self._actors = [cls.remote(w, spec, parts, chunks) for w, (spec, parts, chunks) in enumerate(specs)]
         self._run = [a.run.options(num_returns="streaming") for a in self._actors]
         try:
-            ray.get([a.ping.remote() for a in self._actors])
+            ray.get([a.ping.remote() for a in self._actors], timeout=start_timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.shutdown()
+            raise GradcodeError(
+                f"the workers did not start within {start_timeout:g} s (each rebuilds its problem from"
+                " the data spec in __init__: a slow data load, or a cluster without room for"
+                f" {len(specs)} workers?); raise the start timeout if they only need longer"
+            ) from None
         except ray.exceptions.RayError as exc:
             self.shutdown()
             raise GradcodeError(

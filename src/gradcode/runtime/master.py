@@ -297,6 +297,7 @@ def train(
     num_cpus: int | None = None,
     round_timeout: float = 120.0,
     max_restarts: int = -1,
+    start_timeout: float = 120.0,
     eval_every: int = 1,
     callback: Callable[[dict], None] | None = None,
 ) -> TrainResult:
@@ -316,7 +317,8 @@ def train(
     strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
     and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
     Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
-    ``eval_every``: held-out metrics every ``K`` rounds and after the last one (0: after the last
+    ``start_timeout``: seconds the workers may take to start (build their data) before the run
+    stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every ``K`` rounds and after the last one (0: after the last
     only). ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
     """
@@ -331,6 +333,7 @@ def train(
     round_timeout = check_real("round_timeout", round_timeout, minimum=0.0, strict_min=True)
     delay = check_real("delay", delay, minimum=0.0)
     max_restarts = check_int("max_restarts", max_restarts, minimum=-1)
+    start_timeout = check_real("start_timeout", start_timeout, minimum=0.0, strict_min=True)
     if resume and run_dir is None:  # the default run_dir is a new timestamped folder
         raise ValueError("resume=True needs run_dir: the folder of the run to continue")
 
@@ -454,7 +457,7 @@ def train(
     engine = RayEngine(address=address, num_cpus=num_cpus, run_dir=run_dir)
     try:
         engine.spawn([(pspec, {j: rows[j] for j in placement[w]}, chunks) for w in range(n)],
-                     max_restarts=max_restarts)
+                     max_restarts=max_restarts, start_timeout=start_timeout)
         loop = _Loop(scheme, engine, master_problem, optimizers, state, draw, comm, failures_planned,
                      models, round_timeout, task_schedule)
         if inflight is not None:
