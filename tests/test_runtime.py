@@ -589,3 +589,27 @@ def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_s
     assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
     assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
     assert rel(res.final_params, reference(3)) < 1e-9
+
+
+class _NoMetrics:
+    """A problem without held-out metrics (only what training needs)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        if name == "metrics":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class NoMetricsSpec:
+    def build(self):
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return _NoMetrics(make_problem("logistic", ds)), ds
+
+
+def test_a_problem_without_metrics_trains_and_records_none(ray_session, tmp_path):
+    res = train("uncoded", workers=4, data=NoMetricsSpec(), rounds=2, optimizer_params={"lr": 0.5},
+                run_dir=tmp_path / "r", eval_every=0)
+    assert res.metrics == [] and rel(res.final_params, reference(2)) < 1e-9

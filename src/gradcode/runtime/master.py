@@ -318,8 +318,9 @@ def train(
     and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
     Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
     ``start_timeout``: seconds the workers may take to start (build their data) before the run
-    stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every ``K`` rounds and after the last one (0: after the last
-    only). ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
+    stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every
+    ``K`` rounds and after the last one (0: after the last only), for problems that have
+    ``metrics(params)``. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
     """
     from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem, partition_rows
@@ -476,7 +477,8 @@ def train(
                 "loss": current_loss[0] if models == 1 else list(current_loss),
                 "stragglers": int((state["arrivals"][t] < 0).sum()),
             }
-            if (eval_every and (t + 1) % eval_every == 0) or t == rounds - 1:  # 0: at the end only
+            evaluate = (eval_every and (t + 1) % eval_every == 0) or t == rounds - 1  # 0: at the end only
+            if evaluate and hasattr(master_problem, "metrics"):  # a spec's problem may have none
                 for m in range(models):
                     met = master_problem.metrics(state["params"][m])
                     state["metrics"].append({"round": t, "elapsed": elapsed, "model": m,
