@@ -402,8 +402,12 @@ class StaticScheme(Scheme):
                 raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
             if not state.real:
                 break
-            msgs = {w: np.stack(state.payloads[w][:c]) for w, c in pattern.items()}
-            m = next(iter(msgs.values())).shape[1]
+            # one message per worker (most codes): hand the array itself over, no (n x d) copy
+            msgs = {
+                w: state.payloads[w][0] if c == 1 else np.stack(state.payloads[w][:c])
+                for w, c in pattern.items()
+            }
+            m = next(iter(msgs.values())).shape[-1]
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
                 gradient = self.code.decode(msgs, dim=dim)
