@@ -53,6 +53,21 @@ def test_attributes(name, params):
 
 
 @pytest.mark.parametrize("name,params", CASES, ids=IDS)
+def test_max_condition_reaches_every_solve(name, params):
+    """A threshold below every solve's condition number refuses every decode, sub-codes included
+    (clusters, groups, inner codes); restoring it decodes again."""
+    code = build(name, params)
+    everyone = {w: code.messages_of(w) for w in range(code.n)}
+    sol = code.decoding(everyone)
+    if sol.condition <= 1.0 + 1e-12:
+        pytest.skip("closed-form decoder: condition 1, nothing to refuse")
+    code.max_condition = 1.0
+    assert not code.can_decode(everyone)
+    code.max_condition = 1e10
+    assert code.can_decode(everyone)
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=IDS)
 def test_pickle_round_trip(name, params):
     import pickle
 

@@ -183,9 +183,10 @@ def test_ill_conditioned_solve_is_refused():
     assert code.can_decode({0: 1, 2: 1})
     assert code.decoding({0: 1, 2: 1}).condition < 10
     # the same pattern is accepted under a looser documented threshold
-    code.max_condition = 1e15
-    code.clear_cache()
+    code.max_condition = 1e15  # clears the cached refusal
     assert code.can_decode({0: 1, 1: 1})
+    with pytest.raises(ValueError, match="max_condition must be >= 1.0"):
+        code.max_condition = 0.5
 
 
 def test_decodability_is_by_rank_not_count():

@@ -146,6 +146,9 @@ class LinearCode:
     name: ClassVar[str] = "?"
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
+    #: codes this one decodes through (clusters, groups, an inner code); settings such as
+    #: ``max_condition`` are passed on to them
+    subcodes: tuple = ()
 
     def __init__(
         self,
@@ -199,9 +202,9 @@ class LinearCode:
         self._tolerance = check_int("tolerance", tolerance, minimum=0)
         self._exact = bool(exact)
         self._straggler_prefix = check_int("straggler_prefix", straggler_prefix, minimum=0)
-        self.max_condition = check_real("max_condition", max_condition, minimum=1.0)
         self._params = dict(params)
         self._cache: OrderedDict[Pattern, Decoding | _Refusal] = OrderedDict()
+        self._max_condition = check_real("max_condition", max_condition, minimum=1.0)
         self._cache_size = check_int("cache_size", cache_size, minimum=0)
         self._lock = threading.Lock()
         self.cache_hits = 0
@@ -217,6 +220,19 @@ class LinearCode:
     exact = property(lambda self: self._exact, doc="Whether decode returns the exact gradient.")
     encoders = property(lambda self: self._encoders, doc="E_w of shape (R_w, |placement[w]|, L).")
     params = property(lambda self: dict(self._params), doc="Constructor parameters.")
+
+    @property
+    def max_condition(self) -> float:
+        """Decoding solves whose condition number exceeds this are refused (NotDecodableError).
+        Setting it clears the decoding cache, so earlier verdicts are re-judged."""
+        return self._max_condition
+
+    @max_condition.setter
+    def max_condition(self, value: float) -> None:
+        self._max_condition = check_real("max_condition", value, minimum=1.0)
+        for sub in self.subcodes:
+            sub.max_condition = value
+        self.clear_cache()
 
     @property
     def straggler_prefix(self) -> int:

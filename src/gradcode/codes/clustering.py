@@ -51,7 +51,7 @@ class GCSC(LinearCode):
         rng = as_generator(seed)
         self.assignment = A.copy()
         self.assignment.flags.writeable = False
-        self.cluster_codes = tuple(CRC(size, s, rng) for _ in range(P))
+        self.cluster_codes = self.subcodes = tuple(CRC(size, s, rng) for _ in range(P))
         self.cluster_of = np.empty(n, dtype=int)
         self.position = np.empty(n, dtype=int)
         placement = [None] * n

@@ -279,6 +279,7 @@ class Partial(LinearCode):
             E[1, q_count:, 0] = inner_code.encoders[w][0, :, 0]
             encoders.append(E)
         self.inner = inner_code
+        self.subcodes = (inner_code,)
         self.naive_per_worker = q_count
         super().__init__(
             n=n,
