@@ -413,3 +413,32 @@ def test_cli_errors_exit_2():
     assert _cli("compare", "--scheme", "crc:n=4,s=1", "--scheme", "frc:n=6,s=1", "--rounds", "5").exit_code == 2
     r = _cli("simulate", "--scheme", "gc-sc", "-n", "6", "-s", "1", "--rounds", "5")
     assert r.exit_code == 2 and "clusters" in r.output
+
+
+def test_cli_compare_scheme_specs_and_params():
+    """JSON values keep their commas; --param reaches only the schemes that take it; the default
+    scheme set works without --stragglers; a parameter no scheme takes is refused."""
+    r = _cli("compare", "--scheme", "gc-sc:clusters=2,assignment=[[0,1],[2,3],[4,5]]", "-n", "6", "-s", "1",
+             "--rounds", "20", "--json")
+    assert r.exit_code == 0, r.output
+    assert [row["scheme"] for row in json.loads(r.stdout)["rows"]] == ["Uncoded n=6", "GCSC n=6 clusters=2 s=1"]
+    r = _cli("compare", "-n", "6", "-s", "1", "--rounds", "20", "-p", "seed=3", "--json")
+    assert r.exit_code == 0, r.output
+    names = [row["scheme"] for row in json.loads(r.stdout)["rows"]]
+    assert names == ["Uncoded n=6", "Ignore n=6 s=1", "FRC n=6 s=1", "CRC n=6 s=1"]
+    r = _cli("compare", "-n", "6", "--rounds", "20", "--json")
+    assert r.exit_code == 0, r.output
+    r = _cli("compare", "-n", "6", "-s", "1", "--rounds", "20", "-p", "alpha=2")
+    assert r.exit_code == 2 and "no compared scheme takes it" in r.output
+
+
+def test_cli_warns_about_ignored_stragglers_and_load_blind_traces(tmp_path):
+    r = _cli("simulate", "--scheme", "agc", "-n", "6", "-p", "d=3", "-p", "L=2", "-s", "1", "--rounds", "10")
+    assert r.exit_code == 0, r.output
+    assert "takes no s" in r.stderr
+    trace = tmp_path / "t.npy"
+    np.save(trace, np.random.default_rng(0).exponential(size=(20, 6)))
+    r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace))
+    assert r.exit_code == 0 and "trace_load" in r.stderr
+    r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "-M", f"trace_load={1 / 6}")
+    assert r.exit_code == 0 and "trace_load" not in r.stderr

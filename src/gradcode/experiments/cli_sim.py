@@ -19,6 +19,7 @@ options such as ``trace_load`` or ``wrap``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +47,10 @@ def parse_kv(items: list[str] | None, what: str) -> dict:
 
 
 def parse_scheme(spec: str) -> tuple[str, dict]:
-    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params)."""
+    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params). Commas split parameters only where a
+    ``key=`` follows, so JSON values keep theirs (``"gc-sc:clusters=2,assignment=[[0,1],[2,3]]"``)."""
     name, _, rest = spec.partition(":")
-    items = [p for p in rest.split(",") if p.strip()] if rest else []
+    items = [p for p in re.split(r",(?=\s*[A-Za-z_][\w-]*\s*=)", rest) if p.strip()] if rest else []
     return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
 
 
@@ -62,12 +64,28 @@ def build_code(name: str, params: dict, workers: int | None, stragglers: int | N
     params = dict(params)
     if workers is not None and "n" in accepted:
         params.setdefault("n", workers)
-    if stragglers is not None and "s" in accepted:
-        params.setdefault("s", stragglers)
+    if stragglers is not None:
+        if "s" in accepted:
+            params.setdefault("s", stragglers)
+        else:
+            _warn(f"code {name!r} takes no s (its parameters: {', '.join(accepted)}); "
+                  f"--stragglers {stragglers} is ignored for it")
     try:
         return make_code(name, **params)
     except TypeError as exc:
         raise ValueError(f"code {name!r}: {exc} (it takes: {', '.join(accepted)})") from None
+
+
+def code_info_params(name: str) -> list[str]:
+    from gradcode.codes import code_info
+
+    return list(code_info(name)["params"]) if name in _available_codes() else []
+
+
+def _warn(message: str) -> None:
+    from gradcode.cli import err
+
+    err.print(f"[yellow]warning:[/yellow] {message}")
 
 
 def _available_codes():
@@ -209,8 +227,17 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     """The document ``gradcode compare`` prints, the scheme labels and their pooled round times."""
     specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
     extra = parse_kv(params, "--param")
-    codes = [build_code(name, {**extra, **p} if name != "uncoded" else p, workers, stragglers)
-             for name, p in specs]
+    takes = {name: set(code_info_params(name)) for name, _ in specs}
+    unused = [k for k in extra if not any(k in t for name, t in takes.items() if name != "uncoded")]
+    if unused:
+        raise ValueError(f"--param {', '.join(unused)}: no compared scheme takes it")
+    # each --param goes to the schemes that take it (e.g. seed to crc, not to frc or ignore)
+    codes = [
+        build_code(name, {**{k: v for k, v in extra.items() if k in takes[name]}, **p}
+                   if name != "uncoded" else p,
+                   workers, stragglers if name != "uncoded" else None)
+        for name, p in specs
+    ]
     if not any(type(c).__name__ == "Uncoded" for c in codes):
         n = codes[0].n
         codes.insert(0, build_code("uncoded", {"n": n}, None, None))
@@ -218,6 +245,11 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     if len(ns) > 1:
         raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
     dmodel = build_model(model, model_params, trace)
+    loads = {round(c.load, 12) for c in codes}
+    if getattr(dmodel, "name", None) == "trace" and getattr(dmodel, "trace_load", None) is None and len(loads) > 1:
+        _warn("the trace replays its recorded times for every scheme whatever its load, so the codes' "
+              "extra computation is not charged; pass -M trace_load=<load it was recorded at> "
+              f"(e.g. 1/n = {1 / codes[0].n:.4g} for an uncoded run) to scale times with load")
     rounds = default_rounds(rounds, dmodel)
     close = parse_close(close)
     names, pooled, rows = [], [], []
@@ -243,9 +275,9 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
 def _default_specs(workers, stragglers):
     n = workers or 12
     s = 1 if stragglers is None else stragglers
-    specs = [("uncoded", {}), ("ignore", {}), ("crc", {})]
+    specs = [("uncoded", {}), ("ignore", {"s": s}), ("crc", {"s": s})]
     if n % (s + 1) == 0:
-        specs.insert(2, ("frc", {}))
+        specs.insert(2, ("frc", {"s": s}))
     return specs
 
 
