@@ -274,6 +274,9 @@ def test_sequential_scheme_through_the_protocol_path():
     assert res.round_times.tolist() == [1.0, 4.0, 2.0, 0.5]
     assert res.job_done_round.tolist() == [1, 2, 3]
     assert res.arrivals[1].tolist() == [4.0, 1.0]
+    # a job started but not finished when the run ends is reported, as -1
+    short = gradcode.simulate(_Pipelined(2, 5), trace(rows, trace_load=0.5), 4)
+    assert short.job_done_round.tolist() == [1, 2, 3, -1]
 
 
 def test_records_json_csv_and_arrivals(tmp_path):

@@ -266,6 +266,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
     finish = np.zeros((rounds, n))
     waitout = np.zeros(rounds, dtype=bool)
     done: dict[int, int] = {}
+    started = -1  # highest job any plan gave work to: unfinished jobs are reported as -1
     cache: dict = {}
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
@@ -273,6 +274,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
             if observe is not None:
                 observe(t, draw.straggling[t])
             plan = scheme.plan(t)
+            started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
             times, wk, idx, comp = _round_events(plan, n, sizes, draw.intercept[t], draw.slope[t], c, cache, t)
             order = np.lexsort((idx, wk, times))
             times, wk, idx = times[order], wk[order], idx[order]
@@ -319,7 +321,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
                 done[job] = t
             if prog is not None and (t % 256 == 255 or t == rounds - 1):
                 prog.update(task, completed=t + 1)
-    jobs = max(done, default=-1) + 1
+    jobs = max(max(done, default=-1), started) + 1
     job_done_round = np.full(max(jobs, rounds if isinstance(scheme, StaticScheme) else jobs), -1)
     for job, t in done.items():
         job_done_round[job] = t
