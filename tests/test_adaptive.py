@@ -280,3 +280,52 @@ def test_unpadded_encode_equals_padded(name, params, dtype):
             got = code.encode(w, x)
             assert got.dtype == dtype and got.shape == ref.shape
             np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("n,d,L", [(3, 2, 2), (4, 3, 3), (5, 3, 2), (4, 1, 2)])
+def test_agc_straggling_every_count_vector(n, d, L):
+    """Every count vector in [0, L]^n, one call for all (vectorized), against the rule written
+    out: the smallest s with n - s workers holding r_s messages; those holding fewer are the
+    stragglers; a vector no s fits (a mixed pattern) marks only the workers holding nothing.
+    Where an s fits, the non-stragglers' r_s messages decode on their own."""
+    code = AGC(n, d, L, seed=n + d + L)
+    counts = np.array(list(itertools.product(range(L + 1), repeat=n)), dtype=np.intp)
+    got = code.straggling(counts)
+    assert got.shape == counts.shape and got.dtype == bool
+    for c, row in zip(counts, got):
+        fits = [s for s in range(d) if (c >= code.rounds_needed(s)).sum() >= n - s]
+        want = c < code.rounds_needed(fits[0]) if fits else c == 0
+        assert row.tolist() == want.tolist(), c
+        np.testing.assert_array_equal(code.straggling(c), row)  # (n,) gives the same row
+        if fits:
+            r = code.rounds_needed(fits[0])
+            assert code.can_decode({w: r for w in np.flatnonzero(~row)}), c
+    # every worker with all L messages: nobody straggles; nothing received: everybody does
+    assert not code.straggling(np.full(n, L)).any()
+    assert code.straggling(np.zeros(n, dtype=int)).all()
+
+
+def test_agc_straggling_examples_and_bad_counts():
+    code = AGC(3, 2, 2, seed=0)  # r_0 = 1 (all three), r_1 = 2 (two of them)
+    assert code.straggling([1, 1, 1]).tolist() == [False, False, False]
+    assert code.straggling([2, 2, 0]).tolist() == [False, False, True]
+    assert code.straggling([2, 2, 1]).tolist() == [False, False, False]  # s = 0 fits first
+    assert code.straggling([[2, 1, 0], [0, 2, 2]]).tolist() == [[False, False, True], [True, False, False]]
+    with pytest.raises(ValueError, match=r"counts must have shape \(3,\)"):
+        code.straggling([1, 1])
+    with pytest.raises(TypeError, match="integer message counts"):
+        code.straggling([1.0, 1.0, 1.0])
+
+
+def test_group_codes_straggling_per_group():
+    """g-agc(6, 2, 2): groups {0,1}, {2,3}, {4,5}, each agc(2, 2, 2) (r_0 = 1 from both workers,
+    r_1 = 2 from one). g-cgc keeps the whole-result rule (one message) in each group."""
+    code = GroupAGC(6, 2, 2, seed=1)
+    got = code.straggling([1, 1, 2, 0, 2, 1])
+    assert got.tolist() == [False, False, False, True, False, False]
+    rows = np.array([[1, 1, 2, 0, 2, 1], [2, 2, 2, 2, 0, 0]])
+    assert code.straggling(rows).tolist() == [got.tolist(), [False] * 4 + [True, True]]
+    for (a, b), sub in zip(code.groups, code.subcodes):
+        np.testing.assert_array_equal(code.straggling(rows)[:, a:b], sub.straggling(rows[:, a:b]))
+    cgc = GroupCGC(7, 3, 2, seed=1)
+    assert cgc.straggling([1, 0, 1, 1, 1, 1, 0]).tolist() == [False, True, False, False, False, False, True]

@@ -205,3 +205,24 @@ def test_bad_messages_rejected(name, params):
     assert info.value.workers == (w,)
     with pytest.raises(gradcode.NotDecodableError):
         code.decode({}, dim=d)
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=IDS)
+def test_straggling_contract(name, params):
+    """``straggling``: a worker with its whole task result is never a straggler, one with nothing
+    always is (for R_w >= 1); (n,) and (rounds, n) give the same rows; bad shapes are refused."""
+    code = build(name, params)
+    R = np.array([code.messages_of(w) for w in range(code.n)])
+    full, none = code.straggling(R), code.straggling(np.zeros(code.n, dtype=int))
+    assert full.dtype == bool and full.shape == (code.n,)
+    assert not full.any()
+    assert none[R > 0].all()
+    rows = np.stack([R, np.zeros_like(R), np.maximum(R - 1, 0)])
+    got = code.straggling(rows)
+    assert got.shape == rows.shape
+    for row, want in zip(rows, got):
+        np.testing.assert_array_equal(code.straggling(row), want)
+    if type(code).straggling is gradcode.LinearCode.straggling:
+        np.testing.assert_array_equal(got, rows < R)  # the default: whole task result
+    with pytest.raises(ValueError, match="counts must have shape"):
+        code.straggling(np.zeros(code.n + 1, dtype=int))

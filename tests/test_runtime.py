@@ -613,3 +613,27 @@ def test_a_problem_without_metrics_trains_and_records_none(ray_session, tmp_path
     res = train("uncoded", workers=4, data=NoMetricsSpec(), rounds=2, optimizer_params={"lr": 0.5},
                 run_dir=tmp_path / "r", eval_every=0)
     assert res.metrics == [] and rel(res.final_params, reference(2)) < 1e-9
+
+
+def test_agc_arrival_table_marks_only_the_delayed_workers(ray_session, tmp_path):
+    """agc(n=4, d=3, L=2) under a ``fixed`` model: one worker per round delayed 30 s, each message
+    taking comm/L = 1.5 s on the link. Message 0 of the three others decodes (s = 1, r_1 =
+    ceil(2/2) = 1), so the master stops them before their message 1: only the delayed worker is a
+    straggler (the whole-result rule marked all four), the others' arrivals are their message 0,
+    and the straggler matrix is the simulator's for the same model and seed."""
+    import gradcode
+    from gradcode.stragglers import make_delay_model
+
+    params = {"stragglers": 1, "delay": 30.0, "base": 0.0, "comm": 3.0}
+    res = run(tmp_path, code="agc", code_params={"n": 4, "d": 3, "L": 2}, rounds=3,
+              delay_model=("fixed", params), round_timeout=20.0)
+    delayed = res.injected > 10
+    assert delayed.sum(axis=1).tolist() == [1, 1, 1]
+    np.testing.assert_array_equal(res.arrivals < 0, delayed)
+    assert (res.arrivals[~delayed] >= 1.5).all()  # message 0 is injected to arrive at 1.5 s
+    assert (res.messages[~delayed] >= 1).all()
+    assert rel(res.final_params, reference(3)) < 1e-9
+    sim = gradcode.simulate(make_code("agc", n=4, d=3, L=2, seed=SEED), make_delay_model("fixed", **params), 3,
+                            seed=SEED)
+    np.testing.assert_array_equal(sim.stragglers, delayed)
+    np.testing.assert_array_equal(sim.arrivals[~delayed], np.full(9, 1.5))

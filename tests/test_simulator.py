@@ -445,3 +445,81 @@ def test_cli_warns_about_ignored_stragglers_and_load_blind_traces(tmp_path):
     assert r.exit_code == 0 and "trace_load" in r.stderr
     r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "-M", f"trace_load={1 / 6}")
     assert r.exit_code == 0 and "trace_load" not in r.stderr
+
+
+# ------------------------------------------------------------------------------ stop-signal codes
+
+
+def test_agc_workers_that_sent_the_messages_the_master_needed_are_not_stragglers():
+    """agc(n=3, d=2, L=2), every worker computes in 1 s and each message takes comm/L = 0.5 s:
+    message 0 of all three arrives at 1.5 s and decodes (s = 0, r_0 = 1), so the master stops
+    there; nobody is a straggler and each arrival is its message 0 (not -1 for want of message 1)."""
+    code = gradcode.make_code("agc", n=3, d=2, L=2)
+    res = both(code, trace([[1.0, 1.0, 1.0]], comm=1.0), 1)
+    assert res.round_times.tolist() == [1.5]
+    assert res.stragglers.tolist() == [[False, False, False]]
+    assert res.arrivals.tolist() == [[1.5, 1.5, 1.5]]
+    assert res.finish_times.tolist() == [[2.0, 2.0, 2.0]]  # message 1 would have come at 2.0
+    assert res.summary()["stragglers_per_round"] == 0.0
+
+
+def test_agc_marks_exactly_the_slow_worker():
+    """agc(n=4, d=3, L=2): r_1 = ceil(2/2) = 1. Worker 2 is slow (10 s); the others deliver message
+    0 at 1.5 s, which decodes with s = 1, so only worker 2 is a straggler; the arrivals of the
+    others are their message 0. With worker 2 at 1.8 s the round waits for nobody else: s = 0 with
+    r_0 = 1 needs all four message 0s, so it closes at 2.3 s with no straggler."""
+    code = gradcode.make_code("agc", n=4, d=3, L=2)
+    res = both(code, trace([[1.0, 1.0, 10.0, 1.0]], comm=1.0), 1)
+    assert res.round_times.tolist() == [1.5]
+    assert res.stragglers.tolist() == [[False, False, True, False]]
+    assert res.arrivals.tolist() == [[1.5, 1.5, -1.0, 1.5]]
+    # a d=2 code needs r_1 = 2 messages from three workers: the slow one is still the only straggler
+    code = gradcode.make_code("agc", n=4, d=2, L=2)
+    res = both(code, trace([[1.0, 1.0, 10.0, 1.0]], comm=1.0), 1)
+    assert res.round_times.tolist() == [2.0]
+    assert res.stragglers.tolist() == [[False, False, True, False]]
+    assert res.arrivals.tolist() == [[2.0, 2.0, -1.0, 2.0]]
+
+
+def test_group_agc_judges_each_group_by_its_own_rule():
+    """g-agc(n=4, d=2, L=2): groups {0, 1} and {2, 3}, each an agc(2, 2, 2) (r_0 = 1 from both,
+    r_1 = 2 from one). Worker 3 is slow: group 0 decodes from message 0 of both workers, group 1
+    from both messages of worker 2, so only worker 3 is a straggler."""
+    code = gradcode.make_code("g-agc", n=4, d=2, L=2)
+    res = both(code, trace([[1.0, 1.0, 1.0, 10.0]], comm=1.0), 1)
+    assert res.round_times.tolist() == [2.0]
+    assert res.stragglers.tolist() == [[False, False, False, True]]
+    assert res.arrivals.tolist() == [[2.0, 2.0, 2.0, -1.0]]
+
+
+def test_agc_under_shifted_exp_marks_only_the_workers_the_master_did_without():
+    """agc(6, 4, 4) under shifted-exp (the whole-result rule marked all six workers in 55% of
+    the rounds): never more than d - 1 = 3 stragglers; where the master stopped at an ``s`` of
+    eq. 27 the n - s non-stragglers' r_s messages decode on their own; otherwise (a mixed pattern)
+    the stragglers are the workers that delivered nothing."""
+    code = gradcode.make_code("agc", n=6, d=4, L=4, seed=2)
+    model = make_model("shifted-exp", mu=5, alpha=0.5, comm=1)
+    res = both(code, model, 200, seed=0)
+    s = res.stragglers.sum(axis=1)
+    assert s.max() <= code.d - 1 and s.min() >= 0
+    assert (s == code.n).sum() == 0
+    # the messages each worker held at the close, from the finish times and arrivals of the run
+    from gradcode.sim.simulator import _arrival_table, _code_schedule
+
+    draw = model.draw(200, code.n, np.random.default_rng(0))
+    P, Rw = _code_schedule(code)
+    A = _arrival_table(draw.intercept, draw.slope, P, Rw, float(model.message_time(1 / code.L)))
+    counts = (A <= res.round_times[:, None, None]).sum(axis=2)
+    kinds = set()
+    for t in range(200):
+        fits = [q for q in range(code.d) if (counts[t] >= code.rounds_needed(q)).sum() >= code.n - q]
+        if fits:
+            r = code.rounds_needed(fits[0])
+            assert res.stragglers[t].tolist() == (counts[t] < r).tolist()
+            assert code.can_decode({w: r for w in np.flatnonzero(~res.stragglers[t])})
+            kinds.add("s")
+        else:
+            assert res.stragglers[t].tolist() == (counts[t] == 0).tolist()
+            kinds.add("mixed")
+        assert code.can_decode({w: int(c) for w, c in enumerate(counts[t]) if c})
+    assert kinds == {"s", "mixed"}  # both cases occur in this run

@@ -348,6 +348,24 @@ class AGC(_EMCode):
         r = self.rounds_needed(s)
         return None if r is None else r / self.L
 
+    def straggling(self, counts) -> np.ndarray:
+        """Stragglers of a round the master stopped once it could decode (eq. 27): the smallest
+        ``s`` in ``0..d-1`` such that at least ``n - s`` workers hold ``>= r_s`` messages; the
+        workers holding fewer than ``r_s`` are the stragglers. With a random ``E`` the master can
+        also decode from a *mixed* pattern that fits no ``s`` (e.g. counts ``(3, 0, 3, 3, 0, 1)``
+        for ``n=6, d=4, L=4``: some workers' extra messages make up for another's missing ones);
+        the decoder then uses every message held, so only the workers that delivered nothing are
+        stragglers (the whole-result rule would mark all six). Vectorized over rounds
+        (``counts`` ``(n,)`` or ``(rounds, n)``)."""
+        counts = self._check_counts(counts)
+        c = counts.reshape(-1, self.n)
+        need = np.ones(c.shape[0], dtype=np.intp)  # no s fits: stragglers delivered nothing
+        for s in range(self.d - 1, -1, -1):  # smallest fitting s wins: overwrite from the top
+            r = self.rounds_needed(s)
+            fits = (c >= r).sum(axis=1) >= self.n - s
+            need[fits] = r
+        return (c < need[:, None]).reshape(counts.shape)
+
 
 def _check_ndL(n, d, L):
     n = check_int("n", n, minimum=1)
@@ -394,6 +412,14 @@ class _Grouped(_UnpaddedEncode, LinearCode):
             tolerance=tolerance,
             params=params,
         )
+
+    def straggling(self, counts) -> np.ndarray:
+        """Each group's subsystem rule on its own workers (``subcodes[j].straggling``)."""
+        counts = self._check_counts(counts)
+        out = np.empty(counts.shape, dtype=bool)
+        for (a, b), sub in zip(self.groups, self.subcodes):
+            out[..., a:b] = sub.straggling(counts[..., a:b])
+        return out
 
     def group_comm_cost(self, stragglers) -> float | None:
         """Communication cost with ``stragglers[j]`` stragglers in group ``j`` (eq. 33): the largest

@@ -141,6 +141,13 @@ class LinearCode:
     Subclasses build their placement and encoding tensors, validate their parameters and call
     ``super().__init__``. Instances are immutable: arrays are read-only and attributes are fixed;
     only the decoding cache changes.
+
+    Stragglers of a round: :meth:`straggling` says, from the number of leading messages each
+    worker had delivered when the round closed, which workers count as stragglers (the drivers'
+    straggler matrix and arrival table use it). By default a worker is a straggler unless it
+    delivered its whole task result (all ``R_w`` messages); codes whose master stops the workers
+    as soon as it can decode (AGC, whose active workers need only ``r_s <= L`` messages) override
+    it, and grouped codes apply their groups' rules.
     """
 
     name: ClassVar[str] = "?"
@@ -249,6 +256,23 @@ class LinearCode:
     def messages_of(self, w: int) -> int:
         """R_w: the number of messages worker ``w`` sends."""
         return self._messages[w]
+
+    def straggling(self, counts) -> np.ndarray:
+        """Which workers were stragglers of a round, from ``counts[..., w]``: the number of leading
+        messages worker ``w`` had delivered when the round closed (shape ``(n,)`` or
+        ``(rounds, n)``; returns booleans of the same shape). Default: ``counts < R_w``, a worker
+        that had not delivered its whole task result (for the ``partial`` code: a worker without
+        its second message)."""
+        counts = self._check_counts(counts)
+        return counts < np.asarray(self._messages)
+
+    def _check_counts(self, counts) -> np.ndarray:
+        counts = np.asarray(counts)
+        if counts.ndim not in (1, 2) or counts.shape[-1] != self._n:
+            raise ValueError(f"counts must have shape ({self._n},) or (rounds, {self._n}), got {counts.shape}")
+        if counts.size and not np.issubdtype(counts.dtype, np.integer):
+            raise TypeError(f"counts must hold integer message counts, got dtype {counts.dtype}")
+        return counts
 
     @property
     def worker_loads(self) -> np.ndarray:

@@ -39,8 +39,12 @@ Rules the loop follows (DESIGN.md "The runtime"):
   (``scheme.delay = T``) need ``M > T`` so that a model's previous job is finished when its next
   starts (checked).
 * **records**: per round its wall time (plan to close), the ``(rounds, n)`` arrival table
-  (seconds after the round started at which a worker's last message arrived, ``-1`` for a
-  straggler: the table the simulator's ``arrivals`` holds), the number of messages received, the
+  (seconds after the round started at which the last message a worker delivered before the round
+  closed arrived, ``-1`` for a straggler: the table the simulator's ``arrivals`` holds; stragglers
+  are judged from the messages delivered by the close with the simulator's rule,
+  :func:`~gradcode.schemes.static.round_stragglers`: the code's ``straggling``, e.g. AGC's workers
+  count as arrived with the ``r_s`` messages the master needed, not all ``L``; whole results for
+  other schemes), the number of messages received, the
   injected times, the training objective of each model and held-out metrics; written under
   ``run_dir`` as ``result.json`` and ``.npy`` arrays, plus ``trace.npy``: the arrivals with each
   straggler's entry replaced by a lower bound of its time (the round's duration, or its injected
@@ -78,6 +82,7 @@ import numpy as np
 from gradcode._validation import check_int, check_real
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.worker import ProblemSpec, WireTask
+from gradcode.schemes.static import round_stragglers
 
 __all__ = ["RoundTimeoutError", "TrainResult", "parse_failures", "train", "build_scheme"]
 
@@ -172,8 +177,8 @@ class TrainResult:
     ``final_params``; two runs of an exact code agree to ~1e-12 relative, their
     ``final_params_checksum`` bit for bit only when the same workers arrived in every round);
     ``round_times[t]`` seconds from planning to closing round ``t``;
-    ``arrivals[t, w]`` seconds into round ``t`` at which worker ``w``'s last message arrived, ``-1``
-    for a straggler; ``messages[t, w]`` messages received before the round closed;
+    ``arrivals[t, w]`` seconds into round ``t`` at which the last message worker ``w`` delivered
+    before the close arrived, ``-1`` for a straggler (stragglers as the simulator judges them); ``messages[t, w]`` messages received before the round closed;
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics);
@@ -601,6 +606,7 @@ class _Loop:
         self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages delivered
         self.streamed: dict[tuple[int, int], int] = {}  # (round, worker) -> of the current stream
         self.expected: dict[tuple[int, int], int] = {}
+        self.last_times: dict[tuple[int, int], float] = {}  # (round, worker) -> its latest message
         self.starts: dict[int, float] = {}
         self.current = 0
         self.stale_messages = 0
@@ -651,8 +657,15 @@ class _Loop:
                 _, attempts = retries.get(ev.worker, (0.0, 0))
                 retries[ev.worker] = (time.perf_counter() + self.BACKOFF * 2**attempts, attempts + 1)
                 unsent.add(ev.worker)
-        # the round decodes: close it
-        arrived = frozenset(w for w in wire if self.state["arrivals"][t, w] >= 0)
+        # the round decodes: close it. Stragglers by the simulator's rule (round_stragglers: the
+        # code's, e.g. AGC's r_s messages; whole results for other schemes); the arrival table
+        # holds the last message each non-straggler delivered
+        counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
+        planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)], dtype=np.intp)
+        late = round_stragglers(scheme, counts, planned)
+        arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w])
+        for w in wire:
+            self.state["arrivals"][t, w] = self.last_times[(t, w)] if w in arrived else -1.0
         try:
             finished = scheme.close(t, arrived)
         except NotDecodableError as exc:  # e.g. non-finite messages dropped: cannot happen twice
@@ -668,6 +681,7 @@ class _Loop:
             self.counts.pop(key, None)
             self.streamed.pop(key, None)
             self.expected.pop(key, None)
+            self.last_times.pop(key, None)
         return self._apply(finished)
 
     def inflight(self) -> dict:
@@ -767,6 +781,7 @@ class _Loop:
             self.counts[(t, w)] = i + 1
             now = time.perf_counter() - self.starts.get(t, 0.0)
             self.scheme.on_result(t, w, i, ev.payload, now)
+            self.last_times[(t, w)] = now
             if i + 1 == self.expected.get((t, w)):
                 self.state["arrivals"][t, w] = now
                 self.engine.release(w)  # all its messages are in: free for the next round

@@ -264,6 +264,18 @@ def decode_rule(code: LinearCode) -> DecodeRule:
     return GenericRule(code)
 
 
+def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
+    """The stragglers of a closed round, as both drivers count them: ``counts[w]`` leading
+    messages of worker ``w`` had been delivered when the round closed, ``planned[w]`` were planned.
+    A :class:`StaticScheme` asks its code (:meth:`LinearCode.straggling`: e.g. AGC's active workers
+    need only ``r_s`` of their ``L`` messages); any other scheme counts a worker as a straggler
+    unless it delivered all its planned messages (workers given no task are not stragglers)."""
+    counts = np.asarray(counts, dtype=np.intp)
+    if isinstance(scheme, StaticScheme):
+        return scheme.code.straggling(counts)
+    return counts < np.asarray(planned, dtype=np.intp)
+
+
 # ---------------------------------------------------------------------------------- scheme
 
 

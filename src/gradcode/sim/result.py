@@ -17,11 +17,13 @@ class SimulationResult:
 
     * ``round_times[t]``: seconds round ``t`` lasted (rounds run back to back: round ``t`` starts
       when round ``t - 1`` ends); ``total_time`` is their sum.
-    * ``stragglers[t, w]``: worker ``w`` had not delivered its whole round-``t`` task result when
-      the round closed (its pending work was cancelled).
-    * ``arrivals[t, w]``: seconds after the round started at which ``w``'s last message arrived,
-      ``-1`` for a straggler (and for a worker given no task); the same table the Ray runtime
-      records, usable as a trace (``save_arrivals``).
+    * ``stragglers[t, w]``: worker ``w`` was a straggler of round ``t``, judged from the messages
+      it had delivered when the round closed by the code's rule (``LinearCode.straggling``): by
+      default it had not delivered its whole task result; for AGC it held fewer than the ``r_s``
+      messages the active workers need (its pending work was cancelled either way).
+    * ``arrivals[t, w]``: seconds after the round started at which the last message ``w`` delivered
+      by the close arrived, ``-1`` for a straggler (and for a worker given no task); the same table
+      the Ray runtime records, usable as a trace (``save_arrivals``).
     * ``waitout_rounds[t]``: under the mu-rule, round ``t`` could not decode at its deadline and
       the master waited until it could; ``waitouts`` counts them.
     * ``job_done_round[j]``: the round in which job ``j`` was decoded, ``-1`` if not yet.

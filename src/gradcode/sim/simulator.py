@@ -27,12 +27,17 @@ Closing rules (``close``):
   it out: the round ends at the first later arrival that makes them decodable (SGC Remark 2.3;
   the workers in by then are not stragglers) and counts one wait-out.
 
-Stragglers: a worker whose task result (all its messages of the round) was not in when the round
-ended; messages it did deliver are still used (the ``partial`` code needs the stragglers' message
-0). For codes whose master stops early (AGC: once decodable, the remaining messages are cancelled)
-a worker cut off before its last message therefore counts as a straggler of the round, as in the
-Ray runtime. ``arrivals[t, w]`` is the arrival of ``w``'s last message, ``-1`` for a straggler (the
-runtime's table); ``finish_times[t, w]`` is when it would have arrived, stragglers included.
+Stragglers: from the number of leading messages each worker had delivered when the round ended,
+by :meth:`LinearCode.straggling <gradcode.codes.LinearCode.straggling>` for codes and static
+schemes (:func:`~gradcode.schemes.static.round_stragglers`): by default a worker whose task result
+(all its messages of the round) was not in; for AGC, whose master stops everyone once it can
+decode, the workers holding fewer than ``r_s = ceil(L / (d - s))`` messages for the smallest ``s``
+such that ``n - s`` workers hold ``r_s`` (per group for the grouped codes). Any other scheme keeps
+the whole-result rule. Messages a straggler did deliver are still used (the ``partial`` code needs
+the stragglers' message 0). ``arrivals[t, w]`` is the arrival of the last message ``w`` delivered
+by the close, ``-1`` for a straggler (the runtime's table; for single-message codes, the arrival of
+its task result); ``finish_times[t, w]`` is when its last message would have arrived, stragglers
+included.
 
 Two paths give identical results on the same draw (tests check it): the *fast path* for a
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
@@ -55,7 +60,7 @@ from gradcode._validation import as_generator, check_choice, check_int, check_re
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import Scheme
-from gradcode.schemes.static import ProtocolError, StaticScheme, decode_rule, task_schedule
+from gradcode.schemes.static import ProtocolError, StaticScheme, decode_rule, round_stragglers, task_schedule
 from gradcode.sim.result import SimulationResult
 
 #: fast path: rounds per vectorized chunk (bounds the (rounds, n, R) temporaries)
@@ -234,10 +239,12 @@ def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
                 wait = T > cutoff
                 end = np.where(wait, T, cutoff)
                 waitout[a:b] = wait
-            arrived = C <= end[:, None]
+            counts = (A <= end[:, None, None]).sum(axis=2)  # leading messages in by the close
+            strag = code.straggling(counts)
+            last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
             round_times[a:b] = end
-            stragglers[a:b] = ~arrived
-            arrivals[a:b] = np.where(arrived, C, -1.0)
+            stragglers[a:b] = strag
+            arrivals[a:b] = np.where(strag | (counts == 0), -1.0, last)
             finish[a:b] = C
             if prog is not None:
                 prog.update(task, completed=b)
@@ -276,6 +283,7 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
             plan = scheme.plan(t)
             started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
             times, wk, idx, comp = _round_events(plan, n, sizes, draw.intercept[t], draw.slope[t], c, cache, t)
+            planned_msgs = np.bincount(wk, minlength=n)
             order = np.lexsort((idx, wk, times))
             times, wk, idx = times[order], wk[order], idx[order]
             N = times.size
@@ -309,11 +317,15 @@ def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationRes
                             f"{_name(scheme)} cannot finish round {t} even with every message"
                         )
                     end = 0.0
+            counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
+            last = np.full(n, -1.0)
+            last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
+            strag = round_stragglers(scheme, counts, planned_msgs)
             arrived = np.zeros(n, dtype=bool)
-            arrived[planned] = comp[planned] <= end
+            arrived[planned] = ~strag[planned] & (counts[planned] > 0)
             round_times[t] = end
             stragglers[t, planned] = ~arrived[planned]
-            arrivals[t] = np.where(arrived, comp, -1.0)
+            arrivals[t] = np.where(arrived, last, -1.0)
             finish[t, planned] = comp[planned]
             for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
                 if job in done:
