@@ -22,8 +22,8 @@ Closing rules (``close``):
 * a number ``mu >= 0``: the mu-tolerance rule of the SGC paper (Section 2, "identification of
   stragglers"): with ``kappa`` the time the fastest worker returns its whole task result, the
   master waits ``mu * kappa`` more seconds, i.e. until ``(1 + mu) kappa`` (or until every worker
-  is in, if that is sooner); workers whose task result is not in by then are stragglers and their
-  pending work is cancelled. If the due jobs cannot be decoded from what arrived, the master waits
+  is in, if that is sooner); workers whose task result is not in by then are stragglers (by the
+  code's rule, see "Stragglers" below) and their pending work is cancelled. If the due jobs cannot be decoded from what arrived, the master waits
   it out: the round ends at the first later arrival that makes them decodable (SGC Remark 2.3;
   the workers in by then are not stragglers) and counts one wait-out.
 
@@ -239,9 +239,14 @@ def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
                 wait = T > cutoff
                 end = np.where(wait, T, cutoff)
                 waitout[a:b] = wait
-            counts = (A <= end[:, None, None]).sum(axis=2)  # leading messages in by the close
+            # leading messages in by the close, and the arrival of the last of them
+            if A.shape[2] == 1:
+                last = A[:, :, 0]
+                counts = (last <= end[:, None]).view(np.int8)
+            else:
+                counts = (A <= end[:, None, None]).sum(axis=2)
+                last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
             strag = code.straggling(counts)
-            last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
             round_times[a:b] = end
             stragglers[a:b] = strag
             arrivals[a:b] = np.where(strag | (counts == 0), -1.0, last)
