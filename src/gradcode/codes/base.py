@@ -21,20 +21,30 @@ reports the condition number of the solve, refuses a solve whose condition numbe
 float64 messages), and caches ``A`` per pattern in a bounded LRU cache. Codes may supply a faster
 structured solve through the ``_fast_solve`` hook; tests check it agrees with the generic one.
 
+No answer is trusted unchecked. Whichever solve produced ``A``, it is checked against the real
+received rows ``B_F`` of the encoders (``LinearCode._check_answer``): the residual
+``||A B_F - T|| / ||T||`` and the forward-error *amplification* ``max_c sum_i |A[c, i]|
+||B_F[i]||_1 / k``, which bounds the decoded gradient's relative error by about
+``amplification * eps`` and, unlike the condition number of a structured solve, sees the size of
+the encoder rows. A structured answer that fails falls back to the generic solve; a generic
+answer that fails is refused. A structured decoder may always refuse on its own.
+
 Coefficients are always computed in float64; messages may be float32 or float64, and the decoded
 gradient is float64.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy import sparse
 from scipy.linalg import blas
 
 from gradcode._validation import check_int, check_real
@@ -44,6 +54,7 @@ from gradcode.errors import NotDecodableError
 DEFAULT_MAX_CONDITION = 1e10
 #: Relative residual ``||A M - T|| / ||T||`` above which the target is not in the received span.
 RESIDUAL_TOL = 1e-6
+_EPS = float(np.finfo(np.float64).eps)
 #: Element block of the fused weighted sum: small enough to stay in L2 cache.
 _BLOCK = 1 << 14
 
@@ -74,6 +85,11 @@ class Decoding:
     coefficients: np.ndarray
     condition: float
     method: str = "lstsq"
+    #: forward-error amplification of the decode, measured against the real encoder rows (see
+    #: :meth:`LinearCode.decoding`): 1 for a decode without cancellation (uncoded, FRC); the
+    #: decoded gradient's relative error is at most about ``amplification * eps`` of the
+    #: messages' float type
+    amplification: float = 1.0
 
     @property
     def max_coefficient(self) -> float:
@@ -214,6 +230,7 @@ class LinearCode:
         self._max_condition = check_real("max_condition", max_condition, minimum=1.0)
         self._cache_size = check_int("cache_size", cache_size, minimum=0)
         self._lock = threading.Lock()
+        self._rows_cache = None
         self.cache_hits = 0
         self.cache_misses = 0
 
@@ -354,7 +371,10 @@ class LinearCode:
         return isinstance(self._solution(self.normalize_pattern(received)), Decoding)
 
     def decoding(self, received) -> Decoding:
-        """The decoding coefficients for pattern ``{w: r_w}``; raises :class:`NotDecodableError`."""
+        """The decoding coefficients for pattern ``{w: r_w}``, checked against the received encoder
+        rows (module docstring; ``amplification`` reports the check's measure); raises
+        :class:`NotDecodableError` when the messages do not determine the gradient or no solve's
+        answer passes the check."""
         pattern = self.normalize_pattern(received)
         sol = self._solution(pattern)
         if isinstance(sol, _Refusal):
@@ -403,6 +423,7 @@ class LinearCode:
         state = self.__dict__.copy()
         del state["_lock"]
         state["_cache"] = OrderedDict()
+        state["_rows_cache"] = None
         return state
 
     def __setstate__(self, state):
@@ -429,23 +450,109 @@ class LinearCode:
                 self.cache_hits += 1
                 return sol
         self.cache_misses += 1
-        if not pattern:
-            sol = _Refusal("no messages received")
+        try:
+            sol = self._trusted_solve(pattern)
+        except NotDecodableError as exc:
+            sol = _Refusal(str(exc))
         else:
-            try:
-                sol = self._fast_solve(pattern)
-                if sol is None:
-                    sol = self._generic_solve(pattern)
-            except NotDecodableError as exc:
-                sol = _Refusal(str(exc))
-            else:
-                sol.coefficients.flags.writeable = False  # shared through the cache
+            sol.coefficients.flags.writeable = False  # shared through the cache
         if self._cache_size:
             with self._lock:
                 self._cache[pattern] = sol
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
         return sol
+
+    def _trusted_solve(self, pattern: Pattern) -> Decoding:
+        """The structured solve if its answer passes :meth:`_check_answer`, else the generic
+        least-squares solve if *its* answer passes, else :class:`NotDecodableError` naming both
+        reasons. A structured decoder's refusal is final (refusing is always safe)."""
+        if not pattern:
+            raise NotDecodableError("no messages received")
+        fast = self._fast_solve(pattern)
+        if fast is not None:
+            amplification, problem = self._check_answer(fast)
+            if problem is None:
+                return replace(fast, amplification=amplification)
+            fast_problem = f"the {fast.method} decoder's answer failed its check: {problem}"
+        try:
+            sol = self._generic_solve(pattern)
+        except NotDecodableError as exc:
+            if fast is None:
+                raise
+            raise NotDecodableError(f"{fast_problem}; the least-squares solve: {exc}") from None
+        amplification, problem = self._check_answer(sol)
+        if problem is not None:
+            reasons = ([fast_problem] if fast is not None else []) + [f"the least-squares solve: {problem}"]
+            raise NotDecodableError("; ".join(reasons))
+        return replace(sol, amplification=amplification)
+
+    def _check_answer(self, sol: Decoding) -> tuple[float, str | None]:
+        """Check decoding coefficients ``A`` against the real received encoder rows ``B_F``.
+
+        * residual: ``||A B_F - T||_F / ||T||_F <= RESIDUAL_TOL`` (exact codes only; the
+          ``ignore`` baseline is inexact by design), the same measure as the generic solve's;
+        * amplification: ``max_c sum_i |A[c, i]| ||B_F[i]||_1 / k``. A worker's message
+          ``B_i g~`` carries a rounding error of about ``eps ||B_i||_1 max|g~|``; the decode
+          multiplies it by ``A``, so the decoded gradient's error, relative to the ``k`` partial
+          gradients it sums, is at most about ``amplification * eps``. It is ``>= 1`` for an exact
+          decode (``A B_F = T`` puts ``k`` ones in every row) with equality iff nothing cancels
+          (uncoded, FRC), and, unlike the condition number of a structured solve, it sees the
+          size of the encoder rows: the AGC/CGC ``E M`` decoder solves a well-conditioned system
+          in ``E`` while the entries of ``M`` grow geometrically with ``L``. Refused above
+          ``max_condition`` (relative error ~1e-6 in float64 at the default ``1e10``).
+
+        Returns ``(amplification, None)`` when the answer can be trusted, else ``(amplification,
+        reason)``. Costs one sparse product over the received rows."""
+        BT, row_start, row_l1 = self._sparse_rows()
+        flat = np.fromiter(itertools.chain.from_iterable(sol.rows), dtype=np.intp, count=2 * len(sol.rows))
+        ids = row_start[flat[0::2]] + flat[1::2]
+        A = sol.coefficients
+        with np.errstate(over="ignore", invalid="ignore"):
+            amplification = float((np.abs(A) @ row_l1[ids]).max()) / self._k
+            if self._exact:
+                L = self._chunks
+                # A B_F as B^T applied to A scattered over all rows: no sparse row slicing
+                scattered = np.zeros((BT.shape[1], L))
+                scattered[ids] = A.T
+                AB = (BT @ scattered).T.reshape(L, self._k, L)
+                AB -= np.eye(L)[:, None, :]
+                residual = float(np.linalg.norm(AB)) / math.sqrt(self._k * L)
+                if not residual <= RESIDUAL_TOL:
+                    return amplification, (
+                        f"A B_F differs from the target by a relative residual {residual:.2e}"
+                        f" (> {RESIDUAL_TOL:.0e})"
+                    )
+        if not amplification <= self._max_condition:
+            return amplification, (
+                f"its coefficients amplify rounding errors by {amplification:.2e} (> max_condition="
+                f"{self._max_condition:.1e}): relative error up to ~{amplification * _EPS:.0e} in float64"
+            )
+        return amplification, None
+
+    def _sparse_rows(self):
+        """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T``; the
+        index of each worker's first row; and the rows' 1-norms. Built on first use (verification
+        of fresh patterns only)."""
+        if self._rows_cache is None:
+            L = self._chunks
+            indptr, indices, data = [0], [], []
+            for w, E in enumerate(self._encoders):
+                cols = (np.asarray(self._placement[w], dtype=np.intp)[:, None] * L + np.arange(L)).ravel()
+                flat = E.reshape(E.shape[0], -1)
+                for row in flat:
+                    nz = row != 0
+                    indices.append(cols[nz])
+                    data.append(row[nz])
+                    indptr.append(indptr[-1] + int(nz.sum()))
+            B = sparse.csr_array(
+                (np.concatenate(data), np.concatenate(indices), np.asarray(indptr)),
+                shape=(len(indptr) - 1, self._k * L),
+            )
+            row_start = np.concatenate([[0], np.cumsum(self._messages)[:-1]]).astype(np.intp)
+            row_l1 = np.asarray(abs(B).sum(axis=1)).ravel()
+            self._rows_cache = (B.T.tocsr(), row_start, row_l1)
+        return self._rows_cache
 
     def _fast_solve(self, pattern: Pattern) -> Decoding | None:
         """Hook for a structured decoder: return a :class:`Decoding`, raise

@@ -31,6 +31,7 @@ commfr-table1`` uses ``C = 7``.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from dataclasses import dataclass
@@ -62,8 +63,16 @@ class ConditionSample:
     """Condition numbers of the decoding solves over straggler sets of size ``s``.
 
     ``worst`` and ``median`` are over the sets examined (``inf`` counts a refused decode);
-    ``refused`` is how many sets the decoder refused (not decodable, or condition above the code's
-    ``max_condition``); ``exhaustive`` says whether every set of size ``s`` was examined."""
+    ``refused`` is how many sets the decoder refused (not decodable, condition or amplification
+    above the code's ``max_condition``, or an answer that failed its check against the encoder
+    rows); ``exhaustive`` says whether every set of size ``s`` was examined.
+
+    ``worst_amplification`` and ``median_amplification`` are the same statistics of the decodes'
+    forward-error amplification (:attr:`gradcode.codes.base.Decoding.amplification`), the
+    measure that includes the encoder rows: the condition of a structured solve can be small while
+    the decoded gradient's relative error, about ``amplification * eps``, is not (AGC/CGC at large
+    ``L`` or ``n``). Refused decodes are measured with the threshold lifted, so the amplification
+    that caused a refusal is reported (``inf`` where the messages do not span the gradient)."""
 
     s: int
     sets: int
@@ -71,6 +80,8 @@ class ConditionSample:
     worst: float
     median: float
     refused: int
+    worst_amplification: float = math.nan
+    median_amplification: float = math.nan
 
 
 def sample_conditions(code, s: int, *, samples: int = 200, seed=0, messages: int | None = None) -> ConditionSample:
@@ -98,18 +109,35 @@ def sample_conditions(code, s: int, *, samples: int = 200, seed=0, messages: int
         rng = as_generator(seed)
         sets = [tuple(rng.choice(n, size=s, replace=False)) for _ in range(samples)]
         exhaustive = False
-    conds = []
+    conds, amps = [], []
     refused = 0
+    unthresholded = None  # a copy of the code with no threshold, to measure refused decodes
     for S in sets:
         S = set(int(w) for w in S)
         pattern = {w: per(w) for w in range(n) if w not in S}
         try:
-            conds.append(code.decoding(pattern).condition)
+            sol = code.decoding(pattern)
         except NotDecodableError:
             refused += 1
             conds.append(math.inf)
-    arr = np.array(conds)
-    return ConditionSample(s, len(sets), exhaustive, float(arr.max()), float(np.median(arr)), refused)
+            if unthresholded is None:
+                unthresholded = copy.deepcopy(code)
+                unthresholded.max_condition = 1e300
+            amps.append(_amplification_or_inf(unthresholded, pattern))
+        else:
+            conds.append(sol.condition)
+            amps.append(sol.amplification)
+    arr, amp = np.array(conds), np.array(amps)
+    return ConditionSample(s, len(sets), exhaustive, float(arr.max()), float(np.median(arr)), refused,
+                           float(amp.max()), float(np.median(amp)))
+
+
+def _amplification_or_inf(code, pattern) -> float:
+    """The decode's amplification; ``inf`` if the messages do not span the gradient at all."""
+    try:
+        return code.decoding(pattern).amplification
+    except NotDecodableError:
+        return math.inf
 
 
 def worst_condition(code, s: int, **kwargs) -> float:
