@@ -14,6 +14,11 @@ Code parameters: ``--workers`` (``n``) and ``--stragglers`` (``s``) for the code
 ``NAME:key=value,key=value``. Delay model: ``--model NAME`` with ``--model-param key=value``, or
 ``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--model-param`` then sets the trace
 options such as ``trace_load`` or ``wrap``).
+
+Memory: runs keep their per-round tables only while small (``gradcode.simulate``'s default) or when
+a per-round output needs them (``simulate --records``, ``compare --plot``); otherwise the numbers
+come from running summaries, and ``quantile_rel_error`` says how exact median and p95 are (0.0:
+exact, as numpy computes them on every round time).
 """
 
 from __future__ import annotations
@@ -126,21 +131,16 @@ def label(code) -> str:
     return repr(code).strip("<>")
 
 
-def run_repeats(code, model, rounds, repeats, seed, close, method, progress=None):
+def run_repeats(code, model, rounds, repeats, seed, close, method, progress=None, records=None):
+    """``records``: keep the per-round tables (True: for --records files and --plot); by default
+    only while small, so long runs keep summaries in bounded memory (see gradcode.simulate)."""
     from gradcode.sim import simulate
 
     return [
-        simulate(code, model, rounds, seed=seed + i, close=close, method=method, progress=progress)
+        simulate(code, model, rounds, seed=seed + i, close=close, method=method, progress=progress,
+                 records=records)
         for i in range(repeats)
     ]
-
-
-def stats(times: np.ndarray) -> dict:
-    return {
-        "mean": float(times.mean()),
-        "median": float(np.median(times)),
-        "p95": float(np.percentile(times, 95)),
-    }
 
 
 def _fail(exc: Exception):
@@ -199,12 +199,15 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> No
 
 
 def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                 seed, close, method) -> tuple[dict, list]:
-    """The document ``gradcode simulate`` prints, and the runs."""
+                 seed, close, method, records=None) -> tuple[dict, list]:
+    """The document ``gradcode simulate`` prints, and the runs (with per-round records if
+    ``records``)."""
+    from gradcode.sim import pooled_stats
+
     code = build_code(scheme, params, workers, stragglers)
     dmodel = build_model(model, model_params, trace)
     rounds = default_rounds(rounds, dmodel)
-    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method)
+    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records)
     rows = []
     for i, res in enumerate(results):
         s = res.summary()
@@ -213,18 +216,20 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
             "median": s["median"], "p95": s["p95"], "stragglers/round": s["stragglers_per_round"],
             "waitouts": s["waitouts"],
         })
-    pooled = np.concatenate([r.round_times for r in results])
     summary = {
         "scheme": label(code), "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
         "repeats": repeats, "load": code.load, "total_time": float(np.mean([r.total_time for r in results])),
-        **stats(pooled), "waitouts": int(sum(r.waitouts for r in results)),
+        **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
     }
     return {"summary": summary, "rows": rows}, results
 
 
 def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                seed, close, method) -> tuple[dict, list[str], list[np.ndarray]]:
-    """The document ``gradcode compare`` prints, the scheme labels and their pooled round times."""
+                seed, close, method, records=None) -> tuple[dict, list[str], list[np.ndarray | None]]:
+    """The document ``gradcode compare`` prints, the scheme labels and their pooled round times
+    (``None`` for a scheme whose runs kept no per-round records: pass ``records=True`` to plot)."""
+    from gradcode.sim import pooled_stats
+
     specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
     extra = parse_kv(params, "--param")
     takes = {name: set(code_info_params(name)) for name, _ in specs}
@@ -254,14 +259,14 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     close = parse_close(close)
     names, pooled, rows = [], [], []
     for code in codes:
-        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method)
-        times = np.concatenate([r.round_times for r in results])
+        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records)
         names.append(label(code))
-        pooled.append(times)
+        kept = all(r.has_records for r in results)
+        pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
         rows.append({
-            "scheme": label(code), "load": code.load, **stats(times),
+            "scheme": label(code), "load": code.load, **pooled_stats(results),
             "total_time": float(np.mean([r.total_time for r in results])),
-            "stragglers/round": float(np.mean([r.stragglers.sum(axis=1).mean() for r in results])),
+            "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
             "waitouts": int(sum(r.waitouts for r in results)),
         })
     base = next(r for r, c in zip(rows, codes) if type(c).__name__ == "Uncoded")["mean"]
@@ -320,7 +325,8 @@ def register(app: typer.Typer) -> None:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
             doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
-                                        model_param, trace, rounds, repeats, seed, close, method)
+                                        model_param, trace, rounds, repeats, seed, close, method,
+                                        records=True if records is not None else None)
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
@@ -355,8 +361,10 @@ def register(app: typer.Typer) -> None:
         try:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
+            # the plot's CDF needs every round time: keep the records only then
             doc, names, pooled = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
-                                             rounds, repeats, seed, close, method)
+                                             rounds, repeats, seed, close, method,
+                                             records=True if plot is not None else None)
             if plot is not None:
                 plot_comparison(plot, names, pooled)
                 doc["plot"] = str(plot)

@@ -39,6 +39,25 @@ by the close, ``-1`` for a straggler (the runtime's table; for single-message co
 its task result); ``finish_times[t, w]`` is when its last message would have arrived, stragglers
 included.
 
+Memory: rounds are processed in blocks (at most :data:`_BLOCK` rounds, fewer for large ``n``): the
+delay model is drawn block by block, each block's rounds are computed and folded into running
+summaries (:class:`~gradcode.sim.summary.RunStats`: counts, exact total, variance, a batch-means
+confidence interval, quantiles exact or within 1e-4 relative), and the block is dropped. The
+per-round tables (``round_times``, ``stragglers``, ``arrivals``, ``finish_times``,
+``waitout_rounds``, ``job_done_round``) are kept only with ``records=True``, or by default
+(``records=None``) while they fit in :data:`AUTO_RECORDS_BYTES`; so memory does not grow with
+the number of rounds unless records are asked for. Records or not, the draws, the rounds and the
+summaries are the same (the same blocks are drawn and summarised; the records are a copy).
+
+Drawing by blocks consumes the Generator exactly as one whole-run draw does for the models whose
+draw is one call of the Generator over a ``(rounds, n)`` array transformed row by row
+(``fixed``, ``partial``, ``bernoulli``, ``shifted-exp``: :func:`_row_separable`, checked by the
+tests) and for traces (deterministic; a block replays its rows). The Markov and shared-access
+models (``gilbert-elliot``, ``time-varying``, ``shared-access``) and models from outside gradcode
+draw their chains over the whole run in one call, so for them the draw, about 25 bytes per
+worker-round, is still made in one piece (the results still keep only summaries); streaming them
+needs a block-wise draw in the models themselves.
+
 Two paths give identical results on the same draw (tests check it): the *fast path* for a
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
 :func:`~gradcode.schemes.static.decode_rule` (an order statistic for MDS-like codes, per group
@@ -61,10 +80,16 @@ from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import Scheme
 from gradcode.schemes.static import ProtocolError, StaticScheme, decode_rule, round_stragglers, task_schedule
-from gradcode.sim.result import SimulationResult
+from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
+from gradcode.sim.summary import RunStats
 
-#: fast path: rounds per vectorized chunk (bounds the (rounds, n, R) temporaries)
-_CHUNK = 8192
+#: rounds per block (fewer for large n: see _block_rounds); bounds the draw and (rounds, n, R)
+#: temporaries held at once
+_BLOCK = 8192
+#: ... and the worker-messages per block, so that a block's temporaries stay near 8 MiB per array
+_BLOCK_CELLS = 1 << 20
+#: records=None keeps the per-round tables while they take at most this many bytes
+AUTO_RECORDS_BYTES = 64 << 20
 #: show a progress bar (auto mode) past this many worker-rounds on the fast path ...
 _FAST_PROGRESS = 20_000_000
 #: ... and past this many rounds on the event path
@@ -80,6 +105,7 @@ def simulate(
     *,
     method: str = "auto",
     progress: bool | None = None,
+    records: bool | None = None,
 ) -> SimulationResult:
     """Simulate ``rounds`` rounds of a code or scheme under a delay model, in virtual time.
 
@@ -92,11 +118,17 @@ def simulate(
     ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
     through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
     path, message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
-    progress bar on stderr (default: on long runs only).
+    progress bar on stderr (default: on long runs only). ``records``: keep the per-round tables
+    (``round_times``, ``stragglers``, ``arrivals``, ``finish_times``, ... of the result; what
+    traces, arrival tables, per-round CSVs and plots need): ``True`` always, ``False`` never
+    (memory then does not grow with ``rounds``), ``None`` (default) while they take at most
+    :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
     """
     rounds = check_int("rounds", rounds, minimum=1)
     mu = _check_close(close)
     check_choice("method", method, ("auto", "fast", "events"))
+    if records is not None and not isinstance(records, (bool, np.bool_)):
+        raise TypeError(f"records must be True, False or None (keep them while small), got {records!r}")
     model = _as_model(model)
     if isinstance(scheme_or_code, LinearCode):
         code, scheme = scheme_or_code, None
@@ -114,15 +146,19 @@ def simulate(
             raise ValueError("method='fast' needs a static code; use method='events' for a dynamic scheme")
     use_fast = code is not None and method != "events"
     n = code.n if code is not None else check_int("scheme.n", scheme.n, minimum=1)
+    if records is None:
+        records = records_nbytes(rounds, n) <= AUTO_RECORDS_BYTES
     rng = as_generator(seed)
-    draw = model.draw(rounds, n, rng)
     if use_fast:
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
-        return _fast(code, model, draw, rounds, mu, close, seed, show)
+        block = _block_rounds(n * code.messages_per_worker)
+        draws = draw_blocks(model, rounds, n, rng, block)
+        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records))
     if scheme is None:
         scheme = StaticScheme(code)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
-    return _events(scheme, model, draw, rounds, mu, close, seed, show)
+    draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
+    return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records))
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -150,6 +186,68 @@ def _as_model(model):
             f" (rounds, workers) array of seconds; got {type(model).__name__}"
         )
     return model
+
+
+def _block_rounds(cells_per_round: int) -> int:
+    """Rounds per block: :data:`_BLOCK`, fewer when a round has many worker-messages."""
+    return int(min(_BLOCK, max(64, _BLOCK_CELLS // max(1, cells_per_round))))
+
+
+def _row_separable():
+    from gradcode.stragglers.models import BernoulliDelay, FixedDelay, PartialStragglers, ShiftedExponential
+
+    return (FixedDelay, PartialStragglers, BernoulliDelay, ShiftedExponential)
+
+
+def draw_blocks(model, rounds: int, n: int, rng, block: int):
+    """Yield ``(a, b, draw)``: the model's draw of rounds ``a .. b - 1``, in blocks of ``block``
+    rounds, equal to the rows ``a:b`` of ``model.draw(rounds, n, rng)`` (and leaving ``rng`` in
+    the same state).
+
+    * Row-separable models (:func:`_row_separable`: one Generator call over a ``(rounds, n)``
+      array, rows transformed independently; the exact type, since a subclass may draw
+      otherwise): ``model.draw(b - a, n, rng)`` per block. numpy's Generator fills arrays
+      element by element in C order, so consecutive calls continue the same stream.
+    * Traces: the rows ``offset + a .. offset + b - 1`` (modulo the trace when ``wrap``) replayed
+      by a trace model over just those rows, with the same load rule.
+    * Any other model: one whole-run draw, handed out by slices (memory grows with ``rounds``).
+    """
+    from gradcode.stragglers.models import TraceDelays
+
+    if type(model) in _row_separable():
+        for a in range(0, rounds, block):
+            b = min(rounds, a + block)
+            yield a, b, model.draw(b - a, n, rng)
+        return
+    if type(model) is TraceDelays:
+        yield from _trace_blocks(model, rounds, n, block)
+        return
+    yield from _slices(model.draw(rounds, n, rng), rounds, block)
+
+
+def _slices(full, rounds, block):
+    from gradcode.stragglers.models import Draw
+
+    for a in range(0, rounds, block):
+        b = min(rounds, a + block)
+        yield a, b, Draw(full.intercept[a:b], full.slope[a:b], full.straggling[a:b],
+                         None if full.rates is None else full.rates[a:b])
+
+
+def _trace_blocks(model, rounds, n, block):
+    from gradcode.stragglers import make_delay_model
+
+    T, W = model.delays.shape
+    if n > W or (not model.wrap and model.offset + rounds > T):
+        # the model raises its own error (it checks before drawing anything)
+        yield from _slices(model.draw(rounds, n), rounds, block)
+        return
+    for a in range(0, rounds, block):
+        b = min(rounds, a + block)
+        rows = (model.offset + np.arange(a, b)) % T
+        part = make_delay_model("trace", delays=model.delays[rows, :n], trace_load=model.trace_load,
+                                load_slope=model.load_slope)
+        yield a, b, part.draw(b - a, n)
 
 
 def _progress(show: bool, total: int, what: str):
@@ -209,22 +307,51 @@ def _arrival_table(intercept, slope, P, Rw, c) -> np.ndarray:
     return A
 
 
-def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
+class _Sink:
+    """Where the rounds of a run go, block by block: always the running summaries; with
+    ``records``, also the per-round tables (allocated once for the whole run)."""
+
+    def __init__(self, rounds: int, n: int, records: bool):
+        self.stats = RunStats(rounds, n)
+        self.records = records
+        if records:  # every row is written by put()
+            self.round_times = np.empty(rounds)
+            self.stragglers = np.empty((rounds, n), dtype=bool)
+            self.arrivals = np.empty((rounds, n))
+            self.finish = np.empty((rounds, n))
+            self.waitout = np.zeros(rounds, dtype=bool)
+
+    def put(self, a, b, round_times, stragglers, waitout, arrivals=None, finish=None):
+        """Rounds ``a .. b - 1``; ``arrivals`` and ``finish`` are only needed with records
+        (``arrivals`` may be a function computing them, so that runs without records skip it)."""
+        self.stats.add_block(round_times, stragglers, waitout)
+        if self.records:
+            self.round_times[a:b] = round_times
+            self.stragglers[a:b] = stragglers
+            self.arrivals[a:b] = arrivals() if callable(arrivals) else arrivals
+            self.finish[a:b] = finish
+            if waitout is not None:
+                self.waitout[a:b] = waitout
+
+    def result(self, job_done_round, **meta) -> SimulationResult:
+        recs = None
+        if self.records:
+            recs = RoundRecords(self.round_times, self.stragglers, self.arrivals, self.waitout,
+                                job_done_round(), self.finish)
+        return SimulationResult(stats=self.stats, round_records=recs, **meta)
+
+
+def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
     n = code.n
     P, Rw = _code_schedule(code)
     rule = decode_rule(code)
     c = _message_time(model, code.chunks)
-    round_times = np.empty(rounds)
-    stragglers = np.empty((rounds, n), dtype=bool)
-    arrivals = np.empty((rounds, n))
-    finish = np.empty((rounds, n))
-    waitout = np.zeros(rounds, dtype=bool)
+    sink = _Sink(rounds, n, records)
     cols = np.arange(n)
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
-        for a in range(0, rounds, _CHUNK):
-            b = min(rounds, a + _CHUNK)
-            A = _arrival_table(draw.intercept[a:b], draw.slope[a:b], P, Rw, c)
+        for a, b, draw in draws:
+            A = _arrival_table(draw.intercept, draw.slope, P, Rw, c)
             C = A[:, cols, Rw - 1]  # completion: last message of each worker
             T = rule.decode_time(A)
             bad = np.flatnonzero(~np.isfinite(T))
@@ -233,30 +360,32 @@ def _fast(code, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
                     f"{_name(code)} cannot decode round {a + int(bad[0])} even with every message"
                 )
             if mu is None:
-                end = T
+                end, wait = T, None
             else:
                 cutoff = np.minimum((1.0 + mu) * C.min(axis=1), C.max(axis=1))
                 wait = T > cutoff
                 end = np.where(wait, T, cutoff)
-                waitout[a:b] = wait
             # leading messages in by the close, and the arrival of the last of them
             if A.shape[2] == 1:
                 last = A[:, :, 0]
                 counts = (last <= end[:, None]).view(np.int8)
             else:
                 counts = (A <= end[:, None, None]).sum(axis=2)
-                last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
+                last = None
             strag = code.straggling(counts)
-            round_times[a:b] = end
-            stragglers[a:b] = strag
-            arrivals[a:b] = np.where(strag | (counts == 0), -1.0, last)
-            finish[a:b] = C
+
+            def arrivals(A=A, counts=counts, last=last, strag=strag):
+                if last is None:
+                    last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
+                return np.where(strag | (counts == 0), -1.0, last)
+
+            sink.put(a, b, end, strag, wait, arrivals, C)
             if prog is not None:
                 prog.update(task, completed=b)
-    return SimulationResult(
+    sink.stats.jobs_done = rounds
+    return sink.result(
+        lambda: np.arange(rounds),
         scheme=_name(code), model=_name(model), close=close, seed=_seed_repr(seed), method="fast",
-        round_times=round_times, stragglers=stragglers, arrivals=arrivals,
-        waitout_rounds=waitout, job_done_round=np.arange(rounds), finish_times=finish,
     )
 
 
@@ -267,85 +396,129 @@ def _seed_repr(seed):
 # ---------------------------------------------------------------------------------- event path
 
 
-def _events(scheme, model, draw, rounds, mu, close, seed, show) -> SimulationResult:
+class _JobLedger:
+    """The jobs a run has finished, to catch a scheme finishing one twice, in memory bounded by
+    the jobs finished out of order: every job below ``floor`` is done, ``ahead`` maps the done
+    jobs at or above it to their round. (A job a scheme never finishes keeps the jobs after it
+    in ``ahead``.) With records, ``rounds_of`` keeps every job's round for ``job_done_round``."""
+
+    def __init__(self, records: bool):
+        self.floor = 0
+        self.ahead: dict[int, int] = {}
+        self.count = 0
+        self.rounds_of: dict[int, int] | None = {} if records else None
+
+    def finish(self, job: int, t: int, scheme) -> None:
+        if job < self.floor or job in self.ahead:
+            first = self.ahead.get(job)
+            if first is None and self.rounds_of is not None:
+                first = self.rounds_of.get(job)
+            when = f"rounds {first} and {t}" if first is not None else f"again in round {t}"
+            raise ProtocolError(f"{_name(scheme)} finished job {job} twice ({when})")
+        self.count += 1
+        if self.rounds_of is not None:
+            self.rounds_of[job] = t
+        if job == self.floor:
+            self.floor += 1
+            while self.floor in self.ahead:
+                del self.ahead[self.floor]
+                self.floor += 1
+        else:
+            self.ahead[job] = t
+
+    def highest(self) -> int:
+        return max(self.floor - 1, max(self.ahead, default=-1))
+
+
+def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
     n = scheme.n
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     c = _message_time(model, getattr(scheme, "chunks", 1))
     observe = getattr(scheme, "observe_states", None)
-    round_times = np.empty(rounds)
-    stragglers = np.zeros((rounds, n), dtype=bool)
-    arrivals = np.full((rounds, n), -1.0)
-    finish = np.zeros((rounds, n))
-    waitout = np.zeros(rounds, dtype=bool)
-    done: dict[int, int] = {}
+    sink = _Sink(rounds, n, records)
+    ledger = _JobLedger(records)
     started = -1  # highest job any plan gave work to: unfinished jobs are reported as -1
     cache: dict = {}
+    waitouts = mu is not None
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
-        for t in range(rounds):
-            if observe is not None:
-                observe(t, draw.straggling[t])
-            plan = scheme.plan(t)
-            started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
-            times, wk, idx, comp = _round_events(plan, n, sizes, draw.intercept[t], draw.slope[t], c, cache, t)
-            planned_msgs = np.bincount(wk, minlength=n)
-            order = np.lexsort((idx, wk, times))
-            times, wk, idx = times[order], wk[order], idx[order]
-            N = times.size
-            planned = np.flatnonzero(np.isfinite(comp))
-            i = 0
-            end = None
+        for a, b, draw in draws:
+            m = b - a
+            # this block's rounds (copied into the records, if kept, by sink.put)
+            round_times = np.empty(m)
+            stragglers = np.zeros((m, n), dtype=bool)
+            arrivals = np.full((m, n), -1.0) if records else None
+            finish = np.zeros((m, n)) if records else None
+            waitout = np.zeros(m, dtype=bool)
+            for t in range(a, b):
+                k = t - a
+                if observe is not None:
+                    observe(t, draw.straggling[k])
+                plan = scheme.plan(t)
+                started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
+                times, wk, idx, comp = _round_events(plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, t)
+                planned_msgs = np.bincount(wk, minlength=n)
+                order = np.lexsort((idx, wk, times))
+                times, wk, idx = times[order], wk[order], idx[order]
+                N = times.size
+                planned = np.flatnonzero(np.isfinite(comp))
+                i = 0
+                end = None
 
-            def feed_until(limit):
-                nonlocal i
-                while i < N and times[i] <= limit:
-                    scheme.on_result(t, int(wk[i]), int(idx[i]), None, float(times[i]))
-                    i += 1
+                def feed_until(limit):
+                    nonlocal i
+                    while i < N and times[i] <= limit:
+                        scheme.on_result(t, int(wk[i]), int(idx[i]), None, float(times[i]))
+                        i += 1
 
-            if mu is not None and planned.size:
-                cw = comp[planned]
-                cutoff = min((1.0 + mu) * cw.min(), cw.max())
-                feed_until(cutoff)
-                if scheme.ready(t):
-                    end = cutoff
-                else:
-                    waitout[t] = True
-            if end is None:
-                while i < N:
-                    feed_until(times[i])
+                if mu is not None and planned.size:
+                    cw = comp[planned]
+                    cutoff = min((1.0 + mu) * cw.min(), cw.max())
+                    feed_until(cutoff)
                     if scheme.ready(t):
-                        end = float(times[i - 1])
-                        break
-                else:
-                    if not (N == 0 and scheme.ready(t)):
-                        raise NotDecodableError(
-                            f"{_name(scheme)} cannot finish round {t} even with every message"
-                        )
-                    end = 0.0
-            counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
-            last = np.full(n, -1.0)
-            last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
-            strag = round_stragglers(scheme, counts, planned_msgs)
-            arrived = np.zeros(n, dtype=bool)
-            arrived[planned] = ~strag[planned] & (counts[planned] > 0)
-            round_times[t] = end
-            stragglers[t, planned] = ~arrived[planned]
-            arrivals[t] = np.where(arrived, last, -1.0)
-            finish[t, planned] = comp[planned]
-            for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
-                if job in done:
-                    raise ProtocolError(f"{_name(scheme)} finished job {job} twice (rounds {done[job]} and {t})")
-                done[job] = t
-            if prog is not None and (t % 256 == 255 or t == rounds - 1):
-                prog.update(task, completed=t + 1)
-    jobs = max(max(done, default=-1), started) + 1
-    job_done_round = np.full(max(jobs, rounds if isinstance(scheme, StaticScheme) else jobs), -1)
-    for job, t in done.items():
-        job_done_round[job] = t
-    return SimulationResult(
+                        end = cutoff
+                    else:
+                        waitout[k] = True
+                if end is None:
+                    while i < N:
+                        feed_until(times[i])
+                        if scheme.ready(t):
+                            end = float(times[i - 1])
+                            break
+                    else:
+                        if not (N == 0 and scheme.ready(t)):
+                            raise NotDecodableError(
+                                f"{_name(scheme)} cannot finish round {t} even with every message"
+                            )
+                        end = 0.0
+                counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
+                strag = round_stragglers(scheme, counts, planned_msgs)
+                arrived = np.zeros(n, dtype=bool)
+                arrived[planned] = ~strag[planned] & (counts[planned] > 0)
+                round_times[k] = end
+                stragglers[k, planned] = ~arrived[planned]
+                if records:
+                    last = np.full(n, -1.0)
+                    last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
+                    arrivals[k] = np.where(arrived, last, -1.0)
+                    finish[k, planned] = comp[planned]
+                for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
+                    ledger.finish(job, t, scheme)
+                if prog is not None and (t % 256 == 255 or t == rounds - 1):
+                    prog.update(task, completed=t + 1)
+            sink.put(a, b, round_times, stragglers, waitout if waitouts else None, arrivals, finish)
+    sink.stats.jobs_done = ledger.count
+
+    def job_done_round():
+        jobs = max(ledger.highest(), started) + 1
+        out = np.full(max(jobs, rounds if isinstance(scheme, StaticScheme) else jobs), -1)
+        for job, t in ledger.rounds_of.items():
+            out[job] = t
+        return out
+
+    return sink.result(
+        job_done_round,
         scheme=_name(scheme), model=_name(model), close=close, seed=_seed_repr(seed), method="events",
-        round_times=round_times, stragglers=stragglers, arrivals=arrivals,
-        waitout_rounds=waitout, job_done_round=job_done_round, finish_times=finish,
     )
 
 
