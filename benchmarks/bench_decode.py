@@ -7,7 +7,8 @@
     structured solve *with* its check against the encoder rows (what a user gets; ``check_ms`` is
     the check alone) against ``numpy.linalg.lstsq`` on the received rows, and the worst condition
     number / coefficient size / amplification over random patterns;
-(c) the cost of a decoding-cache hit.
+(c) the cost of a decoding-cache hit;
+(d) the cost of verified decoding (a corrupted worker named and excluded) against a plain decode.
 
 Run: ``python benchmarks/bench_decode.py [--quick]``. Medians over repeats; ratios are taken
 between measurements interleaved in the same run.
@@ -106,6 +107,25 @@ def bench_c(repeats):
             dict(what="cache miss (fresh solve)", us=t_miss * 1e6)]
 
 
+def bench_d(repeats):
+    """Verified decoding (codes/verify.py) against the plain decode on the same messages: CRC
+    n = 64, s = 8, d = 1e6, every worker in (8 checks), honest and with one corrupted worker."""
+    n, s, d = 64, 8, 1_000_000
+    code = gradcode.make_code("crc", n=n, s=s, seed=0)
+    rng = np.random.default_rng(1)
+    partials = rng.standard_normal((code.k, d))
+    msgs = {w: code.encode(w, partials[list(code.placement[w])]) for w in range(n)}
+    bad = dict(msgs)
+    bad[7] = msgs[7] * 1000.0
+    code.decode(msgs, dim=d)  # warm the cache
+    t_plain, t_ver, t_bad = interleaved(
+        [lambda: code.decode(msgs, dim=d), lambda: code.decode_verified(msgs, dim=d),
+         lambda: code.decode_verified(bad, dim=d)], repeats)
+    return [dict(what="plain decode (64 workers, cached)", ms=t_plain * 1e3, ratio=1.0),
+            dict(what="verified, honest", ms=t_ver * 1e3, ratio=t_ver / t_plain),
+            dict(what="verified, worker 7 corrupted (named, re-decoded)", ms=t_bad * 1e3, ratio=t_bad / t_plain)]
+
+
 def table(title, rows):
     print(f"\n{title}")
     keys = list(rows[0])
@@ -124,6 +144,7 @@ def main():
     table("(a) decode vs memory floor (n=64, s=8, d=1e6, float64)", bench_a(reps))
     table("(b) fresh-pattern CRC coefficients vs numpy.linalg.lstsq", bench_b(reps * 3))
     table("(c) decoding cache (crc n=256 s=27)", bench_c(reps))
+    table("(d) verified decoding (crc n=64 s=8, d=1e6, all 64 workers)", bench_d(max(5, reps // 3)))
 
 
 if __name__ == "__main__":

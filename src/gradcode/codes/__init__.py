@@ -13,6 +13,7 @@ from gradcode.codes.base import (
     make_code,
     register,
 )
+from gradcode.codes.verify import InconsistentMessagesError, Verification
 from gradcode.errors import NotDecodableError
 
 # Each import registers its families with the registry.
@@ -23,9 +24,11 @@ from gradcode.codes import commfr, adaptive  # noqa: E402,F401  commfr; cgc, agc
 __all__ = [
     "DEFAULT_MAX_CONDITION",
     "Decoding",
+    "InconsistentMessagesError",
     "LinearCode",
     "NonFiniteMessageError",
     "NotDecodableError",
+    "Verification",
     "available_codes",
     "code_info",
     "make_code",

@@ -418,6 +418,14 @@ class LinearCode:
             )
         return out[:d]
 
+    def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
+        """Decode after checking the received messages' consistency with the code's spare
+        redundancy; names and excludes a single corrupted worker. Returns ``(gradient,
+        Verification)``; see :mod:`gradcode.codes.verify`."""
+        from gradcode.codes.verify import verified_decode
+
+        return verified_decode(self, messages, dim=dim, tol=tol, probes=probes, seed=seed)
+
     def __getstate__(self):
         # codes travel (checkpoints, Ray): the lock cannot be pickled and the cache is rebuilt
         state = self.__dict__.copy()

@@ -1,0 +1,116 @@
+"""Verified decoding (codes/verify.py): a corrupted worker is named and excluded, or the decode is
+refused; honest messages pass; a corruption is never decoded silently when the code's redundancy
+can see it. Exhaustive over every worker of every small registered instance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcode
+from codes_util import encode_all, instances, random_partials
+from gradcode.codes import InconsistentMessagesError
+from gradcode.errors import NotDecodableError
+
+EXACT = [(name, p) for name, p in instances() if p is not None and name != "ignore"]
+IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in p.items() if k != 'B')}" for name, p in EXACT]
+
+
+@pytest.mark.parametrize("name,params", EXACT, ids=IDS)
+def test_every_single_corruption_is_excluded_or_refused(name, params):
+    code = gradcode.make_code(name, **params)
+    rng = np.random.default_rng(0)
+    d = 3 * code.chunks + 1
+    g, partials = random_partials(code, d, rng)
+    truth = g.sum(axis=0)
+    msgs = encode_all(code, partials)
+    honest, v = code.decode_verified(msgs, dim=d)
+    np.testing.assert_allclose(honest, truth, rtol=1e-8, atol=1e-8)
+    assert v.excluded == () and v.inconsistency < 1e-10
+    for w in range(code.n):
+        bad = dict(msgs)
+        bad[w] = msgs[w] * 1000.0 + 1.0  # + 1: a message may be all zero padding
+        try:
+            out, v = code.decode_verified(bad, dim=d)
+        except InconsistentMessagesError as exc:
+            assert not exc.candidates or w in exc.candidates
+            continue
+        if w in v.unchecked or not v.verified:
+            continue  # the code has no redundancy over this worker's messages: nothing to see
+        assert v.excluded == (w,), f"{code!r}: corrupting worker {w} gave {v}"
+        np.testing.assert_allclose(out, truth, rtol=1e-8, atol=1e-8)
+
+
+def test_a_corrupted_worker_in_the_issue_setting():
+    """CRC n = 8, s = 3, every worker in: worker 5's gradient x 1000 is named and left out."""
+    code = gradcode.make_code("crc", n=8, s=3, seed=0)
+    rng = np.random.default_rng(3)
+    g, partials = random_partials(code, 20, rng)
+    msgs = encode_all(code, partials)
+    msgs[5] = code.encode(5, partials[5] * 1000)
+    out, v = code.decode_verified(msgs, dim=20)
+    assert v.excluded == (5,) and v.checks == 3 and v.inconsistency > 1e-3
+    np.testing.assert_allclose(out, g.sum(axis=0), rtol=1e-10)
+    # the plain decode is fooled: that is what verification is for
+    assert not np.allclose(code.decode(msgs, dim=20), g.sum(axis=0))
+
+
+def test_one_spare_worker_detects_but_cannot_locate():
+    code = gradcode.make_code("crc", n=8, s=3, seed=0)
+    rng = np.random.default_rng(4)
+    g, partials = random_partials(code, 10, rng)
+    msgs = encode_all(code, partials)
+    few = {w: msgs[w] for w in range(6)}  # n - s + 1 workers: one check
+    few[2] = few[2] + 1.0
+    with pytest.raises(InconsistentMessagesError, match="more redundancy is needed") as info:
+        code.decode_verified(few, dim=10)
+    assert 2 in info.value.candidates and len(info.value.candidates) > 1
+
+
+def test_two_corrupted_workers_are_refused():
+    code = gradcode.make_code("crc", n=8, s=3, seed=0)
+    rng = np.random.default_rng(5)
+    g, partials = random_partials(code, 10, rng)
+    msgs = encode_all(code, partials)
+    msgs[1] = msgs[1] * 3
+    msgs[6] = msgs[6] - 2
+    with pytest.raises(InconsistentMessagesError, match="no single worker explains it"):
+        code.decode_verified(msgs, dim=10)
+
+
+def test_no_redundancy_means_unverified():
+    code = gradcode.make_code("uncoded", n=4)
+    rng = np.random.default_rng(6)
+    g, partials = random_partials(code, 5, rng)
+    out, v = code.decode_verified(encode_all(code, partials), dim=5)
+    assert not v.verified and v.unchecked == (0, 1, 2, 3)
+    np.testing.assert_allclose(out, g.sum(axis=0))
+
+
+def test_partial_naive_messages_are_unchecked():
+    """The partial scheme's first messages (uncoded naive data) enter no check: listed."""
+    code = gradcode.make_code("partial", n=4, s=1, alpha=3, inner="frc")
+    rng = np.random.default_rng(7)
+    g, partials = random_partials(code, 5, rng)
+    _, v = code.decode_verified(encode_all(code, partials), dim=5)
+    assert v.verified and set(v.unchecked) == set(range(4))
+
+
+def test_float32_messages_do_not_raise_false_alarms():
+    code = gradcode.make_code("crc", n=64, s=8, seed=0)
+    rng = np.random.default_rng(8)
+    g = rng.standard_normal((code.k, 2000)).astype(np.float32)
+    msgs = {w: code.encode(w, g[list(code.placement[w])]) for w in range(code.n)}
+    out, v = code.decode_verified(msgs, dim=2000)
+    assert v.excluded == () and v.checks == 8
+    np.testing.assert_allclose(out, g.astype(np.float64).sum(axis=0), rtol=1e-3, atol=1e-3)
+
+
+def test_bad_input():
+    code = gradcode.make_code("crc", n=6, s=2, seed=0)
+    with pytest.raises(NotDecodableError):
+        code.decode_verified({0: np.ones((1, 3))}, dim=3)
+    with pytest.raises(ValueError, match="tol"):
+        code.decode_verified({w: np.ones((1, 3)) for w in range(6)}, dim=3, tol=-1)
+    with pytest.raises(ValueError, match="shape"):
+        code.decode_verified({w: np.ones((1, 4)) for w in range(6)}, dim=3)
