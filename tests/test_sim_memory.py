@@ -69,6 +69,49 @@ def test_block_draws_keep_the_trace_errors():
         list(draw_blocks(make_model("trace", delays=rows), 5, 6, None, 4))
 
 
+class _StreamingChain:
+    """A delay model of its own (duck-typed) that streams: a two-state chain per worker whose
+    state is carried from block to block by ``draw_blocks``; ``draw`` is the same chain at once."""
+
+    def __init__(self):
+        self.blocks_drawn = 0
+
+    def _chain(self, rounds, n, rng, state):
+        from gradcode.stragglers import Draw
+
+        u = rng.random((rounds, n))
+        slow = np.empty((rounds, n), dtype=bool)
+        for t in range(rounds):
+            state = np.where(state, u[t] >= 0.3, u[t] < 0.1)
+            slow[t] = state
+        return Draw(np.zeros((rounds, n)), np.where(slow, 5.0, 1.0), slow), state
+
+    def draw(self, rounds, n, rng=None):
+        return self._chain(rounds, n, np.random.default_rng(rng), np.zeros(n, dtype=bool))[0]
+
+    def draw_blocks(self, rounds, n, rng, block):
+        state = np.zeros(n, dtype=bool)
+        for a in range(0, rounds, block):
+            b = min(rounds, a + block)
+            d, state = self._chain(b - a, n, rng, state)
+            self.blocks_drawn += 1
+            yield a, b, d
+
+    def message_time(self, fraction):
+        return 0.0
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_a_model_with_its_own_block_draw_streams_through_it():
+    model = _StreamingChain()
+    code = gradcode.make_code("crc", n=6, s=2)
+    res = gradcode.simulate(code, model, 640, seed=4, records=True)
+    assert model.blocks_drawn == 10
+    replay = gradcode.simulate(code, model.draw(640, 6, 4).times(code.worker_loads), 640, records=True)
+    for name in ("round_times", "stragglers", "arrivals"):
+        np.testing.assert_array_equal(getattr(res, name), getattr(replay, name))
+
+
 # ------------------------------------------------------------------------------ records or not
 
 

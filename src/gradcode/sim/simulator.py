@@ -53,10 +53,10 @@ Drawing by blocks consumes the Generator exactly as one whole-run draw does for 
 draw is one call of the Generator over a ``(rounds, n)`` array transformed row by row
 (``fixed``, ``partial``, ``bernoulli``, ``shifted-exp``: :func:`_row_separable`, checked by the
 tests) and for traces (deterministic; a block replays its rows). The Markov and shared-access
-models (``gilbert-elliot``, ``time-varying``, ``shared-access``) and models from outside gradcode
-draw their chains over the whole run in one call, so for them the draw, about 25 bytes per
-worker-round, is still made in one piece (the results still keep only summaries); streaming them
-needs a block-wise draw in the models themselves.
+models (``gilbert-elliot``, ``time-varying``, ``shared-access``) draw their chains over the whole
+run in one call, so for them the draw, about 25 bytes per worker-round, is still made in one
+piece (the results still keep only summaries); a model streams by providing
+``draw_blocks(rounds, n, rng, block)`` (see :func:`draw_blocks`), which the simulator uses first.
 
 Two paths give identical results on the same draw (tests check it): the *fast path* for a
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
@@ -210,10 +210,17 @@ def draw_blocks(model, rounds: int, n: int, rng, block: int):
       element by element in C order, so consecutive calls continue the same stream.
     * Traces: the rows ``offset + a .. offset + b - 1`` (modulo the trace when ``wrap``) replayed
       by a trace model over just those rows, with the same load rule.
+    * A model with its own ``draw_blocks(rounds, n, rng, block)`` method yielding the same
+      ``(a, b, draw)`` triples: that method (how a Markov model can stream, carrying its chain
+      state from block to block; it answers for giving the same rounds as its ``draw``).
     * Any other model: one whole-run draw, handed out by slices (memory grows with ``rounds``).
     """
     from gradcode.stragglers.models import TraceDelays
 
+    own = getattr(model, "draw_blocks", None)
+    if callable(own):
+        yield from own(rounds, n, rng, block)
+        return
     if type(model) in _row_separable():
         for a in range(0, rounds, block):
             b = min(rounds, a + block)
