@@ -45,10 +45,10 @@ import math
 from fractions import Fraction
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from gradcode._validation import as_generator, check_choice, check_int
-from gradcode.codes.base import Decoding, LinearCode, Pattern, lstsq_coefficients, register
+from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.linalg import min_norm_left_solve
 from gradcode.errors import NotDecodableError
 
 __all__ = [
@@ -132,53 +132,7 @@ def _em_encoders(n, L, E_blocks, M, placement) -> list[np.ndarray]:
     return out
 
 
-def min_norm_left_solve(Mat: np.ndarray, T: np.ndarray, max_condition: float) -> tuple[np.ndarray, float]:
-    """Minimum-norm ``A`` with ``A @ Mat = T``: by QR when ``Mat`` has full column rank (then
-    ``A = T R^{-1} Q^T``, condition from the singular values of ``R``), else by the SVD solve of
-    :func:`gradcode.codes.base.lstsq_coefficients` (which decides rank, residual and refusal)."""
-    rows, cols = Mat.shape
-    if rows >= cols > 0:
-        Q, R = np.linalg.qr(Mat)
-        sv = np.linalg.svd(R, compute_uv=False)
-        if sv[-1] > sv[0] * max(Mat.shape) * np.finfo(np.float64).eps:
-            cond = float(sv[0] / sv[-1])
-            if cond <= max_condition:
-                Y = solve_triangular(R, T.T, trans="T", lower=False)
-                return (Q @ Y).T, cond
-    return lstsq_coefficients(Mat, T, max_condition)
-
-
-def encode_without_padding(E: np.ndarray, partials: np.ndarray, L: int) -> np.ndarray:
-    """``E_w`` applied to ``partials`` (``(p, d)``) when ``L`` does not divide ``d``, without the
-    zero-padded copy of the partials: the ``full = d // m`` complete chunks of each partition are
-    a free ``(full, m)`` view, contracted partition by partition, and the short last chunk is added
-    on its own. Same result as padding; one read of the partials instead of a copy and a read."""
-    p, d = partials.shape
-    m = math.ceil(d / L)
-    full = d // m
-    R = E.shape[0]
-    Ec = E.astype(partials.dtype)
-    out = np.zeros((R, m), dtype=partials.dtype)
-    head = partials[:, : full * m]
-    for i in range(p):
-        out += Ec[:, i, :full] @ head[i].reshape(full, m)
-    tail = d - full * m
-    if tail:
-        out[:, :tail] += Ec[:, :, full] @ partials[:, full * m :]
-    return out
-
-
-class _UnpaddedEncode:
-    """Encoding without the padded copy when ``L`` does not divide ``d`` (see
-    :func:`encode_without_padding`)."""
-
-    def _apply_encoder(self, E, partials, L, p, d):
-        if L == 1 or d % L == 0:
-            return super()._apply_encoder(E, partials, L, p, d)
-        return encode_without_padding(E, partials, L)
-
-
-class _EMCode(_UnpaddedEncode, LinearCode):
+class _EMCode(LinearCode):
     """Shared machinery of CGC and AGC: cyclic placement and ``B = E M`` (module docstring)."""
 
     def _build(self, *, n, d, L, E_blocks, tolerance, params):
@@ -386,7 +340,7 @@ def group_bounds(n: int, d: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(starts, starts[1:] + [n])]
 
 
-class _Grouped(_UnpaddedEncode, LinearCode):
+class _Grouped(LinearCode):
     """Group scheme of AGC paper Section VI: worker group ``j`` (eq. 31) stores and computes only the
     partitions of the same index range, running its own subsystem code; the master decodes each
     group's partial gradient (eq. 32) and adds them (eq. 34)."""

@@ -48,12 +48,12 @@ from scipy import sparse
 from scipy.linalg import blas
 
 from gradcode._validation import check_int, check_real
+from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
+from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import NotDecodableError
 
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
-#: Relative residual ``||A M - T|| / ||T||`` above which the target is not in the received span.
-RESIDUAL_TOL = 1e-6
 _EPS = float(np.finfo(np.float64).eps)
 #: Element block of the fused weighted sum: small enough to stay in L2 cache.
 _BLOCK = 1 << 14
@@ -319,7 +319,7 @@ class LinearCode:
     def encode(self, w: int, partials) -> np.ndarray:
         """Messages of worker ``w``: ``partials`` is ``(len(placement[w]), d)``, one row per stored
         partition in placement order; returns ``(R_w, m)`` in the partials' float dtype."""
-        w = self._check_worker(w)
+        w = self.check_worker(w)
         partials = np.asarray(partials)
         p = len(self._placement[w])
         if partials.ndim != 2 or partials.shape[0] != p:
@@ -340,15 +340,10 @@ class LinearCode:
 
     def _apply_encoder(self, E, partials, L, p, d):
         if L == 1:
-            out = E[:, :, 0].astype(partials.dtype) @ partials
-        else:
-            m = self.message_length(d)
-            if m * L != d:
-                padded = np.zeros((p, m * L), dtype=partials.dtype)
-                padded[:, :d] = partials
-                partials = padded
-            out = E.reshape(E.shape[0], p * L).astype(partials.dtype) @ partials.reshape(p * L, m)
-        return out
+            return E[:, :, 0].astype(partials.dtype) @ partials
+        if d % L:  # no zero-padded copy of the partials (same result as padding)
+            return encode_without_padding(E, partials, L)
+        return E.reshape(E.shape[0], p * L).astype(partials.dtype) @ partials.reshape(p * L, d // L)
 
     # ------------------------------------------------------------------ decoding
     def normalize_pattern(self, received) -> Pattern:
@@ -358,7 +353,7 @@ class LinearCode:
         for w, r in _items(received, "received"):
             # fast path for plain ints in range; anything else goes through the full checks
             if type(w) is not int or type(r) is not int or not 0 <= w < n or not 0 <= r <= R[w]:
-                w = self._check_worker(w)
+                w = self.check_worker(w)
                 r = check_int(f"messages received from worker {w}", r, minimum=0, maximum=R[w])
             if r:
                 out.append((w, r))
@@ -388,7 +383,7 @@ class LinearCode:
         m = self.message_length(d)
         arrays = {}
         for w, msgs in _items(messages, "messages"):
-            w = self._check_worker(w)
+            w = self.check_worker(w)
             msgs = np.asarray(msgs)
             if msgs.ndim == 1:
                 msgs = msgs[None, :]
@@ -443,7 +438,8 @@ class LinearCode:
             self._cache.clear()
 
     # ------------------------------------------------------------------ internals
-    def _check_worker(self, w) -> int:
+    def check_worker(self, w) -> int:
+        """``w`` as a worker id in ``0..n-1``; ``TypeError``/``ValueError`` naming it otherwise."""
         if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
             raise TypeError(f"worker id must be an integer in [0, {self._n}), got {w!r}")
         if not 0 <= w < self._n:
@@ -562,6 +558,12 @@ class LinearCode:
             self._rows_cache = (B.T.tocsr(), row_start, row_l1)
         return self._rows_cache
 
+    def decode_rule(self) -> DecodeRule:
+        """The code's decodability as a rule on message prefixes (:mod:`gradcode.codes.rules`):
+        a closed form where the decoder is a simple rule, else :class:`GenericRule` (binary
+        search with :meth:`can_decode`). A subclass with another decoder overrides it."""
+        return GenericRule(self)
+
     def _fast_solve(self, pattern: Pattern) -> Decoding | None:
         """Hook for a structured decoder: return a :class:`Decoding`, raise
         :class:`NotDecodableError`, or return ``None`` to use the generic solve."""
@@ -593,37 +595,6 @@ class LinearCode:
         """The generic least-squares decoding, bypassing any fast path and the cache (for tests
         and benchmarks that compare the two)."""
         return self._generic_solve(self.normalize_pattern(received))
-
-
-def lstsq_coefficients(M: np.ndarray, T: np.ndarray, max_condition: float) -> tuple[np.ndarray, float]:
-    """Minimum-norm ``A`` with ``A @ M = T`` by SVD, with rank, residual and condition checks.
-
-    Raises :class:`NotDecodableError` when ``T`` is not in the row span of ``M`` (relative residual
-    above ``RESIDUAL_TOL``) or when the condition number ``s_max / s_rank`` exceeds
-    ``max_condition``. Returns ``(A, condition)``.
-    """
-    if M.shape[0] == 0:
-        raise NotDecodableError("no messages received")
-    U, S, Vt = np.linalg.svd(M, full_matrices=False)
-    tol = S[0] * max(M.shape) * np.finfo(np.float64).eps if S.size else 0.0
-    rank = int((S > tol).sum())
-    if rank == 0:
-        raise NotDecodableError("the received messages are all zero")
-    cond = float(S[0] / S[rank - 1])
-    # A = T V_r S_r^-1 U_r^T
-    A = ((T @ Vt[:rank].T) / S[:rank]) @ U[:, :rank].T
-    residual = np.linalg.norm(A @ M - T) / np.linalg.norm(T)
-    if not residual <= RESIDUAL_TOL:
-        raise NotDecodableError(
-            f"the received messages do not span the full gradient (rank {rank} of {M.shape[0]} rows,"
-            f" relative residual {residual:.2e})"
-        )
-    if cond > max_condition:
-        raise NotDecodableError(
-            f"decoding solve too ill-conditioned to trust: condition number {cond:.3e} exceeds"
-            f" max_condition={max_condition:.1e}"
-        )
-    return A, cond
 
 
 def _items(obj, what: str):

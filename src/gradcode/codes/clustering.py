@@ -15,6 +15,7 @@ import numpy as np
 
 from gradcode._validation import as_generator, check_int
 from gradcode.codes.base import Decoding, LinearCode, register
+from gradcode.codes.rules import PerGroup
 from gradcode.codes.tandon import CRC
 from gradcode.errors import NotDecodableError
 
@@ -86,3 +87,7 @@ class GCSC(LinearCode):
             coefs.append(sol.coefficients)
             cond = max(cond, sol.condition)
         return Decoding(pattern, tuple(rows), np.concatenate(coefs, axis=1), cond, "gc-sc-clusters")
+
+    def decode_rule(self):
+        """Any ``l - s`` workers of every cluster."""
+        return PerGroup(self.assignment.T, self.assignment.shape[0] - self.tolerance)

@@ -58,8 +58,8 @@ from scipy import linalg as sla
 from scipy.optimize import minimize_scalar
 
 from gradcode._validation import as_generator, check_choice, check_int
-from gradcode.codes.adaptive import _UnpaddedEncode, min_norm_left_solve
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.linalg import min_norm_left_solve
 from gradcode.errors import NotDecodableError
 
 __all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_generator"]
@@ -133,7 +133,7 @@ def systematic_generator(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register("commfr")
-class CommFR(_UnpaddedEncode, LinearCode):
+class CommFR(LinearCode):
     """CommFR-GC (Kadhe et al., Section III): fractional-repetition groups of ``N`` workers, each
     worker sends its group's summed gradient, cut into ``K`` chunks, times its column of a ``K x N``
     generator (one message of length ``ceil(d/K)``); triple ``(l = kN/n, m = K, s = delta - 1)``.

@@ -16,6 +16,8 @@ import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int, check_real
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.linalg import NullspaceSolver
+from gradcode.codes.rules import AllOf, KOfN, PerGroup
 from gradcode.errors import NotDecodableError
 
 
@@ -61,6 +63,9 @@ class Uncoded(LinearCode):
             raise NotDecodableError(f"uncoded needs every worker; missing {missing}")
         return _decoding_from_weights(pattern, {w: 1.0 for w in range(self.n)}, "uncoded")
 
+    def decode_rule(self):
+        return KOfN(self.n)
+
 
 @register("ignore")
 class Ignore(LinearCode):
@@ -90,6 +95,9 @@ class Ignore(LinearCode):
             )
         scale = self.n / got
         return _decoding_from_weights(pattern, {w: scale for w, _ in pattern}, "rescaled-sum")
+
+    def decode_rule(self):
+        return KOfN(self.n - self.tolerance)
 
 
 @register("frc")
@@ -131,54 +139,8 @@ class FRC(LinearCode):
             )
         return _decoding_from_weights(pattern, {w: 1.0 for w in chosen.values()}, "frc-groups")
 
-
-class _NullspaceSolver:
-    """Structured solve of ``B_I^T a = 1`` for a single-message code of rank ``n - s``.
-
-    Every solution of ``B^T a = 1`` is ``a0 + N c`` with ``a0`` the minimum-norm solution and ``N``
-    an orthonormal basis of the left null space of ``B`` (``n x (n - rank B)``). Silencing the
-    stragglers ``S`` means ``a_S = 0``, i.e. the small system ``N[S] c = -a0[S]`` with ``|S|`` rows
-    and ``n - rank B`` unknowns. Both are precomputed once, so a fresh straggler pattern costs an
-    ``|S| x s`` solve and one ``n x s`` product instead of a least-squares solve on ``n - s`` rows
-    of length ``n``. The solution is then verified against ``B`` directly.
-    """
-
-    def __init__(self, B: np.ndarray, rank: int):
-        U, S, Vt = np.linalg.svd(B)
-        self.B = B
-        self.null = U[:, rank:]  # left null space of B: B^T N = 0
-        # minimum-norm solution of B^T a = 1 on the rank-r part (1 lies in the row space of B)
-        self.a0 = U[:, :rank] @ ((Vt[:rank] @ np.ones(B.shape[1])) / S[:rank])
-
-    def solve(self, received: np.ndarray, max_condition: float) -> tuple[np.ndarray, float]:
-        n = self.B.shape[0]
-        mask = np.ones(n, dtype=bool)
-        mask[received] = False
-        stragglers = np.flatnonzero(mask)
-        a = self.a0.copy()
-        cond = 1.0
-        if stragglers.size:
-            Ns = self.null[stragglers]
-            u, sv, vt = np.linalg.svd(Ns, full_matrices=False)
-            tol = (sv[0] if sv.size else 0.0) * max(Ns.shape) * np.finfo(float).eps
-            r = int((sv > tol).sum())
-            if r:
-                cond = float(sv[0] / sv[r - 1])
-                c = vt[:r].T @ ((u[:, :r].T @ -self.a0[stragglers]) / sv[:r])
-                a += self.null @ c
-            a[stragglers] = 0.0
-        residual = np.linalg.norm(self.B.T @ a - 1.0) / math.sqrt(self.B.shape[1])
-        if not residual <= 1e-6:
-            raise NotDecodableError(
-                f"the {received.size} received workers do not span the full gradient"
-                f" ({stragglers.size} stragglers; relative residual {residual:.2e})"
-            )
-        if cond > max_condition:
-            raise NotDecodableError(
-                f"decoding solve too ill-conditioned to trust: condition number {cond:.3e} exceeds"
-                f" max_condition={max_condition:.1e}"
-            )
-        return a[received], cond
+    def decode_rule(self):
+        return PerGroup(np.array([self.group_members(g) for g in range(self.groups)]), 1)
 
 
 def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
@@ -203,7 +165,7 @@ class CRC(LinearCode):
     ``H``. Robust to any ``s`` stragglers with probability 1 (Theorem 3). Works for any
     ``0 <= s < n``.
 
-    Decoding uses the structured null-space solve of :class:`_NullspaceSolver` (an ``s x s`` system
+    Decoding uses the structured null-space solve of :class:`~gradcode.codes.linalg.NullspaceSolver` (an ``s x s`` system
     per straggler pattern) in place of least squares on ``n - s`` rows. Its ``condition`` is that of
     the ``s x s`` system. Tandon's random ``H`` gives badly conditioned decodes at scale (worst
     conditions ~1e7 and coefficients ~4e4 at n = 256, s = 27; see BENCHMARKS.md): coefficients are
@@ -227,15 +189,18 @@ class CRC(LinearCode):
             tolerance=s,
             params={"n": n, "s": s, "seed": seed if not isinstance(seed, np.random.Generator) else None},
         )
-        self._solver: _NullspaceSolver | None = None
+        self._solver: NullspaceSolver | None = None
 
     def _fast_solve(self, pattern):
         if self._solver is None:
-            self._solver = _NullspaceSolver(self.B, self.n - self.tolerance)
+            self._solver = NullspaceSolver(self.B, self.n - self.tolerance)
         received = np.array([w for w, _ in pattern])
         a, cond = self._solver.solve(received, self.max_condition)
         rows = tuple((int(w), 0) for w in received)
         return Decoding(pattern, rows, a[None, :], cond, "crc-nullspace")
+
+    def decode_rule(self):
+        return KOfN(self.n - self.tolerance)
 
 
 @register("partial")
@@ -304,6 +269,10 @@ class Partial(LinearCode):
         rows = tuple((w, 0) for w in range(self.n)) + tuple((w, 1) for w, _ in inner.rows)
         coefficients = np.concatenate([np.ones((1, self.n)), inner.coefficients], axis=1)
         return Decoding(pattern, rows, coefficients, inner.condition, "partial+" + inner.method)
+
+    def decode_rule(self):
+        """Message 0 of every worker, and the inner code's rule on message 1."""
+        return AllOf(KOfN(self.n, msg=0), self.inner.decode_rule().on_message(1))
 
 
 @register("matrix")

@@ -55,7 +55,7 @@ timed from the same draw. Everything round-specific travels in the plan:
   states of round ``t`` (``Draw.straggling[t]``, an ``(n,)`` boolean array); schemes with imperfect
   information use ``straggler_history`` instead.
 
-:func:`decode_rule` gives each static family its decodability as a closed rule (any ``n - s``
+:meth:`LinearCode.decode_rule` gives each static family its decodability as a closed rule (any ``n - s``
 workers for CRC, one worker per data group for FRC, ``l - s`` per cluster for GC-SC, ...): the
 simulator's vectorized path computes decode times from it with no per-event loop, and
 ``StaticScheme.ready`` uses it as an exact prefilter before confirming with ``code.can_decode``.
@@ -70,6 +70,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gradcode.codes.base import LinearCode, NonFiniteMessageError
+from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.schemes.base import Scheme, Task
 
@@ -114,154 +115,10 @@ def task_schedule(tasks: Iterable[Task], partition_sizes: np.ndarray) -> tuple[n
     return prefix, float(cum[-1])
 
 
-# ---------------------------------------------------------------------------------- rules
-
-
-class DecodeRule:
-    """Decodability of a static code as a rule on message prefixes.
-
-    ``satisfied(counts)``: ``counts[w]`` leading messages of worker ``w`` are held; are they
-    enough? ``decode_time(A)``: ``A`` is ``(rounds, n, R)`` arrival times of each message (``inf``
-    past a worker's last message, times non-decreasing along the last axis); the earliest time
-    ``T`` per round at which the messages arrived by ``T`` (ties included) decode, ``inf`` if never.
-    ``exact`` rules agree with ``code.can_decode`` on every pattern (for CRC and GC-SC with
-    probability one over the code's random draw; tests check this exhaustively on small codes).
-    """
-
-    exact = True
-
-    def satisfied(self, counts: np.ndarray) -> bool:
-        raise NotImplementedError
-
-    def decode_time(self, A: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-
-class KOfN(DecodeRule):
-    """Any ``need`` workers with message ``msg`` (MDS-like codes: CRC, ignore, uncoded)."""
-
-    def __init__(self, need: int, msg: int = 0):
-        self.need, self.msg = need, msg
-
-    def satisfied(self, counts):
-        return int(np.count_nonzero(counts > self.msg)) >= self.need
-
-    def decode_time(self, A):
-        col = A[:, :, self.msg]
-        return np.partition(col, self.need - 1, axis=1)[:, self.need - 1]
-
-    def __repr__(self):
-        return f"KOfN(need={self.need}, msg={self.msg})"
-
-
-class PerGroup(DecodeRule):
-    """At least ``need`` workers with message ``msg`` in every group (``groups``: a
-    ``(G, size)`` array of worker ids): FRC data groups (need 1), GC-SC clusters (need l - s)."""
-
-    def __init__(self, groups: np.ndarray, need: int, msg: int = 0):
-        self.groups = np.asarray(groups, dtype=np.intp)
-        self.need, self.msg = need, msg
-
-    def satisfied(self, counts):
-        return bool(((counts[self.groups] > self.msg).sum(axis=1) >= self.need).all())
-
-    def decode_time(self, A):
-        col = A[:, :, self.msg][:, self.groups]  # (rounds, G, size)
-        return np.partition(col, self.need - 1, axis=2)[:, :, self.need - 1].max(axis=1)
-
-    def __repr__(self):
-        return f"PerGroup(groups={self.groups.shape[0]}, need={self.need}, msg={self.msg})"
-
-
-class AllOf(DecodeRule):
-    """Every sub-rule holds (the partial-straggler scheme: message 0 of every worker and the inner
-    code on message 1)."""
-
-    def __init__(self, *rules: DecodeRule):
-        self.rules = rules
-
-    def satisfied(self, counts):
-        return all(r.satisfied(counts) for r in self.rules)
-
-    def decode_time(self, A):
-        return np.max([r.decode_time(A) for r in self.rules], axis=0)
-
-    def __repr__(self):
-        return f"AllOf{self.rules!r}"
-
-
-class GenericRule(DecodeRule):
-    """Any code: ``code.can_decode`` decides. ``decode_time`` sorts a round's messages by arrival
-    and binary-searches the shortest decodable prefix (decodability only grows with more messages),
-    so a round costs ``O(log(n R))`` calls, each cached per pattern by the code."""
-
-    exact = True
-
-    def __init__(self, code: LinearCode):
-        self.code = code
-
-    def satisfied(self, counts):
-        return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
-
-    def decode_time(self, A):
-        rounds, n, R = A.shape
-        out = np.full(rounds, np.inf)
-        w_idx = np.repeat(np.arange(n), R)
-        for t in range(rounds):
-            times = A[t].ravel()
-            order = np.lexsort((np.tile(np.arange(R), n), w_idx, times))
-            order = order[np.isfinite(times[order])]
-            st = times[order]
-            wk = w_idx[order]
-
-            def ok(length):
-                # the first `length` arrivals; ties need no special care: the shortest decodable
-                # prefix ends at time T, every shorter prefix (so every earlier instant) fails,
-                # and the tie-inclusive set at T contains the prefix, so it decodes too
-                return self.satisfied(np.bincount(wk[:length], minlength=n))
-
-            if not order.size or not ok(order.size):
-                continue
-            lo, hi = 1, order.size  # smallest decodable prefix length in [lo, hi]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if ok(mid):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            out[t] = st[lo - 1]
-        return out
-
-    def __repr__(self):
-        return f"GenericRule({self.code!r})"
-
-
 def decode_rule(code: LinearCode) -> DecodeRule:
-    """The decodability rule of ``code``: a closed form for the families whose decoder is a simple
-    rule (exact type match, so a subclass with another decoder falls back), else
-    :class:`GenericRule`."""
-    from gradcode.codes.clustering import GCSC
-    from gradcode.codes.tandon import CRC, FRC, Ignore, Partial, Uncoded
-
-    kind = type(code)
-    n = code.n
-    if kind is Uncoded:
-        return KOfN(n)
-    if kind in (CRC, Ignore):
-        return KOfN(n - code.tolerance)
-    if kind is FRC:
-        return PerGroup(np.array([code.group_members(g) for g in range(code.groups)]), 1)
-    if kind is GCSC:
-        size = code.assignment.shape[0]
-        return PerGroup(code.assignment.T, size - code.tolerance)
-    if kind is Partial:
-        inner = code.inner
-        if type(inner) is FRC:
-            inner_rule = PerGroup(np.array([inner.group_members(g) for g in range(inner.groups)]), 1, msg=1)
-        else:
-            inner_rule = KOfN(n - inner.tolerance, msg=1)
-        return AllOf(KOfN(n, msg=0), inner_rule)
-    return GenericRule(code)
+    """The decodability rule of ``code``: :meth:`LinearCode.decode_rule` (kept here for callers
+    of the scheme layer)."""
+    return code.decode_rule()
 
 
 def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
@@ -340,7 +197,7 @@ class StaticScheme(Scheme):
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"message for round {t}, which was never planned")
-        w = worker if type(worker) is int and 0 <= worker < self.n else self.code._check_worker(worker)
+        w = worker if type(worker) is int and 0 <= worker < self.n else self.code.check_worker(worker)
         if type(index) is not int:
             if isinstance(index, bool) or not isinstance(index, numbers.Integral):
                 raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
@@ -399,7 +256,7 @@ class StaticScheme(Scheme):
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"round {t} was never planned")
-        arrived = frozenset(self.code._check_worker(w) for w in arrived)
+        arrived = frozenset(self.code.check_worker(w) for w in arrived)
         gradient = None
         while True:
             counts = self._usable(state)
