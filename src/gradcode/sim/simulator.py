@@ -463,50 +463,11 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
                     observe(t, draw.straggling[k])
                 plan = scheme.plan(t)
                 started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
-                times, wk, idx, comp = _round_events(plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, t)
-                planned_msgs = np.bincount(wk, minlength=n)
-                order = np.lexsort((idx, wk, times))
-                times, wk, idx = times[order], wk[order], idx[order]
-                N = times.size
-                planned = np.flatnonzero(np.isfinite(comp))
-                i = 0
-                end = None
-
-                def feed_until(limit):
-                    nonlocal i
-                    while i < N and times[i] <= limit:
-                        scheme.on_result(t, int(wk[i]), int(idx[i]), None, float(times[i]))
-                        i += 1
-
-                if mu is not None and planned.size:
-                    cw = comp[planned]
-                    cutoff = min((1.0 + mu) * cw.min(), cw.max())
-                    feed_until(cutoff)
-                    if scheme.ready(t):
-                        end = cutoff
-                    else:
-                        waitout[k] = True
-                if end is None:
-                    while i < N:
-                        feed_until(times[i])
-                        if scheme.ready(t):
-                            end = float(times[i - 1])
-                            break
-                    else:
-                        if not (N == 0 and scheme.ready(t)):
-                            raise NotDecodableError(
-                                f"{_name(scheme)} cannot finish round {t} even with every message"
-                            )
-                        end = 0.0
-                counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
-                strag = round_stragglers(scheme, counts, planned_msgs)
-                arrived = np.zeros(n, dtype=bool)
-                arrived[planned] = ~strag[planned] & (counts[planned] > 0)
+                end, waitout[k], planned, arrived, last, comp = _play_round(
+                    scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu)
                 round_times[k] = end
                 stragglers[k, planned] = ~arrived[planned]
                 if records:
-                    last = np.full(n, -1.0)
-                    last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
                     arrivals[k] = np.where(arrived, last, -1.0)
                     finish[k, planned] = comp[planned]
                 for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
@@ -527,6 +488,55 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
         job_done_round,
         scheme=_name(scheme), model=_name(model), close=close, seed=_seed_repr(seed), method="events",
     )
+
+
+def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu):
+    """Feed round ``t``'s messages to the scheme in time order until it closes (see the module
+    docstring's closing rules). Returns ``(end, waited_out, planned, arrived, last, completion)``:
+    the round's length, whether the mu-rule had to wait it out, the workers given a task, those
+    that were not stragglers, the arrival of each worker's last message delivered by the close
+    (-1 if none) and the arrival of each worker's last message (``nan`` without a task)."""
+    times, wk, idx, comp = _round_events(plan, n, sizes, intercept, slope, c, cache, t)
+    planned_msgs = np.bincount(wk, minlength=n)
+    order = np.lexsort((idx, wk, times))
+    times, wk, idx = times[order], wk[order], idx[order]
+    N = times.size
+    planned = np.flatnonzero(np.isfinite(comp))
+    i = 0
+    end = None
+    waited = False
+
+    def feed_until(limit):
+        nonlocal i
+        while i < N and times[i] <= limit:
+            scheme.on_result(t, int(wk[i]), int(idx[i]), None, float(times[i]))
+            i += 1
+
+    if mu is not None and planned.size:
+        cw = comp[planned]
+        cutoff = min((1.0 + mu) * cw.min(), cw.max())
+        feed_until(cutoff)
+        if scheme.ready(t):
+            end = cutoff
+        else:
+            waited = True
+    if end is None:
+        while i < N:
+            feed_until(times[i])
+            if scheme.ready(t):
+                end = float(times[i - 1])
+                break
+        else:
+            if not (N == 0 and scheme.ready(t)):
+                raise NotDecodableError(f"{_name(scheme)} cannot finish round {t} even with every message")
+            end = 0.0
+    counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
+    last = np.full(n, -1.0)
+    last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
+    strag = round_stragglers(scheme, counts, planned_msgs)
+    arrived = np.zeros(n, dtype=bool)
+    arrived[planned] = ~strag[planned] & (counts[planned] > 0)
+    return end, waited, planned, arrived, last, comp
 
 
 def _round_events(plan, n, sizes, intercept, slope, c, cache, t):
