@@ -229,6 +229,10 @@ def test_per_round_outputs_say_they_need_records(tmp_path):
     doc = json.loads(res.to_json())
     assert doc["records_kept"] is False and "arrivals" not in doc and doc["summary"]["rounds"] == 50
     assert json.loads(gradcode.simulate(gradcode.make_code("frc", n=4, s=1), "fixed", 5).to_json())["records_kept"]
+    # one round: no spread, no interval; the summary stays strict JSON (no NaN)
+    one = gradcode.simulate(gradcode.make_code("frc", n=4, s=1), "fixed", 1, records=False)
+    assert one.summary()["std"] is None and one.summary()["mean_ci95"] is None
+    json.loads(one.to_json(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
 
 
 def test_records_default_keeps_them_while_small(monkeypatch):

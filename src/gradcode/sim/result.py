@@ -123,8 +123,9 @@ class SimulationResult:
         the median and p95 of a run with many distinct round times and no records, which come
         from the sketch (``quantile_rel_error`` says how close: 0.0 when exact).
 
-        ``mean_ci95`` is the half-width of a 95 % confidence interval of the mean round time
-        by batch means (valid under the correlated rounds of Markov delay models)."""
+        ``std`` is the sample standard deviation of the round times and ``mean_ci95`` the
+        half-width of a 95 % confidence interval of the mean round time by batch means (valid
+        under the correlated rounds of Markov delay models); both ``None`` for a single round."""
         t = self.stats.times
         if self.has_records:
             rt = self.round_records.round_times
@@ -143,8 +144,8 @@ class SimulationResult:
             "p95": p95,
             "max": t.max,
             "min": t.min,
-            "std": t.std,
-            "mean_ci95": t.mean_ci95,
+            "std": _defined(t.std),
+            "mean_ci95": _defined(t.mean_ci95),
             "stragglers_per_round": self.stats.stragglers_per_round,
             "waitouts": self.waitouts,
             "jobs_done": self.stats.jobs_done,
@@ -263,6 +264,11 @@ class SimulationResult:
         """Write ``arrivals`` (``-1`` for stragglers) as a ``(rounds, workers)`` table (``.npy`` or
         ``.csv``), the format of the Ray runtime's ``arrivals.npy``. Needs the per-round records."""
         _save_table(path, self._records("save_arrivals()").arrivals)
+
+
+def _defined(x: float) -> float | None:
+    """NaN (a statistic undefined for one round) as None, so that summaries stay valid JSON."""
+    return None if math.isnan(x) else x
 
 
 def pooled_stats(results) -> dict:
