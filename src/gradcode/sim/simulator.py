@@ -217,6 +217,8 @@ def draw_blocks(model, rounds: int, n: int, rng, block: int):
     """
     from gradcode.stragglers.models import TraceDelays
 
+    # a communication component (WithCommunication) draws exactly what the model it wraps draws
+    model = getattr(model, "compute_model", model)
     own = getattr(model, "draw_blocks", None)
     if callable(own):
         yield from own(rounds, n, rng, block)
