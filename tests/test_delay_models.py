@@ -329,8 +329,9 @@ def test_message_time_proportional_to_length():
         ("shared-access", dict(stay_min=3, stay_max=2), ValueError, "stay_max"),
         ("shared-access", dict(latency_min=0.3), ValueError, "latency_max"),
         ("shifted-exp", dict(comm=-1), ValueError, "comm"),
-        ("shifted-exp", dict(rate=3), TypeError, "accepts: mu, alpha, partitions"),
-        ("gilbert-elliot-het", dict(heterogeneous=False), TypeError, "sets heterogeneous"),
+        # the registry's text (tests/test_registry.py); a TypeError as well as a ValueError
+        ("shifted-exp", dict(rate=3), TypeError, "'rate'; its parameters are mu, alpha, partitions, comm, comm_latency$"),
+        ("gilbert-elliot-het", dict(heterogeneous=False), TypeError, "does not take 'heterogeneous'"),
     ],
 )
 def test_bad_parameters_raise_clear_errors(name, params, exc, words):

@@ -12,7 +12,9 @@ work is done (multi-message codes: AGC, the partial-straggler scheme) from the s
 schemes compared on one draw see the same straggler realisation. :meth:`DelayModel.sample` is the
 shortcut ``draw(...).times(load)``.
 
-Load conventions, model by model (each follows its paper):
+A model is a small immutable value (a frozen dataclass whose fields are its parameters, checked
+when it is built), registered by name in :data:`DELAY_MODELS` and built by
+:func:`make_delay_model`. Load conventions, model by model (each follows its paper):
 
 * ``fixed`` (Tandon et al., Sec. 5): ``base * load`` plus an *additive* ``delay`` for ``stragglers``
   workers picked uniformly at random each round (the experiments ``time.sleep()`` on s random
@@ -27,13 +29,16 @@ Load conventions, model by model (each follows its paper):
   ``E ~ Exp(mu)`` (one draw per worker and round, scaled by ``r``). ``r = load * partitions``:
   ``partitions`` is the number of equal data partitions (GC-DC uses K partitions for K workers,
   so the default is the number of workers ``n``, and a worker with load ``r / n`` computes ``r``).
-* ``gilbert-elliot`` (GC-DC Sec. VI-A; SGC App. C): eq. 20 with a rate that depends on a two-state
-  Markov chain per worker (fast rate ``mu_fast``, slow rate ``mu_slow``); the state switches at the
-  beginning of each round with probability ``p_switch`` (fast -> slow) and ``p_recover``
-  (slow -> fast; defaults to ``p_switch``, the symmetric chain of GC-DC).
-* ``gilbert-elliot-het`` (GC-DC Sec. VI-B1): the same chain, with per-worker rates
-  ``mu_f ~ U[0, rate_max]`` drawn once per draw and ``mu_s = mu_f / slow_factor``; a worker is a
-  straggler when its current rate is below the threshold ``tau``.
+* ``gilbert-elliot`` (GC-DC Sec. VI-A; SGC App. C; :class:`GilbertElliot`): eq. 20 with a rate
+  that depends on a two-state Markov chain per worker (fast rate ``mu_fast``, slow rate
+  ``mu_slow``); the state switches at the beginning of each round with probability ``p_switch``
+  (fast -> slow) and ``p_recover`` (slow -> fast; defaults to ``p_switch``, the symmetric chain of
+  GC-DC).
+* ``gilbert-elliot-het`` (GC-DC Sec. VI-B1; :class:`GilbertElliotHet`): the same chain, with
+  per-worker rates ``mu_f ~ U[0, rate_max]`` drawn once per draw and ``mu_s = mu_f / slow_factor``;
+  a worker is a straggler when its current rate is below the threshold ``tau``. The name
+  ``gilbert-elliot`` with ``heterogeneous=True`` builds this class too (the flag is kept for
+  callers of the time when one class held both variants).
 * ``time-varying`` (GC-DC eq. 21): ``mu[t+1] = (1 - a[t+1]) mu[t] + a[t+1] U[0, rate_max]`` with
   ``a ~ Bernoulli(p)``; straggler when ``mu < tau``.
 * ``shared-access`` (GC-DC Sec. VI-C): other users' tasks arrive at each worker as a Poisson process
@@ -46,14 +51,19 @@ Load conventions, model by model (each follows its paper):
 * ``trace``: replays a ``(rounds, workers)`` array of seconds; see :class:`TraceDelays` for how a
   trace recorded at one load is adjusted to another (SGC App. J).
 
-Every model also takes a communication component (AGC Sec. VII assumption 2, CommFR-GC): a
-message whose length is a fraction ``f`` of the gradient dimension takes
-``comm_latency + comm * f`` seconds (:meth:`DelayModel.message_time`); both default to 0.
+Communication (AGC Sec. VII assumption 2, CommFR-GC) is a component composed onto any model
+rather than a parameter of each: :func:`with_communication` wraps a model in
+:class:`WithCommunication`, whose messages take ``comm_latency + comm * f`` seconds for a message
+a fraction ``f`` of the gradient long (:meth:`DelayModel.message_time`; 0 for a model without the
+component), while its compute times are the wrapped model's, draw for draw. Every registry name
+accepts ``comm=`` and ``comm_latency=`` (both default 0) and :func:`make_delay_model` applies them
+this way, so ``make_delay_model("shifted-exp", comm=0.5)`` is
+``with_communication(make_delay_model("shifted-exp"), comm=0.5)``.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -61,111 +71,34 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gradcode._validation import as_generator, check_int, check_real
+from gradcode.registry import Registry
 
 __all__ = [
+    "DELAY_MODELS",
+    "BernoulliDelay",
     "DelayModel",
     "Draw",
+    "FixedDelay",
+    "GilbertElliot",
+    "GilbertElliotHet",
+    "PartialStragglers",
+    "SharedAccess",
+    "ShiftedExponential",
+    "TimeVaryingRates",
+    "TraceDelays",
+    "WithCommunication",
     "available_delay_models",
     "make_delay_model",
     "model_info",
     "register_delay_model",
+    "with_communication",
 ]
 
-_REGISTRY: dict[str, type[DelayModel]] = {}
-_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {}
-
-#: parameters every model accepts (the communication component)
+#: help for the parameters every registry name accepts (the communication component)
 _COMMON_HELP = {
     "comm": "seconds to send a message as long as the full gradient (message time is proportional to length)",
     "comm_latency": "fixed seconds added to every message",
 }
-
-
-def register_delay_model(name: str):
-    """Class decorator adding a delay model to the registry under ``name``."""
-
-    def wrap(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"delay model {name!r} is already registered by {_REGISTRY[name].__name__}")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
-
-
-def available_delay_models() -> list[str]:
-    """The names accepted by :func:`make_delay_model`, sorted."""
-    return sorted(set(_REGISTRY) | set(_ALIASES))
-
-
-def _constructor_params(cls) -> dict[str, Any]:
-    sig = inspect.signature(cls.__init__)
-    out = {}
-    for p in list(sig.parameters.values())[1:]:
-        if p.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
-            continue
-        out[p.name] = None if p.default is inspect.Parameter.empty else p.default
-    out.update(comm=0.0, comm_latency=0.0)
-    return out
-
-
-def make_delay_model(name: str, /, **params) -> DelayModel:
-    """Build the delay model registered as ``name`` with its keyword parameters, e.g.
-    ``make_delay_model("shifted-exp", mu=1.0, alpha=0.01)``.
-
-    Raises ``ValueError`` listing the available names on an unknown name, and ``TypeError`` listing
-    the accepted parameters on an unknown parameter."""
-    if not isinstance(name, str):
-        raise TypeError(f"delay model name must be a string, got {name!r}")
-    if name in _ALIASES:
-        target, fixed = _ALIASES[name]
-        clash = set(fixed) & set(params)
-        if clash:
-            raise TypeError(f"delay model {name!r} sets {', '.join(sorted(clash))} itself")
-        return make_delay_model(target, **fixed, **params)
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown delay model {name!r}; available delay models: {', '.join(available_delay_models())}"
-        ) from None
-    allowed = _constructor_params(cls)
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise TypeError(
-            f"delay model {name!r} got unknown parameter(s) {', '.join(unknown)};"
-            f" it accepts: {', '.join(allowed)}"
-        )
-    return cls(**params)
-
-
-def model_info(name: str) -> dict[str, Any]:
-    """Registry entry ``name``: summary line, parameters with their defaults and one-line help."""
-    if name in _ALIASES:
-        target, fixed = _ALIASES[name]
-        info = model_info(target)
-        info["name"] = name
-        info["summary"] = _REGISTRY[target].alias_summary.get(name, info["summary"])
-        hidden = set(fixed) | set(_REGISTRY[target].alias_hidden.get(name, ()))
-        info["params"] = {k: v for k, v in info["params"].items() if k not in hidden}
-        info["help"] = {k: v for k, v in info["help"].items() if k not in hidden}
-        return info
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown delay model {name!r}; available delay models: {', '.join(available_delay_models())}"
-        ) from None
-    params = _constructor_params(cls)
-    helps = {**cls.param_help, **_COMMON_HELP}
-    return {
-        "name": name,
-        "class": cls.__name__,
-        "summary": cls.summary,
-        "params": params,
-        "help": {k: helps.get(k, "") for k in params},
-    }
 
 
 # --------------------------------------------------------------------------- the draw
@@ -247,50 +180,38 @@ def _pick_per_round(rng, rounds, n, s):
 # --------------------------------------------------------------------------- the base class
 
 
+@dataclass(frozen=True, repr=False)
 class DelayModel:
     """Base class of delay models: a small immutable value built by :func:`make_delay_model`.
 
-    Subclasses validate their parameters in ``__init__``, pass them to ``super().__init__`` and
-    implement ``_draw(rounds, n, rng) -> Draw``.
+    A subclass is a frozen, keyword-only dataclass whose fields are its parameters: its
+    ``__post_init__`` validates them (``ValueError``/``TypeError`` naming the parameter, the bad
+    value and what is allowed) and stores the normalised values with :meth:`_set`; it implements
+    ``_draw(rounds, n, rng) -> Draw``, which :meth:`draw` calls with checked arguments. Equality
+    and hashing compare the class and the parameters; assigning an attribute raises
+    ``dataclasses.FrozenInstanceError`` (an ``AttributeError``).
     """
 
     name: ClassVar[str] = "?"
     summary: ClassVar[str] = ""
     param_help: ClassVar[dict[str, str]] = {}
-    alias_summary: ClassVar[dict[str, str]] = {}
-    #: parameters an alias leaves unused (not listed by ``model_info``)
-    alias_hidden: ClassVar[dict[str, tuple[str, ...]]] = {}
 
-    def __init__(self, params: dict[str, Any], *, comm=0.0, comm_latency=0.0):
-        self._params = dict(params)
-        self._comm = check_real("comm", comm, minimum=0.0)
-        self._comm_latency = check_real("comm_latency", comm_latency, minimum=0.0)
-        if self._comm or self._comm_latency:
-            self._params.update(comm=self._comm, comm_latency=self._comm_latency)
-        self._frozen = True
-
-    def __setattr__(self, key, value):
-        if getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is immutable; build a new model instead")
-        object.__setattr__(self, key, value)
+    def _set(self, **values) -> None:
+        """Store validated values on the frozen instance (for ``__post_init__`` only)."""
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
 
     @property
     def params(self) -> dict[str, Any]:
-        """The constructor parameters (defaults filled in)."""
-        return dict(self._params)
+        """The parameters (defaults filled in), in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def __repr__(self) -> str:
-        shown = " ".join(f"{k}={_short(v)}" for k, v in self._params.items() if v is not None)
-        return f"<{type(self).__name__} {shown}>" if shown else f"<{type(self).__name__}>"
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        a, b = self._params, other._params
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-
-    def __hash__(self):
-        return hash((type(self).__name__, tuple((k, _hashable(v)) for k, v in self._params.items())))
+    @property
+    def compute_model(self) -> DelayModel:
+        """The model whose draw this model's :meth:`draw` is: the model itself, or for a
+        :class:`WithCommunication` the model it wraps (how a driver that draws in blocks
+        recognises the compute-time model under a communication component)."""
+        return self
 
     # ------------------------------------------------------------------ drawing
     def draw(self, rounds: int, n: int, rng=None) -> Draw:
@@ -314,36 +235,150 @@ class DelayModel:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ communication
-    @property
-    def comm(self) -> float:
-        return self._comm
-
-    @property
-    def comm_latency(self) -> float:
-        return self._comm_latency
-
     def message_time(self, length_fraction):
         """Seconds to send a message whose length is ``length_fraction`` of the gradient dimension:
-        ``comm_latency + comm * length_fraction`` (0 for a model built without a communication
-        component). Accepts a scalar (returns a float) or an array."""
+        ``comm_latency + comm * length_fraction`` under a communication component
+        (:func:`with_communication`), 0 without one. Accepts a scalar (returns a float) or an
+        array."""
         if isinstance(length_fraction, numbers.Real) and not isinstance(length_fraction, bool):
             f = float(length_fraction)
             if not np.isfinite(f) or f < 0:
                 raise ValueError(f"length_fraction must be a finite number >= 0, got {length_fraction!r}")
-            return self._comm_latency + self._comm * f
+            return self._message_time(f)
         arr = np.asarray(length_fraction, dtype=np.float64)
         if not np.isfinite(arr).all() or (arr < 0).any():
             raise ValueError("length_fraction must hold finite numbers >= 0")
-        return self._comm_latency + self._comm * arr
+        return self._message_time(arr)
+
+    def _message_time(self, f):
+        """Hook: message seconds for a checked float or float64 array ``f``; none by default."""
+        return np.zeros_like(f) if isinstance(f, np.ndarray) else 0.0
 
     # ------------------------------------------------------------------ description
     def describe(self) -> dict[str, Any]:
         """Name, parameters and a one-line summary (what ``gradcode models`` shows)."""
         return {
             "name": self.name,
-            "params": {k: _jsonable(v) for k, v in self._params.items()},
+            "params": {k: _jsonable(v) for k, v in self.params.items()},
             "summary": self.summary,
         }
+
+    def __repr__(self) -> str:
+        parts = self._repr_parts()
+        cls = type(self.compute_model).__name__
+        return f"<{cls} {' '.join(parts)}>" if parts else f"<{cls}>"
+
+    def _repr_parts(self, extra=()) -> list[str]:
+        """``key=value`` texts of the repr: the parameters, then ``extra`` (a wrapper's), without
+        those left at ``None``."""
+        return [f"{k}={_short(v)}" for k, v in (*self.params.items(), *extra) if v is not None]
+
+
+# --------------------------------------------------------------------------- communication
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class WithCommunication(DelayModel):
+    """``model`` plus a communication component (AGC Sec. VII assumption 2, CommFR-GC).
+
+    Compute times are ``model``'s, draw for draw (the same Generator calls, so the same seed gives
+    the same straggler realisation with or without the component); a message whose length is a
+    fraction ``f`` of the gradient dimension takes ``comm_latency + comm * f`` seconds on top of
+    whatever ``model`` itself charges (components compose by adding). Built by
+    :func:`with_communication`, or by the ``comm=`` / ``comm_latency=`` that every registry name
+    accepts."""
+
+    model: DelayModel
+    comm: float = 0.0
+    comm_latency: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.model, DelayModel):
+            raise TypeError(
+                f"model must be a delay model (make_delay_model), got {self.model!r} ({type(self.model).__name__})"
+            )
+        self._set(comm=check_real("comm", self.comm, minimum=0.0),
+                  comm_latency=check_real("comm_latency", self.comm_latency, minimum=0.0))
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.model.name
+
+    @property
+    def summary(self) -> str:  # type: ignore[override]
+        return self.model.summary
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The wrapped model's parameters, then ``comm`` and ``comm_latency``."""
+        return {**self.model.params, "comm": self.comm, "comm_latency": self.comm_latency}
+
+    @property
+    def compute_model(self) -> DelayModel:
+        return self.model.compute_model
+
+    def _draw(self, rounds, n, rng):
+        return self.model._draw(rounds, n, rng)
+
+    def _message_time(self, f):
+        return self.comm_latency + self.comm * f + self.model._message_time(f)
+
+    def _repr_parts(self, extra=()) -> list[str]:
+        return self.model._repr_parts((("comm", self.comm), ("comm_latency", self.comm_latency), *extra))
+
+
+def with_communication(model: DelayModel, *, comm: float = 0.0, comm_latency: float = 0.0) -> DelayModel:
+    """``model`` with messages taking ``comm_latency + comm * f`` seconds (``f``: the message's
+    length as a fraction of the gradient dimension), as a :class:`WithCommunication`; ``model``
+    itself when both are 0 (after checking them), so that a model built with the default
+    ``comm=0`` equals, and is drawn exactly like, the same model built without it."""
+    comm = check_real("comm", comm, minimum=0.0)
+    comm_latency = check_real("comm_latency", comm_latency, minimum=0.0)
+    if not isinstance(model, DelayModel):
+        raise TypeError(f"model must be a delay model (make_delay_model), got {model!r} ({type(model).__name__})")
+    if comm == 0.0 and comm_latency == 0.0:
+        return model
+    return WithCommunication(model=model, comm=comm, comm_latency=comm_latency)
+
+
+# --------------------------------------------------------------------------- the registry
+
+#: Every delay model by name: ``DELAY_MODELS.make(name, **params)`` (= :func:`make_delay_model`),
+#: ``.names()``, ``.parameters(name)``; ``comm`` and ``comm_latency`` are accepted by every name
+#: and applied by :func:`with_communication`.
+DELAY_MODELS: Registry[DelayModel] = Registry(
+    "delay model", common={"comm": 0.0, "comm_latency": 0.0}, wrap=with_communication
+)
+
+
+def register_delay_model(name: str, *, aliases=()):
+    """Class decorator adding a delay model to :data:`DELAY_MODELS` under ``name``."""
+    return DELAY_MODELS.register(name, aliases=aliases)
+
+
+def available_delay_models() -> list[str]:
+    """The names accepted by :func:`make_delay_model`, sorted."""
+    return DELAY_MODELS.names(aliases=True)
+
+
+def make_delay_model(name: str, /, **params) -> DelayModel:
+    """Build the delay model registered as ``name`` with its keyword parameters, e.g.
+    ``make_delay_model("shifted-exp", mu=1.0, alpha=0.01)``; ``comm`` / ``comm_latency`` add a
+    communication component (:func:`with_communication`).
+
+    Raises ``ValueError`` listing the available names on an unknown name, and
+    :class:`~gradcode.registry.ParameterError` (a ``ValueError`` and a ``TypeError``) listing the
+    accepted parameters on an unknown parameter."""
+    return DELAY_MODELS.make(name, **params)
+
+
+def model_info(name: str) -> dict[str, Any]:
+    """Registry entry ``name``: summary line, parameters with their defaults (``None`` when there
+    is none) and one-line help for each (what ``gradcode models`` shows)."""
+    info = DELAY_MODELS.info(name)
+    helps = {**getattr(DELAY_MODELS.get(name), "param_help", {}), **_COMMON_HELP}
+    info["help"] = {k: helps.get(k, "") for k in info["params"]}
+    return info
 
 
 def _short(v):
@@ -354,18 +389,6 @@ def _short(v):
     return repr(v) if isinstance(v, str) else v
 
 
-def _same(a, b):
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
-    return a == b
-
-
-def _hashable(v):
-    if isinstance(v, np.ndarray):
-        return (v.shape, v.tobytes())
-    return v
-
-
 def _jsonable(v):
     if isinstance(v, np.ndarray):
         return f"array of shape {v.shape}"
@@ -374,6 +397,12 @@ def _jsonable(v):
 
 def _opt_int(name, value, minimum):
     return None if value is None else check_int(name, value, minimum=minimum)
+
+
+def _check_bool(name, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def _partitions(partitions, n):
@@ -390,10 +419,14 @@ _PARTITIONS_HELP = (
     " gradients (default: the number of workers n, as in GC-DC)"
 )
 
+#: the dataclass options of every concrete model
+_MODEL = dict(frozen=True, kw_only=True, repr=False)
+
 # --------------------------------------------------------------------------- Tandon's models
 
 
 @register_delay_model("fixed")
+@dataclass(**_MODEL)
 class FixedDelay(DelayModel):
     """s random workers per round are delayed by a constant (Tandon et al., Sec. 5)."""
 
@@ -404,11 +437,14 @@ class FixedDelay(DelayModel):
         "base": "seconds to compute the whole data set (load 1) without delay",
     }
 
-    def __init__(self, *, stragglers: int = 1, delay: float = 1.0, base: float = 1.0, **common):
-        self.stragglers = check_int("stragglers", stragglers, minimum=0)
-        self.delay = check_real("delay", delay, minimum=0.0)
-        self.base = check_real("base", base, minimum=0.0)
-        super().__init__(dict(stragglers=self.stragglers, delay=self.delay, base=self.base), **common)
+    stragglers: int = 1
+    delay: float = 1.0
+    base: float = 1.0
+
+    def __post_init__(self):
+        self._set(stragglers=check_int("stragglers", self.stragglers, minimum=0),
+                  delay=check_real("delay", self.delay, minimum=0.0),
+                  base=check_real("base", self.base, minimum=0.0))
 
     def _draw(self, rounds, n, rng):
         _check_count("stragglers", self.stragglers, n)
@@ -417,6 +453,7 @@ class FixedDelay(DelayModel):
 
 
 @register_delay_model("bernoulli")
+@dataclass(**_MODEL)
 class BernoulliDelay(DelayModel):
     """Each worker straggles independently with probability p, slowed by a factor."""
 
@@ -427,11 +464,14 @@ class BernoulliDelay(DelayModel):
         "base": "seconds to compute the whole data set (load 1) at normal speed",
     }
 
-    def __init__(self, *, p: float = 0.1, slowdown: float = 10.0, base: float = 1.0, **common):
-        self.p = check_real("p", p, minimum=0.0, maximum=1.0)
-        self.slowdown = check_real("slowdown", slowdown, minimum=1.0)
-        self.base = check_real("base", base, minimum=0.0)
-        super().__init__(dict(p=self.p, slowdown=self.slowdown, base=self.base), **common)
+    p: float = 0.1
+    slowdown: float = 10.0
+    base: float = 1.0
+
+    def __post_init__(self):
+        self._set(p=check_real("p", self.p, minimum=0.0, maximum=1.0),
+                  slowdown=check_real("slowdown", self.slowdown, minimum=1.0),
+                  base=check_real("base", self.base, minimum=0.0))
 
     def _draw(self, rounds, n, rng):
         mask = rng.random((rounds, n)) < self.p
@@ -440,6 +480,7 @@ class BernoulliDelay(DelayModel):
 
 
 @register_delay_model("partial")
+@dataclass(**_MODEL)
 class PartialStragglers(DelayModel):
     """s random workers per round are alpha-partial stragglers (Tandon et al., Sec. 4).
 
@@ -454,11 +495,14 @@ class PartialStragglers(DelayModel):
         "base": "seconds to compute the whole data set (load 1) at normal speed",
     }
 
-    def __init__(self, *, stragglers: int = 1, alpha: float = 2.0, base: float = 1.0, **common):
-        self.stragglers = check_int("stragglers", stragglers, minimum=0)
-        self.alpha = check_real("alpha", alpha, minimum=1.0, strict_min=True)
-        self.base = check_real("base", base, minimum=0.0)
-        super().__init__(dict(stragglers=self.stragglers, alpha=self.alpha, base=self.base), **common)
+    stragglers: int = 1
+    alpha: float = 2.0
+    base: float = 1.0
+
+    def __post_init__(self):
+        self._set(stragglers=check_int("stragglers", self.stragglers, minimum=0),
+                  alpha=check_real("alpha", self.alpha, minimum=1.0, strict_min=True),
+                  base=check_real("base", self.base, minimum=0.0))
 
     def _draw(self, rounds, n, rng):
         _check_count("stragglers", self.stragglers, n)
@@ -471,6 +515,7 @@ class PartialStragglers(DelayModel):
 
 
 @register_delay_model("shifted-exp")
+@dataclass(**_MODEL)
 class ShiftedExponential(DelayModel):
     """Shifted exponential compute times, GC-DC eq. 20.
 
@@ -485,11 +530,14 @@ class ShiftedExponential(DelayModel):
         "partitions": _PARTITIONS_HELP,
     }
 
-    def __init__(self, *, mu: float = 1.0, alpha: float = 0.01, partitions: int | None = None, **common):
-        self.mu = check_real("mu", mu, minimum=0.0, strict_min=True)
-        self.alpha = check_real("alpha", alpha, minimum=0.0)
-        self.partitions = _opt_int("partitions", partitions, 1)
-        super().__init__(dict(mu=self.mu, alpha=self.alpha, partitions=self.partitions), **common)
+    mu: float = 1.0
+    alpha: float = 0.01
+    partitions: int | None = None
+
+    def __post_init__(self):
+        self._set(mu=check_real("mu", self.mu, minimum=0.0, strict_min=True),
+                  alpha=check_real("alpha", self.alpha, minimum=0.0),
+                  partitions=_opt_int("partitions", self.partitions, 1))
 
     def _draw(self, rounds, n, rng):
         P = _partitions(self.partitions, n)
@@ -526,8 +574,42 @@ def _markov_states(rng, rounds, n, p_fs, p_sf, initial_slow):
     return states
 
 
-@register_delay_model("gilbert-elliot")
-class GilbertElliot(DelayModel):
+_CHAIN_HELP = {
+    "p_switch": "probability that a fast worker turns slow at the start of a round",
+    "p_recover": "probability that a slow worker turns fast at the start of a round (default: p_switch)",
+    "alpha": "minimum seconds per partition (the shift of eq. 20)",
+    "initial_slow": "workers slow in round 0 (picked at random); default: drawn from the stationary law",
+    "partitions": _PARTITIONS_HELP,
+}
+_HET_HELP = {
+    "rate_max": "heterogeneous: upper end of the uniform fast rates",
+    "slow_factor": "heterogeneous: how many times slower the slow state is",
+    "tau": "heterogeneous: a worker whose current rate is below tau is a straggler",
+}
+
+
+class _TwoStateChain:
+    """What the two Gilbert-Elliot models share (their chain parameters are fields of each, so
+    that each lists its parameters in its own order): checks and the stationary law."""
+
+    def _check_chain(self) -> None:
+        p_switch = check_real("p_switch", self.p_switch, minimum=0.0, maximum=1.0)
+        p_recover = p_switch if self.p_recover is None else check_real(
+            "p_recover", self.p_recover, minimum=0.0, maximum=1.0)
+        self._set(p_switch=p_switch, p_recover=p_recover,
+                  alpha=check_real("alpha", self.alpha, minimum=0.0),
+                  initial_slow=_opt_int("initial_slow", self.initial_slow, 0),
+                  partitions=_opt_int("partitions", self.partitions, 1))
+
+    @property
+    def stationary_slow(self) -> float:
+        """Long-run fraction of rounds a worker spends in the slow state."""
+        total = self.p_switch + self.p_recover
+        return 0.5 if total == 0 else self.p_switch / total
+
+
+@dataclass(**_MODEL)
+class GilbertElliot(_TwoStateChain, DelayModel):
     """Gilbert-Elliot two-state straggling (GC-DC Sec. VI-A, SGC App. C) on top of eq. 20.
 
     Each worker is in a fast state (rate ``mu_fast``) or a slow state (rate ``mu_slow``); at the
@@ -538,108 +620,128 @@ class GilbertElliot(DelayModel):
     with an integer exactly that many random workers start slow (GC-DC starts 10 of 20). Given the
     state, compute times follow eq. 20. Straggling = slow state.
 
-    With ``heterogeneous=True`` (the ``gilbert-elliot-het`` name; GC-DC Sec. VI-B1) every worker
-    has its own rates: ``mu_f ~ U(0, rate_max]`` drawn once per draw, ``mu_s = mu_f / slow_factor``,
-    and a worker counts as a straggler when its current rate is below ``tau`` (``mu_fast`` and
-    ``mu_slow`` are then unused).
+    Workers with rates of their own are :class:`GilbertElliotHet`. Registered as
+    ``gilbert-elliot`` through :func:`gilbert_elliot`, which also builds the heterogeneous model
+    when given ``heterogeneous=True``.
     """
 
+    name: ClassVar[str] = "gilbert-elliot"
     summary = "two-state Markov (fast/slow) rates on top of eq. 20, homogeneous workers (GC-DC VI-A)"
-    alias_summary = {
-        "gilbert-elliot-het": "two-state Markov rates with per-worker mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor,"
-        " straggler when rate < tau (GC-DC VI-B1)"
-    }
-    alias_hidden = {"gilbert-elliot-het": ("mu_fast", "mu_slow")}
     param_help = {
         "mu_fast": "rate in the fast (non-straggling) state",
         "mu_slow": "rate in the slow (straggling) state",
-        "p_switch": "probability that a fast worker turns slow at the start of a round",
-        "p_recover": "probability that a slow worker turns fast at the start of a round (default: p_switch)",
-        "alpha": "minimum seconds per partition (the shift of eq. 20)",
-        "initial_slow": "workers slow in round 0 (picked at random); default: drawn from the stationary law",
-        "partitions": _PARTITIONS_HELP,
-        "heterogeneous": "per-worker rates mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor (GC-DC VI-B1)",
-        "rate_max": "heterogeneous: upper end of the uniform fast rates",
-        "slow_factor": "heterogeneous: how many times slower the slow state is",
-        "tau": "heterogeneous: a worker whose current rate is below tau is a straggler",
+        **_CHAIN_HELP,
     }
 
-    def __init__(
-        self,
-        *,
-        mu_fast: float = 10.0,
-        mu_slow: float = 0.1,
-        p_switch: float = 0.05,
-        p_recover: float | None = None,
-        alpha: float = 0.01,
-        initial_slow: int | None = None,
-        partitions: int | None = None,
-        heterogeneous: bool = False,
-        rate_max: float = 5.0,
-        slow_factor: float = 10.0,
-        tau: float = 0.5,
-        **common,
-    ):
-        if not isinstance(heterogeneous, (bool, np.bool_)):
-            raise TypeError(f"heterogeneous must be True or False, got {heterogeneous!r}")
-        self.heterogeneous = bool(heterogeneous)
-        self.p_switch = check_real("p_switch", p_switch, minimum=0.0, maximum=1.0)
-        self.p_recover = self.p_switch if p_recover is None else check_real(
-            "p_recover", p_recover, minimum=0.0, maximum=1.0)
-        self.alpha = check_real("alpha", alpha, minimum=0.0)
-        self.initial_slow = _opt_int("initial_slow", initial_slow, 0)
-        self.partitions = _opt_int("partitions", partitions, 1)
-        params: dict[str, Any] = {}
-        if self.heterogeneous:
-            self.rate_max = check_real("rate_max", rate_max, minimum=0.0, strict_min=True)
-            self.slow_factor = check_real("slow_factor", slow_factor, minimum=1.0)
-            self.tau = check_real("tau", tau, minimum=0.0)
-            self.mu_fast = self.mu_slow = None
-            params.update(heterogeneous=True, rate_max=self.rate_max, slow_factor=self.slow_factor, tau=self.tau)
-        else:
-            self.mu_fast = check_real("mu_fast", mu_fast, minimum=0.0, strict_min=True)
-            self.mu_slow = check_real("mu_slow", mu_slow, minimum=0.0, strict_min=True)
-            if self.mu_slow > self.mu_fast:
-                raise ValueError(f"mu_slow must be <= mu_fast (the slow state is slower); got "
-                                 f"mu_slow={self.mu_slow}, mu_fast={self.mu_fast}")
-            self.rate_max = self.slow_factor = self.tau = None
-            params.update(mu_fast=self.mu_fast, mu_slow=self.mu_slow)
-        params.update(p_switch=self.p_switch, p_recover=self.p_recover, alpha=self.alpha,
-                      initial_slow=self.initial_slow, partitions=self.partitions)
-        super().__init__(params, **common)
+    mu_fast: float = 10.0
+    mu_slow: float = 0.1
+    p_switch: float = 0.05
+    p_recover: float | None = None
+    alpha: float = 0.01
+    initial_slow: int | None = None
+    partitions: int | None = None
 
-    def describe(self) -> dict[str, Any]:
-        d = super().describe()
-        if self.heterogeneous:
-            d.update(name="gilbert-elliot-het", summary=self.alias_summary["gilbert-elliot-het"])
-        return d
-
-    @property
-    def stationary_slow(self) -> float:
-        """Long-run fraction of rounds a worker spends in the slow state."""
-        total = self.p_switch + self.p_recover
-        return 0.5 if total == 0 else self.p_switch / total
+    def __post_init__(self):
+        self._check_chain()
+        mu_fast = check_real("mu_fast", self.mu_fast, minimum=0.0, strict_min=True)
+        mu_slow = check_real("mu_slow", self.mu_slow, minimum=0.0, strict_min=True)
+        if mu_slow > mu_fast:
+            raise ValueError(f"mu_slow must be <= mu_fast (the slow state is slower); got "
+                             f"mu_slow={mu_slow}, mu_fast={mu_fast}")
+        self._set(mu_fast=mu_fast, mu_slow=mu_slow)
 
     def _draw(self, rounds, n, rng):
         _check_count("initial_slow", self.initial_slow, n)
         P = _partitions(self.partitions, n)
-        if self.heterogeneous:
-            mu_f = _positive_uniform(rng, self.rate_max, n)
-            mu_s = mu_f / self.slow_factor
-        else:
-            mu_f, mu_s = self.mu_fast, self.mu_slow
+        slow = _markov_states(rng, rounds, n, self.p_switch, self.p_recover, self.initial_slow)
+        rates = np.where(slow, self.mu_slow, self.mu_fast)
+        e = rng.standard_exponential((rounds, n))
+        slope = P * (self.alpha + e / rates)
+        return Draw(np.zeros((rounds, n)), slope, slow, rates)
+
+
+@register_delay_model("gilbert-elliot-het")
+@dataclass(**_MODEL)
+class GilbertElliotHet(_TwoStateChain, DelayModel):
+    """Heterogeneous Gilbert-Elliot straggling (GC-DC Sec. VI-B1) on top of eq. 20.
+
+    The two-state chain of :class:`GilbertElliot` (same ``p_switch``, ``p_recover``,
+    ``initial_slow``), with rates of each worker's own: ``mu_f ~ U(0, rate_max]`` drawn once per
+    draw, ``mu_s = mu_f / slow_factor``. A worker counts as a straggler when its current rate is
+    below ``tau`` (a fast worker with a small ``mu_f`` can be one, a slow worker with a large one
+    not), which is what GC-DC's heterogeneous experiments count.
+    """
+
+    summary = ("two-state Markov rates with per-worker mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor,"
+               " straggler when rate < tau (GC-DC VI-B1)")
+    param_help = {**_CHAIN_HELP, **_HET_HELP}
+
+    p_switch: float = 0.05
+    p_recover: float | None = None
+    alpha: float = 0.01
+    initial_slow: int | None = None
+    partitions: int | None = None
+    rate_max: float = 5.0
+    slow_factor: float = 10.0
+    tau: float = 0.5
+
+    def __post_init__(self):
+        self._check_chain()
+        self._set(rate_max=check_real("rate_max", self.rate_max, minimum=0.0, strict_min=True),
+                  slow_factor=check_real("slow_factor", self.slow_factor, minimum=1.0),
+                  tau=check_real("tau", self.tau, minimum=0.0))
+
+    def _draw(self, rounds, n, rng):
+        _check_count("initial_slow", self.initial_slow, n)
+        P = _partitions(self.partitions, n)
+        mu_f = _positive_uniform(rng, self.rate_max, n)  # drawn before the chain: the Generator order is fixed
+        mu_s = mu_f / self.slow_factor
         slow = _markov_states(rng, rounds, n, self.p_switch, self.p_recover, self.initial_slow)
         rates = np.where(slow, mu_s, mu_f)
         e = rng.standard_exponential((rounds, n))
         slope = P * (self.alpha + e / rates)
-        straggling = rates < self.tau if self.heterogeneous else slow
-        return Draw(np.zeros((rounds, n)), slope, straggling, rates)
+        return Draw(np.zeros((rounds, n)), slope, rates < self.tau, rates)
 
 
-_ALIASES["gilbert-elliot-het"] = ("gilbert-elliot", {"heterogeneous": True})
+@register_delay_model("gilbert-elliot")
+def gilbert_elliot(
+    *,
+    mu_fast: float = 10.0,
+    mu_slow: float = 0.1,
+    p_switch: float = 0.05,
+    p_recover: float | None = None,
+    alpha: float = 0.01,
+    initial_slow: int | None = None,
+    partitions: int | None = None,
+    heterogeneous: bool = False,
+    rate_max: float = 5.0,
+    slow_factor: float = 10.0,
+    tau: float = 0.5,
+) -> GilbertElliot | GilbertElliotHet:
+    """The ``gilbert-elliot`` name: :class:`GilbertElliot`, or with ``heterogeneous=True``
+    :class:`GilbertElliotHet` (then ``mu_fast`` and ``mu_slow`` are unused, as ``rate_max``,
+    ``slow_factor`` and ``tau`` are without it).
+
+    The flag predates the two classes; it is kept so that existing calls and ``--model-param
+    heterogeneous=true`` keep working, and the name lists the parameters it has always listed.
+    """
+    chain = dict(p_switch=p_switch, p_recover=p_recover, alpha=alpha, initial_slow=initial_slow,
+                 partitions=partitions)
+    if _check_bool("heterogeneous", heterogeneous):
+        return GilbertElliotHet(**chain, rate_max=rate_max, slow_factor=slow_factor, tau=tau)
+    return GilbertElliot(mu_fast=mu_fast, mu_slow=mu_slow, **chain)
+
+
+gilbert_elliot.summary = GilbertElliot.summary
+gilbert_elliot.param_help = {
+    **GilbertElliot.param_help,
+    "heterogeneous": "per-worker rates mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor (GC-DC VI-B1)",
+    **_HET_HELP,
+}
 
 
 @register_delay_model("time-varying")
+@dataclass(**_MODEL)
 class TimeVaryingRates(DelayModel):
     """Heterogeneous workers with time-varying rates, GC-DC eq. 21, on top of eq. 20.
 
@@ -660,16 +762,21 @@ class TimeVaryingRates(DelayModel):
         "partitions": _PARTITIONS_HELP,
     }
 
-    def __init__(self, *, p: float = 0.05, tau: float = 1.0, rate_max: float = 5.0, alpha: float = 0.01,
-                 initial_slow: int | None = None, partitions: int | None = None, **common):
-        self.p = check_real("p", p, minimum=0.0, maximum=1.0)
-        self.rate_max = check_real("rate_max", rate_max, minimum=0.0, strict_min=True)
-        self.tau = check_real("tau", tau, minimum=0.0, maximum=self.rate_max)
-        self.alpha = check_real("alpha", alpha, minimum=0.0)
-        self.initial_slow = _opt_int("initial_slow", initial_slow, 0)
-        self.partitions = _opt_int("partitions", partitions, 1)
-        super().__init__(dict(p=self.p, tau=self.tau, rate_max=self.rate_max, alpha=self.alpha,
-                              initial_slow=self.initial_slow, partitions=self.partitions), **common)
+    p: float = 0.05
+    tau: float = 1.0
+    rate_max: float = 5.0
+    alpha: float = 0.01
+    initial_slow: int | None = None
+    partitions: int | None = None
+
+    def __post_init__(self):
+        rate_max = check_real("rate_max", self.rate_max, minimum=0.0, strict_min=True)
+        self._set(p=check_real("p", self.p, minimum=0.0, maximum=1.0),
+                  rate_max=rate_max,
+                  tau=check_real("tau", self.tau, minimum=0.0, maximum=rate_max),
+                  alpha=check_real("alpha", self.alpha, minimum=0.0),
+                  initial_slow=_opt_int("initial_slow", self.initial_slow, 0),
+                  partitions=_opt_int("partitions", self.partitions, 1))
 
     def _draw(self, rounds, n, rng):
         _check_count("initial_slow", self.initial_slow, n)
@@ -700,6 +807,7 @@ class TimeVaryingRates(DelayModel):
 
 
 @register_delay_model("shared-access")
+@dataclass(**_MODEL)
 class SharedAccess(DelayModel):
     """Shared-access workers, GC-DC Sec. VI-C.
 
@@ -735,22 +843,28 @@ class SharedAccess(DelayModel):
         "partitions": _PARTITIONS_HELP,
     }
 
-    def __init__(self, *, arrival_rate: float = 0.1, stay_min: int = 2, stay_max: int = 5, capacity: int = 10,
-                 latency_min: float = 0.02, latency_max: float = 0.2, gamma: int = 7, warmup: int = 20,
-                 partitions: int | None = None, **common):
-        self.arrival_rate = check_real("arrival_rate", arrival_rate, minimum=0.0)
-        self.stay_min = check_int("stay_min", stay_min, minimum=1)
-        self.stay_max = check_int("stay_max", stay_max, minimum=self.stay_min)
-        self.capacity = check_int("capacity", capacity, minimum=1)
-        self.latency_min = check_real("latency_min", latency_min, minimum=0.0)
-        self.latency_max = check_real("latency_max", latency_max, minimum=self.latency_min)
-        self.gamma = check_int("gamma", gamma, minimum=1)
-        self.warmup = check_int("warmup", warmup, minimum=0)
-        self.partitions = _opt_int("partitions", partitions, 1)
-        super().__init__(dict(arrival_rate=self.arrival_rate, stay_min=self.stay_min, stay_max=self.stay_max,
-                              capacity=self.capacity, latency_min=self.latency_min,
-                              latency_max=self.latency_max, gamma=self.gamma, warmup=self.warmup,
-                              partitions=self.partitions), **common)
+    arrival_rate: float = 0.1
+    stay_min: int = 2
+    stay_max: int = 5
+    capacity: int = 10
+    latency_min: float = 0.02
+    latency_max: float = 0.2
+    gamma: int = 7
+    warmup: int = 20
+    partitions: int | None = None
+
+    def __post_init__(self):
+        stay_min = check_int("stay_min", self.stay_min, minimum=1)
+        latency_min = check_real("latency_min", self.latency_min, minimum=0.0)
+        self._set(arrival_rate=check_real("arrival_rate", self.arrival_rate, minimum=0.0),
+                  stay_min=stay_min,
+                  stay_max=check_int("stay_max", self.stay_max, minimum=stay_min),
+                  capacity=check_int("capacity", self.capacity, minimum=1),
+                  latency_min=latency_min,
+                  latency_max=check_real("latency_max", self.latency_max, minimum=latency_min),
+                  gamma=check_int("gamma", self.gamma, minimum=1),
+                  warmup=check_int("warmup", self.warmup, minimum=0),
+                  partitions=_opt_int("partitions", self.partitions, 1))
 
     def latency(self, m):
         """Seconds per partition with ``m`` tasks (ours included) on the worker."""
@@ -789,6 +903,7 @@ class SharedAccess(DelayModel):
 
 
 @register_delay_model("trace")
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)
 class TraceDelays(DelayModel):
     """Replay a ``(rounds, workers)`` array of seconds (a measured delay profile).
 
@@ -802,6 +917,10 @@ class TraceDelays(DelayModel):
     ``delay + (L - L0) * load_slope`` (``load_slope``: seconds per unit load, the slope of the
     linear fit of mean run time against load, see :func:`gradcode.stragglers.fit_load_slope`), or,
     without ``load_slope``, by proportional scaling ``delay * L / L0``. Times are clipped at 0.
+
+    Built from ``path``, the model holds the trace read from the file in ``delays`` and the path
+    (as a string) in ``path``; two traces are equal when their arrays and load rules are, wherever
+    they were read from.
     """
 
     summary = "replay a (rounds, workers) array of measured seconds, load-adjusted by SGC App. J"
@@ -814,55 +933,64 @@ class TraceDelays(DelayModel):
         "wrap": "start over at the first row when the trace runs out (otherwise an error)",
     }
 
-    def __init__(self, *, delays=None, path=None, trace_load: float | None = None,
-                 load_slope: float | None = None, offset: int = 0, wrap: bool = False, **common):
+    delays: Any = None
+    path: Any = None
+    trace_load: float | None = None
+    load_slope: float | None = None
+    offset: int = 0
+    wrap: bool = False
+
+    def __post_init__(self):
         from gradcode.errors import TraceError
         from gradcode.stragglers.traces import load_trace, validate_trace
 
-        if (delays is None) == (path is None):
+        if (self.delays is None) == (self.path is None):
             raise TypeError("trace needs exactly one of delays (an array of seconds) or path (a trace file)")
-        if path is not None:
-            arr = load_trace(path)
-            source = str(path)
+        if self.path is not None:
+            arr = load_trace(self.path)
+            source = str(self.path)
         else:
             try:
-                arr = validate_trace(delays, source="delays")
+                arr = validate_trace(self.delays, source="delays")
             except TraceError as exc:
                 raise ValueError(str(exc)) from None
             source = None
         arr = np.array(arr, dtype=np.float64)
         arr.flags.writeable = False
-        self.delays = arr
-        self.path = source
-        self.trace_load = None if trace_load is None else check_real(
-            "trace_load", trace_load, minimum=0.0, strict_min=True)
-        self.load_slope = None if load_slope is None else check_real("load_slope", load_slope)
-        if self.load_slope is not None and self.trace_load is None:
+        trace_load = None if self.trace_load is None else check_real(
+            "trace_load", self.trace_load, minimum=0.0, strict_min=True)
+        load_slope = None if self.load_slope is None else check_real("load_slope", self.load_slope)
+        if load_slope is not None and trace_load is None:
             raise ValueError("load_slope needs trace_load (the load the trace was recorded at)")
-        self.offset = check_int("offset", offset, minimum=0)
-        if not isinstance(wrap, (bool, np.bool_)):
-            raise TypeError(f"wrap must be True or False, got {wrap!r}")
-        self.wrap = bool(wrap)
-        params = dict(delays=arr if source is None else None, path=source, trace_load=self.trace_load,
-                      load_slope=self.load_slope, offset=self.offset, wrap=self.wrap)
-        super().__init__(params, **common)
+        self._set(delays=arr, path=source, trace_load=trace_load, load_slope=load_slope,
+                  offset=check_int("offset", self.offset, minimum=0), wrap=_check_bool("wrap", self.wrap))
 
-    def __repr__(self) -> str:
-        shown = [f"rounds={self.delays.shape[0]}", f"workers={self.delays.shape[1]}"]
-        if self.path:
-            shown.append(f"path={self.path!r}")
-        shown += [f"{k}={_short(v)}" for k, v in self._params.items()
-                  if k not in ("delays", "path") and v is not None and v is not False and v != 0]
-        return f"<{type(self).__name__} {' '.join(shown)}>"
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters; ``delays`` is ``None`` for a trace read from ``path``."""
+        p = super().params
+        if self.path is not None:
+            p["delays"] = None
+        return p
+
+    def _load_rule(self) -> tuple:
+        return (self.trace_load, self.load_slope, self.offset, self.wrap)
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return np.array_equal(self.delays, other.delays) and all(
-            self._params[k] == other._params[k] for k in self._params if k not in ("delays", "path"))
+        return np.array_equal(self.delays, other.delays) and self._load_rule() == other._load_rule()
 
     def __hash__(self):
         return hash((type(self).__name__, self.delays.shape, self.delays.tobytes()))
+
+    def _repr_parts(self, extra=()) -> list[str]:
+        shown = [f"rounds={self.delays.shape[0]}", f"workers={self.delays.shape[1]}"]
+        if self.path:
+            shown.append(f"path={self.path!r}")
+        items = [(k, v) for k, v in self.params.items() if k not in ("delays", "path")]
+        shown += [f"{k}={_short(v)}" for k, v in (*items, *extra) if v is not None and v is not False and v != 0]
+        return shown
 
     def _draw(self, rounds, n, rng):
         T, W = self.delays.shape
