@@ -48,6 +48,7 @@ import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.compose import DirectSumCode
 from gradcode.codes.linalg import min_norm_left_solve
 from gradcode.errors import NotDecodableError
 
@@ -340,40 +341,21 @@ def group_bounds(n: int, d: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(starts, starts[1:] + [n])]
 
 
-class _Grouped(LinearCode):
+class _Grouped(DirectSumCode):
     """Group scheme of AGC paper Section VI: worker group ``j`` (eq. 31) stores and computes only the
     partitions of the same index range, running its own subsystem code; the master decodes each
-    group's partial gradient (eq. 32) and adds them (eq. 34)."""
+    group's partial gradient (eq. 32) and adds them (eq. 34): the direct sum of the subsystems
+    (:class:`~gradcode.codes.compose.DirectSumCode`), with each group's straggler rule."""
+
+    part_label = "group"
 
     def _build_groups(self, n, d, make_sub, tolerance, params):
         self.d = d
         self.groups = tuple(group_bounds(n, d))
-        self.subcodes = tuple(make_sub(b - a) for a, b in self.groups)
-        self.group_of = np.empty(n, dtype=int)
-        placement, encoders = [], []
-        for j, ((a, b), sub) in enumerate(zip(self.groups, self.subcodes)):
-            self.group_of[a:b] = j
-            for local in range(b - a):
-                placement.append(tuple(a + i for i in sub.placement[local]))
-                encoders.append(sub.encoders[local])
-        self.group_of.flags.writeable = False
-        super().__init__(
-            n=n,
-            placement=placement,
-            encoders=encoders,
-            k=n,
-            chunks=self.subcodes[0].chunks,
-            tolerance=tolerance,
-            params=params,
-        )
-
-    def straggling(self, counts) -> np.ndarray:
-        """Each group's subsystem rule on its own workers (``subcodes[j].straggling``)."""
-        counts = self._check_counts(counts)
-        out = np.empty(counts.shape, dtype=bool)
-        for (a, b), sub in zip(self.groups, self.subcodes):
-            out[..., a:b] = sub.straggling(counts[..., a:b])
-        return out
+        subs = tuple(make_sub(b - a) for a, b in self.groups)
+        ranges = [np.arange(a, b) for a, b in self.groups]
+        self._init_parts(parts=subs, workers=ranges, partitions=ranges, n=n, k=n,
+                         chunks=subs[0].chunks, tolerance=tolerance, params=params)
 
     def group_comm_cost(self, stragglers) -> float | None:
         """Communication cost with ``stragglers[j]`` stragglers in group ``j`` (eq. 33): the largest
@@ -382,7 +364,7 @@ class _Grouped(LinearCode):
         if len(stragglers) != len(self.groups):
             raise ValueError(f"stragglers must give one count per group ({len(self.groups)}), got {len(stragglers)}")
         costs = []
-        for j, (s, sub) in enumerate(zip(stragglers, self.subcodes)):
+        for j, (s, sub) in enumerate(zip(stragglers, self.parts)):
             s = check_int(f"stragglers[{j}]", s, minimum=0, maximum=sub.n)
             costs.append(sub.comm_cost(s))
         return None if any(c is None for c in costs) else max(costs)
@@ -391,24 +373,8 @@ class _Grouped(LinearCode):
         """Worst case over where ``s`` stragglers fall: all in one group (eq. 33 with
         ``max_j s_j = s``)."""
         s = check_int("s", s, minimum=0, maximum=self.n)
-        costs = [sub.comm_cost(s) if s <= sub.n else None for sub in self.subcodes]
+        costs = [sub.comm_cost(s) if s <= sub.n else None for sub in self.parts]
         return None if any(c is None for c in costs) else max(costs)
-
-    def _fast_solve(self, pattern: Pattern) -> Decoding:
-        per_group = [[] for _ in self.groups]
-        for w, r in pattern:
-            j = int(self.group_of[w])
-            per_group[j].append((w - self.groups[j][0], r))
-        rows, coefs, cond = [], [], 1.0
-        for j, ((a, _), sub, got) in enumerate(zip(self.groups, self.subcodes, per_group)):
-            try:
-                sol = sub.decoding(got)
-            except NotDecodableError as exc:
-                raise NotDecodableError(f"group {j} (workers {a}..{self.groups[j][1] - 1}): {exc}") from None
-            rows.extend((a + w, r) for w, r in sol.rows)
-            coefs.append(sol.coefficients)
-            cond = max(cond, sol.condition)
-        return Decoding(pattern, tuple(rows), np.concatenate(coefs, axis=1), cond, "groups")
 
 
 @register("g-agc")

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
 
 import numpy as np
 from scipy import linalg as sla
@@ -59,7 +58,9 @@ from scipy.optimize import minimize_scalar
 
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.compose import DirectSumCode
 from gradcode.codes.linalg import min_norm_left_solve
+from gradcode.codes.rules import KOfN
 from gradcode.errors import NotDecodableError
 
 __all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_generator"]
@@ -67,8 +68,7 @@ __all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_
 CONSTRUCTIONS = ("mds-gaussian", "mds-systematic", "repetition", "ldpc", "custom")
 #: group erasure sets checked when certifying the tolerance at construction
 CERTIFY_BUDGET = 3000
-#: float64 coefficients kept in the per-group decoding cache (about 32 MB)
-GROUP_CACHE_ELEMENTS = 4_000_000
+
 
 
 def ldpc_threshold(dc: int, dv: int) -> float:
@@ -133,7 +133,7 @@ def systematic_generator(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register("commfr")
-class CommFR(LinearCode):
+class CommFR(DirectSumCode):
     """CommFR-GC (Kadhe et al., Section III): fractional-repetition groups of ``N`` workers, each
     worker sends its group's summed gradient, cut into ``K`` chunks, times its column of a ``K x N``
     generator (one message of length ``ceil(d/K)``); triple ``(l = kN/n, m = K, s = delta - 1)``.
@@ -213,12 +213,7 @@ class CommFR(LinearCode):
         G.flags.writeable = False
         self.G = G
         self.info_positions.flags.writeable = False
-        self._group_cache: OrderedDict = OrderedDict()
-        self._group_cache_size = 0
-        placement = [
-            tuple(range((w % self.p) * self.l, (w % self.p + 1) * self.l)) for w in range(n)
-        ]
-        encoders = [np.repeat(G[:, w // self.p][None, None, :], self.l, axis=1) for w in range(n)]
+        self.group = _CommFRGroup(self, G)
         params = {
             "n": n,
             "k": k,
@@ -230,16 +225,19 @@ class CommFR(LinearCode):
             "dc": dc if construction == "ldpc" else None,
             "dv": dv if construction == "ldpc" else None,
         }
-        super().__init__(
+        tolerance, self.tolerance_certified = self._certify_tolerance()
+        # group i (workers i, i + p, ...) holds partitions i l .. (i + 1) l - 1: the same [N, K]
+        # group code p times, one decoding cache for all groups
+        self._init_parts(
+            parts=(self.group,) * self.p,
+            workers=[np.arange(i, n, self.p) for i in range(self.p)],
+            partitions=[i * self.l + np.arange(self.l) for i in range(self.p)],
             n=n,
-            placement=placement,
-            encoders=encoders,
             k=k,
             chunks=K,
-            tolerance=0,
+            tolerance=tolerance,
             params=params,
         )
-        self._tolerance, self.tolerance_certified = self._certify_tolerance()
 
     # ------------------------------------------------------------------ structure
     @property
@@ -249,65 +247,31 @@ class CommFR(LinearCode):
 
     def group_members(self, i: int) -> list[int]:
         """Workers of group ``i`` in generator-column order (member ``j`` sends ``g_mat G_j``)."""
-        return list(range(i, self.n, self.p))
+        return self.part_workers[i].tolist()
 
     def __repr__(self) -> str:
         extra = f" dc={self._params['dc']} dv={self._params['dv']}" if self.construction == "ldpc" else ""
         return (f"<CommFR n={self.n} k={self.k} N={self.N} K={self.K}"
                 f" construction={self.construction}{extra}>")
 
-    def clear_cache(self) -> None:
-        """Drop cached decodings, including the per-group solutions."""
-        super().clear_cache()
-        self._group_cache.clear()
-        self._group_cache_size = 0
-
-    # ------------------------------------------------------------------ decoding
-    def _fast_solve(self, pattern: Pattern) -> Decoding:
-        received = [[] for _ in range(self.p)]
-        for w, _ in pattern:
-            received[w % self.p].append(w // self.p)
-        rows, coefs, cond = [], [], 1.0
-        for i, T in enumerate(received):
-            try:
-                used, A, c = self._group_solve(tuple(T))
-            except NotDecodableError as exc:
-                raise NotDecodableError(f"commfr group {i} (workers {self.group_members(i)}): {exc}") from None
-            rows.extend((i + j * self.p, 0) for j in used)
-            coefs.append(A)
-            cond = max(cond, c)
-        A = np.concatenate(coefs, axis=1)
-        order = sorted(range(len(rows)), key=rows.__getitem__)  # rows in worker order
-        return Decoding(pattern, tuple(rows[i] for i in order), A[:, order], cond, f"commfr-{self.construction}")
-
     def _group_solve(self, T: tuple[int, ...]):
         """Decode one group from its received generator columns ``T`` (sorted positions):
         returns ``(used positions, A (K x len(used)), condition)`` with chunk ``c`` of ``g^(i)`` =
         ``sum_u A[c, u] * message(used[u])``."""
-        hit = self._group_cache.get(T)
-        if hit is not None:
-            self._group_cache.move_to_end(T)
-            return hit
         if not T:
             raise NotDecodableError("no worker of the group received")
         if len(T) < self.K:
             raise NotDecodableError(f"{len(T)} of {self.N} workers received; the [N={self.N}, K={self.K}] code needs >= {self.K}")
         if self.construction == "repetition":
-            out = ((T[0],), np.ones((1, 1)), 1.0)
-        elif self.construction == "mds-systematic":
-            out = self._systematic_solve(T)
-        elif self.construction == "ldpc":
-            out = self._peeling_solve(T)
-        else:
-            out = self._lstsq_solve(T)
-        self._group_cache[T] = out
-        self._group_cache_size += out[1].size
-        while self._group_cache_size > GROUP_CACHE_ELEMENTS and len(self._group_cache) > 1:
-            self._group_cache_size -= self._group_cache.popitem(last=False)[1][1].size
-        return out
+            return ((T[0],), np.ones((1, 1)), 1.0)
+        if self.construction == "mds-systematic":
+            return self._systematic_solve(T)
+        if self.construction == "ldpc":
+            return self._peeling_solve(T)
+        return self._lstsq_solve(T)
 
     def _lstsq_solve(self, T):
-        A, cond = min_norm_left_solve(self.G[:, list(T)].T, np.eye(self.K), self.max_condition)
+        A, cond = min_norm_left_solve(self.G[:, list(T)].T, np.eye(self.K), self.group.max_condition)
         return (T, A, cond)
 
     def _systematic_solve(self, T):
@@ -326,7 +290,7 @@ class CommFR(LinearCode):
         if not missing:
             return (tuple(S), np.eye(K), 1.0)
         J = [j for j in T if j >= K]
-        W, cond = min_norm_left_solve(self.G[np.ix_(missing, J)].T, np.eye(len(missing)), self.max_condition)
+        W, cond = min_norm_left_solve(self.G[np.ix_(missing, J)].T, np.eye(len(missing)), self.group.max_condition)
         used = tuple(S) + tuple(J)
         A = np.zeros((K, len(used)))
         for u, c in enumerate(S):
@@ -419,8 +383,35 @@ class CommFR(LinearCode):
         """Whether the group decoder succeeds from positions ``T`` (index-only peeling for LDPC)."""
         if self.construction == "ldpc":
             return len(T) >= self.K and self._peel_order(set(T)) is not None
-        try:
-            self._group_solve(T)
-        except NotDecodableError:
-            return False
-        return True
+        return self.group.can_decode({j: 1 for j in T})
+
+
+class _CommFRGroup(LinearCode):
+    """One group of CommFR-GC: ``N`` workers storing the same ``l`` partitions, worker ``j``
+    sending ``g_mat G_j`` (one message, ``K`` chunks). Decoded by the construction's group solve
+    of the owning :class:`CommFR` (least squares on ``G_T``, Proposition 1, peeling)."""
+
+    def __init__(self, owner: CommFR, G: np.ndarray):
+        self._owner = owner
+        L = owner.l
+        super().__init__(
+            n=owner.N,
+            placement=[tuple(range(L))] * owner.N,
+            encoders=[np.repeat(G[:, j][None, None, :], L, axis=1) for j in range(owner.N)],
+            k=L,
+            chunks=owner.K,
+            tolerance=0,
+            params={"N": owner.N, "K": owner.K, "l": L},
+        )
+
+    def decode_rule(self):
+        """Any ``K`` of the ``N`` workers for MDS constructions (1 for repetition); LDPC peeling
+        depends on which positions are erased: the generic rule."""
+        construction = self._owner.construction
+        if construction.startswith("mds") or construction == "repetition":
+            return KOfN(self._owner.K)
+        return super().decode_rule()
+
+    def _fast_solve(self, pattern: Pattern) -> Decoding:
+        used, A, cond = self._owner._group_solve(tuple(j for j, _ in pattern))
+        return Decoding(pattern, tuple((int(j), 0) for j in used), A, cond, f"commfr-{self._owner.construction}")

@@ -16,8 +16,9 @@ import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int, check_real
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.compose import SequentialCode
 from gradcode.codes.linalg import NullspaceSolver
-from gradcode.codes.rules import AllOf, KOfN, PerGroup
+from gradcode.codes.rules import KOfN, PerGroup
 from gradcode.errors import NotDecodableError
 
 
@@ -204,7 +205,7 @@ class CRC(LinearCode):
 
 
 @register("partial")
-class Partial(LinearCode):
+class Partial(SequentialCode):
     """Two-stage scheme for alpha-partial stragglers (Section 4, Fig. 4).
 
     The data is split into ``n`` coded partitions of one unit each and a naive part of
@@ -213,7 +214,8 @@ class Partial(LinearCode):
     partitions and sends ``b_w g`` of the inner ``crc`` or ``frc`` code (message 1). A straggler at
     most ``alpha`` times slower still finishes its naive part when a fast worker finishes both, so
     the master needs message 0 from everyone and message 1 from ``n - s`` workers
-    (``straggler_prefix = 1``). Each worker computes a fraction
+    (``straggler_prefix = 1``): the naive sums and the inner code in sequence
+    (:class:`~gradcode.codes.compose.SequentialCode`), which gives the decoder and the rule. Each worker computes a fraction
     ``(s+1) alpha / (n (s + alpha))`` of the data, e.g. 4/9 for n = 3, s = 1, alpha = 2.
 
     Rounding: when ``q`` is an integer each worker gets ``q`` naive partitions of one unit, exactly
@@ -234,45 +236,27 @@ class Partial(LinearCode):
         q_count = max(q_count, 1)
         unit = 1.0 / (n + n * q)
         sizes = [unit] * n + [unit * q / q_count] * (n * q_count)
-        placement, encoders = [], []
-        for w in range(n):
-            naive = tuple(n + w * q_count + i for i in range(q_count))
-            coded = inner_code.placement[w]
-            placement.append(naive + coded)
-            E = np.zeros((2, q_count + s + 1, 1))
-            E[0, :q_count, 0] = 1.0
-            E[1, q_count:, 0] = inner_code.encoders[w][0, :, 0]
-            encoders.append(E)
         self.inner = inner_code
-        self.subcodes = (inner_code,)
         self.naive_per_worker = q_count
-        super().__init__(
-            n=n,
-            placement=placement,
-            encoders=encoders,
-            k=n + n * q_count,
+        self._init_sequence(
+            first=_NaiveSums(n, q_count),
+            second=inner_code,
+            partitions=(n + np.arange(n * q_count), np.arange(n)),  # coded partitions first
             partition_sizes=sizes,
             tolerance=s,
             straggler_prefix=1,
             params={"n": n, "s": s, "alpha": alpha, "inner": inner, "seed": seed},
         )
 
-    def _fast_solve(self, pattern):
-        got = dict(pattern)
-        if len(got) < self.n:
-            missing = sorted(set(range(self.n)) - set(got))
-            raise NotDecodableError(f"partial: the naive message of worker(s) {missing} is missing")
-        coded = tuple((w, 1) for w, r in pattern if r >= 2)
-        inner = self.inner.decoding(dict(coded)) if coded else None
-        if inner is None:
-            raise NotDecodableError("partial: no coded message received")
-        rows = tuple((w, 0) for w in range(self.n)) + tuple((w, 1) for w, _ in inner.rows)
-        coefficients = np.concatenate([np.ones((1, self.n)), inner.coefficients], axis=1)
-        return Decoding(pattern, rows, coefficients, inner.condition, "partial+" + inner.method)
 
-    def decode_rule(self):
-        """Message 0 of every worker, and the inner code's rule on message 1."""
-        return AllOf(KOfN(self.n, msg=0), self.inner.decode_rule().on_message(1))
+class _NaiveSums(Uncoded):
+    """Worker ``w`` sends the plain sum of its own ``per_worker`` partitions (the naive part of the
+    partial-straggler scheme); like :class:`Uncoded`, the master needs every worker."""
+
+    def __init__(self, n: int, per_worker: int):
+        placement = [tuple(range(w * per_worker, (w + 1) * per_worker)) for w in range(n)]
+        LinearCode.__init__(self, n=n, placement=placement, encoders=[np.ones((1, per_worker, 1))] * n,
+                            tolerance=0, params={"n": n, "per_worker": per_worker})
 
 
 @register("matrix")
