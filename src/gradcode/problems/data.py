@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,29 +34,24 @@ import numpy as np
 import scipy.sparse as sp
 
 from gradcode._validation import check_choice, check_int, check_real
+from gradcode.registry import Registry
 
 TASKS = ("binary", "regression", "multiclass")
 
-_DATASETS: dict[str, Callable[..., "Dataset"]] = {}
-_DATASET_DOCS: dict[str, str] = {}
+#: Every dataset by name: ``DATASETS.make(name, rng, test_fraction, **params)`` builds one (what
+#: :func:`make_dataset` does from a :class:`DataSpec`); ``.names()``, ``.parameters(name)`` (the
+#: builder's, after ``rng`` and ``test_fraction``), ``.info(name)``.
+DATASETS: Registry[Dataset] = Registry("dataset", inputs=("rng", "test_fraction"))
 
 
-def register_dataset(name: str):
+def register_dataset(name: str, *, aliases=()):
     """Decorator: register ``builder(rng, test_fraction, **params) -> Dataset`` under ``name``."""
-
-    def deco(fn):
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _DATASETS[name] = fn
-        _DATASET_DOCS[name] = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        return fn
-
-    return deco
+    return DATASETS.register(name, aliases=aliases)
 
 
 def available_datasets() -> tuple[str, ...]:
     """Names accepted by :class:`DataSpec` / :func:`make_dataset`."""
-    return tuple(sorted(_DATASETS))
+    return tuple(DATASETS.names(aliases=True))
 
 
 def _plain(value, where: str):
@@ -106,7 +101,6 @@ class DataSpec:
     test_fraction: float = 0.2
 
     def __post_init__(self):
-        check_choice("dataset", self.dataset, available_datasets())
         if not isinstance(self.params, Mapping):
             raise TypeError(f"params must be a dict, got {type(self.params).__name__}")
         clean = {}
@@ -114,6 +108,8 @@ class DataSpec:
             if not isinstance(key, str):
                 raise TypeError(f"params keys must be strings, got {key!r}")
             clean[key] = _plain(value, key)
+        # the name and the parameter names now, not when a worker builds the data
+        DATASETS.check(self.dataset, **clean)
         object.__setattr__(self, "params", _Params(clean))
         object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0))
         object.__setattr__(
@@ -200,18 +196,8 @@ def make_dataset(spec: DataSpec) -> Dataset:
     """Build the dataset a spec describes; deterministic (bit-identical) for equal specs."""
     if not isinstance(spec, DataSpec):
         raise TypeError(f"spec must be a DataSpec, got {type(spec).__name__}")
-    builder = _DATASETS[spec.dataset]
     rng = np.random.default_rng(np.random.SeedSequence(spec.seed))
-    try:
-        ds = builder(rng, spec.test_fraction, **spec.params)
-    except TypeError as exc:  # unknown keyword: say which dataset and which parameters exist
-        import inspect
-
-        allowed = [p for p in inspect.signature(builder).parameters if p not in ("rng", "test_fraction")]
-        bad = sorted(set(spec.params) - set(allowed))
-        if bad:
-            raise TypeError(f"dataset {spec.dataset!r} has no parameter(s) {bad}; allowed: {allowed}") from exc
-        raise
+    ds = DATASETS.make(spec.dataset, rng, spec.test_fraction, **spec.params)
     ds.spec = spec
     return ds
 

@@ -29,40 +29,40 @@ Registered problems (``available_problems()``):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_softmax, softmax
 
-from gradcode._validation import check_choice, check_real
+from gradcode._validation import check_real
 from gradcode.problems.data import Dataset
+from gradcode.registry import Registry
 
-_PROBLEMS: dict[str, Callable[..., "Problem"]] = {}
+#: Every problem by name: ``PROBLEMS.make(name, dataset, **params)`` (= :func:`make_problem`),
+#: ``.names()``, ``.parameters(name)`` (the constructor's, after ``dataset``).
+PROBLEMS: Registry[Problem] = Registry("problem", inputs=("dataset",))
 
 
-def register_problem(name: str):
-    """Decorator: register a ``factory(dataset, **params) -> Problem`` under ``name``."""
-
-    def deco(factory):
-        if name in _PROBLEMS:
-            raise ValueError(f"problem {name!r} is already registered")
-        _PROBLEMS[name] = factory
-        return factory
-
-    return deco
+def register_problem(name: str, *, aliases=()):
+    """Decorator: register a ``factory(dataset, **params) -> Problem`` (typically a
+    :class:`Problem` subclass) under ``name``."""
+    return PROBLEMS.register(name, aliases=aliases)
 
 
 def available_problems() -> tuple[str, ...]:
-    return tuple(sorted(_PROBLEMS))
+    """The names accepted by :func:`make_problem`, sorted."""
+    return tuple(PROBLEMS.names(aliases=True))
 
 
-def make_problem(name: str, dataset: Dataset, **params) -> "Problem":
-    """Build problem ``name`` (see :func:`available_problems`) on ``dataset``."""
-    check_choice("problem", name, available_problems())
+def make_problem(name: str, dataset: Dataset, **params) -> Problem:
+    """Build problem ``name`` (see :func:`available_problems`) on ``dataset``.
+
+    An unknown name or parameter raises the registry's error (listing the names, or the
+    problem's parameters); the problem's constructor checks the values and the dataset's task."""
+    PROBLEMS.get(name)  # an unknown name is reported before a wrong dataset
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a gradcode Dataset (from make_dataset), got {type(dataset).__name__}")
-    return _PROBLEMS[name](dataset, **params)
+    return PROBLEMS.make(name, dataset, **params)
 
 
 class Problem:

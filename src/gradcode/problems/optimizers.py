@@ -23,47 +23,34 @@ stragglers are ignored the gradient is stochastic and they use SGD with learning
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gradcode._validation import check_choice, check_int, check_real
+from gradcode._validation import check_int, check_real
+from gradcode.registry import Registry
 
-_OPTIMIZERS: dict[str, Callable[..., "Optimizer"]] = {}
+#: Every optimizer by name: ``OPTIMIZERS.make(name, **params)`` (= :func:`make_optimizer`),
+#: ``.names()``, ``.parameters(name)`` (the dataclass fields).
+OPTIMIZERS: Registry[Optimizer] = Registry("optimizer")
 
 
-def register_optimizer(name: str):
-    def deco(factory):
-        if name in _OPTIMIZERS:
-            raise ValueError(f"optimizer {name!r} is already registered")
-        _OPTIMIZERS[name] = factory
-        return factory
-
-    return deco
+def register_optimizer(name: str, *, aliases=()):
+    """Decorator adding an optimizer (a frozen dataclass, or a factory) to :data:`OPTIMIZERS`."""
+    return OPTIMIZERS.register(name, aliases=aliases)
 
 
 def available_optimizers() -> tuple[str, ...]:
-    return tuple(sorted(_OPTIMIZERS))
+    """The names accepted by :func:`make_optimizer`, sorted."""
+    return tuple(OPTIMIZERS.names(aliases=True))
 
 
-def make_optimizer(name: str, **params) -> "Optimizer":
+def make_optimizer(name: str, **params) -> Optimizer:
     """``make_optimizer('gd', lr=0.1)``, ``('nesterov', lr=0.1[, momentum=0.9])``, ``('sgd', c1=1, c2=10)``.
 
-    An unknown parameter raises ``ValueError`` naming the optimizer's accepted ones (``sgd`` has
-    no ``lr``: its steps are ``c1 / (t + c2)``)."""
-    check_choice("optimizer", name, available_optimizers())
-    factory = _OPTIMIZERS[name]
-    accepted = [f.name for f in dataclasses.fields(factory)] if dataclasses.is_dataclass(factory) else None
-    if accepted is not None:
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            raise ValueError(
-                f"optimizer {name!r} does not take {', '.join(map(repr, unknown))}; its parameters are"
-                f" {', '.join(accepted)}"
-            )
-    return factory(**params)
+    An unknown parameter raises :class:`~gradcode.registry.ParameterError` (a ``ValueError``)
+    naming the optimizer's accepted ones (``sgd`` has no ``lr``: its steps are ``c1 / (t + c2)``)."""
+    return OPTIMIZERS.make(name, **params)
 
 
 def _vec(name, value, shape=None) -> np.ndarray:
@@ -105,6 +92,8 @@ class Optimizer:
 @register_optimizer("gd")
 @dataclass(frozen=True)
 class GD(Optimizer):
+    """Gradient descent with a constant step: ``w - lr * grad``."""
+
     lr: float = 0.1
     name = "gd"
 
