@@ -1,43 +1,37 @@
 """Registry of reproductions: ``gradcode reproduce NAME`` runs one and prints its rows.
 
 A reproduction is a function returning ``{"rows": [dict, ...], ...}`` computed from the library
-(never typed in). Modules listed in ``_MODULES`` register theirs with :func:`reproduction`.
+(never typed in); its keyword arguments are its parameters (``run_reproduction("commfr-table1",
+C=6.414)``) and the first paragraph of its docstring is its summary. Modules listed in
+``_MODULES`` register theirs with :func:`reproduction`; :data:`REPRODUCTIONS` imports them the
+first time it is read (they import this module, so it cannot import them up front).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Callable
+from typing import Any
 
-_REPRODUCTIONS: dict[str, tuple[Callable[..., dict], str]] = {}
+from gradcode.registry import Registry
 
 #: modules that define reproductions; each registers on import
 _MODULES: list[str] = ["gradcode.experiments.repro_analysis", "gradcode.experiments.repro_codes"]
 
+#: Every reproduction by name; ``REPRODUCTIONS.make(name, **kwargs)`` runs one.
+REPRODUCTIONS: Registry[dict[str, Any]] = Registry("reproduction", modules=_MODULES)
+
 
 def reproduction(name: str):
-    """Register ``fn() -> {"rows": [...]}`` as reproduction ``name`` (summary: first docstring line)."""
-
-    def wrap(fn):
-        doc = (fn.__doc__ or "").strip().splitlines()
-        _REPRODUCTIONS[name] = (fn, doc[0] if doc else "")
-        return fn
-
-    return wrap
-
-
-def _load():
-    for mod in _MODULES:
-        import_module(mod)
+    """Register ``fn(**params) -> {"rows": [...]}`` as reproduction ``name`` (summary: the first
+    paragraph of its docstring)."""
+    return REPRODUCTIONS.register(name)
 
 
 def available_reproductions() -> dict[str, str]:
-    _load()
-    return {name: summary for name, (_, summary) in sorted(_REPRODUCTIONS.items())}
+    """``{name: summary}`` of every reproduction, sorted by name."""
+    return {name: REPRODUCTIONS.info(name)["summary"] for name in REPRODUCTIONS.names()}
 
 
 def run_reproduction(name: str, **kwargs) -> dict:
-    _load()
-    if name not in _REPRODUCTIONS:
-        raise ValueError(f"unknown reproduction {name!r}; available: {', '.join(sorted(_REPRODUCTIONS))}")
-    return _REPRODUCTIONS[name][0](**kwargs)
+    """Run reproduction ``name`` with its keyword parameters; an unknown name or parameter
+    raises the registry's error, listing the names or the parameters."""
+    return REPRODUCTIONS.make(name, **kwargs)
