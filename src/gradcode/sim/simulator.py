@@ -330,17 +330,17 @@ class _Sink:
             self.finish = np.empty((rounds, n))
             self.waitout = np.zeros(rounds, dtype=bool)
 
-    def put(self, a, b, round_times, stragglers, waitout, arrivals=None, finish=None):
-        """Rounds ``a .. b - 1``; ``arrivals`` and ``finish`` are only needed with records
-        (``arrivals`` may be a function computing them, so that runs without records skip it)."""
+    def put(self, a, b, round_times, stragglers, waitout, write_tables=None):
+        """Rounds ``a .. b - 1``. ``write_tables(arrivals, finish)`` fills those rounds' rows of
+        the arrival and finish tables in place; it is called only with records, so that runs
+        without them skip that work."""
         self.stats.add_block(round_times, stragglers, waitout)
         if self.records:
             self.round_times[a:b] = round_times
             self.stragglers[a:b] = stragglers
-            self.arrivals[a:b] = arrivals() if callable(arrivals) else arrivals
-            self.finish[a:b] = finish
             if waitout is not None:
                 self.waitout[a:b] = waitout
+            write_tables(self.arrivals[a:b], self.finish[a:b])
 
     def result(self, job_done_round, **meta) -> SimulationResult:
         recs = None
@@ -361,7 +361,8 @@ def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> Simulat
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
             A = _arrival_table(draw.intercept, draw.slope, P, Rw, c)
-            C = A[:, cols, Rw - 1]  # completion: last message of each worker
+            # completion: the last message of each worker (a view for single-message codes)
+            C = A[:, :, 0] if A.shape[2] == 1 else A[:, cols, Rw - 1]
             T = rule.decode_time(A)
             bad = np.flatnonzero(~np.isfinite(T))
             if bad.size:
@@ -374,21 +375,22 @@ def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> Simulat
                 cutoff = np.minimum((1.0 + mu) * C.min(axis=1), C.max(axis=1))
                 wait = T > cutoff
                 end = np.where(wait, T, cutoff)
-            # leading messages in by the close, and the arrival of the last of them
+            # leading messages in by the close (and, for the records, the arrival of the last)
             if A.shape[2] == 1:
-                last = A[:, :, 0]
-                counts = (last <= end[:, None]).view(np.int8)
+                counts = (C <= end[:, None]).view(np.int8)
             else:
                 counts = (A <= end[:, None, None]).sum(axis=2)
-                last = None
             strag = code.straggling(counts)
 
-            def arrivals(A=A, counts=counts, last=last, strag=strag):
-                if last is None:
-                    last = np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0]
-                return np.where(strag | (counts == 0), -1.0, last)
+            def write_tables(arrivals, finish, A=A, C=C, counts=counts, strag=strag):
+                if A.shape[2] == 1:
+                    np.copyto(arrivals, C)
+                else:
+                    np.copyto(arrivals, np.take_along_axis(A, np.maximum(counts - 1, 0)[:, :, None], axis=2)[:, :, 0])
+                np.copyto(arrivals, -1.0, where=strag | (counts == 0))
+                np.copyto(finish, C)
 
-            sink.put(a, b, end, strag, wait, arrivals, C)
+            sink.put(a, b, end, strag, wait, write_tables)
             if prog is not None:
                 prog.update(task, completed=b)
     sink.stats.jobs_done = rounds
@@ -476,7 +478,12 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
                     ledger.finish(job, t, scheme)
                 if prog is not None and (t % 256 == 255 or t == rounds - 1):
                     prog.update(task, completed=t + 1)
-            sink.put(a, b, round_times, stragglers, waitout if waitouts else None, arrivals, finish)
+
+            def write_tables(arr, fin, arrivals=arrivals, finish=finish):
+                np.copyto(arr, arrivals)
+                np.copyto(fin, finish)
+
+            sink.put(a, b, round_times, stragglers, waitout if waitouts else None, write_tables)
     sink.stats.jobs_done = ledger.count
 
     def job_done_round():

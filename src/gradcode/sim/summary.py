@@ -134,23 +134,27 @@ class QuantileSketch:
         self._add_buckets(values, counts)
 
     def _index(self, x: np.ndarray) -> np.ndarray:
-        return np.ceil(np.log(x) / self._log_gamma).astype(np.int64)
+        """Bucket indices ``ceil(log(x) / log(gamma))`` of values ``x > 0`` (in place, no extra
+        temporaries: this runs on every block of rounds)."""
+        v = np.log(x)
+        v *= 1.0 / self._log_gamma
+        np.ceil(v, out=v)
+        return v.astype(np.int64)
 
     def _add_buckets(self, x: np.ndarray, weights: np.ndarray | None = None) -> None:
-        pos = x > 0
-        if weights is None:
-            self._zeros += int(x.size - np.count_nonzero(pos))
-            idx = self._index(x[pos])
-            w = None
+        if x.size and x.min() > 0:  # the usual case: no zeros to set apart
+            w = weights
         else:
-            self._zeros += int(weights[~pos].sum())
-            idx = self._index(x[pos])
-            w = weights[pos]
-        if idx.size == 0:
+            pos = x > 0
+            self._zeros += int(x.size - np.count_nonzero(pos)) if weights is None else int(weights[~pos].sum())
+            x, w = x[pos], None if weights is None else weights[pos]
+        if x.size == 0:
             return
-        lo, hi = int(idx.min()), int(idx.max())
-        counts = np.bincount(idx - lo, weights=w).astype(np.int64) if w is not None else np.bincount(idx - lo)
-        self._add_dense(lo, counts[: hi - lo + 1])
+        idx = self._index(x)
+        lo = int(idx.min())
+        idx -= lo
+        counts = np.bincount(idx) if w is None else np.bincount(idx, weights=w).astype(np.int64)
+        self._add_dense(lo, counts)
 
     def _add_dense(self, lo: int, counts: np.ndarray) -> None:
         if self._buckets.size == 0:
@@ -199,9 +203,13 @@ class QuantileSketch:
             return 0.0
         cum = np.cumsum(self._buckets)
         i = int(np.searchsorted(cum, k - self._zeros, side="right")) + self._lo
+        return min(max(float(self._representative(np.array(i))), self.min), self.max)
+
+    def _representative(self, i: np.ndarray) -> np.ndarray:
+        """``2 gamma^i / (gamma + 1)``: within relative error ``a`` of every value of bucket ``i``,
+        ``(gamma^(i-1), gamma^i]``."""
         gamma = math.exp(self._log_gamma)
-        rep = 2.0 * math.exp(i * self._log_gamma) / (gamma + 1.0)
-        return min(max(rep, self.min), self.max)
+        return 2.0 * np.exp(i * self._log_gamma) / (gamma + 1.0)
 
     def quantile(self, q: float) -> float:
         """The ``q``-quantile, ``0 <= q <= 1``, by numpy's default ``linear`` method:
@@ -236,8 +244,7 @@ class QuantileSketch:
         if self._values is not None:
             return self._values.copy(), np.cumsum(self._counts) / self.count
         occupied = np.flatnonzero(self._buckets)
-        gamma = math.exp(self._log_gamma)
-        reps = 2.0 * np.exp((occupied + self._lo) * self._log_gamma) / (gamma + 1.0)
+        reps = self._representative(occupied + self._lo)
         reps = np.clip(reps, self.min, self.max)
         counts = self._buckets[occupied]
         if self._zeros:
@@ -309,7 +316,8 @@ class TimeStats:
         sum_b = float(x.sum())
         self._total.add(sum_b)
         mean_b = sum_b / m
-        m2_b = float(np.square(x - mean_b).sum())
+        d = x - mean_b
+        m2_b = float(d @ d)
         total = a + m
         delta = mean_b - self._mean
         self._mean += delta * m / total
