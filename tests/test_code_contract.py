@@ -226,3 +226,60 @@ def test_straggling_contract(name, params):
         np.testing.assert_array_equal(got, rows < R)  # the default: whole task result
     with pytest.raises(ValueError, match="counts must have shape"):
         code.straggling(np.zeros(code.n + 1, dtype=int))
+
+
+@pytest.mark.parametrize("name,params", CASES, ids=IDS)
+def test_codes_are_frozen(name, params):
+    """Assigning or deleting any attribute after construction raises, public or private, and the
+    code (its repr, its decodings) is unchanged; only max_condition is a setting."""
+    code = build(name, params)
+    before = repr(code)
+    for attr in [a for a in vars(code) if a not in type(code)._MUTABLE] + ["n", "tolerance", "K", "extra"]:
+        with pytest.raises(AttributeError):
+            setattr(code, attr, 5)
+    with pytest.raises(AttributeError):
+        del code.placement
+    assert repr(code) == before
+
+
+REPRS = [
+    ("uncoded", dict(n=4), "<Uncoded n=4>"),
+    ("ignore", dict(n=5, s=2), "<Ignore n=5 s=2>"),
+    ("frc", dict(n=6, s=2), "<FRC n=6 s=2>"),
+    ("crc", dict(n=12, s=2, seed=0), "<CRC n=12 s=2>"),
+    ("partial", dict(n=3, s=1, alpha=2), "<Partial n=3 s=1 alpha=2.0 inner=crc>"),
+    ("gc-sc", dict(n=6, clusters=2, s=1), "<GCSC n=6 clusters=2 s=1>"),
+    ("matrix", dict(B=[[1, 1], [0, 1], [1, 0]]), "<MatrixCode n=3 k=2 s=1>"),
+    ("commfr", dict(n=6, k=6, N=3, K=2, construction="mds-systematic"), "<CommFR n=6 k=6 N=3 K=2 construction=mds-systematic>"),
+    ("commfr", dict(n=12, k=6, N=12, K=6, construction="ldpc"), "<CommFR n=12 k=6 N=12 K=6 construction=ldpc dc=6 dv=3>"),
+    ("cgc", dict(n=5, d=3, m=2), "<CGC n=5 d=3 m=2 construction=vandermonde>"),
+    ("agc", dict(n=5, d=4, L=3), "<AGC n=5 d=4 L=3>"),
+    ("g-agc", dict(n=7, d=2, L=2), "<GroupAGC n=7 d=2 L=2>"),
+    ("g-cgc", dict(n=7, d=3, m=2), "<GroupCGC n=7 d=3 m=2>"),
+]
+
+
+def test_every_registered_code_has_a_repr_row():
+    assert {name for name, _, _ in REPRS} == set(gradcode.available_codes())
+
+
+@pytest.mark.parametrize("name,params,text", REPRS, ids=[r[2] for r in REPRS])
+def test_reprs_are_exact(name, params, text):
+    assert repr(gradcode.make_code(name, **params)) == text
+
+
+def test_decoding_cache_is_thread_safe():
+    """Eight threads decoding overlapping patterns get the single-threaded answers, and every
+    call is counted once as a hit or a miss."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    code = gradcode.make_code("crc", n=12, s=3, seed=0)
+    reference = gradcode.make_code("crc", n=12, s=3, seed=0)
+    patterns = [{w: 1 for w in range(12) if w not in S} for S in itertools.combinations(range(12), 3)][:60]
+    expected = [reference.decoding(p).coefficients for p in patterns]
+    jobs = [i % len(patterns) for i in range(8 * len(patterns))]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: (i, code.decoding(patterns[i]).coefficients), jobs))
+    for i, coefficients in got:
+        np.testing.assert_array_equal(coefficients, expected[i])
+    assert code.cache_hits + code.cache_misses == len(jobs)

@@ -35,6 +35,7 @@ gradient is float64.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -155,8 +156,10 @@ class LinearCode:
     """Base class of every gradient code (see the module docstring for the math).
 
     Subclasses build their placement and encoding tensors, validate their parameters and call
-    ``super().__init__``. Instances are immutable: arrays are read-only and attributes are fixed;
-    only the decoding cache changes.
+    ``super().__init__``. Instances are immutable: arrays are read-only, and once the outermost
+    constructor returns, assigning or deleting an attribute raises ``AttributeError`` (only the
+    decoding caches and the ``max_condition`` threshold change; the cache is guarded by a lock,
+    so a code can be shared by threads).
 
     Stragglers of a round: :meth:`straggling` says, from the number of leading messages each
     worker had delivered when the round closed, which workers count as stragglers (the drivers'
@@ -167,6 +170,11 @@ class LinearCode:
     """
 
     name: ClassVar[str] = "?"
+    #: what may change after construction: the decoding caches, their counters, lazily built
+    #: solvers, and the ``max_condition`` threshold (whose setter clears the cache)
+    _MUTABLE: ClassVar[frozenset] = frozenset(
+        {"_cache", "_rows_cache", "_solver", "cache_hits", "cache_misses", "max_condition", "_max_condition", "_lock"}
+    )
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
     #: codes this one decodes through (clusters, groups, an inner code); settings such as
@@ -233,6 +241,25 @@ class LinearCode:
         self._rows_cache = None
         self.cache_hits = 0
         self.cache_misses = 0
+
+    # ------------------------------------------------------------------ immutability
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _freezing(cls.__dict__["__init__"])
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_frozen") and name not in self._MUTABLE:
+            raise AttributeError(
+                f"{type(self).__name__} is immutable: cannot set {name!r} after construction"
+                " (build a new code with the parameters you want)"
+            )
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        if self.__dict__.get("_frozen"):
+            raise AttributeError(f"{type(self).__name__} is immutable: cannot delete {name!r}")
+        object.__delattr__(self, name)
 
     # ------------------------------------------------------------------ attributes
     n = property(lambda self: self._n, doc="Number of workers.")
@@ -453,7 +480,7 @@ class LinearCode:
                 self._cache.move_to_end(pattern)
                 self.cache_hits += 1
                 return sol
-        self.cache_misses += 1
+            self.cache_misses += 1
         try:
             sol = self._trusted_solve(pattern)
         except NotDecodableError as exc:
@@ -595,6 +622,27 @@ class LinearCode:
         """The generic least-squares decoding, bypassing any fast path and the cache (for tests
         and benchmarks that compare the two)."""
         return self._generic_solve(self.normalize_pattern(received))
+
+
+def _freezing(init):
+    """Wrap a code class's ``__init__`` so that the object is frozen when the outermost
+    constructor returns (subclass constructors run the base's inside their own)."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        depth = self.__dict__.get("_init_depth", 0)
+        object.__setattr__(self, "_init_depth", depth + 1)
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            object.__setattr__(self, "_init_depth", depth)
+        if depth == 0:
+            object.__setattr__(self, "_frozen", True)
+
+    return __init__
+
+
+LinearCode.__init__ = _freezing(LinearCode.__init__)
 
 
 def _items(obj, what: str):
