@@ -51,7 +51,10 @@ def register(app: typer.Typer) -> None:
             emit(doc, as_json=True)
             return
         if name is None:
-            common = ("comm", "comm_latency")
+            from gradcode.stragglers import DELAY_MODELS
+
+            # the parameters every name takes (the communication component) are said once, in the title
+            common = DELAY_MODELS.common
             rows = [dict(r, params=_fmt_params({k: v for k, v in r["params"].items() if k not in common}))
                     for r in doc["rows"]]
             emit({"rows": rows}, as_json=False, columns=["name", "params", "summary"],
