@@ -430,11 +430,20 @@ class LinearCode:
         sol = self.decoding({w: a.shape[0] for w, a in arrays.items()})
         out = _combine(sol, arrays, self._chunks, m)
         if not np.isfinite(out).all():
-            bad = tuple(
-                w for w, r in sol.pattern if not np.isfinite(arrays[w][:r]).all()
-            )
+            # the senders of non-finite messages, and of finite messages whose scaled contribution
+            # |A[c, i]| * |message_i| reaches max / (rows used): below that bound for every row
+            # the weighted sum cannot overflow, so an overflow from finite messages (1e308
+            # everywhere) always names the workers that caused it
+            peak = np.abs(sol.coefficients).max(axis=0)  # per received row
+            limit = np.finfo(np.float64).max / max(int(np.count_nonzero(peak)), 1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                bad = tuple(sorted(
+                    {w for w, r in sol.pattern if not np.isfinite(arrays[w][:r]).all()}
+                    | {w for (w, r), a in zip(sol.rows, peak) if a and not a * np.abs(arrays[w][r]).max() < limit}
+                ))
             raise NonFiniteMessageError(
-                f"messages from workers {list(bad)} hold non-finite values (NaN or infinity); "
+                f"messages from workers {list(bad)} hold non-finite values (NaN or infinity) or values"
+                " so large that the decoded gradient overflows; "
                 "treat them as stragglers and decode without them",
                 bad,
             )
