@@ -26,7 +26,17 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
   ``RAY_AUTH_MODE=disabled`` unless the user set it; Ray's temp dir goes under the run's folder when
   that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``, removed at
   shutdown after its logs are copied to ``run_dir/ray/logs``: :func:`retire_temp_dir`), the dashboard is
-  off, workers' logs are not forwarded to the driver, and Ray logs only errors (to stderr).
+  off, workers' logs are not forwarded to the driver, and Ray logs only errors (to stderr);
+* a driver killed with SIGKILL (or by the OOM killer) takes Ray's processes with it (measured: the
+  embedded cluster's gcs_server, raylet and workers exit with it) but cannot remove its
+  ``/tmp/gcray-*`` folder. Each such folder holds an owner file that its driver keeps ``flock``-ed
+  while it lives (the kernel drops the lock when the process dies, however it dies), so the next
+  local run removes the folders whose lock is free (:func:`reap_dead_temp_dirs`), after copying
+  their logs to the dead run's ``run_dir/ray/logs``;
+* joining a cluster at an address where nothing answers makes ``ray.init`` retry for ~14 minutes
+  (20 attempts of ~41 s, measured) and end in a raw ``ConnectionError``: :func:`init_ray` first
+  connects to the address itself, retrying until ``start_timeout``, and fails with a
+  :class:`~gradcode.errors.GradcodeError` that says what to check.
 
 Workers are created with ``num_cpus=0`` so that the number of workers is not limited by the cores
 Ray sees (stragglers are simulated on few cores); pass ``worker_cpus`` to reserve cores on a real
@@ -36,9 +46,12 @@ cluster.
 from __future__ import annotations
 
 import asyncio
+import glob
+import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 import warnings
@@ -52,8 +65,19 @@ import ray
 from gradcode.errors import GradcodeError
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 
+try:
+    import fcntl
+except ImportError:  # Windows has no fcntl: temp dirs of dead drivers are not detected there
+    fcntl = None
+
 #: longest temp dir Ray accepts here: its socket paths add ~60 characters and Unix caps them at 107
 _MAX_TEMP_DIR = 40
+#: where the short temp dirs go, and their name prefix
+_TEMP_ROOT, _TEMP_PREFIX = "/tmp", "gcray-"
+#: file in a short temp dir: its driver's pid and run dir, ``flock``-ed by the driver while it lives
+_OWNER_FILE = "gradcode-driver.lock"
+#: temp dirs this process made -> the open descriptor holding their owner lock
+_claims: dict[str, int] = {}
 
 
 @dataclass
@@ -130,13 +154,71 @@ class _RayWorker:
 
 
 def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
-    """Where Ray keeps its session files: ``run_dir/ray`` when short enough, else ``/tmp/gcray-*``."""
+    """Where Ray keeps its session files: ``run_dir/ray`` when short enough, else ``/tmp/gcray-*``
+    (claimed by this process: :func:`reap_dead_temp_dirs` leaves it alone while we live)."""
     if run_dir is not None:
         path = Path(run_dir).resolve() / "ray"
         if len(str(path)) <= _MAX_TEMP_DIR:
             path.mkdir(parents=True, exist_ok=True)
             return str(path)
-    return tempfile.mkdtemp(prefix="gcray-", dir="/tmp")
+    path = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=_TEMP_ROOT)
+    _claim(path, run_dir)
+    return path
+
+
+def _claim(path: str, run_dir) -> None:
+    """Write ``path``'s owner file (pid, run dir) and keep it ``flock``-ed until the temp dir is
+    retired or this process ends. The file is written and locked under another name, then renamed
+    into place, so a reaper never sees it unlocked."""
+    if fcntl is None:
+        return
+    owner = os.path.join(path, _OWNER_FILE)
+    fd = os.open(owner + ".new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    info = {"pid": os.getpid(), "run_dir": None if run_dir is None else str(Path(run_dir).resolve())}
+    os.write(fd, json.dumps(info).encode())
+    os.replace(owner + ".new", owner)
+    _claims[path] = fd
+
+
+def _release(path) -> None:
+    fd = _claims.pop(str(path), None)
+    if fd is not None:
+        os.close(fd)  # drops the lock
+
+
+def reap_dead_temp_dirs(root: str = _TEMP_ROOT) -> list[str]:
+    """Remove the ``gcray-*`` temp dirs under ``root`` whose driver died without cleaning up
+    (SIGKILL, the OOM killer, a lost machine): those whose owner file is not locked any more. Their
+    logs go to the dead run's ``run_dir/ray/logs`` first, if that folder still exists. Folders
+    without an owner file (another user's, or one being set up) and folders of live drivers are
+    left alone. Returns the folders removed. Called by every local :func:`init_ray`."""
+    removed: list[str] = []
+    if fcntl is None:
+        return removed
+    for path in sorted(glob.glob(os.path.join(root, _TEMP_PREFIX + "*"))):
+        if path in _claims:
+            continue
+        try:
+            fd = os.open(os.path.join(path, _OWNER_FILE), os.O_RDONLY)
+        except OSError:  # no owner file, or not ours to read
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # its driver is alive
+                continue
+            try:
+                run_dir = json.loads(os.read(fd, 1 << 16) or b"{}").get("run_dir")
+            except (ValueError, AttributeError):
+                run_dir = None
+            if not os.path.isdir(path):  # another reaper was first
+                continue
+            retire_temp_dir(path, run_dir if run_dir and os.path.isdir(run_dir) else None)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 class IgnoredOptionWarning(RuntimeWarning):
@@ -152,6 +234,7 @@ def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | No
     that lies outside ``run_dir`` (a ``/tmp/gcray-*`` made because ``run_dir/ray`` was too long
     for Unix socket names), so that nothing of the run is left in ``/tmp``. A temp dir inside
     ``run_dir`` stays where it is."""
+    _release(temp_dir)
     temp = Path(temp_dir).resolve()
     if run_dir is not None:
         home = Path(run_dir).resolve()
@@ -167,10 +250,15 @@ def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | No
     shutil.rmtree(temp, ignore_errors=True)
 
 
-def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None) -> str | None:
+def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None,
+             start_timeout: float = 120.0) -> str | None:
     """Start (``address=None``: an embedded local cluster) or join (``address``) Ray, quietly.
     Returns the temp dir of a local cluster (None when joining). Used by :class:`RayEngine` and
-    by the test suite's session fixture."""
+    by the test suite's session fixture.
+
+    A local start first removes the temp dirs of dead drivers (:func:`reap_dead_temp_dirs`). A
+    join first checks that something answers at ``address`` within ``start_timeout`` seconds
+    (:func:`wait_for_address`); a failed start or join is a :class:`GradcodeError`."""
     kwargs: dict[str, Any] = dict(
         include_dashboard=False,
         log_to_driver=False,
@@ -180,15 +268,74 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
     temp_dir = None
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        reap_dead_temp_dirs()
         temp_dir = ray_temp_dir(run_dir)
         kwargs.update(num_cpus=num_cpus, _temp_dir=temp_dir)
     else:
         if num_cpus is not None:
             _warn_ignored(f"num_cpus={num_cpus} is ignored: joining the cluster at {address!r}, whose nodes"
                           " have their own CPUs")
+        wait_for_address(address, start_timeout)
         kwargs.update(address=address)
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+        if temp_dir is not None:
+            retire_temp_dir(temp_dir, run_dir)
+        where = "start a local Ray cluster" if address is None else f"join the Ray cluster at {address!r}"
+        hint = "" if address is None else (
+            " (is a cluster running there? `ray start --head` prints its address; leave out --address"
+            " to run on an embedded local cluster)"
+        )
+        raise GradcodeError(f"could not {where}: {type(exc).__name__}: {exc}{hint}") from None
     return temp_dir
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` that a join of ``address`` connects to first, or None when Ray resolves it
+    otherwise (``auto`` with no cluster recorded: ``ray.init`` then fails at once by itself)."""
+    addr = address[len("ray://"):] if address.startswith("ray://") else address
+    if addr == "auto":
+        try:  # the address recorded by the last `ray start` on this machine, or RAY_ADDRESS
+            from ray._private.services import canonicalize_bootstrap_address
+
+            addr = canonicalize_bootstrap_address("auto")
+        except Exception:
+            return None
+        if not addr:
+            return None
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return host.strip("[]"), int(port)
+
+
+def wait_for_address(address: str, timeout: float) -> None:
+    """Return once a TCP connection to ``address`` (``host:port``, ``ray://host:port`` or ``auto``)
+    succeeds; retry every 0.5 s (a head node may still be starting) and raise
+    :class:`GradcodeError` after ``timeout`` seconds. ``ray.init`` alone would retry for ~14
+    minutes before a raw ``ConnectionError``."""
+    target = _host_port(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            socket.create_connection(target, timeout=max(min(left, 5.0), 0.05)).close()
+            return
+        except OSError as exc:
+            last = exc
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(0.5, left))
+    raise GradcodeError(
+        f"no Ray cluster answers at {address!r}: could not connect to {target[0]}:{target[1]} within"
+        f" {timeout:g} s (start timeout; last error: {type(last).__name__}: {last}). Check that the"
+        " cluster is running (`ray start --head` prints the address to use), the host, the port and"
+        " any firewall, or leave out --address to run on an embedded local cluster"
+    )
 
 
 class RayEngine:
@@ -196,7 +343,8 @@ class RayEngine:
 
     ``address=None`` uses the Ray session already initialised in this process, or starts an
     embedded local cluster (``num_cpus`` cores, temp dir from :func:`ray_temp_dir`) and stops it in
-    :meth:`shutdown`; ``address="auto"`` or ``"host:port"`` joins an existing cluster.
+    :meth:`shutdown`; ``address="auto"`` or ``"host:port"`` joins an existing cluster (raising
+    :class:`GradcodeError` when nothing answers there within ``start_timeout`` seconds).
     """
 
     def __init__(
@@ -206,6 +354,7 @@ class RayEngine:
         num_cpus: int | None = None,
         run_dir: str | os.PathLike | None = None,
         worker_cpus: float = 0.0,
+        start_timeout: float = 120.0,
     ):
         self.address = address
         self.worker_cpus = float(worker_cpus)
@@ -213,7 +362,8 @@ class RayEngine:
         self.temp_dir = None
         self.run_dir = run_dir
         if not ray.is_initialized():
-            self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir)
+            self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir,
+                                     start_timeout=start_timeout)
             self._owned = True
         else:
             ignored = [f"{k}={v!r}" for k, v in (("address", address), ("num_cpus", num_cpus)) if v is not None]
