@@ -1,0 +1,403 @@
+"""GC-DC dynamic clustering: Algorithm 1 of Buyukates et al. (Sec. V) as a pure function.
+
+:func:`dynamic_clustering` maps an assignment ``A_cluster`` (:class:`ClusterAssignment`) and the
+straggler states used for a round (or the workers' rates, Sec. VI-B) to a :class:`ClusterPlacement`:
+which worker serves which codeword ``c_{p,i}`` of which cluster ``p`` in that round. Every cluster
+gets exactly ``l`` workers from its column of ``A_cluster``, every worker exactly one cluster.
+
+Algorithm 1, as implemented (worker ids 0-based; ``F`` non-stragglers, ``S`` stragglers):
+
+1. **Preference order inside a column** (eq. 16): ascending worker index (homogeneous workers);
+   with rates (Sec. VI-B) fastest first, ties by index.
+2. **Class order** (lines 6-9): the larger class is placed first; ``|F| >= |S|`` places ``F`` first.
+3. **Turn order** (eq. 17, line 13): for the class ``C`` being placed, ``|K^p_C|`` counts the
+   workers of ``C`` in column ``p``; clusters take turns in increasing ``|K^p_C|``, ties by cluster
+   index (the paper's ``O_f = [3, 4, 1, 2]`` and ``O_s = [1, 2, 3, 4]`` in the worked example).
+4. **Phase I** (lines 15-25): in turn, a cluster with room takes the first worker of the class in
+   its column that is not placed yet. Each class is placed up to its *uniform share*,
+   ``ceil(|C| / P)`` workers per cluster: first the first class, then the second; then the
+   leftovers of the first class and then of the second fill the clusters still open, in the same
+   turns. The turns of a class stop when a full round of ``P`` turns places nobody (the paper's
+   "``M`` attempts": no further placement is possible).
+5. **Phase II** (lines 26-35): a worker ``k`` still unplaced is *conflicted*: every cluster of
+   ``P_k`` is full while some cluster ``p`` lacks a worker. Scan ``P_k`` in increasing cluster
+   index and each of its clusters in slot order for the first worker ``k'`` that may join ``p``;
+   move ``k'`` to ``p`` and give ``k`` the codeword ``k'`` served. Repeat until no conflict is left.
+
+**Reading of Phase I (the share limit).** Taken literally, lines 16-23 let each class fill
+clusters up to ``l``. In the worked example (eq. 18, ``S = [1,1,0,1,0,0,0,0,1,1,1,1]``) cluster 3
+then takes ``w2``, ``w11`` and ``w12`` on its first three turns, the stragglers leave ``w5``
+unplaced, and the swap ends with ``(1, 2, 0, 2)`` stragglers per cluster, not Fig. 3. The paper's
+Phase I ends with ``w12`` unplaced while cluster 3 still had room on its third turn, so the first
+class must stop before ``l``; stopping it at the uniform share ``ceil(7 / 4) = 2`` per cluster
+(the point of the algorithm: "distribute the stragglers as uniformly as possible") reproduces
+Fig. 3 exactly: Phase I ``{w1, w6}``, ``{w10, w7, w8}``, ``{w2, w11, w3}``, ``{w4, w9, w5}`` with
+``w12`` conflicted, the swap of ``w12`` with ``w4`` (cluster 3 has no worker of column 1, cluster
+4 has ``w4``), and ``(1, 2, 1, 1)`` stragglers. The stragglers are then placed by "a similar
+procedure", so they get the same limit, ``ceil(5 / 4) = 2`` in the example (where it does not
+bind); without it, when the first class's share is ``l`` (few stragglers) a cluster that found
+few non-stragglers in its column would take all the stragglers. (A cap on the number of turn
+rounds instead of workers reproduces the example too; the share limit also lets a cluster that
+found no worker on an early turn catch up later.) Leftovers that can still be placed directly
+(their clusters not full) are placed in Phase I, not treated as conflicts: the paper calls a
+worker conflicted only when all ``n_c`` of its clusters are full.
+
+**Phase II guarantee and fallback.** Lemma 1 (eq. 19): with ``n_c > P (K - 1) / (2 K)`` the scan
+always finds ``k'``. Its proof holds for every conflict in turn, not only a single one: when a
+conflict is handled, no unplaced worker belongs to the open cluster's column (it would have been
+placed in Phase I, and swaps never open a cluster), so at least ``n_c l - l + 1`` workers of that
+column sit in other clusters. Without (19) the scan can fail; the paper does not say what to do
+then (its loop would not end). We then move workers along the shortest *chain* of clusters
+``P_k -> ... -> p`` found by breadth-first search (an augmenting path), which always exists because
+a complete placement exists (the first shift block of ``A_cluster``). ``ClusterPlacement.chains``
+records such resolutions; under (19) there are none (tested).
+
+**Codewords.** A cluster's ``l`` codewords are assigned to its workers in slot order: the ``i``-th
+worker placed in cluster ``p`` serves ``c_{p,i}``, a swap hands ``k`` the slot (codeword) of the
+worker it displaces, and a moved worker takes the next free slot of its new cluster. Any
+bijection works for decoding: a cluster's cyclic repetition code decodes from any ``l - r + 1``
+of its codewords.
+
+**Heterogeneous workers** (Sec. VI-B): with ``rates`` and a threshold ``tau`` a worker is a
+straggler iff ``rate < tau`` and columns are scanned fastest first. If every worker falls on the
+same side of ``tau`` in a round there is one class: Phase I then places all workers by rate
+(fastest first), no share limit applies (the uniform share of one class over ``P`` clusters of
+``l`` is ``l``), and the placement is still valid; it is not an error (a round with no straggler
+is normal), but ``ClusterPlacement.stragglers`` then reads 0 or ``K``.
+
+Cost: each cluster keeps a pointer into its column's candidates of each class, so Phase I is
+``O(n_c K)`` list steps; building the candidate lists is vectorized. See
+``benchmarks/bench_gcdc.py``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradcode._validation import check_real
+from gradcode.errors import GradcodeError
+from gradcode.schemes.gcdc.assignment import ClusterAssignment
+
+__all__ = ["ClusterPlacement", "Swap", "dynamic_clustering", "check_states", "check_rates", "check_tau"]
+
+
+@dataclass(frozen=True)
+class Swap:
+    """A Phase II resolution (Algorithm 1, lines 26-35): the conflicted ``worker`` takes the place
+    (codeword ``slot``) of ``displaced`` in ``cluster`` (a cluster of ``P_worker``), and
+    ``displaced`` moves to ``open_cluster``, the cluster that lacked a worker."""
+
+    worker: int
+    displaced: int
+    cluster: int
+    slot: int
+    open_cluster: int
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterPlacement:
+    """Result of Algorithm 1 for one round.
+
+    * ``members``: ``(P, l)``; ``members[p, i]`` is the worker that computes codeword ``c_{p,i}``;
+    * ``cluster_of``, ``slot_of``: ``(K,)``; the cluster and codeword index of each worker, so
+      ``members[cluster_of[k], slot_of[k]] == k``;
+    * ``straggling``: ``(K,)`` the straggler states the placement was planned with;
+    * ``stragglers``: ``(P,)`` number of those stragglers placed in each cluster;
+    * ``first_placed``: ``"non-stragglers"`` or ``"stragglers"`` (lines 6-9);
+    * ``nonstraggler_order`` / ``straggler_order``: the clusters' turn order for each class, 0-based
+      (eq. 17; add 1 for the paper's notation);
+    * ``phase1``: each cluster's workers in slot order at the end of Phase I;
+    * ``conflicted``: workers left unplaced by Phase I, in the order Phase II handled them;
+    * ``swaps``: the single swaps of Phase II (:class:`Swap`);
+    * ``chains``: conflicts no single swap could resolve (only possible when Lemma 1's condition
+      fails), each as the list of ``(worker, from_cluster, to_cluster)`` moves, the conflicted
+      worker's own move (from -1) last.
+    """
+
+    members: np.ndarray
+    cluster_of: np.ndarray
+    slot_of: np.ndarray
+    straggling: np.ndarray
+    stragglers: np.ndarray
+    first_placed: str
+    nonstraggler_order: np.ndarray
+    straggler_order: np.ndarray
+    phase1: tuple[tuple[int, ...], ...]
+    conflicted: tuple[int, ...]
+    swaps: tuple[Swap, ...]
+    chains: tuple[tuple[tuple[int, int, int], ...], ...]
+
+    @property
+    def clusters(self) -> int:
+        return int(self.members.shape[0])
+
+    @property
+    def cluster_size(self) -> int:
+        return int(self.members.shape[1])
+
+    def codeword_ids(self) -> np.ndarray:
+        """``(K,)``: codeword ``c_{p,i}`` of each worker as the flat id ``p l + i``, which is the
+        worker id of that codeword in the static GC-SC code with contiguous clusters."""
+        return self.cluster_of * self.cluster_size + self.slot_of
+
+    def __repr__(self) -> str:
+        return (
+            f"<ClusterPlacement clusters={self.clusters} cluster_size={self.cluster_size}"
+            f" stragglers per cluster={self.stragglers.tolist()} swaps={len(self.swaps)}"
+            f" chains={len(self.chains)}>"
+        )
+
+    def __str__(self) -> str:
+        lines = [repr(self)]
+        for p in range(self.clusters):
+            names = " ".join(
+                f"w{int(w) + 1}{'*' if self.straggling[w] else ''}" for w in self.members[p]
+            )
+            lines.append(f"cluster {p + 1}: {names}")
+        lines.append("(* straggler; codeword c_{p,i} is the i-th worker listed)")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- validation
+
+
+def check_states(straggling, workers: int, name: str = "straggling") -> np.ndarray:
+    """``straggling`` as a read-only ``(K,)`` boolean array; ``True`` marks a straggler.
+
+    Only booleans are accepted: the paper's ``S`` uses 1 for a *non*-straggler, so a 0/1 vector is
+    ambiguous (pass ``S == 0``)."""
+    arr = np.asarray(straggling)
+    if arr.dtype != np.bool_:
+        raise TypeError(
+            f"{name} must be a boolean array (True = straggler), got dtype {arr.dtype}; the paper's"
+            " S marks non-stragglers with 1, so pass S == 0"
+        )
+    if arr.shape != (workers,):
+        raise ValueError(f"{name} must have shape ({workers},), one state per worker; got shape {arr.shape}")
+    return arr
+
+
+def check_rates(rates, workers: int, name: str = "rates") -> np.ndarray:
+    """``rates`` as a float ``(K,)`` array of finite computation rates ``mu_k >= 0`` (eq. 20)."""
+    arr = np.asarray(rates)
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{name} must be real numbers (computation rates mu_k), got dtype {arr.dtype}")
+    if arr.shape != (workers,):
+        raise ValueError(f"{name} must have shape ({workers},), one rate per worker; got shape {arr.shape}")
+    arr = arr.astype(np.float64, copy=False)
+    if not np.isfinite(arr).all() or (arr < 0).any():
+        raise ValueError(f"{name} must be finite rates >= 0; got {arr[~np.isfinite(arr) | (arr < 0)][:5].tolist()}...")
+    return arr
+
+
+def check_tau(tau) -> float:
+    """The straggling threshold of Sec. VI-B: a finite ``tau > 0``. Rates are positive, so with
+    ``tau <= 0`` no worker could ever be a straggler; a finite ``tau`` larger than every rate makes
+    every worker one in that round, which Algorithm 1 handles as a single class (see the module
+    docstring)."""
+    if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
+        raise TypeError(f"tau must be a real number (the straggling threshold on rates), got {tau!r}")
+    if not np.isfinite(float(tau)):
+        raise ValueError(f"tau must be finite (with tau = inf every worker is always a straggler); got {tau}")
+    return check_real("tau", tau, minimum=0.0, strict_min=True)
+
+
+# ---------------------------------------------------------------------------------- Algorithm 1
+
+
+def dynamic_clustering(
+    assignment: ClusterAssignment,
+    straggling=None,
+    *,
+    rates=None,
+    tau: float | None = None,
+) -> ClusterPlacement:
+    """Algorithm 1: place the ``K`` workers into the ``P`` clusters for one round.
+
+    Give either ``straggling`` (``(K,)`` booleans, ``True`` = straggler: the states the master
+    plans with, homogeneous workers, columns scanned by index, eq. 16) or ``rates`` with ``tau``
+    (Sec. VI-B: straggler iff ``rate < tau``, columns scanned fastest first). Returns a
+    :class:`ClusterPlacement`. Pure: the same input gives the same placement. See the module
+    docstring for the reading of the paper.
+    """
+    if not isinstance(assignment, ClusterAssignment):
+        raise TypeError(f"assignment must be a ClusterAssignment, got {type(assignment).__name__}")
+    K, P, ell = assignment.workers, assignment.clusters, assignment.cluster_size
+    columns = assignment.columns  # (P, n_c l), ascending worker index
+    if rates is not None:
+        if straggling is not None:
+            raise TypeError("give either straggling (homogeneous workers) or rates with tau, not both")
+        if tau is None:
+            raise TypeError("rates need the straggling threshold tau (a worker is a straggler iff rate < tau)")
+        tau = check_tau(tau)
+        mu = check_rates(rates, K)
+        strag = mu < tau
+        # fastest first; a stable sort of the index-sorted columns breaks ties by index
+        order = np.argsort(-mu[columns], axis=1, kind="stable")
+        columns = np.take_along_axis(columns, order, axis=1)
+    else:
+        if tau is not None:
+            raise TypeError("tau applies to rates; with straggling states give no tau")
+        if straggling is None:
+            raise TypeError("dynamic_clustering needs straggling states or rates")
+        strag = check_states(straggling, K)
+    strag = strag.copy()
+    strag.flags.writeable = False
+
+    fast = ~strag
+    n_fast = int(fast.sum())
+    first_fast = n_fast >= K - n_fast
+    masks = (fast, strag) if first_fast else (strag, fast)
+
+    # eq. 17: turn order of each class by availability in the columns, ties by cluster index
+    col_class = [m[columns] for m in masks]  # (P, n_c l) booleans
+    turn_orders = [np.argsort(c.sum(axis=1), kind="stable") for c in col_class]
+    candidates = [[columns[p][c[p]].tolist() for p in range(P)] for c in col_class]
+
+    cluster_of = [-1] * K
+    members: list[list[int]] = [[] for _ in range(P)]
+    counts = [[0] * P, [0] * P]  # workers of each class per cluster
+    pointers = [[0] * P, [0] * P]
+    sizes = [int(m.sum()) for m in masks]
+    placed = [0, 0]
+
+    def turns(c: int, cap: int) -> None:
+        """Clusters take turns (order of class c) taking their first unplaced candidate of class c,
+        while they hold fewer than ``cap`` workers of it and fewer than ``l`` in all."""
+        order = turn_orders[c].tolist()
+        cand, ptr, cnt = candidates[c], pointers[c], counts[c]
+        while placed[c] < sizes[c]:
+            progress = False
+            for p in order:
+                if cnt[p] >= cap or len(members[p]) >= ell:
+                    continue
+                lst = cand[p]
+                i, end = ptr[p], len(lst)
+                while i < end and cluster_of[lst[i]] >= 0:
+                    i += 1
+                if i < end:
+                    w = lst[i]
+                    cluster_of[w] = p
+                    members[p].append(w)
+                    cnt[p] += 1
+                    placed[c] += 1
+                    progress = True
+                    i += 1
+                ptr[p] = i
+            if not progress:
+                break
+
+    # each class up to its uniform share ceil(|C| / P) per cluster, then the leftovers where they fit
+    turns(0, min(-(-sizes[0] // P), ell))
+    turns(1, min(-(-sizes[1] // P), ell))
+    turns(0, ell)
+    turns(1, ell)
+    phase1 = tuple(tuple(m) for m in members)
+
+    # Phase II: conflicts
+    conflicted = [w for w in range(K) if cluster_of[w] < 0]
+    swaps: list[Swap] = []
+    chains: list[tuple[tuple[int, int, int], ...]] = []
+    if conflicted:
+        membership = assignment.membership
+        clusters_of = assignment.clusters_of
+        for k in conflicted:
+            open_clusters = [p for p in range(P) if len(members[p]) < ell]
+            swap = _single_swap(k, open_clusters, members, clusters_of[k].tolist(), membership)
+            if swap is not None:
+                members[swap.cluster][swap.slot] = k
+                cluster_of[k] = swap.cluster
+                members[swap.open_cluster].append(swap.displaced)
+                cluster_of[swap.displaced] = swap.open_cluster
+                swaps.append(swap)
+            else:
+                chains.append(_augment(k, members, cluster_of, clusters_of, ell))
+
+    M = np.array(members, dtype=np.intp).reshape(P, ell)
+    cl = np.empty(K, dtype=np.intp)
+    sl = np.empty(K, dtype=np.intp)
+    cl[M] = np.arange(P)[:, None]
+    sl[M] = np.arange(ell)[None, :]
+    orders = [o.astype(np.intp) for o in turn_orders]
+    nonstraggler_order, straggler_order = orders if first_fast else orders[::-1]
+    result = ClusterPlacement(
+        members=M,
+        cluster_of=cl,
+        slot_of=sl,
+        straggling=strag,
+        stragglers=strag[M].sum(axis=1),
+        first_placed="non-stragglers" if first_fast else "stragglers",
+        nonstraggler_order=nonstraggler_order,
+        straggler_order=straggler_order,
+        phase1=phase1,
+        conflicted=tuple(conflicted),
+        swaps=tuple(swaps),
+        chains=tuple(chains),
+    )
+    for a in (M, cl, sl, result.stragglers, nonstraggler_order, straggler_order):
+        a.flags.writeable = False
+    return result
+
+
+def _single_swap(k, open_clusters, members, clusters_k, membership) -> Swap | None:
+    """Lines 26-35: the first cluster ``p'`` of ``P_k`` (ascending) holding a worker that may join
+    the open cluster ``p`` (first open cluster first); ``None`` if there is none."""
+    for p in open_clusters:
+        for q in clusters_k:
+            for slot, w in enumerate(members[q]):
+                if membership[w, p]:
+                    return Swap(worker=k, displaced=w, cluster=q, slot=slot, open_cluster=p)
+    return None
+
+
+def _augment(k, members, cluster_of, clusters_of, ell) -> tuple[tuple[int, int, int], ...]:
+    """Resolve conflict ``k`` along the shortest chain of clusters (breadth-first search over
+    clusters: ``a -> b`` when a worker of ``a`` may join ``b``) from ``P_k`` to a cluster with
+    room; each worker on the chain moves one cluster on. Returns the moves ``(worker, from, to)``
+    from the open end back to ``k``'s own move (from ``-1``)."""
+    start = clusters_of[k].tolist()
+    parent: dict[int, tuple[int, int] | None] = {p: None for p in start}
+    queue = deque(start)
+    target = None
+    while queue and target is None:
+        a = queue.popleft()
+        for w in members[a]:
+            for b in clusters_of[w].tolist():
+                if b in parent:
+                    continue
+                parent[b] = (a, w)
+                if len(members[b]) < ell:
+                    target = b
+                    break
+                queue.append(b)
+            if target is not None:
+                break
+    if target is None:  # impossible: the first shift block of A_cluster is a complete placement
+        raise GradcodeError(f"dynamic clustering found no way to place worker {k}: internal error")
+    moves = []
+    node = target
+    while parent[node] is not None:
+        a, w = parent[node]
+        moves.append((w, a, node))
+        node = a
+    # apply from the open end: each mover frees its slot for the next one back, k takes the last
+    free = (target, None)
+    for w, a, b in moves:
+        cluster, slot = free
+        if slot is None:
+            members[cluster].append(w)
+        else:
+            members[cluster][slot] = w
+        cluster_of[w] = b
+        free = (a, members[a].index(w))  # w still sits in its old slot of a
+    cluster, slot = free
+    if slot is None:
+        members[cluster].append(k)
+    else:
+        members[cluster][slot] = k
+    cluster_of[k] = cluster
+    return tuple(moves) + ((k, -1, cluster),)

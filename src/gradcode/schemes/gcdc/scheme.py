@@ -1,0 +1,332 @@
+"""The GC-DC scheme: dynamic clustering run round by round behind the :class:`Scheme` protocol.
+
+Buyukates, Ozfatura, Ulukus, Gunduz, *Gradient Coding with Dynamic Clustering*, Secs. IV-VI.
+
+Construction (done once):
+
+* **codeword construction** (Sec. IV-A): the ``K`` codewords of GC-SC with contiguous clusters,
+  i.e. :class:`~gradcode.codes.clustering.GCSC` ``(n=K, clusters=P, s=r-1)``: cluster ``p`` owns
+  partitions ``p l .. p l + l - 1`` and its ``l`` codewords ``c_{p,i}`` form a cyclic repetition
+  code (each a combination of ``r`` partial gradients) decodable from any ``l - r + 1`` of them.
+  Codeword ``c_{p,i}`` is "worker" ``p l + i`` of that code (its placement and encoder);
+* **codeword distribution** (Sec. IV-B): a :class:`ClusterAssignment` gives each worker ``n_c``
+  clusters and stores their ``n_c l`` partitions (``stored_partitions``).
+
+Each round ``t`` (dynamic clustering, Sec. IV-C and V): ``plan(t)`` runs Algorithm 1
+(:func:`dynamic_clustering`) on the straggler information for round ``t`` and gives worker ``w`` a
+Task with the codeword ``c_{p,i}`` it serves: its ``r`` partitions and encoder coefficients. Each
+worker computes ``r`` partial gradients and sends one message, as in GC and GC-SC (no extra
+computation or communication per round). The round decodes once every cluster has ``l - r + 1``
+of its codewords; ``ready``/``close`` decode with the round's placement through the GC-SC code
+(the per-cluster structured decoder, checked against the encoder rows), so a round that its
+placement cannot absorb stays not ready and ``close`` raises :class:`NotDecodableError` rather
+than return a wrong gradient.
+
+Straggler state information (SSI, Sec. VI):
+
+* ``ssi="perfect"``: the master knows round ``t``'s states before planning it. A driver calls
+  ``observe_states(t, straggling, rates)`` (the delay model's ``Draw.straggling[t]``, ``True`` =
+  straggler, and, for the heterogeneous variant, ``Draw.rates[t]``) before ``plan(t)``;
+  ``plan(t)`` without them raises :class:`ProtocolError`.
+* ``ssi="imperfect"``: round ``t`` is planned with round ``t - 1``'s information, as the paper's
+  master does when ``p <= 0.5`` ("each worker continues with the same straggling behavior"): the
+  states (or rates) observed for round ``t - 1`` when the driver reports them (workers report
+  their state at the end of each iteration); otherwise the scheme's own straggler history, row
+  ``t - 1`` (the workers that had not delivered when round ``t - 1`` closed); for the first round
+  nothing, i.e. every worker is taken as a non-straggler (the placement of the first class alone).
+  Caveat: a round closes as soon as it decodes, so the history also marks fast workers that were
+  simply not needed; it is a much weaker signal than the reported state, and drivers that can
+  report states should.
+
+Heterogeneous workers (Sec. VI-B): with ``tau`` the scheme plans with rates (a worker is a
+straggler iff its rate is below ``tau``; clusters take the fastest available worker first).
+Without reported rates the imperfect variant falls back to the history states, scanned by index.
+
+Message rules (stale, duplicate, out-of-order, non-finite payloads) are those of
+:class:`~gradcode.schemes.static.StaticScheme`, which this scheme runs underneath on the codewords:
+message ``index`` 0 of worker ``w`` in round ``t`` is the message of codeword ``c_{p,i}`` that
+``w`` serves in round ``t``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradcode._validation import as_generator, check_choice, check_int
+from gradcode.codes.clustering import GCSC
+from gradcode.errors import NotDecodableError
+from gradcode.schemes.base import ProtocolError, Scheme, Task, check_round
+from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
+from gradcode.schemes.gcdc.clustering import (
+    ClusterPlacement,
+    check_rates,
+    check_states,
+    check_tau,
+    dynamic_clustering,
+)
+from gradcode.schemes.static import StaticScheme
+
+__all__ = ["GCDC", "RoundPlan"]
+
+
+@dataclass(frozen=True, eq=False)
+class RoundPlan:
+    """What ``plan(t)`` decided: the Algorithm 1 ``placement``, the information it was planned
+    with (``source``, e.g. ``"states of round 4"``), and ``codeword``: ``(K,)`` the flat codeword
+    id ``p l + i`` each worker serves (a worker id of the underlying GC-SC code)."""
+
+    round: int
+    placement: ClusterPlacement
+    source: str
+    codeword: np.ndarray
+
+
+class GCDC(Scheme):
+    """GC-DC (gradient coding with dynamic clustering) as a round-by-round scheme.
+
+    Parameters: ``n`` workers (``K``); ``clusters`` (``P``, divides ``n``); ``r`` partitions per
+    codeword, i.e. each worker's computation load per round (``1 <= r <= l = n / P``; the
+    clusters' codes tolerate ``r - 1`` stragglers each); ``clusters_per_worker`` (``n_c``, the
+    paper's ``n``: ``1 <= n_c <= P``; default: the smallest meeting Lemma 1's condition (19), see
+    :func:`min_clusters_per_worker`); ``ssi`` (``"perfect"`` or ``"imperfect"``, default
+    ``"imperfect"``); ``tau`` (heterogeneous workers, Sec. VI-B: plan with rates, straggler iff
+    rate < tau; a finite ``tau > 0``, since rates are positive and ``tau <= 0`` would never mark a
+    straggler; a round whose workers all fall on one side of ``tau`` is planned as a single class,
+    by rate, which is valid, see :mod:`~gradcode.schemes.gcdc.clustering`); ``seed`` (the random shifts of the assignment and the codes' random matrices);
+    ``assignment`` (a :class:`ClusterAssignment` to use instead of a random one); ``dim`` (the
+    gradient dimension to decode, default the message length).
+
+    See the module docstring for the protocol and the SSI variants.
+    """
+
+    delay = 0
+    chunks = 1
+
+    def __init__(
+        self,
+        n: int,
+        clusters: int,
+        r: int,
+        *,
+        clusters_per_worker: int | None = None,
+        ssi: str = "imperfect",
+        tau: float | None = None,
+        seed=0,
+        assignment: ClusterAssignment | None = None,
+        dim: int | None = None,
+    ):
+        K, P, nc = check_cluster_shape(n, clusters, clusters_per_worker)
+        ell = K // P
+        r = check_int("r", r)
+        if not 1 <= r <= ell:
+            raise ValueError(
+                f"r (partitions per codeword) must be between 1 and the cluster size n/clusters = {ell};"
+                f" got r={r}"
+            )
+        self.ssi = check_choice("ssi", ssi, ("perfect", "imperfect"))
+        self.tau = None if tau is None else check_tau(tau)
+        rng = as_generator(seed)
+        if assignment is None:
+            assignment = ClusterAssignment.random(K, P, nc if nc is not None else min_clusters_per_worker(K, P), rng)
+        elif not isinstance(assignment, ClusterAssignment):
+            raise TypeError(f"assignment must be a ClusterAssignment, got {type(assignment).__name__}")
+        elif (assignment.workers, assignment.clusters) != (K, P) or nc not in (None, assignment.clusters_per_worker):
+            raise ValueError(
+                f"assignment is for n={assignment.workers}, clusters={assignment.clusters},"
+                f" clusters_per_worker={assignment.clusters_per_worker}; the scheme has n={K},"
+                f" clusters={P}" + (f", clusters_per_worker={nc}" if nc is not None else "")
+            )
+        self.assignment = assignment
+        self.r = r
+        self.code = GCSC(K, P, r - 1, seed=rng)
+        self._static = StaticScheme(self.code, dim=dim)
+        self.n = K
+        self.partition_sizes = self.code.partition_sizes
+        self._plans: dict[int, RoundPlan] = {}
+        self._received: dict[int, np.ndarray] = {}
+        self._closed: set[int] = set()
+        self._states: dict[int, np.ndarray] = {}
+        self._rates: dict[int, np.ndarray] = {}
+        self._history = np.zeros((0, K), dtype=bool)
+        self._history_rounds = 0
+        self.last_plan: RoundPlan | None = None
+        self.stale_messages = 0
+
+    # -------------------------------------------------------------- description
+    clusters = property(lambda self: self.assignment.clusters, doc="P: number of clusters.")
+    cluster_size = property(lambda self: self.assignment.cluster_size, doc="l = n / P.")
+    clusters_per_worker = property(lambda self: self.assignment.clusters_per_worker, doc="n_c.")
+    memory = property(lambda self: self.assignment.memory, doc="Partitions stored per worker: n_c l.")
+
+    @property
+    def tolerance(self) -> int:
+        """Stragglers always tolerated (worst case, as GC-SC and GC): ``r - 1``."""
+        return self.r - 1
+
+    @property
+    def needed_per_cluster(self) -> int:
+        """Results each cluster needs to decode: ``l - r + 1``."""
+        return self.cluster_size - self.r + 1
+
+    @property
+    def duplicate_messages(self) -> int:
+        return self._static.duplicate_messages
+
+    def stored_partitions(self, worker: int) -> tuple[int, ...]:
+        """The ``n_c l`` partitions worker ``worker`` stores (Sec. IV-B, eq. 12 with equality)."""
+        return self.assignment.stored_partitions(worker)
+
+    def __repr__(self) -> str:
+        tau = f", tau={self.tau:g}" if self.tau is not None else ""
+        return (
+            f"GCDC(n={self.n}, clusters={self.clusters}, r={self.r},"
+            f" clusters_per_worker={self.clusters_per_worker}, ssi={self.ssi!r}{tau})"
+        )
+
+    # -------------------------------------------------------------- straggler state information
+    def _observe_states(self, t: int, straggling: np.ndarray, rates: np.ndarray | None) -> None:
+        """Hook of :meth:`Scheme.observe_states`: the straggler states of round ``t`` (``(n,)``
+        booleans, ``True`` = straggler) and, for the heterogeneous variant, the rates ``mu_k``
+        (``Draw.rates[t]``), handed over before ``plan(t)``. Perfect SSI plans round ``t`` with
+        them, imperfect SSI round ``t + 1``."""
+        self._states[t] = check_states(straggling, self.n).copy()
+        _forget_before(self._states, t - 1)
+        if rates is not None:
+            self._rates[t] = check_rates(rates, self.n).copy()
+            _forget_before(self._rates, t - 1)
+
+    def _information(self, t: int) -> tuple[dict, str]:
+        """The keyword arguments of :func:`dynamic_clustering` for round ``t`` and their source."""
+        if self.ssi == "perfect":
+            if self.tau is not None:
+                if t not in self._rates:
+                    raise ProtocolError(
+                        f"ssi='perfect' with tau plans round {t} with that round's rates: call"
+                        f" observe_states({t}, straggling, rates) before plan({t})"
+                    )
+                return {"rates": self._rates[t], "tau": self.tau}, f"rates of round {t}"
+            if t not in self._states:
+                raise ProtocolError(
+                    f"ssi='perfect' plans round {t} with that round's straggler states: call"
+                    f" observe_states({t}, straggling) before plan({t})"
+                )
+            return {"straggling": self._states[t]}, f"states of round {t}"
+        prev = t - 1
+        if self.tau is not None and prev in self._rates:
+            return {"rates": self._rates[prev], "tau": self.tau}, f"rates of round {prev}"
+        if self.tau is None and prev in self._states:
+            return {"straggling": self._states[prev]}, f"states of round {prev}"
+        if 0 <= prev < self._history_rounds and prev in self._closed:
+            return {"straggling": self._history[prev].copy()}, f"straggler history of round {prev}"
+        return {"straggling": np.zeros(self.n, dtype=bool)}, "none (every worker taken as a non-straggler)"
+
+    # -------------------------------------------------------------- protocol hooks
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        if t in self._closed:
+            raise ProtocolError(f"round {t} is already closed; it cannot be planned again")
+        plan = self._plans.get(t)
+        if plan is None:
+            plan = self.plan_placement(t)
+            self._plans[t] = plan
+            self._received[t] = np.zeros(self.n, dtype=bool)
+            self.last_plan = plan
+        tasks = self._static.plan(t)
+        cw = plan.codeword.tolist()
+        return {w: tasks[cw[w]] for w in range(self.n)}
+
+    def plan_placement(self, t: int) -> RoundPlan:
+        """The placement ``plan(t)`` uses (Algorithm 1 on the information for round ``t``, see
+        the module docstring), without opening the round; an open round's own plan."""
+        t = check_round(t)
+        plan = self._plans.get(t)
+        if plan is not None:
+            return plan
+        kwargs, source = self._information(t)
+        placement = dynamic_clustering(self.assignment, **kwargs)
+        return RoundPlan(t, placement, source, placement.codeword_ids())
+
+    def round_plan(self, t: int) -> RoundPlan:
+        """The plan of open round ``t`` (or of the last round planned, ``last_plan``)."""
+        plan = self._plans.get(t)
+        if plan is None:
+            if self.last_plan is not None and self.last_plan.round == t:
+                return self.last_plan
+            raise KeyError(f"round {t} is not open (plan it first; closed rounds keep only last_plan)")
+        return plan
+
+    def _on_result(self, t: int, w: int, index: int, payload, time: float) -> None:
+        plan = self._plans.get(t)
+        if plan is None:
+            if t in self._closed:
+                self.stale_messages += 1
+                return
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        if index >= 1:
+            raise ProtocolError(f"worker {w} sends 1 message per round; got index {index} in round {t}")
+        q = int(plan.codeword[w])
+        try:
+            self._static.on_result(t, q, index, payload, time)
+        except ProtocolError as exc:
+            p, i = divmod(q, self.cluster_size)
+            raise ProtocolError(
+                f"worker {w} (serving codeword c_{{{p},{i}}}, worker {q} of the GC-SC code) in round {t}: {exc}"
+            ) from None
+        self._received[t][w] = True
+
+    def _ready(self, t: int) -> bool:
+        return t in self._plans and self._static.ready(t)
+
+    def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
+        if t in self._closed:
+            raise ProtocolError(f"round {t} is already closed")
+        plan = self._plans.get(t)
+        if plan is None:
+            raise ProtocolError(f"round {t} was never planned")
+        cw = plan.codeword
+        try:
+            out = self._static.close(t, frozenset(int(cw[w]) for w in arrived))
+        except NotDecodableError as exc:
+            raise NotDecodableError(f"round {t}: {self._shortfall(t)}; GC-SC decoder: {exc}") from None
+        row = self._static.straggler_history[t][cw]  # codeword rows -> the workers serving them
+        self._record(t, row)
+        del self._plans[t]
+        del self._received[t]
+        self._closed.add(t)
+        return out
+
+    def _shortfall(self, t: int) -> str:
+        plan = self._plans[t]
+        got = self._received[t][plan.placement.members].sum(axis=1)
+        need = self.needed_per_cluster
+        short = [f"cluster {p} has {int(g)} of {need}" for p, g in enumerate(got) if g < need]
+        if not short:
+            return f"every cluster has its {need} results, but the decode was refused"
+        return f"results needed per cluster: {need} (l - r + 1); " + ", ".join(short)
+
+    # -------------------------------------------------------------- history
+    def _record(self, t: int, row: np.ndarray) -> None:
+        if t >= self._history.shape[0]:
+            grown = np.zeros((max(2 * self._history.shape[0], t + 1, 64), self.n), dtype=bool)
+            grown[: self._history.shape[0]] = self._history
+            self._history = grown
+        self._history[t] = row
+        self._history_rounds = max(self._history_rounds, t + 1)
+
+    @property
+    def straggler_history(self) -> np.ndarray:
+        """``(rounds, n)`` booleans: row ``t`` marks the workers that were stragglers of round ``t``
+        (not in ``arrived`` at its close, or dropped for non-finite messages); rows of rounds not
+        closed are all False. A read-only view."""
+        view = self._history[: self._history_rounds].view()
+        view.flags.writeable = False
+        return view
+
+
+def _forget_before(observed: dict, t: int) -> None:
+    """Drop observations of rounds before ``t``: planning never looks further back than the
+    previous round."""
+    if len(observed) > 2:
+        for old in [s for s in observed if s < t]:
+            del observed[old]
