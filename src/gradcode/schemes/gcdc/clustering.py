@@ -66,7 +66,8 @@ same side of ``tau`` in a round there is one class: Phase I then places all work
 is normal), but ``ClusterPlacement.stragglers`` then reads 0 or ``K``.
 
 Cost: each cluster keeps a pointer into its column's candidates of each class, so Phase I is
-``O(n_c K)`` list steps; building the candidate lists is vectorized. See
+``O(n_c K)`` list steps (``O(K)`` with ``n_c = P``, where the clusters share one list); building
+the candidate lists is vectorized. See
 ``benchmarks/bench_gcdc.py``.
 """
 
@@ -255,39 +256,50 @@ def dynamic_clustering(
 
     # eq. 17: turn order of each class by availability in the columns, ties by cluster index
     col_class = [m[columns] for m in masks]  # (P, n_c l) booleans
-    turn_orders = [np.argsort(c.sum(axis=1), kind="stable") for c in col_class]
-    candidates = [[columns[p][c[p]].tolist() for p in range(P)] for c in col_class]
+    turn_orders = [np.argsort(c.sum(axis=1), kind="stable").tolist() for c in col_class]
+    # each cluster's candidates of a class, in preference order; with n_c = P every column holds
+    # every worker, so the clusters share one list and one pointer into it
+    shared = assignment.clusters_per_worker == P
+    list_of = [0] * P if shared else list(range(P))
+    candidates = [
+        [columns[0][c[0]].tolist()] if shared else [columns[p][c[p]].tolist() for p in range(P)]
+        for c in col_class
+    ]
 
+    taken = bytearray(K)  # 1 once a worker is placed
     cluster_of = [-1] * K
     members: list[list[int]] = [[] for _ in range(P)]
     counts = [[0] * P, [0] * P]  # workers of each class per cluster
-    pointers = [[0] * P, [0] * P]
+    pointers = [[0] * len(candidates[0]), [0] * len(candidates[1])]
     sizes = [int(m.sum()) for m in masks]
     placed = [0, 0]
 
     def turns(c: int, cap: int) -> None:
         """Clusters take turns (order of class c) taking their first unplaced candidate of class c,
-        while they hold fewer than ``cap`` workers of it and fewer than ``l`` in all."""
-        order = turn_orders[c].tolist()
+        while they hold fewer than ``cap`` workers of it and fewer than ``l`` in all. A pointer
+        per candidate list only moves forward past placed workers: O(list length) per class."""
+        order = turn_orders[c]
         cand, ptr, cnt = candidates[c], pointers[c], counts[c]
         while placed[c] < sizes[c]:
             progress = False
             for p in order:
                 if cnt[p] >= cap or len(members[p]) >= ell:
                     continue
-                lst = cand[p]
-                i, end = ptr[p], len(lst)
-                while i < end and cluster_of[lst[i]] >= 0:
+                j = list_of[p]
+                lst = cand[j]
+                i, end = ptr[j], len(lst)
+                while i < end and taken[lst[i]]:
                     i += 1
                 if i < end:
                     w = lst[i]
+                    taken[w] = 1
                     cluster_of[w] = p
                     members[p].append(w)
                     cnt[p] += 1
                     placed[c] += 1
                     progress = True
                     i += 1
-                ptr[p] = i
+                ptr[j] = i
             if not progress:
                 break
 
@@ -322,7 +334,7 @@ def dynamic_clustering(
     sl = np.empty(K, dtype=np.intp)
     cl[M] = np.arange(P)[:, None]
     sl[M] = np.arange(ell)[None, :]
-    orders = [o.astype(np.intp) for o in turn_orders]
+    orders = [np.array(o, dtype=np.intp) for o in turn_orders]
     nonstraggler_order, straggler_order = orders if first_fast else orders[::-1]
     result = ClusterPlacement(
         members=M,

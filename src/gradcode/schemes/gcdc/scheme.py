@@ -306,6 +306,10 @@ class GCDC(Scheme):
         return f"results needed per cluster: {need} (l - r + 1); " + ", ".join(short)
 
     # -------------------------------------------------------------- history
+    def _note_stragglers(self, t: int, arrived: frozenset[int]) -> None:
+        """Recorded by ``_close`` (the workers not in ``arrived`` and those dropped for non-finite
+        messages, mapped from codewords back to workers)."""
+
     def _record(self, t: int, row: np.ndarray) -> None:
         if t >= self._history.shape[0]:
             grown = np.zeros((max(2 * self._history.shape[0], t + 1, 64), self.n), dtype=bool)

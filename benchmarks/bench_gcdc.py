@@ -1,0 +1,101 @@
+"""GC-DC's per-round planning cost (issue 10): Algorithm 1 (``dynamic_clustering``) and the whole
+``GCDC.plan`` at K = 100 and K = 1000 workers.
+
+For each configuration (K workers, P clusters, n_c clusters per worker) the script draws 200
+straggler-state vectors (each worker a straggler with probability 1/2, the Gilbert-Elliot model's
+stationary law in Table I) and times, per round:
+
+* ``states``: ``dynamic_clustering(assignment, states)`` (homogeneous workers, eq. 16 order);
+* ``rates``: ``dynamic_clustering(assignment, rates=..., tau=...)`` (Sec. VI-B, rates U(0, 5],
+  tau = 2.5: the columns are re-sorted by rate every round);
+* ``plan``: ``observe_states(t, ...)`` and ``GCDC.plan(t)`` with perfect SSI (Algorithm 1 plus
+  the K Tasks), ``r = 2``;
+* ``round``: the whole simulated round: ``plan`` plus ``K`` ``on_result`` calls (payloads ``None``)
+  and ``close`` (whose decodability check through the clusters' codes dominates at K = 1000).
+
+It reports the median over repeats of the mean time per round, in microseconds, of CPU time
+(``time.process_time``: the benchmark machine is shared, and CPU time is what a round costs the
+master), plus the conflicts Phase II resolves per round. Lemma 1 holds in every configuration
+listed except where marked.
+
+Run: ``python benchmarks/bench_gcdc.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from gradcode.schemes.gcdc import GCDC, ClusterAssignment, dynamic_clustering, lemma1_holds
+
+CONFIGS = [
+    # K, P, n_c
+    (100, 10, 5),  # smallest n_c meeting Lemma 1
+    (100, 10, 6),  # Fig. 6
+    (100, 10, 10),  # Table I at P = 10 (n_c = P)
+    (100, 5, 5),  # Table I at P = 5
+    (1000, 10, 5),
+    (1000, 10, 10),
+    (1000, 50, 25),
+    (1000, 50, 50),
+]
+
+
+def per_round(fn, items, repeats):
+    """Median over ``repeats`` of the mean CPU seconds of ``fn(item)`` over ``items``."""
+    samples = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        for x in items:
+            fn(x)
+        samples.append((time.process_time() - t0) / len(items))
+    return statistics.median(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
+    args = ap.parse_args()
+    rounds, repeats = (50, 3) if args.quick else (200, 5)
+    print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
+    print(f"{rounds} rounds, median of {repeats} repeats, CPU microseconds per round")
+    print(f"{'K':>5} {'P':>4} {'n_c':>4} {'lemma1':>6} {'states':>9} {'rates':>9} {'plan':>9} {'round':>9} {'conflicts':>10}")
+    for K, P, nc in CONFIGS:
+        rng = np.random.default_rng(K + P + nc)
+        A = ClusterAssignment.random(K, P, nc, rng)
+        states = rng.random((rounds, K)) < 0.5
+        rates = 5.0 * (1.0 - rng.random((rounds, K)))
+        t_states = per_round(lambda s: dynamic_clustering(A, s), states, repeats)
+        t_rates = per_round(lambda mu: dynamic_clustering(A, rates=mu, tau=2.5), rates, repeats)
+        conflicts = np.mean([len(dynamic_clustering(A, s).conflicted) for s in states])
+
+        def protocol_rounds():
+            """CPU seconds per round of observe_states + plan alone, and of the whole round."""
+            scheme = GCDC(K, P, 2, ssi="perfect", assignment=A, seed=0)
+            in_plan = 0.0
+            start = time.process_time()
+            for t, s in enumerate(states):
+                t0 = time.process_time()
+                scheme.observe_states(t, s)
+                scheme.plan(t)
+                in_plan += time.process_time() - t0
+                for w in range(K):
+                    scheme.on_result(t, w, 0, None, 0.0)
+                scheme.close(t, range(K))
+            return in_plan / rounds, (time.process_time() - start) / rounds
+
+        t_plan, t_round = (statistics.median(x) for x in zip(*(protocol_rounds() for _ in range(repeats))))
+        print(
+            f"{K:>5} {P:>4} {nc:>4} {str(lemma1_holds(K, P, nc)):>6} {t_states * 1e6:>9.0f}"
+            f" {t_rates * 1e6:>9.0f} {t_plan * 1e6:>9.0f} {t_round * 1e6:>9.0f} {conflicts:>10.2f}"
+        )
+    print("plan = observe_states + plan(t); round = plan + K on_result calls + close"
+          " (simulation mode, everyone arrives, r = 2)")
+
+
+if __name__ == "__main__":
+    main()
