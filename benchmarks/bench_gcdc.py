@@ -56,6 +56,37 @@ def per_round(fn, items, repeats):
     return statistics.median(samples)
 
 
+def protocol_rounds(assignment, states):
+    """CPU seconds per round of ``observe_states`` + ``plan`` alone, and of the whole round."""
+    K, P = assignment.workers, assignment.clusters
+    scheme = GCDC(K, P, 2, ssi="perfect", assignment=assignment, seed=0)
+    in_plan = 0.0
+    start = time.process_time()
+    for t, s in enumerate(states):
+        t0 = time.process_time()
+        scheme.observe_states(t, s)
+        scheme.plan(t)
+        in_plan += time.process_time() - t0
+        for w in range(K):
+            scheme.on_result(t, w, 0, None, 0.0)
+        scheme.close(t, range(K))
+    return in_plan / len(states), (time.process_time() - start) / len(states)
+
+
+def measure(K, P, nc, rounds, repeats):
+    rng = np.random.default_rng(K + P + nc)
+    A = ClusterAssignment.random(K, P, nc, rng)
+    states = rng.random((rounds, K)) < 0.5
+    rates = 5.0 * (1.0 - rng.random((rounds, K)))
+    t_states = per_round(lambda s: dynamic_clustering(A, s), states, repeats)
+    t_rates = per_round(lambda mu: dynamic_clustering(A, rates=mu, tau=2.5), rates, repeats)
+    conflicts = float(np.mean([len(dynamic_clustering(A, s).conflicted) for s in states]))
+    runs = [protocol_rounds(A, states) for _ in range(repeats)]
+    t_plan = statistics.median(r[0] for r in runs)
+    t_round = statistics.median(r[1] for r in runs)
+    return t_states, t_rates, t_plan, t_round, conflicts
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
@@ -63,32 +94,10 @@ def main():
     rounds, repeats = (50, 3) if args.quick else (200, 5)
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
     print(f"{rounds} rounds, median of {repeats} repeats, CPU microseconds per round")
-    print(f"{'K':>5} {'P':>4} {'n_c':>4} {'lemma1':>6} {'states':>9} {'rates':>9} {'plan':>9} {'round':>9} {'conflicts':>10}")
+    print(f"{'K':>5} {'P':>4} {'n_c':>4} {'lemma1':>6} {'states':>9} {'rates':>9} {'plan':>9} {'round':>9}"
+          f" {'conflicts':>10}")
     for K, P, nc in CONFIGS:
-        rng = np.random.default_rng(K + P + nc)
-        A = ClusterAssignment.random(K, P, nc, rng)
-        states = rng.random((rounds, K)) < 0.5
-        rates = 5.0 * (1.0 - rng.random((rounds, K)))
-        t_states = per_round(lambda s: dynamic_clustering(A, s), states, repeats)
-        t_rates = per_round(lambda mu: dynamic_clustering(A, rates=mu, tau=2.5), rates, repeats)
-        conflicts = np.mean([len(dynamic_clustering(A, s).conflicted) for s in states])
-
-        def protocol_rounds():
-            """CPU seconds per round of observe_states + plan alone, and of the whole round."""
-            scheme = GCDC(K, P, 2, ssi="perfect", assignment=A, seed=0)
-            in_plan = 0.0
-            start = time.process_time()
-            for t, s in enumerate(states):
-                t0 = time.process_time()
-                scheme.observe_states(t, s)
-                scheme.plan(t)
-                in_plan += time.process_time() - t0
-                for w in range(K):
-                    scheme.on_result(t, w, 0, None, 0.0)
-                scheme.close(t, range(K))
-            return in_plan / rounds, (time.process_time() - start) / rounds
-
-        t_plan, t_round = (statistics.median(x) for x in zip(*(protocol_rounds() for _ in range(repeats))))
+        t_states, t_rates, t_plan, t_round, conflicts = measure(K, P, nc, rounds, repeats)
         print(
             f"{K:>5} {P:>4} {nc:>4} {str(lemma1_holds(K, P, nc)):>6} {t_states * 1e6:>9.0f}"
             f" {t_rates * 1e6:>9.0f} {t_plan * 1e6:>9.0f} {t_round * 1e6:>9.0f} {conflicts:>10.2f}"

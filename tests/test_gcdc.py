@@ -102,7 +102,7 @@ def test_random_assignment_structure(K, P, nc):
         col = A.matrix[:, p]
         assert len(set(col.tolist())) == nc * ell  # distinct workers
         assert np.bincount(col // P, minlength=ell).tolist() == [nc] * ell  # n_c from each group
-    for g, row in enumerate(A.shifts.tolist()):
+    for row in A.shifts.tolist():
         assert len(set(row)) == nc and all(0 <= s < P for s in row)
     for k in range(K):
         stored = A.stored_partitions(k)
@@ -110,7 +110,8 @@ def test_random_assignment_structure(K, P, nc):
         assert {j // ell for j in stored} == set(A.clusters_of[k].tolist())
     static = A.static_clusters()
     assert sorted(static.ravel().tolist()) == list(range(K))
-    assert A == ClusterAssignment.random(K, P, nc, seed=3) and hash(A) == hash(ClusterAssignment.random(K, P, nc, seed=3))
+    again = ClusterAssignment.random(K, P, nc, seed=3)
+    assert A == again and hash(A) == hash(again)
     assert not A.matrix.flags.writeable
 
 

@@ -40,7 +40,8 @@ Straggler state information (SSI, Sec. VI):
 
 Heterogeneous workers (Sec. VI-B): with ``tau`` the scheme plans with rates (a worker is a
 straggler iff its rate is below ``tau``; clusters take the fastest available worker first).
-Without reported rates the imperfect variant falls back to the history states, scanned by index.
+Without reported rates the imperfect variant falls back to the reported states, then to the
+history, scanned by index; the perfect variant requires the round's rates.
 
 Message rules (stale, duplicate, out-of-order, non-finite payloads) are those of
 :class:`~gradcode.schemes.static.StaticScheme`, which this scheme runs underneath on the codewords:
@@ -94,7 +95,8 @@ class GCDC(Scheme):
     ``"imperfect"``); ``tau`` (heterogeneous workers, Sec. VI-B: plan with rates, straggler iff
     rate < tau; a finite ``tau > 0``, since rates are positive and ``tau <= 0`` would never mark a
     straggler; a round whose workers all fall on one side of ``tau`` is planned as a single class,
-    by rate, which is valid, see :mod:`~gradcode.schemes.gcdc.clustering`); ``seed`` (the random shifts of the assignment and the codes' random matrices);
+    by rate, which is valid, see :mod:`~gradcode.schemes.gcdc.clustering`); ``seed`` (the random
+    shifts of the assignment and the codes' random matrices);
     ``assignment`` (a :class:`ClusterAssignment` to use instead of a random one); ``dim`` (the
     gradient dimension to decode, default the message length).
 
@@ -129,7 +131,8 @@ class GCDC(Scheme):
         self.tau = None if tau is None else check_tau(tau)
         rng = as_generator(seed)
         if assignment is None:
-            assignment = ClusterAssignment.random(K, P, nc if nc is not None else min_clusters_per_worker(K, P), rng)
+            nc = nc if nc is not None else min_clusters_per_worker(K, P)
+            assignment = ClusterAssignment.random(K, P, nc, rng)
         elif not isinstance(assignment, ClusterAssignment):
             raise TypeError(f"assignment must be a ClusterAssignment, got {type(assignment).__name__}")
         elif (assignment.workers, assignment.clusters) != (K, P) or nc not in (None, assignment.clusters_per_worker):
@@ -216,7 +219,7 @@ class GCDC(Scheme):
         prev = t - 1
         if self.tau is not None and prev in self._rates:
             return {"rates": self._rates[prev], "tau": self.tau}, f"rates of round {prev}"
-        if self.tau is None and prev in self._states:
+        if prev in self._states:
             return {"straggling": self._states[prev]}, f"states of round {prev}"
         if 0 <= prev < self._history_rounds and prev in self._closed:
             return {"straggling": self._history[prev].copy()}, f"straggler history of round {prev}"

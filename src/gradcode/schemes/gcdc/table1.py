@@ -111,7 +111,7 @@ class Table1Result:
             head,
         ]
         for row in self.rows:
-            cells = "".join(f"{f'{m:.2f} ± {h:.2f}':>22}" for m, h in zip(row.mean, row.half_width))
+            cells = "".join(f"{f'{m:.2f} ± {h:.2f}':>22}" for m, h in zip(row.mean, row.half_width, strict=True))
             lines.append(f"{row.scheme:<24}{cells}")
             if row.paper is not None:
                 lines.append(f"{'  paper':<24}" + "".join(f"{v:>22.2f}" for v in row.paper))
