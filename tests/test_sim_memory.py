@@ -257,16 +257,16 @@ class _Sequential(Scheme):
         self.partition_sizes = np.full(n, 1 / n)
         self.one = np.ones((1, 1, 1))
 
-    def plan(self, t):
+    def _plan(self, t):
         return {w: (Task(t, (w,), self.one),) for w in range(self.n)}
 
-    def on_result(self, t, worker, index, payload, time):
+    def _on_result(self, t, worker, index, payload, time):
         pass
 
-    def ready(self, t):
+    def _ready(self, t):
         return True
 
-    def close(self, t, arrived):
+    def _close(self, t, arrived):
         out = [] if t == 0 else [(t - 1, None)]
         return out + [(0, None)] if t == self.again else out
 

@@ -216,7 +216,7 @@ class _Observing(StaticScheme):
         super().__init__(code)
         self.seen = []
 
-    def observe_states(self, t, straggling):
+    def _observe_states(self, t, straggling, rates):
         self.seen.append(np.array(straggling))
 
 
@@ -241,7 +241,7 @@ class _Pipelined(Scheme):
         self.got = {}
         self.one = np.ones((1, 1, 1))
 
-    def plan(self, t):
+    def _plan(self, t):
         out = {}
         for w in range(self.n):
             tasks = []
@@ -252,17 +252,17 @@ class _Pipelined(Scheme):
             out[w] = tuple(tasks)
         return out
 
-    def on_result(self, t, worker, index, payload, time):
+    def _on_result(self, t, worker, index, payload, time):
         job = t if (t < self.jobs and index == 0) else t - 1
         self.got.setdefault(job, set()).add((worker, job == t))
 
-    def ready(self, t):
+    def _ready(self, t):
         # job t-1 is complete and every worker delivered its half of job t (needed next round)
         done = t == 0 or len(self.got.get(t - 1, ())) == 2 * self.n
         started = t >= self.jobs or len(self.got.get(t, ())) == self.n
         return done and started
 
-    def close(self, t, arrived):
+    def _close(self, t, arrived):
         return [] if t == 0 else [(t - 1, None)]
 
 

@@ -4,14 +4,13 @@
 schemes (GC-DC, SR-SGC, M-SGC) implement the same :class:`Scheme` interface.
 """
 
-from gradcode.schemes.base import Scheme, Task
+from gradcode.schemes.base import PROTOCOL, ProtocolError, Scheme, Task, as_scheme
 from gradcode.schemes.static import (
     AllOf,
     DecodeRule,
     GenericRule,
     KOfN,
     PerGroup,
-    ProtocolError,
     StaticScheme,
     decode_rule,
     task_schedule,
@@ -22,11 +21,13 @@ __all__ = [
     "DecodeRule",
     "GenericRule",
     "KOfN",
+    "PROTOCOL",
     "PerGroup",
     "ProtocolError",
     "Scheme",
     "StaticScheme",
     "Task",
+    "as_scheme",
     "decode_rule",
     "task_schedule",
 ]

@@ -23,11 +23,14 @@ Workers are generic: a :class:`Task` names partitions and an encoding tensor, an
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import numbers
+from abc import ABC
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from gradcode.errors import GradcodeError
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,8 +51,22 @@ class Task:
         return int(self.coefficients.shape[0])
 
 
+#: what a driver needs of a scheme: every public member of :class:`Scheme`
+PROTOCOL = ("n", "chunks", "delay", "partition_sizes", "static_code", "plan", "on_result", "ready", "close",
+            "stragglers", "observe_states", "round_stragglers")
+
+
 class Scheme(ABC):
-    """Base class of round-by-round schemes. See the module docstring for the protocol."""
+    """Base class of round-by-round schemes: the protocol both drivers rely on, and on nothing
+    else (see the module docstring).
+
+    Public methods validate their arguments and call the private hooks, which see clean input
+    (galois's pattern): a subclass implements ``_plan``, ``_on_result``, ``_ready``, ``_close``
+    and ``straggler_history``, and may override ``_observe_states`` (perfect straggler state
+    information), ``round_stragglers`` and ``static_code``. Validation errors are
+    :class:`ProtocolError` (a driver broke the protocol) or ``TypeError``/``ValueError`` naming the
+    argument.
+    """
 
     #: number of workers
     n: int
@@ -60,25 +77,154 @@ class Scheme(ABC):
     #: data fraction of each partition index that Tasks name (drivers time a task by its sizes)
     partition_sizes: np.ndarray
 
-    @abstractmethod
+    @property
+    def static_code(self):
+        """The :class:`~gradcode.codes.LinearCode` this scheme runs unchanged in every round (job
+        ``t`` in round ``t``, every worker the same task each round), or ``None``. A driver may
+        then use the code's closed decodability rule over many rounds at once (the simulator's
+        vectorized path); it never needs to know the scheme's class."""
+        return None
+
+    # -------------------------------------------------------------- the protocol
     def plan(self, t: int) -> dict[int, tuple[Task, ...]]:
         """Tasks of round ``t`` per worker (a worker absent from the dict idles this round)."""
+        return self._plan(check_round(t))
 
-    @abstractmethod
     def on_result(self, t: int, worker: int, index: int, payload: Any, time: float) -> None:
         """Message ``index`` of ``worker`` in round ``t`` arrived at ``time`` (seconds since the
-        round started)."""
+        round started). ``payload``: the message array (runtime) or ``None`` (simulator)."""
+        if type(t) is not int:
+            t = check_round(t)
+        if type(worker) is not int or not 0 <= worker < self.n:
+            worker = self._check_worker(worker)
+        if type(index) is not int or index < 0:
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
+                raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
+            index = int(index)
+        self._on_result(t, worker, index, payload, time)
 
-    @abstractmethod
     def ready(self, t: int) -> bool:
         """Whether every job due by round ``t`` can be decoded from what round ``t`` (and earlier
         rounds) delivered."""
+        return self._ready(check_round(t))
+
+    def close(self, t: int, arrived) -> list[tuple[int, np.ndarray | None]]:
+        """End round ``t``: return the jobs finished in it with their decoded gradients (``None``
+        in simulation); the scheme records the stragglers (at least the workers not in
+        ``arrived``) with :meth:`_record`."""
+        t = check_round(t)
+        return self._close(t, frozenset(self._check_worker(w) for w in arrived))
+
+    def observe_states(self, t: int, straggling, rates=None) -> None:
+        """Perfect straggler state information: before ``plan(t)``, a driver that knows the
+        delay model's states of round ``t`` (``straggling``: ``(n,)`` booleans; ``rates``:
+        ``(n,)`` per-worker rates for heterogeneous models, or ``None``) hands them over. Schemes
+        without a use for them ignore them."""
+        t = check_round(t)
+        straggling = np.asarray(straggling)
+        if straggling.shape != (self.n,) or straggling.dtype != bool:
+            raise ValueError(f"straggling must be ({self.n},) booleans, got {straggling.dtype} {straggling.shape}")
+        if rates is not None:
+            rates = np.asarray(rates, dtype=np.float64)
+            if rates.shape != (self.n,):
+                raise ValueError(f"rates must have shape ({self.n},), got {rates.shape}")
+        self._observe_states(t, straggling, rates)
+
+    @property
+    def stragglers(self) -> np.ndarray:
+        """The straggler history: ``(closed rounds, n)`` booleans, row ``t`` marks the stragglers
+        of round ``t`` (read-only)."""
+        return self.straggler_history
+
+    def round_stragglers(self, counts, planned) -> np.ndarray:
+        """The stragglers of a closed round as both drivers count them: ``counts[w]`` leading
+        messages of worker ``w`` had been delivered when the round closed, ``planned[w]`` were
+        planned. Default: a worker is a straggler unless it delivered all its planned messages
+        (workers given no task are not stragglers); a scheme whose master stops workers early
+        (AGC) asks its code."""
+        return np.asarray(counts, dtype=np.intp) < np.asarray(planned, dtype=np.intp)
 
     def should_close(self, t: int, now: float) -> bool:
         """Default closing rule: as soon as ready. Drivers apply the mu-rule themselves."""
         return self.ready(t)
 
-    @abstractmethod
-    def close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
-        """End round ``t``: return the jobs finished in it with their decoded gradients (``None``
-        in simulation) and record the stragglers (workers not in ``arrived``)."""
+    # -------------------------------------------------------------- hooks
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        """Round ``t``'s tasks (``t`` a validated round number)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _plan")
+
+    def _on_result(self, t: int, worker: int, index: int, payload: Any, time: float) -> None:
+        """Record a message (``t``, ``worker``, ``index`` validated ints)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _on_result")
+
+    def _ready(self, t: int) -> bool:
+        """Whether round ``t``'s due jobs decode."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _ready")
+
+    def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
+        """End round ``t`` (``arrived``: validated worker ids)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _close")
+
+    @property
+    def straggler_history(self) -> np.ndarray:
+        """``(rounds, n)`` booleans: row ``t`` marks the stragglers of round ``t`` (rows of rounds
+        not closed yet are all False). A read-only view."""
+        history = self.__dict__.get("_history")
+        if history is None:
+            return np.zeros((0, self.n), dtype=bool)
+        view = history[: self._history_rounds].view()
+        view.flags.writeable = False
+        return view
+
+    def _record(self, t: int, row: np.ndarray) -> None:
+        """Record round ``t``'s stragglers (``_close`` calls it; ``straggler_history`` shows it)."""
+        history = self.__dict__.get("_history")
+        if history is None or t >= history.shape[0]:
+            size = 0 if history is None else history.shape[0]
+            grown = np.zeros((max(2 * size, t + 1, 64), self.n), dtype=bool)
+            if history is not None:
+                grown[:size] = history
+            self._history = history = grown
+            self._history_rounds = getattr(self, "_history_rounds", 0)
+        history[t] = row
+        self._history_rounds = max(self._history_rounds, t + 1)
+
+    def _observe_states(self, t: int, straggling: np.ndarray, rates: np.ndarray | None) -> None:
+        """Default: ignore the states (imperfect information: use ``straggler_history``)."""
+
+    def _check_worker(self, w) -> int:
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral):
+            raise TypeError(f"worker id must be an integer in [0, {self.n}), got {w!r}")
+        if not 0 <= w < self.n:
+            raise ValueError(f"unknown worker id {w}: workers are 0..{self.n - 1}")
+        return int(w)
+
+
+class ProtocolError(GradcodeError, ValueError):
+    """A driver broke the round protocol (a message out of order, a round closed twice, ...)."""
+
+
+def check_round(t) -> int:
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
+        raise ProtocolError(f"round must be an integer >= 0, got {t!r}")
+    return int(t)
+
+
+def as_scheme(obj, *, dim: int | None = None, what: str = "scheme") -> Scheme:
+    """What drivers accept: a :class:`Scheme` as it is, a :class:`~gradcode.codes.LinearCode` as a
+    :class:`~gradcode.schemes.StaticScheme` (``dim``: its decode dimension); anything else is a
+    ``TypeError`` naming what it lacks."""
+    from gradcode.codes.base import LinearCode
+
+    if isinstance(obj, Scheme):
+        return obj
+    if isinstance(obj, LinearCode):
+        from gradcode.schemes.static import StaticScheme
+
+        return StaticScheme(obj, dim=dim)
+    missing = [name for name in PROTOCOL if not hasattr(obj, name)]
+    raise TypeError(
+        f"{what} must be a gradcode Scheme (a subclass of gradcode.schemes.Scheme) or a LinearCode"
+        f" (make_code); got {type(obj).__name__}, which "
+        + (f"lacks {', '.join(missing)}" if missing else "has the protocol's names but does not subclass Scheme")
+    )

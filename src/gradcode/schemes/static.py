@@ -64,19 +64,14 @@ Codes without a rule get :class:`GenericRule` (``can_decode`` on growing prefixe
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable
 
 import numpy as np
 
 from gradcode.codes.base import LinearCode, NonFiniteMessageError
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
-from gradcode.errors import GradcodeError, NotDecodableError
-from gradcode.schemes.base import Scheme, Task
-
-
-class ProtocolError(GradcodeError, ValueError):
-    """A driver broke the round protocol (a message out of order, a round closed twice, ...)."""
+from gradcode.errors import NotDecodableError
+from gradcode.schemes.base import ProtocolError, Scheme, Task
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -122,15 +117,8 @@ def decode_rule(code: LinearCode) -> DecodeRule:
 
 
 def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
-    """The stragglers of a closed round, as both drivers count them: ``counts[w]`` leading
-    messages of worker ``w`` had been delivered when the round closed, ``planned[w]`` were planned.
-    A :class:`StaticScheme` asks its code (:meth:`LinearCode.straggling`: e.g. AGC's active workers
-    need only ``r_s`` of their ``L`` messages); any other scheme counts a worker as a straggler
-    unless it delivered all its planned messages (workers given no task are not stragglers)."""
-    counts = np.asarray(counts, dtype=np.intp)
-    if isinstance(scheme, StaticScheme):
-        return scheme.code.straggling(counts)
-    return counts < np.asarray(planned, dtype=np.intp)
+    """The stragglers of a closed round: :meth:`Scheme.round_stragglers`."""
+    return scheme.round_stragglers(counts, planned)
 
 
 # ---------------------------------------------------------------------------------- scheme
@@ -169,8 +157,6 @@ class StaticScheme(Scheme):
         self._R = np.array([code.messages_of(w) for w in range(code.n)], dtype=np.intp)
         self._open: dict[int, _Round] = {}
         self._closed: set[int] = set()
-        self._history = np.zeros((0, code.n), dtype=bool)
-        self._history_rounds = 0
         self.stale_messages = 0
         self.duplicate_messages = 0
 
@@ -180,30 +166,29 @@ class StaticScheme(Scheme):
     def _task(self, t: int, w: int) -> Task:
         return Task(job=t, partitions=self.code.placement[w], coefficients=self.code.encoders[w])
 
-    # -------------------------------------------------------------- protocol
-    def plan(self, t: int) -> dict[int, tuple[Task, ...]]:
-        t = _check_round(t)
+    @property
+    def static_code(self) -> LinearCode:
+        return self.code
+
+    def round_stragglers(self, counts, planned) -> np.ndarray:
+        """The code's own rule (:meth:`LinearCode.straggling`: e.g. AGC's active workers need
+        only ``r_s`` of their ``L`` messages)."""
+        return self.code.straggling(np.asarray(counts, dtype=np.intp))
+
+    # -------------------------------------------------------------- protocol hooks
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
         if t in self._closed:
             raise ProtocolError(f"round {t} is already closed; it cannot be planned again")
         self._open.setdefault(t, _Round(self.n))
         return {w: (self._task(t, w),) for w in range(self.n)}
 
-    def on_result(self, t: int, worker: int, index: int, payload, time: float) -> None:
-        if type(t) is not int:
-            t = _check_round(t)
+    def _on_result(self, t: int, w: int, index: int, payload, time: float) -> None:
         if t in self._closed:
             self.stale_messages += 1
             return
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"message for round {t}, which was never planned")
-        w = worker if type(worker) is int and 0 <= worker < self.n else self.code.check_worker(worker)
-        if type(index) is not int:
-            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-                raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
-            index = int(index)
-        if index < 0:
-            raise ProtocolError(f"message index must be an integer >= 0, got {index!r}")
         if w in state.dropped:
             return
         have = int(state.counts[w])
@@ -238,7 +223,7 @@ class StaticScheme(Scheme):
             counts[list(state.dropped)] = 0
         return counts
 
-    def ready(self, t: int) -> bool:
+    def _ready(self, t: int) -> bool:
         state = self._open.get(t)
         if state is None:
             return False
@@ -249,14 +234,12 @@ class StaticScheme(Scheme):
             return True
         return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
 
-    def close(self, t: int, arrived) -> list[tuple[int, np.ndarray | None]]:
-        t = _check_round(t)
+    def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
         if t in self._closed:
             raise ProtocolError(f"round {t} is already closed")
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"round {t} was never planned")
-        arrived = frozenset(self.code.check_worker(w) for w in arrived)
         gradient = None
         while True:
             counts = self._usable(state)
@@ -294,31 +277,7 @@ class StaticScheme(Scheme):
         self._closed.add(t)
         return [(t, gradient)]
 
-    # -------------------------------------------------------------- history
-    def _record(self, t: int, row: np.ndarray) -> None:
-        if t >= self._history.shape[0]:
-            grown = np.zeros((max(2 * self._history.shape[0], t + 1, 64), self.n), dtype=bool)
-            grown[: self._history.shape[0]] = self._history
-            self._history = grown
-        self._history[t] = row
-        self._history_rounds = max(self._history_rounds, t + 1)
-
-    @property
-    def straggler_history(self) -> np.ndarray:
-        """``(rounds, n)`` booleans: row ``t`` marks the stragglers of round ``t`` (rows of rounds
-        not closed yet are all False). A read-only view."""
-        view = self._history[: self._history_rounds]
-        view = view.view()
-        view.flags.writeable = False
-        return view
-
     def arrival_times(self, t: int) -> dict[int, list[float]]:
         """Arrival time of each message received so far in open round ``t``, per worker."""
         state = self._open.get(t)
         return {} if state is None else {w: list(v) for w, v in state.times.items()}
-
-
-def _check_round(t) -> int:
-    if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
-        raise ProtocolError(f"round must be an integer >= 0, got {t!r}")
-    return int(t)

@@ -78,8 +78,8 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_int, check_real
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import Scheme
-from gradcode.schemes.static import ProtocolError, StaticScheme, decode_rule, round_stragglers, task_schedule
+from gradcode.schemes.base import ProtocolError, as_scheme
+from gradcode.schemes.static import StaticScheme, task_schedule
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
 
@@ -130,22 +130,14 @@ def simulate(
     if records is not None and not isinstance(records, (bool, np.bool_)):
         raise TypeError(f"records must be True, False or None (keep them while small), got {records!r}")
     model = _as_model(model)
-    if isinstance(scheme_or_code, LinearCode):
-        code, scheme = scheme_or_code, None
-    elif isinstance(scheme_or_code, Scheme):
-        code, scheme = None, scheme_or_code
-    else:
-        raise TypeError(
-            "scheme_or_code must be a gradcode LinearCode (make_code) or a Scheme, got"
-            f" {type(scheme_or_code).__name__}"
-        )
+    given_code = isinstance(scheme_or_code, LinearCode)
+    scheme = as_scheme(scheme_or_code, what="scheme_or_code")
+    code = scheme.static_code
     if method == "fast" and code is None:
-        if isinstance(scheme, StaticScheme):
-            code = scheme.code
-        else:
-            raise ValueError("method='fast' needs a static code; use method='events' for a dynamic scheme")
-    use_fast = code is not None and method != "events"
-    n = code.n if code is not None else check_int("scheme.n", scheme.n, minimum=1)
+        raise ValueError("method='fast' needs a static code; use method='events' for a dynamic scheme")
+    # "auto": the vectorized path for a code; a scheme given as such is driven (its state kept)
+    use_fast = code is not None and (method == "fast" or (method == "auto" and given_code))
+    n = check_int("scheme.n", scheme.n, minimum=1)
     if records is None:
         records = records_nbytes(rounds, n) <= AUTO_RECORDS_BYTES
     rng = as_generator(seed)
@@ -154,8 +146,6 @@ def simulate(
         block = _block_rounds(n * code.messages_per_worker)
         draws = draw_blocks(model, rounds, n, rng, block)
         return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records))
-    if scheme is None:
-        scheme = StaticScheme(code)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
     return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records))
@@ -353,7 +343,7 @@ class _Sink:
 def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
     n = code.n
     P, Rw = _code_schedule(code)
-    rule = decode_rule(code)
+    rule = code.decode_rule()
     c = _message_time(model, code.chunks)
     sink = _Sink(rounds, n, records)
     cols = np.arange(n)
@@ -444,8 +434,7 @@ class _JobLedger:
 def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
     n = scheme.n
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
-    c = _message_time(model, getattr(scheme, "chunks", 1))
-    observe = getattr(scheme, "observe_states", None)
+    c = _message_time(model, scheme.chunks)
     sink = _Sink(rounds, n, records)
     ledger = _JobLedger(records)
     started = -1  # highest job any plan gave work to: unfinished jobs are reported as -1
@@ -463,8 +452,7 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
             waitout = np.zeros(m, dtype=bool)
             for t in range(a, b):
                 k = t - a
-                if observe is not None:
-                    observe(t, draw.straggling[k])
+                scheme.observe_states(t, draw.straggling[k], None if draw.rates is None else draw.rates[k])
                 plan = scheme.plan(t)
                 started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
                 end, waitout[k], planned, arrived, last, comp = _play_round(
@@ -488,7 +476,7 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
 
     def job_done_round():
         jobs = max(ledger.highest(), started) + 1
-        out = np.full(max(jobs, rounds if isinstance(scheme, StaticScheme) else jobs), -1)
+        out = np.full(max(jobs, rounds if scheme.static_code is not None else jobs), -1)
         for job, t in ledger.rounds_of.items():
             out[job] = t
         return out
@@ -542,7 +530,7 @@ def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu):
     counts = np.bincount(wk[:i], minlength=n)  # leading messages in by the close
     last = np.full(n, -1.0)
     last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
-    strag = round_stragglers(scheme, counts, planned_msgs)
+    strag = scheme.round_stragglers(counts, planned_msgs)
     arrived = np.zeros(n, dtype=bool)
     arrived[planned] = ~strag[planned] & (counts[planned] > 0)
     return end, waited, planned, arrived, last, comp
