@@ -80,6 +80,7 @@ from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, as_scheme
 from gradcode.schemes.static import StaticScheme, task_schedule
+from gradcode.schemes.timing import message_arrivals
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
 
@@ -291,17 +292,8 @@ def _code_schedule(code: LinearCode) -> tuple[np.ndarray, np.ndarray]:
 
 def _arrival_table(intercept, slope, P, Rw, c) -> np.ndarray:
     """``(rounds, n, R)`` arrival time of each message (``inf`` past a worker's last one)."""
-    A = np.empty(intercept.shape + (P.shape[1],))
-    for r in range(P.shape[1]):
-        comp = intercept + slope * P[:, r]
-        np.maximum(comp, 0.0, out=comp)
-        if r:
-            np.maximum(comp, A[:, :, r - 1], out=comp)
-        if c:
-            comp += c
-        A[:, :, r] = comp
-    short = np.flatnonzero(Rw < P.shape[1])
-    for w in short:
+    A = message_arrivals(intercept, slope, P, c)
+    for w in np.flatnonzero(Rw < P.shape[1]):
         A[:, w, Rw[w]:] = np.inf
     return A
 
@@ -551,29 +543,18 @@ def _round_events(plan, n, sizes, intercept, slope, c, cache, t):
     if not prefixes:
         return np.zeros(0), np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), comp
     counts = np.fromiter(map(len, prefixes), dtype=np.intp, count=len(prefixes))
-    wk = np.repeat(np.asarray(workers, dtype=np.intp), counts)
-    P = np.concatenate(prefixes)
-    a = intercept[wk] + slope[wk] * P
-    np.maximum(a, 0.0, out=a)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    idx = np.arange(P.size) - np.repeat(starts, counts)
-    multi = np.flatnonzero(counts > 1)
-    if multi.size:
-        # messages of one worker go out in order over one link: a_i = max(c_i, a_{i-1}) + c,
-        # in the same operation order as the fast path
-        for j in multi:
-            lo, hi = starts[j], starts[j] + counts[j]
-            prev = None
-            for r in range(lo, hi):
-                v = a[r] if prev is None else max(a[r], prev)
-                prev = v + c if c else v
-                a[r] = prev
-        single = np.repeat(counts == 1, counts)
-        if c:
-            a[single] += c
-    elif c:
-        a += c
-    comp[wk[starts + counts - 1]] = a[starts + counts - 1]
+    workers = np.asarray(workers, dtype=np.intp)
+    R = int(counts.max())
+    if R == 1:
+        dense = np.concatenate(prefixes)[:, None]
+    else:  # pad each worker's prefixes with its last one: the real messages' times are unchanged
+        dense = np.stack([np.pad(p, (0, R - p.size), mode="edge") for p in prefixes])
+    A = message_arrivals(intercept[workers], slope[workers], dense, c)
+    valid = np.arange(R) < counts[:, None]
+    a = A[valid]
+    wk = np.repeat(workers, counts)
+    idx = np.nonzero(valid)[1]
+    comp[workers] = A[np.arange(workers.size), counts - 1]
     return a, wk, idx, comp
 
 
