@@ -14,6 +14,7 @@ import pytest
 
 import gradcode
 from gradcode.schemes import PROTOCOL, ProtocolError, Scheme, StaticScheme, Task, as_scheme
+from gradcode.schemes.gcdc import GCDC
 
 SCHEME_CASES = {
     "static-crc": lambda: StaticScheme(gradcode.make_code("crc", n=6, s=2, seed=0)),
@@ -23,6 +24,8 @@ SCHEME_CASES = {
     "static-commfr": lambda: StaticScheme(gradcode.make_code("commfr", n=6, k=6, N=3, K=2,
                                                              construction="mds-systematic", seed=1)),
     "static-agc": lambda: StaticScheme(gradcode.make_code("agc", n=5, d=3, L=2, seed=2)),
+    "gc-dc-perfect": lambda: GCDC(8, clusters=2, r=2, ssi="perfect", seed=0),
+    "gc-dc-imperfect": lambda: GCDC(12, clusters=3, r=2, clusters_per_worker=2, seed=1),
 }
 
 
@@ -96,6 +99,7 @@ def test_contract_public_methods_validate(name):
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(ProtocolError, match="round must be an integer"):
             scheme.plan(bad)
+    scheme.observe_states(0, np.zeros(scheme.n, dtype=bool))
     scheme.plan(0)
     with pytest.raises(ValueError, match="unknown worker id"):
         scheme.on_result(0, scheme.n, 0, None, 0.0)

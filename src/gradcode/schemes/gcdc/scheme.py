@@ -308,27 +308,6 @@ class GCDC(Scheme):
             return f"every cluster has its {need} results, but the decode was refused"
         return f"results needed per cluster: {need} (l - r + 1); " + ", ".join(short)
 
-    # -------------------------------------------------------------- history
-    def _note_stragglers(self, t: int, arrived: frozenset[int]) -> None:
-        """Recorded by ``_close`` (the workers not in ``arrived`` and those dropped for non-finite
-        messages, mapped from codewords back to workers)."""
-
-    def _record(self, t: int, row: np.ndarray) -> None:
-        if t >= self._history.shape[0]:
-            grown = np.zeros((max(2 * self._history.shape[0], t + 1, 64), self.n), dtype=bool)
-            grown[: self._history.shape[0]] = self._history
-            self._history = grown
-        self._history[t] = row
-        self._history_rounds = max(self._history_rounds, t + 1)
-
-    @property
-    def straggler_history(self) -> np.ndarray:
-        """``(rounds, n)`` booleans: row ``t`` marks the workers that were stragglers of round ``t``
-        (not in ``arrived`` at its close, or dropped for non-finite messages); rows of rounds not
-        closed are all False. A read-only view."""
-        view = self._history[: self._history_rounds].view()
-        view.flags.writeable = False
-        return view
 
 
 def _forget_before(observed: dict, t: int) -> None:
