@@ -1,6 +1,17 @@
-"""Shared fixtures. ``ray_session``: one Ray session (2 CPUs, embedded) for every runtime test."""
+"""Shared fixtures. ``ray_session``: one Ray session (2 CPUs, embedded) for every runtime test.
+
+Tests that start Ray (the ``test_runtime*`` modules, and any test using ``ray_session``) are
+marked ``ray``: ``pytest -m "not ray"`` runs everything else in well under a minute."""
 
 import pytest
+
+RAY_MODULES = ("test_runtime",)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) or item.module.__name__.startswith(RAY_MODULES):
+            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="session")
