@@ -1,4 +1,17 @@
-"""Gradient codes: placement, encoding and decoding of one job (see ``codes.base``).
+"""Gradient codes: one linear code per job (one gradient): placement, encoding and decoding.
+
+What this layer owns. A code is a small immutable object (:class:`LinearCode`, ``codes.base``):
+which partitions each worker stores, the encoding tensors of its messages, and the decoder that
+turns any sufficient set of message prefixes into the exact gradient, checking every answer
+against the real encoder rows. Each family has a module (``tandon``: baselines, FRC, CRC,
+partial; ``clustering``: GC-SC; ``commfr``: CommFR-GC; ``adaptive``: CGC, AGC, group codes);
+shared pieces have theirs (``linalg``: the solves; ``rules``: decodability as closed rules;
+``compose``: direct sums and sequences of codes; ``verify``: corrupted-worker detection;
+``stability``: condition measures and the papers' analytic thresholds).
+
+What it may import: numpy, scipy and ``gradcode.errors`` / ``gradcode._validation`` only. No
+clocks, no engine, no I/O: the layers above (``schemes``, the drivers) import codes, never the
+reverse. Randomness comes only from explicit seeds or Generators.
 
 Importing this package registers every code family; ``make_code(name, **params)`` builds one.
 """

@@ -1,7 +1,15 @@
-"""Schemes: the master's logic round by round (see ``schemes.base`` for the protocol).
+"""Schemes: the master's logic round by round, behind one declared protocol.
 
-:class:`StaticScheme` runs any linear code (job ``t`` in round ``t``); dynamic and sequential
-schemes (GC-DC, SR-SGC, M-SGC) implement the same :class:`Scheme` interface.
+What this layer owns. :class:`Scheme` (``schemes.base``) is the protocol both drivers rely on and
+on nothing else: ``plan`` a round's tasks, take each message with ``on_result``, say whether the
+round is ``ready``, ``close`` it into finished jobs, keep the straggler history, optionally
+``observe_states`` (perfect straggler state information) and say how a round's stragglers are
+counted. :class:`StaticScheme` runs any code (job ``t`` in round ``t``); GC-DC (``schemes.gcdc``)
+re-plans each round's placement; sequential schemes give a worker tasks of several jobs.
+``schemes.timing`` holds the one rule for when a worker's messages arrive.
+
+What it may import: ``gradcode.codes`` and numpy. No clocks, no engine: the drivers (``sim``,
+``runtime``) call schemes; schemes never call drivers, and no driver branches on a scheme's class.
 """
 
 from gradcode.schemes.base import PROTOCOL, ProtocolError, Scheme, Task, as_scheme
