@@ -294,7 +294,7 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
 def _host_port(address: str) -> tuple[str, int] | None:
     """``(host, port)`` that a join of ``address`` connects to first, or None when Ray resolves it
     otherwise (``auto`` with no cluster recorded: ``ray.init`` then fails at once by itself)."""
-    addr = address[len("ray://"):] if address.startswith("ray://") else address
+    addr = address.removeprefix("ray://")
     if addr == "auto":
         try:  # the address recorded by the last `ray start` on this machine, or RAY_ADDRESS
             from ray._private.services import canonicalize_bootstrap_address
