@@ -214,11 +214,31 @@ def test_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(ray_
 
 def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_path):
     """Round 1 loses two workers (more than s = 1: the master waits for Ray to restart them);
-    round 5 loses one (tolerated). The result is still exact and the dead workers deliver again."""
+    round 5 loses one (tolerated). The result is still exact and the dead workers deliver again.
+
+    Each death is one fault (issue 8, item 6: the tasks sent to a worker while Ray restarts it
+    fail too, and used to count as more failures, 3 kills giving up to 6 records): three records,
+    with their round and how the round got over them, and the CLI's "fails" column says 3."""
+    from gradcode.experiments.cli_train import summary_rows
+
     res = run(tmp_path, code="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
     assert rel(res.final_params, reference(9)) < 1e-9
-    injected = {(f["round"], f["worker"], f["planned_round"]) for f in res.failures if f["injected"] and f["fired"]}
-    assert injected == {(1, 1, 1), (1, 2, 1), (5, 3, 5)}  # recorded when sent, reported by Ray or not
+    # recorded when sent, one per death; a worker still busy with an aborted round when its planned
+    # round starts gets the failure on its next task (round > planned_round)
+    faults = sorted(res.failures, key=lambda f: (f["planned_round"], f["worker"]))
+    assert [(f["worker"], f["planned_round"], f["kind"], f["injected"]) for f in faults] == [
+        (1, 1, "died", True), (2, 1, "died", True), (3, 5, "died", True)]
+    assert all(f["round"] >= f["planned_round"] for f in faults)
+    assert res.faults == res.failures and summary_rows(res)[0]["fails"] == 3
+    recovered = {f["worker"]: f["recovery"] for f in faults}
+    assert recovered[3] == "tolerated"  # its round decoded without worker 3
+    assert set((recovered[1], recovered[2])) <= {"resent", "tolerated"}
+    if faults[0]["round"] == faults[1]["round"]:  # two deaths in one round, s = 1: one was re-sent
+        assert "resent" in (recovered[1], recovered[2])
+        assert all(f["failed_tasks"] >= 1 for f in faults[:2])  # Ray reported both while it waited
+    for f in faults[:2]:
+        if f["recovery"] == "resent":
+            assert f["back_in_round"] == f["round"] and f["resends"] >= 1 and res.arrivals[f["round"], f["worker"]] >= 0
     assert res.arrivals[5, 3] < 0 and res.messages[5, 3] == 0  # round 5 closed without worker 3
     assert (res.arrivals[2:, 1] >= 0).any() and (res.arrivals[2:, 2] >= 0).any()
 
@@ -265,7 +285,8 @@ def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ra
 
 
 def test_too_many_failures_without_restarts_stop_with_clear_error(ray_session, tmp_path):
-    with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*failed workers \[1, 2\]"):
+    with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*held up by workers \[1, 2\]: worker 1:"
+                                              r" its process died in round 1 .*Ray does not restart it"):
         run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
 
 
@@ -585,7 +606,7 @@ def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_s
     res = train(scheme, data=spec, rounds=3, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r",
                 round_timeout=60, eval_every=0)
     assert (tmp_path / "died").exists()
-    assert {(f["round"], f["worker"], f["injected"]) for f in res.failures} == {(1, 0, False)}
+    assert [(f["round"], f["worker"], f["injected"], f["recovery"]) for f in res.failures] == [(1, 0, False, "resent")]
     assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
     assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
     assert rel(res.final_params, reference(3)) < 1e-9

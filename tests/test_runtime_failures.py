@@ -1,22 +1,124 @@
 """No silently wrong gradient, no lost run (issue 8, items 2-7): what the runtime does when a worker
 sends NaN or an overflowing value, when a run stops midway (round timeout, divergence), when the
 cluster address answers nothing or the checkpoint is damaged, and when a driver is SIGKILLed.
+
+Ray tests share the session of conftest.py (2 CPUs) and use small data; injected delays only decide
+who arrives first, and every assertion is on values (parameters against single-process GD, named
+workers, parsed JSON, exit codes, files), never on times.
 """
 
+import json
 import os
+import pickle
 import signal
+import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from gradcode.cli import app
 from gradcode.codes import NonFiniteMessageError, make_code
+from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+from gradcode.runtime import CheckpointError, RoundTimeoutError, train
 
+try:  # workers cannot import this test module: ship its classes (problem specs) by value
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+except ImportError:
+    pass
+
+DATA = {"n_samples": 400, "n_features": 6}
 SEED = 3
+CLI_DATA = ["--data", "synthetic", "--data-param", "n_samples=400", "--data-param", "n_features=6", "--seed", "3"]
+
+
+def reference(steps, *, lr=0.5):
+    """Single-process full-gradient descent on the same data: the target of exact codes."""
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    opt = make_optimizer("gd", lr=lr)
+    x = problem.init_params()
+    state = opt.init(x)
+    for k in range(steps):
+        x, state = opt.step(x, problem.full_gradient(x), state, k)
+    return x
+
+
+def rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def strict_json(text):
+    """Parse ``text`` as strict JSON: ``NaN``/``Infinity`` (which json.loads accepts) are errors."""
+    def refuse(token):
+        raise ValueError(f"non-standard JSON constant {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def delays(rounds, n, slow, seconds):
+    """A trace delay model: workers ``slow`` sleep ``seconds`` in every round."""
+    d = np.zeros((rounds, n))
+    d[:, list(slow)] = seconds
+    return ("trace", {"delays": d})
+
+
+class _Poison:
+    """Wraps a problem: the partial gradient of the rows ``bad`` is ``value`` everywhere."""
+
+    def __init__(self, inner, bad, value):
+        self.inner, self.bad, self.value = inner, {int(r) for r in bad}, value
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, x, rows):
+        if len(rows) and int(rows[0]) in self.bad:
+            return np.full(self.inner.dim, self.value)
+        return self.inner.gradient(x, rows)
+
+
+class PoisonedWorker:
+    """Problem spec: the worker that stores exactly the partitions ``parts`` computes ``value``
+    for partition ``bad`` (for all of its partitions when ``bad`` is None); every other worker and
+    the master compute the true gradients."""
+
+    def __init__(self, parts, value, bad=None):
+        self.parts, self.value, self.bad = tuple(parts), float(value), bad
+
+    def build(self):
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return make_problem("logistic", ds), ds
+
+    def build_partitions(self, partitions):
+        problem, _ = self.build()
+        local = {int(j): np.asarray(r) for j, r in partitions.items()}
+        if set(local) == set(self.parts):
+            bad = np.concatenate([local[j] for j in (self.parts if self.bad is None else (self.bad,))])
+            problem = _Poison(problem, bad, self.value)
+        return problem, local
 
 
 # ---------------------------------------------------------------- item 2: non-finite results
+
+
+def test_a_nan_result_is_a_straggler_and_the_round_waits_for_the_healthy_workers(ray_session, tmp_path):
+    """crc n = 6, s = 2: worker 1 computes NaN, workers 4 and 5 are slow. Worker 1's result used
+    to make the round ready with workers 0-3, then be dropped, leaving three: 'cannot be decoded
+    after dropping workers [1]'. Now it is a straggler: the round waits for worker 4 or 5 and
+    decodes exactly, and the fault is recorded."""
+    code = make_code("crc", n=6, s=2, seed=SEED)
+    res = train("crc", workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], np.nan), rounds=3,
+                delay_model=delays(3, 6, (4, 5), 0.5), optimizer_params={"lr": 0.5}, seed=SEED,
+                run_dir=tmp_path / "r", eval_every=0, round_timeout=30)
+    assert rel(res.final_params, reference(3)) < 1e-9
+    assert (res.arrivals[:, 1] == -1).all() and (res.arrivals[:, [4, 5]] >= 0).any(axis=1).all()
+    faults = [(f["round"], f["worker"], f["kind"], f["recovery"]) for f in res.failures]
+    assert faults == [(t, 1, "non-finite", "tolerated") for t in range(3)]
 
 
 def test_decode_names_the_workers_whose_finite_messages_overflow():
@@ -34,6 +136,162 @@ def test_decode_names_the_workers_whose_finite_messages_overflow():
     with pytest.raises(NonFiniteMessageError) as info:
         code.decode(msgs, dim=5)
     assert info.value.workers == (0, 1)
+
+
+def test_a_finite_result_that_overflows_the_decode_is_dropped_and_the_round_waits(ray_session, tmp_path):
+    """crc n = 6, s = 2: worker 2 sends a finite message of ~1.7e308; decoding workers 0-3 weighs
+    it by -2.3, which overflows. The scheme drops worker 2 (now named), three workers are left, and
+    the round waits for a slow worker instead of stopping the run; training stays exact."""
+    code = make_code("crc", n=6, s=2, seed=SEED)
+    assert abs(code.decoding({0: 1, 1: 1, 2: 1, 3: 1}).coefficients[0, 2]) > 2
+    spec = PoisonedWorker(code.placement[2], 1.7e308, bad=code.placement[2][0])
+    res = train("crc", workers=6, stragglers=2, data=spec, rounds=2, delay_model=delays(2, 6, (4, 5), 1.0),
+                optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "r", eval_every=0, round_timeout=30)
+    assert rel(res.final_params, reference(2)) < 1e-9
+    assert (res.arrivals[:, 2] == -1).all()
+    assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(0, 2, "dropped"), (1, 2, "dropped")]
+    assert "workers [2]" in res.failures[0]["error"]
+
+
+# ---------------------------------------------------------------- item 3: a run that stops keeps its rounds
+
+
+def test_a_round_timeout_keeps_the_completed_rounds_and_names_the_dead_workers(ray_session, tmp_path):
+    """Two workers of crc s = 1 die in round 2 and are not restarted: the round times out. The two
+    completed rounds stay on disk (rounds.jsonl line by line, result.json with the error) and in
+    the exception's result, with the GD iterate after round 1; the message names both workers
+    and why they held the round up."""
+    with pytest.raises(RoundTimeoutError) as info:
+        train("crc", workers=4, stragglers=1, rounds=5, fail=["1@2", "2@2"], max_restarts=0, round_timeout=3.0,
+              data="tandon-synthetic", data_params=DATA, seed=SEED, optimizer_params={"lr": 0.5},
+              run_dir=tmp_path / "r", eval_every=1)
+    msg = str(info.value)
+    assert "round 2 could not be decoded" in msg and "held up by workers [1, 2]" in msg
+    assert "worker 1: its process died in round 2" in msg and "max_restarts=0" in msg
+    res = info.value.result
+    assert res.round_times.shape == (2,) and res.arrivals.shape == (2, 4) and res.losses.shape == (2, 1)
+    assert rel(res.final_params, reference(2)) < 1e-9
+    assert res.error == msg and res.error_type == "RoundTimeoutError"
+    assert [(f["round"], f["worker"], f["recovery"]) for f in res.faults] == [(2, 1, "none"), (2, 2, "none")]
+    doc = strict_json((tmp_path / "r" / "result.json").read_text())
+    assert doc["rounds"] == 2 and doc["error"] == msg and len(doc["losses"]) == 2 and len(doc["metrics"]) == 2
+    lines = [strict_json(line) for line in (tmp_path / "r" / "rounds.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [0, 1]
+    np.testing.assert_array_equal([line["arrivals"] for line in lines], res.arrivals)
+    np.testing.assert_array_equal([line["losses"] for line in lines], res.losses)
+    assert np.load(tmp_path / "r" / "round_times.npy").shape == (2,)
+
+
+def test_a_timeout_behind_a_slow_worker_says_so_and_not_that_workers_failed(ray_session, tmp_path):
+    """uncoded needs every worker; worker 3 sleeps 30 s in round 1. The message names worker 3 as
+    still computing with its injected delay, and no failure is invented."""
+    d = np.zeros((3, 4))
+    d[1, 3] = 30.0
+    with pytest.raises(RoundTimeoutError) as info:
+        train("uncoded", workers=4, rounds=3, delay_model=("trace", {"delays": d}), round_timeout=1.5,
+              data="tandon-synthetic", data_params=DATA, seed=SEED, optimizer_params={"lr": 0.5},
+              run_dir=tmp_path / "r", eval_every=0)
+    msg = str(info.value)
+    assert "held up by workers [3]: worker 3: still computing: 0 of 1 messages" in msg
+    assert "injected delay 30 s" in msg
+    assert "died" not in msg and "failed" not in msg
+    assert info.value.result.round_times.size == 1 and info.value.result.faults == []
+
+
+def test_cli_prints_the_records_of_a_run_that_stopped_with_its_error(ray_session, tmp_path):
+    """`gradcode train --json` of a run whose round 2 times out exits 1 and still prints one strict
+    JSON document: the two completed rounds and the error."""
+    d = np.zeros((4, 4))
+    d[2, 1] = 30.0
+    res = CliRunner().invoke(app, [
+        "train", "--scheme", "uncoded", "--workers", "4", "--rounds", "4", "--round-timeout", "1.5",
+        "--delay-model", "trace", "--delay-param", f"delays={json.dumps(d.tolist())}", "--lr", "0.5",
+        "--run-dir", str(tmp_path / "run"), "--json", *CLI_DATA,
+    ])
+    assert res.exit_code == 1, res.output
+    doc = strict_json(res.stdout)
+    assert doc["rounds"] == 2 and len(doc["round_times"]) == 2 and len(doc["arrivals"]) == 2
+    assert doc["error_type"] == "RoundTimeoutError" and "held up by workers [1]" in doc["error"]
+    assert rel(np.array(doc["final_params"]), reference(2)) < 1e-9
+    assert "error:" in res.stderr and "2 completed round(s) kept in" in res.stderr
+
+
+# ---------------------------------------------------------------- item 4: unreachable cluster, damaged checkpoint
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_address_fails_within_the_start_timeout(tmp_path):
+    """Nothing listens at the address: `gradcode train --address` fails with a clear message after
+    the start timeout (Ray alone retried for ~14 minutes, then raised a raw ConnectionError). In a
+    subprocess: this test session's Ray is already running, so an address would be ignored."""
+    address = f"127.0.0.1:{_free_port()}"
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from gradcode.cli import main; sys.argv[0] = 'gradcode'; main()",
+         "train", "--address", address, "--start-timeout", "1", "--rounds", "2", "--json",
+         "--run-dir", str(tmp_path / "r"), *CLI_DATA],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert f"no Ray cluster answers at '{address}'" in out.stderr and "within 1 s" in out.stderr
+    assert "Traceback" not in out.stderr
+    doc = strict_json(out.stdout)
+    assert doc["rounds"] == 0 and doc["error_type"] == "GradcodeError" and address in doc["error"]
+
+
+def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
+    kw = dict(workers=4, stragglers=1, rounds=2, checkpoint_every=2, data="tandon-synthetic", data_params=DATA,
+              seed=SEED, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0)
+    train("crc", **kw)
+    ckpt = tmp_path / "r" / "checkpoint.pkl"
+    good = ckpt.read_bytes()
+    ckpt.write_bytes(good[: len(good) // 2])  # truncated
+    with pytest.raises(CheckpointError, match=r"checkpoint .*checkpoint.pkl is damaged"):
+        train("crc", resume=True, **kw)
+    ckpt.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(CheckpointError, match="is damaged"):
+        train("crc", resume=True, **kw)
+    ckpt.write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(CheckpointError, match="not a gradcode checkpoint"):
+        train("crc", resume=True, **kw)
+    ckpt.write_bytes(good[:100])
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds",
+                                   "2", "--checkpoint-every", "2", "--resume", "--run-dir", str(tmp_path / "r"),
+                                   "--lr", "0.5", *CLI_DATA])
+    assert res.exit_code == 1 and "is damaged" in res.stderr and "Traceback" not in res.output
+    ckpt.write_bytes(good)  # the intact checkpoint still resumes
+    assert train("crc", resume=True, **kw).resumed_from == 2
+
+
+# ---------------------------------------------------------------- item 5: divergence, strict JSON
+
+
+def test_a_diverging_step_stops_with_a_clear_error_and_json_that_parses(ray_session, tmp_path):
+    """--lr 1e300 used to exit 0 with a NaN loss and bare NaN in the JSON. Now the run stops at
+    the first non-finite parameters or loss, says why, keeps the finite rounds before, and the
+    document parses as strict JSON."""
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds",
+                                   "6", "--lr", "1e300", "--run-dir", str(tmp_path / "r"), "--json", *CLI_DATA])
+    assert res.exit_code == 1, res.output
+    doc = strict_json(res.stdout)
+    assert "training diverged" in doc["error"] and "lr=1e+300" in doc["error"] and "Lower the learning rate" in doc["error"]
+    assert doc["rounds"] < 6 and all(np.isfinite(doc["losses"]).ravel())
+    assert np.isfinite(doc["final_params"]).all()
+    assert strict_json((tmp_path / "r" / "result.json").read_text())["error"] == doc["error"]
+
+
+def test_run_records_write_non_finite_numbers_as_null():
+    from gradcode.runtime import TrainResult
+
+    res = TrainResult(config={"code": "crc"}, params=[np.zeros(2)], round_times=np.zeros(0), arrivals=np.zeros((0, 4)),
+                      messages=np.zeros((0, 4), dtype=int), injected=np.zeros((0, 4)), losses=np.zeros((0, 1)),
+                      metrics=[{"round": 0, "roc_auc": float("nan"), "loss": np.float64("inf")}])
+    doc = strict_json(json.dumps(res.to_json()))
+    assert doc["final_loss"] is None and doc["metrics"][0]["roc_auc"] is None and doc["metrics"][0]["loss"] is None
 
 
 # ---------------------------------------------------------------- item 7: temp dirs of killed drivers

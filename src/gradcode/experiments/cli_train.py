@@ -18,7 +18,16 @@ Data: ``--data`` is a dataset name (``synthetic`` = ``tandon-synthetic``, ``amaz
 to the data's task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
 ``--lr`` or ``--opt-param key=value`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
 makes worker W's process exit in round R. ``--checkpoint-every K`` and ``--resume`` (same
-``--run-dir``) continue an interrupted run. ``--address`` joins an existing Ray cluster.
+``--run-dir``) continue an interrupted run. ``--address`` joins an existing Ray cluster (an address
+where nothing answers fails after ``--start-timeout`` seconds).
+
+Failures: a run that stops (a round that cannot be decoded within ``--round-timeout``, a diverging
+step, a worker that raises, an unreachable cluster, a damaged checkpoint) exits with status 1 after
+saying why on stderr; the rounds it completed stay in the run dir (``rounds.jsonl``, written round
+by round, and ``result.json``), and with ``--json`` stdout still gets one JSON document: the
+completed rounds' records with ``"error"`` and ``"error_type"`` set (``null`` for a run that
+finished). Bad arguments exit with status 2. JSON output is strict: NaN and infinities are written
+as ``null``.
 """
 
 from __future__ import annotations
@@ -61,6 +70,8 @@ def train_command(
     address: str = typer.Option(None, "--address", help="Join an existing Ray cluster (e.g. auto, host:port)."),
     num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs of the embedded Ray cluster."),
     round_timeout: float = typer.Option(120.0, "--round-timeout", help="Give up on a round after this many seconds."),
+    start_timeout: float = typer.Option(120.0, "--start-timeout",
+                                        help="Give up joining the cluster or starting the workers after this many seconds."),
     eval_every: int = typer.Option(1, "--eval-every", help="Held-out metrics every K rounds (0: at the end only)."),
     plot: Path = typer.Option(None, "--plot", help="Directory for PNG plots."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
@@ -106,20 +117,22 @@ def train_command(
                     address=address,
                     num_cpus=num_cpus,
                     round_timeout=round_timeout,
+                    start_timeout=start_timeout,
                     eval_every=eval_every,
                     callback=callback,
                 )
         finally:
             finish()
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    except Exception as exc:  # RoundTimeoutError and other runtime failures: say it plainly
+    except Exception as exc:
         from gradcode.errors import GradcodeError
 
-        if isinstance(exc, GradcodeError):
-            err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1) from None
+        started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
+        if isinstance(exc, (ValueError, TypeError, FileNotFoundError)) and not started:
+            _fail(exc, 2, as_json, err)  # refused before the run started: bad arguments
+        if isinstance(exc, GradcodeError):  # round timeout, divergence, cluster, checkpoint...
+            _fail(exc, 1, as_json, err)
+        if as_json and started:  # a bug: its traceback, after the run's records
+            emit(exc.result.to_json(), as_json=True)
         raise
     if plot is not None:
         for path in write_plots(result, plot):
@@ -130,9 +143,29 @@ def train_command(
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
 
 
+def _fail(exc: Exception, code: int, as_json: bool, err) -> None:
+    """Report a run that could not start or stopped, and exit with ``code``: the message on
+    stderr and, with ``--json``, one JSON document on stdout (the records of the completed rounds
+    when the run started, else just the error)."""
+    from rich.markup import escape
+
+    from gradcode.cli import emit
+
+    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+    result = getattr(exc, "result", None)
+    if result is not None:
+        err.print(f"{result.round_times.size} completed round(s) kept in {escape(str(result.run_dir))}",
+                  highlight=False)
+    if as_json:
+        doc = result.to_json() if result is not None else {"error": str(exc), "error_type": type(exc).__name__}
+        emit(doc, as_json=True)
+    raise typer.Exit(code) from None
+
+
 def summary_rows(result) -> list[dict]:
     """One row per model: total training time, median round (ms), mean stragglers per round,
-    failed tasks, final training objective and the last held-out loss, accuracy and ROC AUC."""
+    faults (each worker death, non-finite or dropped result once, however many tasks it failed),
+    final training objective and the last held-out loss, accuracy and ROC AUC."""
     import numpy as np
 
     rows = []
@@ -148,7 +181,7 @@ def summary_rows(result) -> list[dict]:
             "time s": float(result.round_times.sum()),
             "round ms": 1e3 * float(np.median(result.round_times)),
             "strag": float(strag.sum(axis=1).mean()),
-            "fails": sum(1 for f in result.failures if f.get("fired", True)),
+            "fails": len(result.faults),
             "loss": float(result.losses[-1, m]),
             "test loss": met.get("loss"),
             "acc": met.get("accuracy"),

@@ -5,10 +5,18 @@
 (:mod:`gradcode.runtime.worker`). Importing this package does not import Ray.
 """
 
-from gradcode.runtime.master import RoundTimeoutError, TrainResult, build_scheme, parse_failures, train
+from gradcode.runtime.master import (
+    CheckpointError,
+    RoundTimeoutError,
+    TrainResult,
+    build_scheme,
+    parse_failures,
+    train,
+)
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 
 __all__ = [
+    "CheckpointError",
     "ProblemSpec",
     "RoundTimeoutError",
     "TrainResult",

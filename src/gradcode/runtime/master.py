@@ -18,12 +18,23 @@ Rules the loop follows (DESIGN.md "The runtime"):
   cancel a task running on a synchronous actor, and queued work would delay the new round); it is a
   straggler of the new round. If the round cannot decode without it, it receives the round's
   task as soon as it is free.
-* **failure-tolerant waiting**: a worker that dies (or whose task raises) is a straggler, never a
-  crash. Ray restarts it (``max_restarts``); it reloads its partitions from the data spec and takes
-  part again from the next round. When the round does not decode without it, its task is sent
-  again (with back-off) once the actor is back; if the round still does not decode within
-  ``round_timeout`` seconds the run stops with :class:`RoundTimeoutError`, which says which workers
-  are missing. A wrong gradient is never used: a round closes only when the scheme decodes.
+* **failure-tolerant waiting**: a worker that dies is a straggler, never a crash. Ray restarts it
+  (``max_restarts``); it reloads its partitions from the data spec and takes part again from the
+  next round. When the round does not decode without it, its task is sent again (with back-off)
+  once the actor is back; if the round still does not decode within ``round_timeout`` seconds the
+  run stops with :class:`RoundTimeoutError`, which names the workers that held the round up and
+  why. A task that raises is a bug: the run stops with its message.
+* **no silently wrong gradient**: a message holding NaN or infinity is never handed to the scheme:
+  its worker becomes a straggler of the round (its finite leading messages are kept) and the round
+  waits for the others, as for any straggler. Finite messages whose decoding overflows are the
+  scheme's to judge: StaticScheme drops their senders and, when what is left does not decode,
+  ``close`` raises :class:`~gradcode.errors.NotDecodableError` with the round still open, and the
+  loop waits for more workers and closes again. A gradient, parameters or training objective that
+  is still non-finite stops the run (a diverging step: ``lr`` too large) before it is applied. A
+  round closes only when the scheme decodes.
+* **faults**: each worker death, non-finite or dropped result is one record in ``failures`` (see
+  :class:`TrainResult`): a death counts once however many tasks fail before Ray has restarted the
+  worker, with the round it happened in and how that round got over it.
 * **cancellation**: once a round closes, the workers still busy with it are aborted (their
   injected sleeps end at once; they send nothing more).
 * **injected stragglers**: the delay model is drawn once for the run with the simulator's
@@ -48,7 +59,11 @@ Rules the loop follows (DESIGN.md "The runtime"):
   injected times, the training objective of each model and held-out metrics; written under
   ``run_dir`` as ``result.json`` and ``.npy`` arrays, plus ``trace.npy``: the arrivals with each
   straggler's entry replaced by a lower bound of its time (the round's duration, or its injected
-  time if larger), a valid trace for :func:`gradcode.load_trace`.
+  time if larger), a valid trace for :func:`gradcode.load_trace`. ``rounds.jsonl`` gets each
+  round's records as soon as the round completes, so a driver that is killed leaves them on disk;
+  a run that stops with an exception writes ``result.json`` and the arrays of its completed rounds
+  with ``error`` set, and the exception carries that :class:`TrainResult` as ``exc.result``. JSON
+  records are strict: non-finite numbers are written as ``null``.
 * **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states, records, the
   scheme itself (pickled: codes pickle, DESIGN.md) and the parameters of jobs still in flight go to
   ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it with the same
@@ -68,6 +83,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import time
@@ -84,12 +100,17 @@ from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.worker import ProblemSpec, WireTask
 from gradcode.schemes.static import round_stragglers
 
-__all__ = ["RoundTimeoutError", "TrainResult", "parse_failures", "train", "build_scheme"]
+__all__ = ["CheckpointError", "RoundTimeoutError", "TrainResult", "build_scheme", "parse_failures", "train"]
 
 
 class RoundTimeoutError(GradcodeError):
-    """A round could not be decoded within ``round_timeout`` seconds (too many workers failed or
-    straggled, and they did not come back). The message names the round and the missing workers."""
+    """A round could not be decoded within ``round_timeout`` seconds. The message names the round,
+    the workers that held it up and why (died and not back, non-finite result, still computing or
+    still busy with an earlier round)."""
+
+
+class CheckpointError(GradcodeError):
+    """``resume`` found a checkpoint it cannot read (truncated, overwritten, not a checkpoint)."""
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -171,21 +192,42 @@ def _checksum(arrays: Sequence[np.ndarray]) -> str:
 
 @dataclass
 class TrainResult:
-    """What :func:`train` returns (and writes under ``run_dir``).
+    """What :func:`train` returns (and writes under ``run_dir``), also for a run that stopped.
 
     ``params[m]`` are model ``m``'s final parameters (``params[0]`` for one model, also
     ``final_params``; two runs of an exact code agree to ~1e-12 relative, their
     ``final_params_checksum`` bit for bit only when the same workers arrived in every round);
     ``round_times[t]`` seconds from planning to closing round ``t``;
     ``arrivals[t, w]`` seconds into round ``t`` at which the last message worker ``w`` delivered
-    before the close arrived, ``-1`` for a straggler (stragglers as the simulator judges them); ``messages[t, w]`` messages received before the round closed;
+    before the close arrived, ``-1`` for a straggler (stragglers as the simulator judges them, plus
+    workers whose result was discarded: non-finite, or dropped by the scheme); ``messages[t, w]``
+    messages received before the round closed;
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
-    ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics);
-    ``failures``: one dict per failed task, ``{"round", "worker", "error", "injected"}``; an
-    injected failure (``fail``) also has ``planned_round`` (it fires in the worker's first task of
-    that round or later, ``round``) and ``fired`` (False: the run ended first), and is recorded
-    when sent; Ray's own report of the dead actor, when it comes, replaces ``error``.
+    ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
+
+    ``failures``: one record per *fault* (not per failed task), in the order they happened::
+
+        {"round", "worker", "kind", "error", "injected", "recovery", "resends", "failed_tasks",
+         "back_in_round"}   (+ "planned_round", "fired" for injected failures)
+
+    ``kind`` is ``"died"`` (the worker's process exited: Ray restarts it), ``"non-finite"`` (a
+    message held NaN or infinity: the worker's result for the round was discarded, the round
+    waited for others), ``"dropped"`` (the scheme dropped the worker's finite result because
+    decoding with it overflowed) or ``"raised"`` (the task raised: the run stops). A death counts
+    once however many tasks fail before Ray has restarted the worker (``failed_tasks`` of them;
+    ``resends``: tasks sent to it again meanwhile; ``back_in_round``: the round in which it next
+    delivered a message, None if it never did). ``recovery`` says how ``round`` ended:
+    ``"tolerated"`` (decoded without the worker), ``"resent"`` (its task was sent again once Ray
+    had restarted it and its result was used) or ``"none"`` (the run stopped in that round). An
+    injected failure (``fail``) is recorded when sent, with ``planned_round`` (it fires in the
+    worker's first task of that round or later, ``round``) and ``fired`` (False: the run ended
+    first; such records are not faults); Ray's report of the dead actor, when it comes, replaces
+    ``error``.
+
+    A run that stops (round timeout, divergence, a worker exception, an interrupt) keeps its
+    completed rounds: the arrays hold those rounds only, ``params`` are those after the last of
+    them, and ``error``/``error_type`` say why it stopped (None for a run that finished).
     """
 
     config: dict
@@ -199,6 +241,8 @@ class TrainResult:
     failures: list[dict] = field(default_factory=list)
     run_dir: str | None = None
     resumed_from: int | None = None
+    error: str | None = None
+    error_type: str | None = None
 
     @property
     def final_params(self) -> np.ndarray:
@@ -217,14 +261,23 @@ class TrainResult:
     def stragglers(self) -> np.ndarray:
         return self.arrivals < 0
 
+    @property
+    def faults(self) -> list[dict]:
+        """The fault records of ``failures`` (planned failures that never fired left out)."""
+        return [f for f in self.failures if f.get("fired", True)]
+
     def to_json(self, *, include_params: bool | None = None) -> dict:
         """A JSON-able summary; parameters are included when ``include_params`` (default: when
-        the models have at most 10000 parameters)."""
+        the models have at most 10000 parameters). Strict JSON: non-finite numbers (the loss of a
+        run that stopped before its first round, a NaN metric) are ``None`` (``null``), never the
+        ``NaN``/``Infinity`` that ``json.dumps`` would write and JSON parsers reject."""
         d = self.params[0].size
         include = d <= 10000 if include_params is None else include_params
         doc = {
             "config": self.config,
             "rounds": int(self.round_times.size),
+            "error": self.error,
+            "error_type": self.error_type,
             "round_times": self.round_times.tolist(),
             "total_time": float(self.round_times.sum()),
             "final_loss": self.final_loss,
@@ -237,12 +290,13 @@ class TrainResult:
             "injected": self.injected.tolist(),
             "metrics": self.metrics,
             "failures": self.failures,
+            "faults": len(self.faults),
             "run_dir": self.run_dir,
             "resumed_from": self.resumed_from,
         }
         if include:
             doc["final_params"] = [p.tolist() for p in self.params] if len(self.params) > 1 else self.params[0].tolist()
-        return doc
+        return json_safe(doc)
 
     def save(self, run_dir: str | os.PathLike) -> Path:
         run_dir = Path(run_dir)
@@ -254,7 +308,8 @@ class TrainResult:
         np.save(run_dir / "losses.npy", self.losses)
         np.save(run_dir / "params.npy", np.stack(self.params))
         np.save(run_dir / "trace.npy", self.trace())
-        _atomic_write(run_dir / "result.json", json.dumps(self.to_json(include_params=False), indent=1).encode())
+        text = json.dumps(self.to_json(include_params=False), indent=1, allow_nan=False)
+        _atomic_write(run_dir / "result.json", text.encode())
         return run_dir
 
     def trace(self) -> np.ndarray:
@@ -262,6 +317,33 @@ class TrainResult:
         injected time, if larger), a lower bound of the time they would have taken."""
         lower = np.maximum(self.round_times[:, None], self.injected)
         return np.where(self.arrivals >= 0, self.arrivals, lower)
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (also inside lists, tuples, dicts and numpy values)
+    replaced by None, so that ``json.dumps(..., allow_nan=False)`` accepts it: run records are
+    strict JSON, with ``null`` for NaN and infinities."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value
+
+
+def _finite(a) -> bool:
+    """Whether an array (or number) holds no NaN or infinity; two reductions, no temporary."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return True
+    if not np.issubdtype(a.dtype, np.inexact):
+        return True
+    return bool(np.isfinite(a.min()) and np.isfinite(a.max()))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -322,11 +404,16 @@ def train(
     strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
     and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
     Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
-    ``start_timeout``: seconds the workers may take to start (build their data) before the run
-    stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every
+    ``start_timeout``: seconds the cluster at ``address`` may take to answer and the workers to
+    start (build their data) before the run stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every
     ``K`` rounds and after the last one (0: after the last only), for problems that have
     ``metrics(params)``. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
+
+    An exception that stops a started run (:class:`RoundTimeoutError`, a diverging step, a worker
+    that raises, an unreachable cluster, the callback's, ``KeyboardInterrupt``) is raised after the
+    completed rounds are saved under ``run_dir`` with the error; it carries them as ``exc.result``.
+    A damaged checkpoint raises :class:`CheckpointError`.
     """
     from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem, partition_rows
     from gradcode.schemes import task_schedule
@@ -460,19 +547,22 @@ def train(
     rows = partition_rows(master_problem.n_train, scheme.partition_sizes)
     placement = _placement(scheme)
     chunks = int(getattr(scheme, "chunks", 1))
-    engine = RayEngine(address=address, num_cpus=num_cpus, run_dir=run_dir)
+    opt_names = [f"{optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
+                                             for k, v in p.items()) + ")" for p in opt_params]
+    log = _RoundLog(run_dir / "rounds.jsonl", keep_before=state["next_round"] if resume else 0)
+    engine = loop = None
     try:
+        engine = RayEngine(address=address, num_cpus=num_cpus, run_dir=run_dir, start_timeout=start_timeout)
         engine.spawn([(pspec, {j: rows[j] for j in placement[w]}, chunks) for w in range(n)],
                      max_restarts=max_restarts, start_timeout=start_timeout)
         loop = _Loop(scheme, engine, master_problem, optimizers, state, draw, comm, failures_planned,
-                     models, round_timeout, task_schedule)
+                     models, round_timeout, task_schedule, max_restarts=max_restarts, opt_names=opt_names)
         if inflight is not None:
             loop.restore(inflight)
         current_loss = [master_problem.objective(p) for p in state["params"]]
         for t in range(state["next_round"], rounds):
-            finished_models = loop.round(t)
-            for m in finished_models:
-                current_loss[m] = master_problem.objective(state["params"][m])
+            for m, loss in loop.round(t).items():
+                current_loss[m] = loss
             state["losses"][t] = current_loss
             elapsed = float(state["round_times"][: t + 1].sum())
             record = {
@@ -490,29 +580,96 @@ def train(
                                              "train_loss": current_loss[m], **met})
                 record["metrics"] = state["metrics"][-models:]
             state["next_round"] = t + 1
+            log.write(t, state, record, loop)
             if checkpoint_every and (t + 1) % checkpoint_every == 0:
                 _save_checkpoint(ckpt_path, config, state, scheme, loop.inflight())
             if callback is not None:
                 callback(record)
         loop.unfired()
+    except BaseException as exc:
+        # keep what the run did: the completed rounds, every fault, and why it stopped
+        if loop is not None:
+            loop.stopped()
+        partial = _result(config, state, run_dir, resumed_from, error=exc)
+        try:
+            partial.save(run_dir)
+        except OSError:  # a full disk must not hide the error that stopped the run
+            pass
+        log.close()
+        if isinstance(exc, Exception):
+            exc.result = partial  # for callers (the CLI prints it with --json)
+        raise
     finally:
-        engine.shutdown()
+        if engine is not None:
+            engine.shutdown()
+    log.close()
+    result = _result(config, state, run_dir, resumed_from)
+    result.save(run_dir)
+    return result
 
-    result = TrainResult(
+
+def _result(config, state, run_dir, resumed_from, *, error: BaseException | None = None) -> TrainResult:
+    """The :class:`TrainResult` of the rounds completed so far (``state["next_round"]`` of them)."""
+    k = int(state["next_round"])
+    return TrainResult(
         config=config,
         params=[np.asarray(p) for p in state["params"]],
-        round_times=state["round_times"],
-        arrivals=state["arrivals"],
-        messages=state["messages"],
-        injected=state["injected"],
-        losses=state["losses"],
+        round_times=state["round_times"][:k],
+        arrivals=state["arrivals"][:k],
+        messages=state["messages"][:k],
+        injected=state["injected"][:k],
+        losses=state["losses"][:k],
         metrics=state["metrics"],
         failures=state["failures"],
         run_dir=str(run_dir),
         resumed_from=resumed_from,
+        error=None if error is None else (str(error) or type(error).__name__),
+        error_type=None if error is None else type(error).__name__,
     )
-    result.save(run_dir)
-    return result
+
+
+class _RoundLog:
+    """``run_dir/rounds.jsonl``: one strict-JSON line per completed round, appended and flushed as
+    the run goes, so a driver that is killed (SIGKILL, OOM, a lost machine) still leaves every
+    round it completed on disk: its time, arrivals, messages, injected times, losses, metrics,
+    and the fault records (all of them, on the lines where they changed; the last such line has
+    their final state). A resumed run keeps the lines of the rounds before its checkpoint and
+    writes the later rounds again."""
+
+    def __init__(self, path: Path, *, keep_before: int):
+        kept = []
+        if keep_before and path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    if json.loads(line)["round"] < keep_before:
+                        kept.append(line + "\n")
+                except (ValueError, KeyError, TypeError):  # a line cut by a crash
+                    continue
+        self.fh = open(path, "w")
+        self.fh.writelines(kept)
+        self.fh.flush()
+        self.faults_seen = None
+
+    def write(self, t: int, state: dict, record: dict, loop) -> None:
+        doc = {
+            "round": t,
+            "time": record["time"],
+            "elapsed": record["elapsed"],
+            "arrivals": state["arrivals"][t],
+            "messages": state["messages"][t],
+            "injected": state["injected"][t],
+            "losses": state["losses"][t],
+            "metrics": record.get("metrics", []),
+        }
+        if loop.fault_version != self.faults_seen:
+            doc["faults"] = state["failures"]
+            self.faults_seen = loop.fault_version
+        self.fh.write(json.dumps(json_safe(doc), allow_nan=False) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        if not self.fh.closed:
+            self.fh.close()
 
 
 def _default_steps(optimizer: str, params: dict, problem) -> dict:
@@ -570,8 +727,21 @@ def _load_checkpoint(path: Path, config: dict, *, ignore: Iterable[str] = ()) ->
     checkpoint's: a resumed run continues the same training, never another code or problem."""
     if not path.is_file():
         raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
-    with open(path, "rb") as fh:
-        saved = pickle.load(fh)
+    try:
+        with open(path, "rb") as fh:
+            saved = pickle.load(fh)
+    except Exception as exc:  # truncated, overwritten, or pickled by code that no longer exists
+        raise CheckpointError(
+            f"resume: the checkpoint {path} is damaged and cannot be read ({type(exc).__name__}: {exc});"
+            " checkpoints are written atomically, so it was truncated or overwritten after it was"
+            " written. Restore it from a copy, or start the run again without --resume"
+        ) from None
+    if not isinstance(saved, dict) or not {"config", "state", "scheme", "inflight"} <= set(saved):
+        raise CheckpointError(
+            f"resume: {path} is not a gradcode checkpoint (it holds a {type(saved).__name__}"
+            f"{'' if not isinstance(saved, dict) else ' without config, state, scheme and inflight'});"
+            " start the run again without --resume"
+        )
     if saved.get("version") != _CKPT_VERSION:
         raise ValueError(f"resume: {path} has checkpoint version {saved.get('version')}, expected {_CKPT_VERSION}")
     old = saved["config"]
@@ -591,7 +761,8 @@ class _Loop:
     POLL = 0.5  # seconds between checks when nothing arrives
     BACKOFF = 0.2  # first wait before re-sending a failed worker's task (doubles per attempt)
 
-    def __init__(self, scheme, engine, problem, optimizers, state, draw, comm, failures, models, timeout, schedule):
+    def __init__(self, scheme, engine, problem, optimizers, state, draw, comm, failures, models, timeout, schedule,
+                 *, max_restarts: int = -1, opt_names: Sequence[str] | None = None):
         self.scheme, self.engine, self.problem = scheme, engine, problem
         self.optimizers, self.state, self.draw, self.comm = optimizers, state, draw, comm
         # planned failures already fired (also those of a checkpointed run's earlier rounds)
@@ -600,6 +771,8 @@ class _Loop:
         }
         self.failures, self.models, self.timeout = failures, models, timeout
         self.schedule = schedule
+        self.max_restarts = max_restarts
+        self.opt_names = list(opt_names) if opt_names is not None else [repr(o) for o in optimizers]
         self.sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
         self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
         self.pending_job: dict[int, int] = {}  # model -> job in flight
@@ -607,16 +780,25 @@ class _Loop:
         self.streamed: dict[tuple[int, int], int] = {}  # (round, worker) -> of the current stream
         self.expected: dict[tuple[int, int], int] = {}
         self.last_times: dict[tuple[int, int], float] = {}  # (round, worker) -> its latest message
+        self.discarded: set[tuple[int, int]] = set()  # (round, worker) whose result held NaN/inf
         self.starts: dict[int, float] = {}
         self.current = 0
         self.stale_messages = 0
+        # faults: the open "died" record of each worker that has not delivered since it died (a
+        # death is one fault however many of its tasks fail before Ray has restarted it)
+        self.down: dict[int, dict] = {}
+        self.fault_version = 0  # bumped on every change of state["failures"] (rounds.jsonl)
+        self.close_error: str | None = None  # why the last close of the current round failed
 
     # -------------------------------------------------------------- per round
-    def round(self, t: int) -> list[int]:
+    def round(self, t: int) -> dict[int, float]:
+        """Run round ``t`` to its close; returns ``{model: training objective}`` of the models
+        updated in it."""
         engine, scheme = self.engine, self.scheme
         start = time.perf_counter()
         self.current = t
         self.starts[t] = start
+        self.close_error = None
         plan = scheme.plan(t)
         wire = {}
         for w, tasks in plan.items():
@@ -630,16 +812,71 @@ class _Loop:
             self._send(t, w, wire[w])
             unsent.discard(w)
         deadline = start + self.timeout
+        while True:
+            self._wait_ready(t, wire, unsent, retries, start, deadline)
+            # the scheme can decode: close the round. Stragglers by the simulator's rule
+            # (round_stragglers: the code's, e.g. AGC's r_s messages; whole results for other
+            # schemes); the arrival table holds the last message each non-straggler delivered
+            counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
+            planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
+                               dtype=np.intp)
+            late = round_stragglers(scheme, counts, planned)
+            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
+            try:
+                finished = scheme.close(t, arrived)
+                break
+            except NotDecodableError as exc:
+                # the scheme dropped results it could not decode with (StaticScheme: non-finite
+                # values, or finite ones whose weighted sum overflows) and what is left does not
+                # decode: the round stays open (schemes/static.py) and, like any round short of
+                # results, waits for the workers still computing, re-sends, or times out
+                self.close_error = str(exc)
+                if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
+                    raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
+        dropped = self._dropped_by_scheme(t, arrived)
+        for w in wire:
+            self.state["arrivals"][t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
+        for w in sorted(dropped):
+            self._fault(t, w, "dropped", self.close_error or (
+                "the scheme dropped its result: decoding with it gave non-finite values"))
+        for rec in self.state["failures"]:
+            if rec["round"] == t and rec.get("recovery") is None and rec.get("fired", True):
+                rec["recovery"] = "resent" if rec["worker"] in arrived and rec["worker"] not in dropped else "tolerated"
+                self.fault_version += 1
+        losses = self._apply(t, finished)
+        self.state["round_times"][t] = time.perf_counter() - start
+        for w in range(scheme.n):
+            self.state["messages"][t, w] = self.counts.get((t, w), 0)
+        for w in range(scheme.n):
+            r = engine.running_round(w)
+            if r is not None and r <= t:
+                engine.abort(w, t)
+        for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
+            self.counts.pop(key, None)
+            self.streamed.pop(key, None)
+            self.expected.pop(key, None)
+            self.last_times.pop(key, None)
+        self.discarded = {k for k in self.discarded if k[0] > t}
+        return losses
+
+    def _wait_ready(self, t, wire, unsent, retries, start, deadline) -> None:
+        """Handle events until the scheme is ready to close round ``t``: send late work to
+        workers that became idle, re-send (with back-off) the task of a worker that died, stop
+        the run when a task raises, and raise :class:`RoundTimeoutError` at ``deadline``."""
+        engine, scheme = self.engine, self.scheme
         while not scheme.ready(t):
             now = time.perf_counter()
             if now >= deadline:
-                raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries))
+                raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
             # late work: idle workers whose task this round still lacks
             for w in sorted(unsent):
                 if engine.busy(w):
                     continue
                 not_before, attempts = retries.get(w, (0.0, 0))
                 if now >= not_before:
+                    if w in retries and w in self.down:
+                        self.down[w]["resends"] += 1
+                        self.fault_version += 1
                     self._send(t, w, wire[w], elapsed=now - start)
                     unsent.discard(w)
             waits = [nb for w, (nb, _) in retries.items() if w in unsent]
@@ -653,36 +890,23 @@ class _Loop:
                 raise GradcodeError(
                     f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
                 ) from None
-            if ev.kind == "failed" and ev.round == t:
+            if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
                 _, attempts = retries.get(ev.worker, (0.0, 0))
                 retries[ev.worker] = (time.perf_counter() + self.BACKOFF * 2**attempts, attempts + 1)
                 unsent.add(ev.worker)
-        # the round decodes: close it. Stragglers by the simulator's rule (round_stragglers: the
-        # code's, e.g. AGC's r_s messages; whole results for other schemes); the arrival table
-        # holds the last message each non-straggler delivered
-        counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
-        planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)], dtype=np.intp)
-        late = round_stragglers(scheme, counts, planned)
-        arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w])
-        for w in wire:
-            self.state["arrivals"][t, w] = self.last_times[(t, w)] if w in arrived else -1.0
+
+    def _dropped_by_scheme(self, t: int, arrived: frozenset) -> set[int]:
+        """Workers the driver counted as arrived but the scheme's straggler history marks as
+        stragglers of round ``t``: StaticScheme drops the results it cannot decode with. Schemes
+        without a ``straggler_history`` drop nothing the driver can see."""
+        history = getattr(self.scheme, "straggler_history", None)
+        if history is None or not arrived:
+            return set()
         try:
-            finished = scheme.close(t, arrived)
-        except NotDecodableError as exc:  # e.g. non-finite messages dropped: cannot happen twice
-            raise GradcodeError(f"round {t}: {exc}") from exc
-        self.state["round_times"][t] = time.perf_counter() - start
-        for w in range(scheme.n):
-            self.state["messages"][t, w] = self.counts.get((t, w), 0)
-        for w in range(scheme.n):
-            r = engine.running_round(w)
-            if r is not None and r <= t:
-                engine.abort(w, t)
-        for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
-            self.counts.pop(key, None)
-            self.streamed.pop(key, None)
-            self.expected.pop(key, None)
-            self.last_times.pop(key, None)
-        return self._apply(finished)
+            row = np.asarray(history[t], dtype=bool)
+        except (IndexError, TypeError, ValueError):
+            return set()
+        return {w for w in arrived if w < row.size and row[w]}
 
     def inflight(self) -> dict:
         """What a checkpoint needs beyond ``state`` and the scheme: the parameters each job still in
@@ -748,7 +972,8 @@ class _Loop:
         a worker that is busy during all of round ``r`` (skip-busy), or that round ``r``'s plan
         leaves out, fails on its next task instead of never. It is recorded when it is sent
         (``injected: True``, ``planned_round: r``), not when Ray reports the dead actor (~2 s
-        later, possibly after the run ended)."""
+        later, possibly after the run ended), and it is the worker's open fault: Ray's reports of
+        the failed tasks that follow, until the worker delivers again, belong to it."""
         tasks, refs, ready_at, total = wire
         left = np.maximum(np.asarray(ready_at) - elapsed, 0.0)
         sleeps = np.diff(np.concatenate([[0.0], left])) if left.size else left
@@ -756,18 +981,29 @@ class _Loop:
         fail = bool(due)
         if fail:
             self.fired.add((w, due[0]))
-            self.state["failures"].append({
-                "round": t, "worker": w, "error": "injected: the worker's process exits (fail W@R)",
-                "injected": True, "fired": True, "planned_round": due[0],
-            })
+            self.down[w] = self._fault(t, w, "died", "injected: the worker's process exits (fail W@R)",
+                                       injected=True, planned_round=due[0], fired=True)
         self.counts.setdefault((t, w), 0)  # messages delivered to the scheme, across re-sends
         self.streamed[(t, w)] = 0  # messages of this submission's stream seen so far
         self.expected[(t, w)] = total
         self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
 
+    def _fault(self, t: int, w: int, kind: str, error: str, *, injected: bool = False, **extra) -> dict:
+        """Append a fault record (see :class:`TrainResult`) and return it."""
+        rec = {"round": t, "worker": w, "kind": kind, "error": error, "injected": injected, **extra,
+               "recovery": "tolerated" if t < self.current else None,  # its round closed already
+               "resends": 0, "failed_tasks": 0, "back_in_round": None}
+        self.state["failures"].append(rec)
+        self.fault_version += 1
+        return rec
+
     def _handle(self, ev) -> None:
         t, w = ev.round, ev.worker
         if ev.kind == "message":
+            back = self.down.pop(w, None)  # a message: the worker is alive (restarted, if it died)
+            if back is not None:
+                back["back_in_round"] = t
+                self.fault_version += 1
             if t < self.current:  # the round is closed: a late message (aborted work)
                 self.stale_messages += 1
                 return
@@ -776,7 +1012,16 @@ class _Loop:
             # each message index once (the protocol does not ask schemes to drop duplicates)
             i = self.streamed.get((t, w), 0)
             self.streamed[(t, w)] = i + 1
-            if i < self.counts.get((t, w), 0):
+            if i < self.counts.get((t, w), 0) or (t, w) in self.discarded:
+                return
+            if not _finite(ev.payload):
+                # a worker that computes NaN or infinity is a straggler of the round, never part of
+                # a gradient: its messages of the round are withheld from the scheme (which holds
+                # the finite prefix before them) and the round waits for the others
+                self.discarded.add((t, w))
+                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity; the"
+                            " worker's result for the round was discarded")
+                self.engine.abort(w, t)
                 return
             self.counts[(t, w)] = i + 1
             now = time.perf_counter() - self.starts.get(t, 0.0)
@@ -787,48 +1032,115 @@ class _Loop:
                 self.engine.release(w)  # all its messages are in: free for the next round
         elif ev.kind == "failed":
             error = _short_error(ev.payload)
-            for rec in reversed(self.state["failures"]):  # Ray reporting an injected failure
-                if rec["round"] == t and rec["worker"] == w and rec.get("injected") and not rec.get("reported"):
-                    rec["error"], rec["reported"] = error, True
-                    return
-            self.state["failures"].append({"round": t, "worker": w, "error": error, "injected": False})
+            if not ev.lost:  # the task raised: a bug, the run stops (_wait_ready raises)
+                self._fault(t, w, "raised", error)
+                return
+            rec = self.down.get(w)
+            if rec is None:  # a new death
+                self.down[w] = rec = self._fault(t, w, "died", error)
+            elif rec["injected"] and not rec["failed_tasks"]:  # Ray reporting an injected failure
+                rec["error"] = error
+            rec["failed_tasks"] += 1
+            self.fault_version += 1
 
     def unfired(self) -> None:
         """Record the planned failures that never fired (the run ended before the worker was sent
         a task of their round or later)."""
         for w, r in sorted(self.failures - self.fired):
             self.state["failures"].append({
-                "round": r, "worker": w, "error": "not fired: the worker got no task from this round on",
+                "round": r, "worker": w, "kind": "died",
+                "error": "not fired: the worker got no task from this round on",
                 "injected": True, "fired": False, "planned_round": r,
+                "recovery": None, "resends": 0, "failed_tasks": 0, "back_in_round": None,
             })
+            self.fault_version += 1
 
-    def _apply(self, finished) -> list[int]:
-        done = []
+    def stopped(self) -> None:
+        """The run stopped in the current round: its faults were not recovered."""
+        for rec in self.state["failures"]:
+            if rec.get("recovery") is None and rec.get("fired", True):
+                rec["recovery"] = "none"
+                self.fault_version += 1
+
+    def _apply(self, t: int, finished) -> dict[int, float]:
+        """Optimizer steps for the jobs finished in round ``t``; returns ``{model: objective}``.
+
+        Nothing is committed unless every gradient, every new parameter vector and every
+        objective is finite: a diverging step (``lr`` far too large) stops the run with a
+        :class:`GradcodeError` that says so, and the kept parameters are the last finite ones."""
+        updates = []
         for job, g in finished:
-            x, _ = self.job_params.pop(job)
+            x, _ = self.job_params[job]
             m = job % self.models
-            self.pending_job.pop(m, None)
             g = np.asarray(g)[: x.size]  # drop the zero padding of a chunked code's last chunk
+            if not _finite(g):  # every message used was finite: the scheme's sum overflowed
+                raise GradcodeError(
+                    f"round {t}: the decoded gradient of job {job} (model {m}) holds NaN or infinity"
+                    " although every message used was finite; it was not applied"
+                )
             grad = self.problem.full_gradient(x, g)
             k = self.state["steps"][m]
-            self.state["params"][m], self.state["opt_states"][m] = self.optimizers[m].step(
-                self.state["params"][m], grad, self.state["opt_states"][m], k
-            )
+            with np.errstate(over="ignore", invalid="ignore"):
+                params, opt_state = self.optimizers[m].step(self.state["params"][m], grad, self.state["opt_states"][m], k)
+                bad = "parameters" if not _finite(params) else None
+                loss = float(self.problem.objective(params)) if bad is None else math.nan
+            if bad is None and not math.isfinite(loss):
+                bad = "training objective"
+            if bad is not None:
+                raise GradcodeError(
+                    f"round {t}: training diverged: model {m}'s {bad} became non-finite (NaN or"
+                    f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
+                    f" gradient (norm {float(np.linalg.norm(grad)):.3g}): the step size is too large for"
+                    " this problem. Lower the learning rate (--lr; by default GD and Nesterov take 1/L"
+                    " from the problem's smoothness). The parameters after the last completed round"
+                    " are kept"
+                )
+            updates.append((job, m, params, opt_state, k, loss))
+        losses = {}
+        for job, m, params, opt_state, k, loss in updates:
+            self.job_params.pop(job)
+            self.pending_job.pop(m, None)
+            self.state["params"][m], self.state["opt_states"][m] = params, opt_state
             self.state["steps"][m] = k + 1
-            done.append(m)
-        return done
+            losses[m] = loss
+        return losses
 
-    def _timeout_message(self, t, wire, unsent, retries) -> str:
-        got = {w for w in wire if self.state["arrivals"][t, w] >= 0}
-        failed = sorted(retries)
-        busy = sorted(w for w in unsent if self.engine.busy(w))
-        return (
-            f"round {t} could not be decoded within round_timeout={self.timeout:g} s: complete results"
-            f" from workers {sorted(got)} of {self.scheme.n}; failed workers {failed}"
-            f" (re-sent up to {max([a for _, a in retries.values()], default=0)} times); still busy with"
-            f" earlier rounds {busy}. More workers failed than the code tolerates and did not come"
-            " back; no gradient was used for this round."
-        )
+    def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:
+        """Which workers held round ``t`` up, and why; says "died" only of workers that died."""
+        held = []
+        for w in sorted(wire):
+            have, need = self.counts.get((t, w), 0), self.expected.get((t, w), 0)
+            if have >= need and (t, w) not in self.discarded:
+                continue
+            inj = float(self.state["injected"][t, w])
+            running = self.engine.running_round(w)
+            if (t, w) in self.discarded:
+                why = "its result held NaN or infinity and was discarded"
+            elif w in self.down:
+                rec = self.down[w]
+                restarts = (" Ray does not restart it (max_restarts=0)" if self.max_restarts == 0 else
+                            f" it had not come back (task re-sent {rec['resends']} times; Ray restarts a dead"
+                            f" worker {'without limit' if self.max_restarts < 0 else f'up to {self.max_restarts} times'})")
+                why = f"its process died in round {rec['round']} ({rec['error']});{restarts}"
+            elif w in unsent and running is not None:
+                why = f"still busy with round {running}, so it never got this round's task"
+            else:
+                why = f"still computing: {have} of {need} messages delivered after {elapsed:.3g} s"
+                if inj > 0:
+                    why += f" (injected delay {inj:.3g} s)"
+            held.append((w, why))
+        complete = sorted(w for w in wire if self.counts.get((t, w), 0) >= self.expected.get((t, w), 1)
+                          and (t, w) not in self.discarded)
+        text = f"round {t} could not be decoded within round_timeout={self.timeout:g} s"
+        if held:
+            text += f"; it was held up by workers {[w for w, _ in held]}: " + "; ".join(
+                f"worker {w}: {why}" for w, why in held)
+        else:
+            text += "; every planned worker delivered its result"
+        if self.close_error:
+            text += f"; the scheme could not decode what it held: {self.close_error}"
+        return text + (f". Complete results came from workers {complete} of {self.scheme.n}. No gradient was"
+                       " used for this round; the completed rounds are kept")
 
 
 def _short_error(exc) -> str:
