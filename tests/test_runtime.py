@@ -15,6 +15,7 @@ import pytest
 from gradcode.codes import make_code
 from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
+from gradcode.schemes import Scheme
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import sys
@@ -243,8 +244,8 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
     assert (res.arrivals[2:, 1] >= 0).any() and (res.arrivals[2:, 2] >= 0).any()
 
 
-class SkipsWorkers:
-    """Uncoded duck-typed scheme whose round ``t`` plan leaves out the workers ``skip[t]``
+class SkipsWorkers(Scheme):
+    """Uncoded scheme whose round ``t`` plan leaves out the workers ``skip[t]``
     (worker ``w`` holds partition ``w``; a round needs every planned worker)."""
 
     chunks = 1
@@ -258,18 +259,21 @@ class SkipsWorkers:
         self.placement = [(w,) for w in range(n)]
         self.got = {}
 
-    def plan(self, t):
+    def _plan(self, t):
         self.got[t] = {}
         return {w: (self.Task(t, (w,), np.ones((1, 1, 1))),) for w in range(self.n) if w not in self.skip.get(t, ())}
 
-    def on_result(self, t, worker, index, payload, time):
+    def _on_result(self, t, worker, index, payload, time):
         self.got[t][worker] = payload
 
-    def ready(self, t):
+    def _ready(self, t):
         return len(self.got[t]) == self.n - len(self.skip.get(t, ()))
 
-    def close(self, t, arrived):
+    def _close(self, t, arrived):
         return [(t, sum(self.got.pop(t).values()))]
+
+    def stored_partitions(self, w):
+        return self.placement[w]
 
 
 def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ray_session, tmp_path):
@@ -408,7 +412,7 @@ def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
         train("crc", workers=4, stragglers=1, resume=True)
 
 
-class SplitJobs:
+class SplitJobs(Scheme):
     """A scheme with tasks of two jobs per round (delay 1): worker ``w`` holds partitions
     ``2w, 2w+1``; job ``t`` computes partition ``2w`` in round ``t`` and ``2w+1`` in round ``t+1``,
     so every round from 1 on carries the second half of job ``t-1`` and the first half of job
@@ -426,7 +430,7 @@ class SplitJobs:
         self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
         self.got = {}  # round -> {worker: [payloads]}
 
-    def plan(self, t):
+    def _plan(self, t):
         one = np.ones((1, 1, 1))
         tasks = {}
         for w in range(self.n):
@@ -434,15 +438,15 @@ class SplitJobs:
         self.got[t] = {}
         return tasks
 
-    def on_result(self, t, worker, index, payload, time):
+    def _on_result(self, t, worker, index, payload, time):
         if t in self.got:
             self.got[t].setdefault(worker, []).append(payload)
 
-    def ready(self, t):
+    def _ready(self, t):
         need = 2 if t else 1
         return all(len(self.got[t].get(w, ())) == need for w in range(self.n))
 
-    def close(self, t, arrived):
+    def _close(self, t, arrived):
         done = []
         if t:
             first = sum(p[-1] for p in self.got.pop(t - 1).values())
@@ -450,6 +454,9 @@ class SplitJobs:
             done.append((t - 1, first + second))
         self.got[t] = {w: [p[-1]] for w, p in self.got[t].items()}  # keep job t's first half
         return done
+
+    def stored_partitions(self, w):
+        return self.placement[w]
 
 
 def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session, tmp_path):
@@ -497,7 +504,7 @@ class AsksForWrongPartition(SplitJobs):
 
     delay = 0
 
-    def plan(self, t):
+    def _plan(self, t):
         self.got[t] = {}
         return {w: (self.Task(t, ((2 * w + 2) % (2 * self.n),), np.ones((1, 1, 1))),) for w in range(self.n)}
 
@@ -564,7 +571,7 @@ class DiesOnceMidStream:
         return _DiesOnce(make_problem("logistic", ds), self.marker, self.row), ds
 
 
-class TwoMessages:
+class TwoMessages(Scheme):
     """Uncoded, two messages per worker: worker ``w`` holds partitions ``2w, 2w+1`` and sends
     ``g_{2w}`` then ``g_{2w+1}``. Records every ``on_result`` call."""
 
@@ -579,20 +586,23 @@ class TwoMessages:
         self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
         self.got, self.calls = {}, []
 
-    def plan(self, t):
+    def _plan(self, t):
         self.got[t] = {}
         E = np.array([[[1.0], [0.0]], [[0.0], [1.0]]])
         return {w: (self.Task(t, (2 * w, 2 * w + 1), E),) for w in range(self.n)}
 
-    def on_result(self, t, worker, index, payload, time):
+    def _on_result(self, t, worker, index, payload, time):
         self.calls.append((t, worker, index))
         self.got[t].setdefault(worker, {})[index] = payload
 
-    def ready(self, t):
+    def _ready(self, t):
         return all(len(self.got[t].get(w, ())) == 2 for w in range(self.n))
 
-    def close(self, t, arrived):
+    def _close(self, t, arrived):
         return [(t, sum(p for msgs in self.got.pop(t).values() for p in msgs.values()))]
+
+    def stored_partitions(self, w):
+        return self.placement[w]
 
 
 def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_session, tmp_path):

@@ -53,7 +53,7 @@ Rules the loop follows (DESIGN.md "The runtime"):
   (seconds after the round started at which the last message a worker delivered before the round
   closed arrived, ``-1`` for a straggler: the table the simulator's ``arrivals`` holds; stragglers
   are judged from the messages delivered by the close with the simulator's rule,
-  :func:`~gradcode.schemes.static.round_stragglers`: the code's ``straggling``, e.g. AGC's workers
+  :meth:`~gradcode.schemes.Scheme.round_stragglers`: the code's ``straggling``, e.g. AGC's workers
   count as arrived with the ``r_s`` messages the master needed, not all ``L``; whole results for
   other schemes), the number of messages received, the
   injected times, the training objective of each model and held-out metrics; written under
@@ -98,7 +98,7 @@ import numpy as np
 from gradcode._validation import check_int, check_real
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.worker import ProblemSpec, WireTask
-from gradcode.schemes.static import round_stragglers
+from gradcode.schemes.timing import message_arrivals
 
 __all__ = ["CheckpointError", "RoundTimeoutError", "TrainResult", "build_scheme", "parse_failures", "train"]
 
@@ -140,15 +140,11 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
     passing ``s`` and ``seed`` only to codes that take them), a :class:`LinearCode` or a
     :class:`Scheme` (returned as is). ``dim``: the gradient dimension the static scheme decodes to
     (codes with ``chunks > 1`` zero-pad the last chunk)."""
-    from gradcode.codes import LinearCode, code_info, make_code
-    from gradcode.schemes import Scheme, StaticScheme
+    from gradcode.codes import code_info, make_code
+    from gradcode.schemes import StaticScheme, as_scheme
 
-    if isinstance(code, Scheme) or all(hasattr(code, a) for a in ("plan", "on_result", "ready", "close", "n")):
-        return code  # a Scheme, or any object implementing the round protocol
-    if isinstance(code, LinearCode):
-        return StaticScheme(code, dim=dim)
     if not isinstance(code, str):
-        raise TypeError(f"code must be a code name, a LinearCode or a Scheme, got {type(code).__name__}")
+        return as_scheme(code, dim=dim, what="code")  # a Scheme as is, a LinearCode as a StaticScheme
     info = code_info(code) if code in _available_codes() else None
     if info is None:
         raise ValueError(f"unknown code {code!r}; available codes: {', '.join(_available_codes())}")
@@ -170,14 +166,8 @@ def _available_codes():
 
 
 def _placement(scheme) -> list[tuple[int, ...]]:
-    """Partitions each worker stores: ``scheme.placement``, else its code's placement."""
-    placement = getattr(scheme, "placement", None)
-    if placement is None and getattr(scheme, "code", None) is not None:
-        placement = scheme.code.placement
-    if placement is None:
-        k = len(scheme.partition_sizes)
-        placement = [tuple(range(k))] * scheme.n
-    return [tuple(int(j) for j in p) for p in placement]
+    """Partitions each worker stores: the scheme's ``stored_partitions``."""
+    return [tuple(int(j) for j in scheme.stored_partitions(w)) for w in range(scheme.n)]
 
 
 def _checksum(arrays: Sequence[np.ndarray]) -> str:
@@ -476,7 +466,7 @@ def train(
         draw, comm = None, 0.0
     else:  # the simulator's convention: one draw for the run from default_rng(seed)
         draw = dmodel.draw(rounds, n, np.random.default_rng(seed))
-        comm = float(dmodel.message_time(1.0 / int(getattr(scheme, "chunks", 1))))
+        comm = float(dmodel.message_time(1.0 / int(scheme.chunks)))
     streams = np.random.SeedSequence(seed).spawn(2)  # [unused, initial parameters]
     failures_planned = parse_failures(fail, n=n, rounds=rounds)
 
@@ -546,7 +536,7 @@ def train(
 
     rows = partition_rows(master_problem.n_train, scheme.partition_sizes)
     placement = _placement(scheme)
-    chunks = int(getattr(scheme, "chunks", 1))
+    chunks = int(scheme.chunks)
     opt_names = [f"{optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
                                              for k, v in p.items()) + ")" for p in opt_params]
     log = _RoundLog(run_dir / "rounds.jsonl", keep_before=state["next_round"] if resume else 0)
@@ -799,6 +789,9 @@ class _Loop:
         self.current = t
         self.starts[t] = start
         self.close_error = None
+        if self.draw is not None:  # perfect straggler state information, for schemes that use it
+            scheme.observe_states(t, self.draw.straggling[t],
+                                  None if self.draw.rates is None else self.draw.rates[t])
         plan = scheme.plan(t)
         wire = {}
         for w, tasks in plan.items():
@@ -820,7 +813,7 @@ class _Loop:
             counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
             planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
                                dtype=np.intp)
-            late = round_stragglers(scheme, counts, planned)
+            late = scheme.round_stragglers(counts, planned)
             arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
             try:
                 finished = scheme.close(t, arrived)
@@ -899,14 +892,10 @@ class _Loop:
         """Workers the driver counted as arrived but the scheme's straggler history marks as
         stragglers of round ``t``: StaticScheme drops the results it cannot decode with. Schemes
         without a ``straggler_history`` drop nothing the driver can see."""
-        history = getattr(self.scheme, "straggler_history", None)
-        if history is None or not arrived:
+        history = self.scheme.stragglers
+        if not arrived or t >= history.shape[0]:
             return set()
-        try:
-            row = np.asarray(history[t], dtype=bool)
-        except (IndexError, TypeError, ValueError):
-            return set()
-        return {w for w in arrived if w < row.size and row[w]}
+        return {w for w in arrived if history[t, w]}
 
     def inflight(self) -> dict:
         """What a checkpoint needs beyond ``state`` and the scheme: the parameters each job still in
@@ -940,14 +929,7 @@ class _Loop:
         if self.draw is None:
             return out, refs, np.zeros(total), total
         prefix, _ = self.schedule(tasks, self.sizes)
-        a = np.maximum(self.draw.intercept[t, w] + self.draw.slope[t, w] * prefix, 0.0)
-        a = np.maximum.accumulate(a)
-        if self.comm:
-            prev = None
-            for r in range(a.size):
-                v = a[r] if prev is None else max(a[r], prev)
-                prev = a[r] = v + self.comm
-        return out, refs, a, total
+        return out, refs, message_arrivals(self.draw.intercept[t, w], self.draw.slope[t, w], prefix, self.comm), total
 
     def _ensure_job(self, job: int) -> None:
         if job in self.job_params:
@@ -957,7 +939,7 @@ class _Loop:
         if prev is not None and prev != job:
             raise GradcodeError(
                 f"job {job} of model {m} starts before job {prev} of the same model finished: train"
-                f" more models than the scheme's delay ({getattr(self.scheme, 'delay', 0)})"
+                f" more models than the scheme's delay ({self.scheme.delay})"
             )
         x = np.array(self.state["params"][m], dtype=np.float64)
         x.flags.writeable = False

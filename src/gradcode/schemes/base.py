@@ -52,8 +52,8 @@ class Task:
 
 
 #: what a driver needs of a scheme: every public member of :class:`Scheme`
-PROTOCOL = ("n", "chunks", "delay", "partition_sizes", "static_code", "plan", "on_result", "ready", "close",
-            "stragglers", "observe_states", "round_stragglers")
+PROTOCOL = ("n", "chunks", "delay", "partition_sizes", "static_code", "stored_partitions", "plan", "on_result",
+            "ready", "close", "stragglers", "observe_states", "round_stragglers")
 
 
 class Scheme(ABC):
@@ -84,6 +84,16 @@ class Scheme(ABC):
         then use the code's closed decodability rule over many rounds at once (the simulator's
         vectorized path); it never needs to know the scheme's class."""
         return None
+
+    def stored_partitions(self, worker: int) -> tuple[int, ...]:
+        """The partitions worker ``worker`` stores for the whole run (the runtime loads them
+        once; every task a plan gives the worker must name only these). Default: the static
+        code's placement, else every partition."""
+        worker = self._check_worker(worker)
+        code = self.static_code
+        if code is not None:
+            return code.placement[worker]
+        return tuple(range(len(self.partition_sizes)))
 
     # -------------------------------------------------------------- the protocol
     def plan(self, t: int) -> dict[int, tuple[Task, ...]]:
