@@ -18,7 +18,7 @@ What is kept, and how exact it is:
   would be too narrow;
 * quantiles (median, p95, any other) by :class:`QuantileSketch`: exact, and equal bit for bit to
   ``np.median`` / ``np.percentile``, while the run has at most :data:`EXACT_LIMIT` distinct round
-  times (discrete delays: ``fixed``, ``partial``, ``bernoulli``, replayed traces; any run that
+  times (discrete delays: ``fixed``, ``partial``, ``bernoulli``; a short trace replayed; any run that
   short); past that, within relative error :data:`RELATIVE_ACCURACY` (log-spaced buckets).
 """
 
