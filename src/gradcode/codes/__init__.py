@@ -17,6 +17,7 @@ Importing this package registers every code family; ``make_code(name, **params)`
 """
 
 from gradcode.codes.base import (
+    CODES,
     DEFAULT_MAX_CONDITION,
     Decoding,
     LinearCode,
@@ -35,6 +36,7 @@ from gradcode.codes import clustering  # noqa: E402,F401  gc-sc
 from gradcode.codes import commfr, adaptive  # noqa: E402,F401  commfr; cgc, agc, g-agc, g-cgc
 
 __all__ = [
+    "CODES",
     "DEFAULT_MAX_CONDITION",
     "Decoding",
     "InconsistentMessagesError",

@@ -52,6 +52,7 @@ from gradcode._validation import check_int, check_real
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
 from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import NotDecodableError
+from gradcode.registry import Registry
 
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
@@ -102,54 +103,30 @@ class _Refusal:
     reason: str
 
 
-_REGISTRY: dict[str, type[LinearCode]] = {}
+#: every code family, by name (``gradcode codes`` lists them; ``make_code`` builds them)
+CODES: Registry = Registry("code")
 
 
 def register(name: str):
-    """Class decorator adding a code family to the registry under ``name``."""
-
-    def wrap(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"code name {name!r} is already registered by {_REGISTRY[name].__name__}")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
+    """Class decorator adding a code family to :data:`CODES` under ``name`` (``cls.name``)."""
+    return CODES.register(name)
 
 
 def available_codes() -> list[str]:
     """The registry names accepted by :func:`make_code`, sorted."""
-    return sorted(_REGISTRY)
+    return CODES.names()
 
 
 def make_code(name: str, /, **params) -> LinearCode:
     """Build the code registered as ``name`` with its keyword parameters, e.g.
-    ``make_code("crc", n=12, s=2, seed=0)``."""
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown code {name!r}; available codes: {', '.join(available_codes())}"
-        ) from None
-    return cls(**params)
+    ``make_code("crc", n=12, s=2, seed=0)``; unknown names and parameters get one error listing
+    what is accepted."""
+    return CODES.make(name, **params)
 
 
 def code_info(name: str) -> dict[str, Any]:
     """Registry entry ``name``: its class, summary line and constructor parameters (for the CLI)."""
-    import inspect
-
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown code {name!r}; available codes: {', '.join(available_codes())}")
-    cls = _REGISTRY[name]
-    sig = inspect.signature(cls.__init__)
-    params = {
-        p.name: (None if p.default is inspect.Parameter.empty else p.default)
-        for p in list(sig.parameters.values())[1:]
-        if p.kind is not inspect.Parameter.VAR_KEYWORD
-    }
-    summary = cls.summary or " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-    return {"name": name, "class": cls.__name__, "summary": summary, "params": params}
+    return CODES.info(name)
 
 
 class LinearCode:

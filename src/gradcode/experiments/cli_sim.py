@@ -75,10 +75,7 @@ def build_code(name: str, params: dict, workers: int | None, stragglers: int | N
         else:
             _warn(f"code {name!r} takes no s (its parameters: {', '.join(accepted)}); "
                   f"--stragglers {stragglers} is ignored for it")
-    try:
-        return make_code(name, **params)
-    except TypeError as exc:
-        raise ValueError(f"code {name!r}: {exc} (it takes: {', '.join(accepted)})") from None
+    return make_code(name, **params)  # the registry's errors name the accepted parameters
 
 
 def code_info_params(name: str) -> list[str]:

@@ -141,13 +141,20 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
     :class:`Scheme` (returned as is). ``dim``: the gradient dimension the static scheme decodes to
     (codes with ``chunks > 1`` zero-pad the last chunk)."""
     from gradcode.codes import code_info, make_code
-    from gradcode.schemes import StaticScheme, as_scheme
+    from gradcode.schemes import SCHEMES, StaticScheme, as_scheme, make_scheme
 
     if not isinstance(code, str):
         return as_scheme(code, dim=dim, what="code")  # a Scheme as is, a LinearCode as a StaticScheme
-    info = code_info(code) if code in _available_codes() else None
-    if info is None:
-        raise ValueError(f"unknown code {code!r}; available codes: {', '.join(_available_codes())}")
+    if code in SCHEMES:  # a scheme family (gc-dc, ...): n from the workers, seed shared
+        params = dict(code_params or {})
+        takes = SCHEMES.parameters(code)
+        params.setdefault("n", check_int("workers", workers, minimum=1))
+        if "seed" in takes:
+            params.setdefault("seed", seed)
+        return make_scheme(code, dim=dim, **params)
+    if code not in _available_codes():
+        make_scheme(code)  # raises, listing the scheme families and the codes
+    info = code_info(code)
     params = dict(code_params or {})
     takes = info["params"]
     if "n" in takes:

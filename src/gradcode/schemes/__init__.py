@@ -12,7 +12,16 @@ What it may import: ``gradcode.codes`` and numpy. No clocks, no engine: the driv
 ``runtime``) call schemes; schemes never call drivers, and no driver branches on a scheme's class.
 """
 
-from gradcode.schemes.base import PROTOCOL, ProtocolError, Scheme, Task, as_scheme
+from gradcode.schemes.base import (
+    PROTOCOL,
+    SCHEMES,
+    ProtocolError,
+    Scheme,
+    Task,
+    as_scheme,
+    available_schemes,
+    make_scheme,
+)
 from gradcode.schemes.static import (
     AllOf,
     DecodeRule,
@@ -30,12 +39,15 @@ __all__ = [
     "GenericRule",
     "KOfN",
     "PROTOCOL",
+    "SCHEMES",
     "PerGroup",
     "ProtocolError",
     "Scheme",
     "StaticScheme",
     "Task",
     "as_scheme",
+    "available_schemes",
+    "make_scheme",
     "decode_rule",
     "task_schedule",
 ]

@@ -31,6 +31,11 @@ from typing import Any
 import numpy as np
 
 from gradcode.errors import GradcodeError
+from gradcode.registry import Registry, UnknownNameError
+
+#: scheme families that are not a single static code (GC-DC; the sequential codes), by name.
+#: Every code of ``gradcode.codes.CODES`` is a scheme too, through :func:`make_scheme`.
+SCHEMES: Registry = Registry("scheme", modules=("gradcode.schemes.gcdc",))
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,4 +242,30 @@ def as_scheme(obj, *, dim: int | None = None, what: str = "scheme") -> Scheme:
         f"{what} must be a gradcode Scheme (a subclass of gradcode.schemes.Scheme) or a LinearCode"
         f" (make_code); got {type(obj).__name__}, which "
         + (f"lacks {', '.join(missing)}" if missing else "has the protocol's names but does not subclass Scheme")
+    )
+
+
+def available_schemes() -> list[str]:
+    """Names :func:`make_scheme` accepts beyond the codes (``gc-dc``, ...), sorted."""
+    return SCHEMES.names()
+
+
+def make_scheme(name: str, /, *, dim: int | None = None, **params) -> Scheme:
+    """A scheme by name: a scheme family of :data:`SCHEMES` (``make_scheme("gc-dc", n=12,
+    clusters=4, r=3, ssi="perfect")``) or any registered code, run as a
+    :class:`~gradcode.schemes.StaticScheme` (``make_scheme("crc", n=12, s=2)``). ``dim``: the
+    gradient dimension to decode to. Unknown names list both registries."""
+    from gradcode.codes import CODES, make_code
+
+    if name in SCHEMES:
+        if dim is not None:
+            params["dim"] = dim
+        return SCHEMES.make(name, **params)
+    if name in CODES:
+        from gradcode.schemes.static import StaticScheme
+
+        return StaticScheme(make_code(name, **params), dim=dim)
+    raise UnknownNameError(
+        f"unknown scheme {name!r}; available schemes: {', '.join(SCHEMES.names())}; and every code:"
+        f" {', '.join(CODES.names())}"
     )

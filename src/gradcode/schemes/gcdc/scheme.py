@@ -58,7 +58,7 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.clustering import GCSC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, Scheme, Task, check_round
+from gradcode.schemes.base import SCHEMES, ProtocolError, Scheme, Task, check_round
 from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
 from gradcode.schemes.gcdc.clustering import (
     ClusterPlacement,
@@ -84,6 +84,7 @@ class RoundPlan:
     codeword: np.ndarray
 
 
+@SCHEMES.register("gc-dc")
 class GCDC(Scheme):
     """GC-DC (gradient coding with dynamic clustering) as a round-by-round scheme.
 
