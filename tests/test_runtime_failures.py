@@ -331,3 +331,29 @@ def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkey
     finally:
         eng.retire_temp_dir(mine, None)
     assert not os.path.exists(mine)
+
+
+# ---------------------------------------------------------------- item 9: a corrupted worker
+
+
+def test_verify_names_and_excludes_a_corrupted_worker(ray_session, tmp_path):
+    """crc n = 6, s = 2: worker 1's gradient is 1000 everywhere (finite and wrong). A plain run
+    trains on the corrupted gradients; with verify the rounds wait for two spare results, name
+    worker 1, decode without it and reach the single-process GD iterates exactly."""
+    code = make_code("crc", n=6, s=2, seed=SEED)
+    kwargs = dict(workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], 1000.0), rounds=3,
+                  optimizer_params={"lr": 0.5}, seed=SEED, eval_every=0, round_timeout=30)
+    plain = train("crc", run_dir=tmp_path / "plain", **kwargs)
+    assert rel(plain.final_params, reference(3)) > 1e-3
+    checked = train("crc", run_dir=tmp_path / "checked", verify=True, **kwargs)
+    assert rel(checked.final_params, reference(3)) < 1e-9
+    assert (checked.arrivals[:, 1] == -1).all()
+    assert [(f["round"], f["worker"], f["kind"]) for f in checked.failures] == [(t, 1, "dropped") for t in range(3)]
+
+
+def test_verify_is_for_codes():
+    from gradcode.runtime import build_scheme
+
+    with pytest.raises(ValueError, match="verify applies to codes"):
+        build_scheme("gc-dc", workers=8, code_params=dict(clusters=2, r=2), verify=True)
+    assert build_scheme("crc", workers=6, stragglers=2, verify=True).verify

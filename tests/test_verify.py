@@ -114,3 +114,30 @@ def test_bad_input():
         code.decode_verified({w: np.ones((1, 3)) for w in range(6)}, dim=3, tol=-1)
     with pytest.raises(ValueError, match="shape"):
         code.decode_verified({w: np.ones((1, 4)) for w in range(6)}, dim=3)
+
+
+def test_verify_mode_waits_for_two_spare_results_and_excludes_the_culprit():
+    from gradcode.schemes import StaticScheme
+
+    code = gradcode.make_code("crc", n=8, s=3, seed=0)
+    scheme = StaticScheme(code, verify=True)
+    rng = np.random.default_rng(9)
+    g, partials = random_partials(code, 6, rng)
+    msgs = encode_all(code, partials)
+    msgs[2] = msgs[2] * 1000.0 + 1.0
+    scheme.plan(0)
+    for i, w in enumerate([0, 1, 2, 3, 4, 5, 6]):
+        scheme.on_result(0, w, 0, msgs[w][0], float(i))
+        assert scheme.ready(0) == (i + 1 >= 7)  # need n - s = 5, plus two to locate one fault
+    ((job, gradient),) = scheme.close(0, range(7))
+    np.testing.assert_allclose(gradient, g.sum(axis=0), atol=1e-10)
+    assert scheme.corrupt_workers == {0: (2,)} and scheme.stragglers[0].tolist() == [0, 0, 1, 0, 0, 0, 0, 1]
+
+
+def test_verify_mode_costs_time_in_the_simulator():
+    from gradcode.schemes import StaticScheme
+
+    code = gradcode.make_code("crc", n=8, s=3, seed=0)
+    plain = gradcode.simulate(StaticScheme(code), "shifted-exp", 200, seed=1)
+    checked = gradcode.simulate(StaticScheme(code, verify=True), "shifted-exp", 200, seed=1)
+    assert checked.summary()["mean"] > plain.summary()["mean"]

@@ -73,6 +73,8 @@ def train_command(
     start_timeout: float = typer.Option(120.0, "--start-timeout",
                                         help="Give up joining the cluster or starting the workers after this many seconds."),
     eval_every: int = typer.Option(1, "--eval-every", help="Held-out metrics every K rounds (0: at the end only)."),
+    verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
+                                "them against each other: a worker whose result is wrong is named and left out."),
     plot: Path = typer.Option(None, "--plot", help="Directory for PNG plots."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ):
@@ -120,6 +122,7 @@ def train_command(
                     start_timeout=start_timeout,
                     eval_every=eval_every,
                     callback=callback,
+                    verify=verify,
                 )
         finally:
             finish()

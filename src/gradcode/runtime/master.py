@@ -135,16 +135,22 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
 
 
 def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None,
-                 dim: int | None = None):
+                 dim: int | None = None, verify: bool = False):
     """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
-    passing ``s`` and ``seed`` only to codes that take them), a :class:`LinearCode` or a
-    :class:`Scheme` (returned as is). ``dim``: the gradient dimension the static scheme decodes to
-    (codes with ``chunks > 1`` zero-pad the last chunk)."""
-    from gradcode.codes import code_info, make_code
+    passing ``s`` and ``seed`` only to codes that take them), a scheme family's name (``gc-dc``),
+    a :class:`LinearCode` or a :class:`Scheme` (returned as is). ``dim``: the gradient dimension
+    the static scheme decodes to (codes with ``chunks > 1`` zero-pad the last chunk). ``verify``:
+    a code's rounds wait for two results more than decoding needs and decode with
+    :meth:`LinearCode.decode_verified`, which names and leaves out a corrupted worker."""
+    from gradcode.codes import LinearCode, code_info, make_code
     from gradcode.schemes import SCHEMES, StaticScheme, as_scheme, make_scheme
 
+    if verify and (code in SCHEMES if isinstance(code, str) else not isinstance(code, LinearCode)):
+        raise ValueError(f"verify applies to codes (run as static schemes), not to the scheme {code!r}")
     if not isinstance(code, str):
-        return as_scheme(code, dim=dim, what="code")  # a Scheme as is, a LinearCode as a StaticScheme
+        if isinstance(code, LinearCode):
+            return StaticScheme(code, dim=dim, verify=verify)
+        return as_scheme(code, dim=dim, what="code")  # a Scheme as is
     if code in SCHEMES:  # a scheme family (gc-dc, ...): n from the workers, seed shared
         params = dict(code_params or {})
         takes = SCHEMES.parameters(code)
@@ -163,7 +169,7 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
     if "seed" in takes:
         params.setdefault("seed", seed)
-    return StaticScheme(make_code(code, **params), dim=dim)
+    return StaticScheme(make_code(code, **params), dim=dim, verify=verify)
 
 
 def _available_codes():
@@ -384,6 +390,7 @@ def train(
     start_timeout: float = 120.0,
     eval_every: int = 1,
     callback: Callable[[dict], None] | None = None,
+    verify: bool = False,
 ) -> TrainResult:
     """Train ``models`` models with gradient coding on Ray workers; see the module docstring.
 
@@ -404,7 +411,10 @@ def train(
     ``start_timeout``: seconds the cluster at ``address`` may take to answer and the workers to
     start (build their data) before the run stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every
     ``K`` rounds and after the last one (0: after the last only), for problems that have
-    ``metrics(params)``. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
+    ``metrics(params)``. ``verify``: each round waits for two results more than decoding needs
+    and checks them against each other (:meth:`LinearCode.decode_verified`): a worker whose
+    finite result is wrong is named, left out of the round and recorded as a fault; a round
+    whose results disagree with no single culprit waits for more. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
 
     An exception that stops a started run (:class:`RoundTimeoutError`, a diverging step, a worker
@@ -449,7 +459,7 @@ def train(
         data_record = spec.to_dict()
 
     scheme = build_scheme(code, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params,
-                          dim=int(master_problem.dim))
+                          dim=int(master_problem.dim), verify=verify)
     n = scheme.n
     # an object without its own repr is named by its class (the default repr holds an address,
     # which would make every resumption of it look like another configuration)
@@ -481,6 +491,7 @@ def train(
         "code": scheme_name,
         "scheme": repr(scheme),
         "code_params": _plain(dict(code_params or {})),
+        "verify": bool(verify),
         "workers": n,
         "stragglers": stragglers,
         "delay": delay,
@@ -838,7 +849,8 @@ class _Loop:
             self.state["arrivals"][t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
         for w in sorted(dropped):
             self._fault(t, w, "dropped", self.close_error or (
-                "the scheme dropped its result: decoding with it gave non-finite values"))
+                "the scheme dropped its result: decoding with it gave non-finite values, or (verify)"
+                " it disagreed with the other workers' results"))
         for rec in self.state["failures"]:
             if rec["round"] == t and rec.get("recovery") is None and rec.get("fired", True):
                 rec["recovery"] = "resent" if rec["worker"] in arrived and rec["worker"] not in dropped else "tolerated"

@@ -145,10 +145,15 @@ class StaticScheme(Scheme):
 
     delay = 0
 
-    def __init__(self, code: LinearCode, *, dim: int | None = None):
+    def __init__(self, code: LinearCode, *, dim: int | None = None, verify: bool = False):
         if not isinstance(code, LinearCode):
             raise TypeError(f"code must be a gradcode LinearCode, got {type(code).__name__}")
+        if not isinstance(verify, (bool, np.bool_)):
+            raise TypeError(f"verify must be True or False, got {verify!r}")
         self.code = code
+        self.verify = bool(verify)
+        #: rounds in which verification named and excluded a worker: {round: (workers, ...)}
+        self.corrupt_workers: dict[int, tuple[int, ...]] = {}
         self.n = code.n
         self.chunks = code.chunks
         self.partition_sizes = code.partition_sizes
@@ -161,7 +166,7 @@ class StaticScheme(Scheme):
         self.duplicate_messages = 0
 
     def __repr__(self) -> str:
-        return f"StaticScheme({self.code!r})"
+        return f"StaticScheme({self.code!r}{', verify=True' if self.verify else ''})"
 
     def _task(self, t: int, w: int) -> Task:
         return Task(job=t, partitions=self.code.placement[w], coefficients=self.code.encoders[w])
@@ -230,9 +235,24 @@ class StaticScheme(Scheme):
         counts = self._usable(state)
         if not self.rule.satisfied(counts):
             return False
+        if self.verify and not self._enough_to_locate(counts):
+            return False
         if isinstance(self.rule, GenericRule):
             return True
         return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
+
+    def _enough_to_locate(self, counts: np.ndarray) -> bool:
+        """Verification mode: results enough to *locate* one corrupted worker, i.e. two more
+        than decoding needs (one more only detects). For an any-``need``-of-``n`` rule that is
+        ``need + 2`` workers, per group for per-group rules (capped at the group's size);
+        otherwise every worker's whole result."""
+        rule = self.rule
+        if isinstance(rule, KOfN):
+            return int(np.count_nonzero(counts > rule.msg)) >= min(self.n, rule.need + 2)
+        if isinstance(rule, PerGroup):
+            have = (counts[rule.groups] > rule.msg).sum(axis=1)
+            return bool((have >= np.minimum(rule.groups.shape[1], rule.need + 2)).all())
+        return bool((counts >= self._R).all())
 
     def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
         if t in self._closed:
@@ -248,7 +268,7 @@ class StaticScheme(Scheme):
                 self.code.decoding(pattern)
             except NotDecodableError as exc:
                 dropped = (
-                    f" after dropping workers {sorted(state.dropped)} (non-finite messages)"
+                    f" after dropping workers {sorted(state.dropped)} (non-finite or inconsistent messages)"
                     if state.dropped else ""
                 )
                 raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
@@ -262,7 +282,13 @@ class StaticScheme(Scheme):
             m = next(iter(msgs.values())).shape[-1]
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
-                gradient = self.code.decode(msgs, dim=dim)
+                if self.verify:
+                    gradient, check = self.code.decode_verified(msgs, dim=dim)
+                    if check.excluded:
+                        state.dropped.update(check.excluded)
+                        self.corrupt_workers[t] = check.excluded
+                else:
+                    gradient = self.code.decode(msgs, dim=dim)
                 break
             except NonFiniteMessageError as exc:
                 if not set(exc.workers) - state.dropped:  # overflow from finite messages
