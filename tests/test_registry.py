@@ -20,6 +20,8 @@ from codes_util import SMALL_INSTANCES
 from gradcode.experiments.reproduce import REPRODUCTIONS
 from gradcode.problems import DATASETS, OPTIMIZERS, PROBLEMS, DataSpec, make_dataset
 from gradcode.registry import REQUIRED, ParameterError, Registry, UnknownNameError
+from gradcode.codes import CODES
+from gradcode.schemes import SCHEMES
 from gradcode.stragglers import DELAY_MODELS
 
 # ------------------------------------------------------------------------------ the generic class
@@ -220,7 +222,7 @@ def test_the_codes_registry_is_expressible():
 # ------------------------------------------------------------------------------ every registry
 
 #: the registries converted to :class:`Registry` (codes join when theirs is)
-REGISTRIES = [DELAY_MODELS, PROBLEMS, DATASETS, OPTIMIZERS, REPRODUCTIONS]
+REGISTRIES = [CODES, SCHEMES, DELAY_MODELS, PROBLEMS, DATASETS, OPTIMIZERS, REPRODUCTIONS]
 
 
 def _digits():
@@ -267,6 +269,16 @@ BAD_PARAMS = [
     (REPRODUCTIONS, "commfr-table1", {"kappa_": 1.0}, ParameterError,
      "^reproduction 'commfr-table1' does not take 'kappa_'; its parameters are kappa, eps, C$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa": -1.0}, ValueError, "^kappa must be > 0.0, got -1.0$"),
+    # codes
+    (CODES, "lrc", {}, UnknownNameError, "^unknown code 'lrc'; available codes: agc, cgc, commfr, crc,"),
+    (CODES, "crc", {"n": 6, "s": 2, "t": 1}, ParameterError, "^code 'crc' does not take 't'; its parameters are n, s, seed$"),
+    (CODES, "crc", {"n": 6}, ParameterError, "^code 'crc' needs 's'; its parameters are n, s, seed$"),
+    (CODES, "crc", {"n": 6, "s": 6}, ValueError, "s must be < n"),
+    (CODES, "frc", {"n": 7, "s": 2}, ValueError, "frc needs \\(s \\+ 1\\) to divide n"),
+    # scheme families
+    (SCHEMES, "lagrange", {}, UnknownNameError, "^unknown scheme 'lagrange'; available schemes: gc-dc"),
+    (SCHEMES, "gc-dc", {"n": 12, "clusters": 4, "r": 3, "q": 1}, ParameterError, "does not take 'q'"),
+    (SCHEMES, "gc-dc", {"n": 12, "clusters": 5, "r": 3}, ValueError, "clusters"),
 ]
 
 
@@ -300,7 +312,8 @@ def test_every_registry_speaks_the_same_text(registry):
         assert info["name"] == name and info["summary"], name
         assert info["params"] == {k: None if v is REQUIRED else v for k, v in params.items()}
         inputs = INPUTS.get(registry.kind, tuple)()
-        with pytest.raises(ParameterError, match=f"^{registry.kind} '{name}' does not take 'no_such_parameter'; "):
+        with pytest.raises(ParameterError,
+                           match=f"^{registry.kind} '{name}' does not take 'no_such_parameter'( and needs [^;]+)?; "):
             registry.make(name, *inputs, no_such_parameter=1)
 
 
