@@ -266,6 +266,6 @@ def make_scheme(name: str, /, *, dim: int | None = None, **params) -> Scheme:
 
         return StaticScheme(make_code(name, **params), dim=dim)
     raise UnknownNameError(
-        f"unknown scheme {name!r}; available schemes: {', '.join(SCHEMES.names())}; and every code:"
-        f" {', '.join(CODES.names())}"
+        f"unknown code or scheme {name!r}; available codes: {', '.join(CODES.names())}; scheme families:"
+        f" {', '.join(SCHEMES.names())}"
     )
