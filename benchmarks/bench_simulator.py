@@ -102,6 +102,30 @@ def bench_fast(rounds, repeats, baseline=None):
             print(f"    {repr(code):<42} {t_sim:8.3f} {rounds / t_sim:11,.0f} {t_draw:8.3f} {t_draw / t_sim:10.0%}")
 
 
+def bench_small_n(rounds, repeats, baseline):
+    import statistics
+    import time
+
+    old = baseline_simulate(baseline)
+    model = gradcode.make_delay_model("shifted-exp", mu=1.0, alpha=0.01)
+    code = gradcode.make_code("crc", n=12, s=2, seed=0)
+    fns = [lambda: old(code, model, rounds, seed=1, progress=False),
+           lambda: gradcode.simulate(code, model, rounds, seed=1, progress=False, records=False),
+           lambda: gradcode.simulate(code, model, rounds, seed=1, progress=False, records=True)]
+    for f in fns:
+        f()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = time.process_time()
+            f()
+            times[i].append(time.process_time() - t0)
+    t_old, t_off, t_on = (statistics.median(t) for t in times)
+    print(f"\n(e) {code!r}, shifted-exp, {rounds} rounds, CPU ms, median of {repeats}: baseline {t_old * 1e3:.1f},"
+          f" records=False {t_off * 1e3:.1f} ({t_old / t_off:.2f}x), records=True {t_on * 1e3:.1f}"
+          f" ({t_old / t_on:.2f}x)")
+
+
 _MEMORY_CHILD = """
 import json, resource, sys, time, tracemalloc
 baseline, rounds, records, model_name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -166,7 +190,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
     ap.add_argument("--baseline", metavar="REV", help="also run the simulator of this git revision")
-    ap.add_argument("--only", default="a,b,c,d", help="sections to run, e.g. a,d")
+    ap.add_argument("--only", default="a,b,c,d,e", help="sections to run, e.g. a,d")
     args = ap.parse_args()
     only = set(args.only.split(","))
     baseline = load_baseline(args.baseline) if args.baseline else None
@@ -186,6 +210,8 @@ def run(only, quick, baseline):
         bench_events(100 if quick else 300, 20_000 if quick else 100_000, 3 if quick else 5)
     if "c" in only:
         bench_generic(100 if quick else 300, 3 if quick else 5)
+    if "e" in only and baseline is not None:
+        bench_small_n(20_000 if quick else 100_000, 3 if quick else 9, baseline)
     if "d" in only:
         bench_memory([100_000, 1_000_000] if quick else [100_000, 1_000_000, 10_000_000], baseline)
 
