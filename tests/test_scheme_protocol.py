@@ -127,7 +127,7 @@ def test_as_scheme_names_what_is_missing():
         def plan(self, t):
             return {}
 
-    with pytest.raises(TypeError, match="lacks chunks, delay, partition_sizes, static_code, on_result"):
+    with pytest.raises(TypeError, match="lacks chunks, delay, partition_sizes, static_code, stored_partitions, on_result"):
         as_scheme(Duck())
     with pytest.raises(TypeError, match="scheme_or_code must be a gradcode Scheme"):
         gradcode.simulate(Duck(), "shifted-exp", 3)
