@@ -394,3 +394,54 @@ def test_cli_without_records_reports_the_same_numbers(monkeypatch, tmp_path):
     r = _cli("simulate", *args, "--records", str(rec))
     assert r.exit_code == 0, r.output
     assert len(rec.read_text().splitlines()) == 1 + 2 * 300
+
+
+MARKOV = [
+    ("gilbert-elliot", {}),
+    ("gilbert-elliot", dict(p_recover=0.2, initial_slow=3)),
+    ("gilbert-elliot-het", dict(initial_slow=2)),
+    ("time-varying", {}),
+    ("time-varying", dict(initial_slow=3, p=0.3)),
+    ("shared-access", dict(arrival_rate=2.0)),
+]
+
+
+@pytest.mark.parametrize("name,params", MARKOV, ids=[f"{n}-{p}" for n, p in MARKOV])
+@pytest.mark.parametrize("rounds,block", [(1, 4), (10, 3), (37, 8), (64, 64)])
+def test_markov_models_stream_bit_for_bit(name, params, rounds, block):
+    """The Markov models (chains, time-varying rates, shared access) draw block by block what their
+    whole draw gives, and leave the Generator in the same state."""
+    model = make_model(name, **params)
+    r1, r2 = np.random.default_rng(7), np.random.default_rng(7)
+    full = model.draw(rounds, 6, r1)
+    parts = list(model.draw_blocks(rounds, 6, r2, block))
+    assert [(a, b) for a, b, _ in parts] == [(a, min(rounds, a + block)) for a in range(0, rounds, block)]
+    for field in ("intercept", "slope", "straggling", "rates"):
+        whole = getattr(full, field)
+        if whole is None:
+            assert all(getattr(d, field) is None for *_, d in parts)
+        else:
+            np.testing.assert_array_equal(np.concatenate([getattr(d, field) for *_, d in parts]), whole)
+    assert r1.random() == r2.random()
+
+
+def test_a_markov_model_without_a_jumping_generator_falls_back_to_one_draw():
+    model = make_model("gilbert-elliot")
+    gen = np.random.Generator(np.random.MT19937(5))  # MT19937 cannot advance
+    parts = list(model.draw_blocks(20, 4, gen, 6))
+    np.testing.assert_array_equal(np.concatenate([d.slope for *_, d in parts]),
+                                  model.draw(20, 4, np.random.Generator(np.random.MT19937(5))).slope)
+
+
+def test_peak_memory_of_a_markov_model_is_bounded_by_the_block():
+    """Gilbert-Elliot used to draw the whole run at once (2.9 GB at 1e7 rounds)."""
+    code = gradcode.make_code("crc", n=12, s=2)
+    model = make_model("gilbert-elliot")
+    gradcode.simulate(code, model, 100, seed=0)
+    tracemalloc.start()
+    try:
+        gradcode.simulate(code, model, 300_000, seed=0, records=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20

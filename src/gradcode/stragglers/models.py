@@ -555,23 +555,96 @@ def _markov_states(rng, rounds, n, p_fs, p_sf, initial_slow):
     states = np.empty((rounds, n), dtype=bool)
     if rounds == 0:
         return states
+    states[0] = _markov_first(rng, n, p_fs, p_sf, initial_slow)
+    states[1:] = _markov_next(rng, states[0], rounds - 1, p_fs, p_sf)
+    return states
+
+
+def _markov_first(rng, n, p_fs, p_sf, initial_slow) -> np.ndarray:
+    """Round 0 of :func:`_markov_states` (n uniforms from ``rng``)."""
     if initial_slow is None:
         total = p_fs + p_sf
         pi_slow = 0.5 if total == 0 else p_fs / total
-        states[0] = rng.random(n) < pi_slow
-    else:
-        states[0] = _pick_per_round(rng, 1, n, initial_slow)[0]
-    u = rng.random((rounds - 1, n))
+        return rng.random(n) < pi_slow
+    return _pick_per_round(rng, 1, n, initial_slow)[0]
+
+
+def _markov_next(rng, prev, count, p_fs, p_sf) -> np.ndarray:
+    """``count`` more rounds of the chain after the states ``prev`` (``count x n`` uniforms)."""
+    n = prev.size
+    out = np.empty((count, n), dtype=bool)
+    if count == 0:
+        return out
+    u = rng.random((count, n))
     if p_fs == p_sf:
         # symmetric chain: the state flips with probability p whatever it is -> cumulative parity
-        flips = u < p_fs
-        parity = np.cumsum(flips, axis=0, dtype=np.int64) & 1
-        states[1:] = states[0] ^ parity.astype(bool)
+        parity = np.cumsum(u < p_fs, axis=0, dtype=np.int64) & 1
+        out[:] = prev ^ parity.astype(bool)
     else:
-        for t in range(1, rounds):
-            prev = states[t - 1]
-            states[t] = np.where(prev, u[t - 1] >= p_sf, u[t - 1] < p_fs)
-    return states
+        for t in range(count):
+            prev = out[t] = np.where(prev, u[t] >= p_sf, u[t] < p_fs)
+    return out
+
+
+def _fork(rng: np.random.Generator, skip: int) -> np.random.Generator | None:
+    """A Generator positioned ``skip`` 64-bit outputs after ``rng`` (``rng`` itself untouched), or
+    ``None`` when its bit generator cannot jump ahead (PCG64, numpy's default, and Philox can).
+
+    numpy fills an array draw element by element in C order, one 64-bit output per ``random()``
+    double, so the ``k``-th array of a whole-run draw starts at a known offset of the stream: a
+    fork there lets a model draw its rounds block by block, bit for bit as its whole draw does."""
+    bg = rng.bit_generator
+    if not hasattr(bg, "advance"):
+        return None
+    twin = type(bg)()
+    twin.state = bg.state
+    twin.advance(skip)
+    return np.random.Generator(twin)
+
+
+def _stream_or_slice(model, rounds, n, rng, block, blocks):
+    """``blocks(gen)`` when the Generator can fork (and there are rounds), else the whole draw
+    handed out by slices; validates like :meth:`DelayModel.draw`."""
+    rounds = check_int("rounds", rounds, minimum=0)
+    n = check_int("n", n, minimum=1)
+    block = check_int("block", block, minimum=1)
+    gen = as_generator(rng)
+    if rounds == 0 or not hasattr(gen.bit_generator, "advance"):
+        full = model.draw(rounds, n, gen)
+        for a in range(0, rounds, block):
+            b = min(rounds, a + block)
+            yield a, b, Draw(full.intercept[a:b], full.slope[a:b], full.straggling[a:b],
+                             None if full.rates is None else full.rates[a:b])
+        return
+    for a, b, d in blocks(gen):
+        _readonly(d.intercept, d.slope, d.straggling, d.rates)
+        yield a, b, d
+
+
+def _chain_blocks(model, rounds, n, rng, block, mu_of):
+    """Blocks of a Gilbert-Elliot draw (homogeneous or not), equal to the rows of its whole draw.
+
+    The whole draw consumes, in order: what precedes the chain (``mu_of(rng)``: the per-worker
+    rates of the heterogeneous model, nothing for the homogeneous one), round 0 of the chain,
+    ``(rounds - 1) x n`` uniforms for the chain, ``rounds x n`` exponentials. Here the chain's
+    uniforms are read from ``rng`` block by block and the exponentials from a fork positioned after
+    them; ``rng`` ends where the whole draw leaves it."""
+    _check_count("initial_slow", model.initial_slow, n)
+    P = _partitions(model.partitions, n)
+    mu_f, mu_s = mu_of(rng)
+    prev = _markov_first(rng, n, model.p_switch, model.p_recover, model.initial_slow)
+    exp = _fork(rng, (rounds - 1) * n)
+    for a in range(0, rounds, block):
+        b = min(rounds, a + block)
+        if a == 0:
+            slow = np.concatenate([prev[None], _markov_next(rng, prev, b - 1, model.p_switch, model.p_recover)])
+        else:
+            slow = _markov_next(rng, prev, b - a, model.p_switch, model.p_recover)
+        prev = slow[-1]
+        rates = np.where(slow, mu_s, mu_f)
+        e = exp.standard_exponential((b - a, n))
+        yield a, b, model._chain_draw(P, slow, rates, e)
+    rng.bit_generator.state = exp.bit_generator.state
 
 
 _CHAIN_HELP = {
@@ -656,8 +729,18 @@ class GilbertElliot(_TwoStateChain, DelayModel):
         slow = _markov_states(rng, rounds, n, self.p_switch, self.p_recover, self.initial_slow)
         rates = np.where(slow, self.mu_slow, self.mu_fast)
         e = rng.standard_exponential((rounds, n))
-        slope = P * (self.alpha + e / rates)
-        return Draw(np.zeros((rounds, n)), slope, slow, rates)
+        return self._chain_draw(P, slow, rates, e)
+
+    def _chain_draw(self, P, slow, rates, e) -> Draw:
+        return Draw(np.zeros(slow.shape), P * (self.alpha + e / rates), slow, rates)
+
+    def draw_blocks(self, rounds, n, rng, block):
+        """The rounds of :meth:`draw` in blocks of ``block`` rounds, bit for bit, with memory
+        bounded by the block (see :func:`_chain_blocks`); one whole draw, sliced, for a bit
+        generator that cannot jump ahead."""
+        yield from _stream_or_slice(self, rounds, n, rng, block,
+                                    lambda gen: _chain_blocks(self, rounds, n, gen, block,
+                                                              lambda g: (self.mu_fast, self.mu_slow)))
 
 
 @register_delay_model("gilbert-elliot-het")
@@ -694,13 +777,24 @@ class GilbertElliotHet(_TwoStateChain, DelayModel):
     def _draw(self, rounds, n, rng):
         _check_count("initial_slow", self.initial_slow, n)
         P = _partitions(self.partitions, n)
-        mu_f = _positive_uniform(rng, self.rate_max, n)  # drawn before the chain: the Generator order is fixed
-        mu_s = mu_f / self.slow_factor
+        mu_f, mu_s = self._worker_rates(rng, n)  # drawn before the chain: the Generator order is fixed
         slow = _markov_states(rng, rounds, n, self.p_switch, self.p_recover, self.initial_slow)
         rates = np.where(slow, mu_s, mu_f)
         e = rng.standard_exponential((rounds, n))
-        slope = P * (self.alpha + e / rates)
-        return Draw(np.zeros((rounds, n)), slope, rates < self.tau, rates)
+        return self._chain_draw(P, slow, rates, e)
+
+    def _worker_rates(self, rng, n):
+        mu_f = _positive_uniform(rng, self.rate_max, n)
+        return mu_f, mu_f / self.slow_factor
+
+    def _chain_draw(self, P, slow, rates, e) -> Draw:
+        return Draw(np.zeros(slow.shape), P * (self.alpha + e / rates), rates < self.tau, rates)
+
+    def draw_blocks(self, rounds, n, rng, block):
+        """The rounds of :meth:`draw` in blocks, bit for bit (see :func:`_chain_blocks`)."""
+        yield from _stream_or_slice(self, rounds, n, rng, block,
+                                    lambda gen: _chain_blocks(self, rounds, n, gen, block,
+                                                              lambda g: self._worker_rates(g, n)))
 
 
 @register_delay_model("gilbert-elliot")
@@ -778,19 +872,52 @@ class TimeVaryingRates(DelayModel):
                   initial_slow=_opt_int("initial_slow", self.initial_slow, 0),
                   partitions=_opt_int("partitions", self.partitions, 1))
 
+    def draw_blocks(self, rounds, n, rng, block):
+        """The rounds of :meth:`draw` in blocks, bit for bit: the whole draw consumes the initial
+        rates, then ``rounds x n`` resampling uniforms, ``rounds x n`` fresh rates and ``rounds x n``
+        exponentials; each of the three is read block by block from its own fork of the stream,
+        and the rate in effect is carried from block to block."""
+
+        def blocks(gen):
+            _check_count("initial_slow", self.initial_slow, n)
+            P = _partitions(self.partitions, n)
+            mu0 = self._initial_rates(gen, n)
+            fresh_stream = _fork(gen, rounds * n)
+            exp = _fork(gen, 2 * rounds * n)
+            carry = mu0
+            for a in range(0, rounds, block):
+                b = min(rounds, a + block)
+                resample = gen.random((b - a, n)) < self.p
+                fresh = _positive_uniform(fresh_stream, self.rate_max, (b - a, n))
+                if a == 0:
+                    resample[0] = True
+                    fresh[0] = mu0
+                idx = np.where(resample, np.arange(b - a)[:, None], -1)
+                np.maximum.accumulate(idx, axis=0, out=idx)
+                rates = np.where(idx >= 0, np.take_along_axis(fresh, np.maximum(idx, 0), axis=0), carry)
+                carry = rates[-1]
+                e = exp.standard_exponential((b - a, n))
+                yield a, b, Draw(np.zeros((b - a, n)), P * (self.alpha + e / rates), rates < self.tau, rates)
+            gen.bit_generator.state = exp.bit_generator.state
+
+        yield from _stream_or_slice(self, rounds, n, rng, block, blocks)
+
+    def _initial_rates(self, rng, n):
+        if self.initial_slow is None:
+            return _positive_uniform(rng, self.rate_max, n)
+        slow = _pick_per_round(rng, 1, n, self.initial_slow)[0]
+        low = _positive_uniform(rng, self.tau, n) if self.tau > 0 else np.zeros(n)
+        # U[tau, rate_max] for the others
+        high = self.tau + (self.rate_max - self.tau) * rng.random(n)
+        mu0 = np.where(slow, low, high)
+        if self.tau > 0:  # (0, tau] -> keep strictly below tau for the designated stragglers
+            mu0 = np.where(slow & (mu0 >= self.tau), np.nextafter(self.tau, 0), mu0)
+        return mu0
+
     def _draw(self, rounds, n, rng):
         _check_count("initial_slow", self.initial_slow, n)
         P = _partitions(self.partitions, n)
-        if self.initial_slow is None:
-            mu0 = _positive_uniform(rng, self.rate_max, n)
-        else:
-            slow = _pick_per_round(rng, 1, n, self.initial_slow)[0]
-            low = _positive_uniform(rng, self.tau, n) if self.tau > 0 else np.zeros(n)
-            # U[tau, rate_max] for the others
-            high = self.tau + (self.rate_max - self.tau) * rng.random(n)
-            mu0 = np.where(slow, low, high)
-            if self.tau > 0:  # (0, tau] -> keep strictly below tau for the designated stragglers
-                mu0 = np.where(slow & (mu0 >= self.tau), np.nextafter(self.tau, 0), mu0)
+        mu0 = self._initial_rates(rng, n)
         rates = np.empty((rounds, n))
         if rounds:
             resample = rng.random((rounds, n)) < self.p
@@ -876,9 +1003,17 @@ class SharedAccess(DelayModel):
     def occupancy(self, rounds: int, n: int, rng=None) -> np.ndarray:
         """``(rounds, n)`` number of tasks on each worker, ours included (what :meth:`draw` uses)."""
         rng = as_generator(rng)
+        out = np.empty((rounds, n), dtype=np.int64)
+        for a, b, m in self._occupancy_blocks(rounds, n, rng, max(rounds, 1)):
+            out[a:b] = m
+        return out
+
+    def _occupancy_blocks(self, rounds, n, rng, block):
+        """The occupancy round by round (the process is sequential), handed out in blocks."""
         slots = self.capacity - 1  # room for other users' tasks
         remaining = np.zeros((n, slots), dtype=np.int64)  # rounds left for each occupied slot (0 = free)
-        out = np.empty((rounds, n), dtype=np.int64)
+        out = np.empty((min(block, max(rounds, 1)), n), dtype=np.int64)
+        start = 0
         for t in range(-self.warmup, rounds):
             arrivals = rng.poisson(self.arrival_rate, n)
             stays = rng.integers(self.stay_min, self.stay_max + 1, size=(n, slots))
@@ -888,15 +1023,24 @@ class SharedAccess(DelayModel):
             admit = free & (rank <= arrivals[:, None])
             remaining = np.where(admit, stays, remaining)
             if t >= 0:
-                out[t] = 1 + (remaining > 0).sum(axis=1)
+                out[t - start] = 1 + (remaining > 0).sum(axis=1)
+                if t + 1 - start == out.shape[0] or t == rounds - 1:
+                    yield start, t + 1, out[: t + 1 - start].copy()
+                    start = t + 1
             np.subtract(remaining, 1, out=remaining, where=remaining > 0)
-        return out
 
     def _draw(self, rounds, n, rng):
         P = _partitions(self.partitions, n)
         m = self.occupancy(rounds, n, rng)
         slope = P * self.latency(m)
         return Draw(np.zeros((rounds, n)), slope, m >= self.gamma)
+
+    def draw_blocks(self, rounds, n, rng, block):
+        """The rounds of :meth:`draw` in blocks, bit for bit: the occupancy process is simulated
+        round by round anyway, so each block is handed out as it is done."""
+        P = _partitions(self.partitions, n)
+        for a, b, m in self._occupancy_blocks(rounds, n, as_generator(rng), block):
+            yield a, b, Draw(np.zeros((b - a, n)), P * self.latency(m), m >= self.gamma)
 
 
 # --------------------------------------------------------------------------- trace replay
