@@ -191,7 +191,7 @@ def test_every_exact_registered_code_trains_exactly(ray_session, tmp_path, name)
     """Every exact code of the registry (chunked, multi-message and single-message) trains to the
     single-process GD iterates, with one injected straggler per round."""
     if name not in REGISTRY_PARAMS:
-        pytest.skip(f"no runtime parameters for code {name!r}: add them to REGISTRY_PARAMS")
+        pytest.fail(f"no runtime parameters for code {name!r}: add them to REGISTRY_PARAMS")
     if not make_code(name, **REGISTRY_PARAMS[name]).exact:
         pytest.skip(f"{name} is not exact")
     res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=3, stragglers=1, delay=0.05)

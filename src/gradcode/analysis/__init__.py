@@ -4,6 +4,9 @@
   execution time of eq. (40)-(44) for uncoded, CGC, AGC and their group versions, and a
   Monte-Carlo simulation of the same model.
 - :mod:`gradcode.analysis.bounds`: GC-DC's lower bound LB and SGC Theorems F.1 / F.2.
+
+What this layer owns: closed forms and their Monte-Carlo checks, no drivers. It may import
+``codes``, ``stragglers`` and numpy/scipy; the experiments and tests call it.
 """
 
 from gradcode.analysis.bounds import (
