@@ -102,6 +102,39 @@ def bench_fast(rounds, repeats, baseline=None):
             print(f"    {repr(code):<42} {t_sim:8.3f} {rounds / t_sim:11,.0f} {t_draw:8.3f} {t_draw / t_sim:10.0%}")
 
 
+def bench_events(rounds, fast_rounds, repeats):
+    model = gradcode.make_delay_model("shifted-exp", mu=1.0, alpha=0.01)
+    print(f"\n(b) protocol path (method='events'), n = 100, {rounds} rounds, median of {repeats};"
+          f" vectorized path on {fast_rounds} rounds alongside")
+    print(f"    {'code':<42} {'close':>9} {'events us/round':>16} {'fast us/round':>14} {'ratio':>7}")
+    for name, params in CODES[:3] + CODES[5:]:
+        code = gradcode.make_code(name, **params)
+        for close in ("decodable", 0.5):
+            gradcode.simulate(StaticScheme(code), model, 50, seed=0, close=close)
+            t_ev, t_fast = interleaved(
+                [lambda: gradcode.simulate(StaticScheme(code), model, rounds, seed=2, close=close,
+                                           progress=False),
+                 lambda: gradcode.simulate(code, model, fast_rounds, seed=2, close=close, progress=False)],
+                repeats,
+            )
+            ev, fa = t_ev / rounds * 1e6, t_fast / fast_rounds * 1e6
+            print(f"    {repr(code):<42} {str(close):>9} {ev:16.0f} {fa:14.2f} {ev / fa:7.0f}")
+
+
+def bench_generic(rounds, repeats):
+    model = gradcode.make_delay_model("shifted-exp", mu=1.0, alpha=0.01)
+    code = gradcode.make_code("crc", n=100, s=10, seed=0)
+    draw = model.draw(rounds, code.n, 3)
+    A = draw.times(code.worker_loads)[:, :, None]
+    rule = GenericRule(code)
+    closed = code.decode_rule()
+    assert np.array_equal(rule.decode_time(A[:20]), closed.decode_time(A[:20]))
+    t_gen, t_closed = interleaved([lambda: rule.decode_time(A), lambda: closed.decode_time(A)], repeats)
+    print(f"\n(c) decode times of {rounds} rounds of {code!r}: generic rule (binary search with can_decode)"
+          f" {t_gen / rounds * 1e6:.0f} us/round, closed rule (order statistic) {t_closed / rounds * 1e6:.3f}"
+          f" us/round, ratio {t_gen / t_closed:,.0f}")
+
+
 def bench_small_n(rounds, repeats, baseline):
     import statistics
     import time
@@ -164,9 +197,9 @@ print(json.dumps({"rss_kib": peak_rss - before, "base_kib": before, "traced": pe
 
 
 def bench_memory(sizes, baseline=None):
-    print(f"\n(d) peak memory of one run, CRC n=12 s=2, shifted-exp mu=1 alpha=0.01, fresh process each"
-          f" (RSS: peak during the run less the RSS before it; traced: tracemalloc's peak)")
-    print("    (gilbert-elliot: a Markov model, drawn for the whole run in one call, see sim.simulator)")
+    print("\n(d) peak memory of one run, CRC n=12 s=2, shifted-exp mu=1 alpha=0.01, fresh process each"
+          " (RSS: peak during the run less the RSS before it; traced: tracemalloc's peak)")
+    print("    (gilbert-elliot: a Markov model, streamed block by block from forks of its Generator)")
     print(f"    {'simulator':<10} {'model':<15} {'records':<8} {'rounds':>11} {'peak RSS MiB':>13}"
           f" {'traced MiB':>11} {'s (traced)':>11} {'mean round s':>13}")
     variants = [("current", "", "off", "shifted-exp"), ("current", "", "on", "shifted-exp")]

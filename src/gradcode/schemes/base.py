@@ -121,14 +121,18 @@ class Scheme(ABC):
     def ready(self, t: int) -> bool:
         """Whether every job due by round ``t`` can be decoded from what round ``t`` (and earlier
         rounds) delivered."""
-        return self._ready(check_round(t))
+        if type(t) is not int or t < 0:  # the simulator asks after every message: ints pass fast
+            t = check_round(t)
+        return self._ready(t)
 
     def close(self, t: int, arrived) -> list[tuple[int, np.ndarray | None]]:
         """End round ``t``: return the jobs finished in it with their decoded gradients (``None``
         in simulation); the scheme records the stragglers (at least the workers not in
         ``arrived``) with :meth:`_record`."""
         t = check_round(t)
-        return self._close(t, frozenset(self._check_worker(w) for w in arrived))
+        n = self.n
+        return self._close(t, frozenset(w if type(w) is int and 0 <= w < n else self._check_worker(w)
+                                        for w in arrived))
 
     def observe_states(self, t: int, straggling, rates=None) -> None:
         """Perfect straggler state information: before ``plan(t)``, a driver that knows the

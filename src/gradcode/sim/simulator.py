@@ -545,10 +545,12 @@ def _round_events(plan, n, sizes, intercept, slope, c, cache, t):
     counts = np.fromiter(map(len, prefixes), dtype=np.intp, count=len(prefixes))
     workers = np.asarray(workers, dtype=np.intp)
     R = int(counts.max())
+    flat = np.concatenate(prefixes)
     if R == 1:
-        dense = np.concatenate(prefixes)[:, None]
+        dense = flat[:, None]
     else:  # pad each worker's prefixes with its last one: the real messages' times are unchanged
-        dense = np.stack([np.pad(p, (0, R - p.size), mode="edge") for p in prefixes])
+        starts = np.cumsum(counts) - counts
+        dense = flat[starts[:, None] + np.minimum(np.arange(R), counts[:, None] - 1)]
     A = message_arrivals(intercept[workers], slope[workers], dense, c)
     valid = np.arange(R) < counts[:, None]
     a = A[valid]
