@@ -49,14 +49,14 @@ per-round tables (``round_times``, ``stragglers``, ``arrivals``, ``finish_times`
 the number of rounds unless records are asked for. Records or not, the draws, the rounds and the
 summaries are the same (the same blocks are drawn and summarised; the records are a copy).
 
-Drawing by blocks consumes the Generator exactly as one whole-run draw does for the models whose
-draw is one call of the Generator over a ``(rounds, n)`` array transformed row by row
-(``fixed``, ``partial``, ``bernoulli``, ``shifted-exp``: :func:`_row_separable`, checked by the
-tests) and for traces (deterministic; a block replays its rows). The Markov and shared-access
-models (``gilbert-elliot``, ``time-varying``, ``shared-access``) draw their chains over the whole
-run in one call, so for them the draw, about 25 bytes per worker-round, is still made in one
-piece (the results still keep only summaries); a model streams by providing
-``draw_blocks(rounds, n, rng, block)`` (see :func:`draw_blocks`), which the simulator uses first.
+Drawing by blocks gives exactly the rounds of one whole-run draw and leaves the Generator where
+that draw does: each model says how it streams (:meth:`DelayModel.draw_blocks`): models whose draw
+is Generator calls over ``(rounds, n)`` arrays transformed row by row (``fixed``, ``partial``,
+``bernoulli``, ``shifted-exp``) draw per block, traces replay their rows per block, and the Markov
+and shared-access models (``gilbert-elliot``, ``time-varying``, ``shared-access``) carry their
+state from block to block, reading each array of the whole draw from its own fork of the
+Generator's stream (PCG64 and Philox can jump ahead; another bit generator gets one whole draw,
+sliced). Tests check every model bit for bit.
 
 Two paths give identical results on the same draw (tests check it): the *fast path* for a
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
@@ -171,7 +171,7 @@ def _as_model(model):
         return make_delay_model(model)
     if isinstance(model, np.ndarray):
         return make_delay_model("trace", delays=model)
-    if not (hasattr(model, "draw") and hasattr(model, "message_time")):
+    if not all(hasattr(model, a) for a in ("draw", "draw_blocks", "message_time")):
         raise TypeError(
             "model must be a delay model (gradcode.make_delay_model), a model name or a"
             f" (rounds, workers) array of seconds; got {type(model).__name__}"
@@ -184,70 +184,13 @@ def _block_rounds(cells_per_round: int) -> int:
     return int(min(_BLOCK, max(64, _BLOCK_CELLS // max(1, cells_per_round))))
 
 
-def _row_separable():
-    from gradcode.stragglers.models import BernoulliDelay, FixedDelay, PartialStragglers, ShiftedExponential
-
-    return (FixedDelay, PartialStragglers, BernoulliDelay, ShiftedExponential)
-
-
 def draw_blocks(model, rounds: int, n: int, rng, block: int):
-    """Yield ``(a, b, draw)``: the model's draw of rounds ``a .. b - 1``, in blocks of ``block``
+    """Yield ``(a, b, draw)``: the model's draw of rounds ``a .. b - 1`` in blocks of ``block``
     rounds, equal to the rows ``a:b`` of ``model.draw(rounds, n, rng)`` (and leaving ``rng`` in
-    the same state).
-
-    * Row-separable models (:func:`_row_separable`: one Generator call over a ``(rounds, n)``
-      array, rows transformed independently; the exact type, since a subclass may draw
-      otherwise): ``model.draw(b - a, n, rng)`` per block. numpy's Generator fills arrays
-      element by element in C order, so consecutive calls continue the same stream.
-    * Traces: the rows ``offset + a .. offset + b - 1`` (modulo the trace when ``wrap``) replayed
-      by a trace model over just those rows, with the same load rule.
-    * A model with its own ``draw_blocks(rounds, n, rng, block)`` method yielding the same
-      ``(a, b, draw)`` triples: that method (how a Markov model can stream, carrying its chain
-      state from block to block; it answers for giving the same rounds as its ``draw``).
-    * Any other model: one whole-run draw, handed out by slices (memory grows with ``rounds``).
-    """
-    from gradcode.stragglers.models import TraceDelays
-
-    # a communication component (WithCommunication) draws exactly what the model it wraps draws
-    model = getattr(model, "compute_model", model)
-    own = getattr(model, "draw_blocks", None)
-    if callable(own):
-        yield from own(rounds, n, rng, block)
-        return
-    if type(model) in _row_separable():
-        for a in range(0, rounds, block):
-            b = min(rounds, a + block)
-            yield a, b, model.draw(b - a, n, rng)
-        return
-    if type(model) is TraceDelays:
-        yield from _trace_blocks(model, rounds, n, block)
-        return
-    yield from _slices(model.draw(rounds, n, rng), rounds, block)
-
-
-def _slices(full, rounds, block):
-    from gradcode.stragglers.models import Draw
-
-    for a in range(0, rounds, block):
-        b = min(rounds, a + block)
-        yield a, b, Draw(full.intercept[a:b], full.slope[a:b], full.straggling[a:b],
-                         None if full.rates is None else full.rates[a:b])
-
-
-def _trace_blocks(model, rounds, n, block):
-    from gradcode.stragglers import make_delay_model
-
-    T, W = model.delays.shape
-    if n > W or (not model.wrap and model.offset + rounds > T):
-        # the model raises its own error (it checks before drawing anything)
-        yield from _slices(model.draw(rounds, n), rounds, block)
-        return
-    for a in range(0, rounds, block):
-        b = min(rounds, a + block)
-        rows = (model.offset + np.arange(a, b)) % T
-        part = make_delay_model("trace", delays=model.delays[rows, :n], trace_load=model.trace_load,
-                                load_slope=model.load_slope)
-        yield a, b, part.draw(b - a, n)
+    the same state): :meth:`DelayModel.draw_blocks`, where each model says how it streams
+    (row-independent models draw per block, traces replay per block, the Markov models read forks
+    of the Generator's stream; a model that cannot stream is drawn once and sliced)."""
+    return model.draw_blocks(rounds, n, rng, block)
 
 
 def _progress(show: bool, total: int, what: str):

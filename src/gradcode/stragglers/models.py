@@ -226,6 +226,41 @@ class DelayModel:
         _readonly(d.intercept, d.slope, d.straggling, d.rates)
         return d
 
+    #: rows of a draw are independent and drawn by Generator calls over ``(rounds, n)`` arrays
+    #: (numpy fills them in C order), so per-block draws continue the same stream. A subclass
+    #: that draws otherwise sets it back to False or overrides :meth:`_blocks`.
+    _rows_independent: ClassVar[bool] = False
+
+    def draw_blocks(self, rounds: int, n: int, rng=None, block: int = 8192):
+        """Yield ``(a, b, draw)``: the rounds ``a .. b - 1`` of :meth:`draw` in blocks of ``block``
+        rounds, equal to the rows ``a:b`` of ``draw(rounds, n, rng)`` and leaving ``rng`` in the
+        same state, with memory bounded by the block where the model can stream (row-independent
+        models, traces, the Markov models); otherwise one whole draw handed out by slices."""
+        rounds = check_int("rounds", rounds, minimum=0)
+        n = check_int("n", n, minimum=1)
+        block = check_int("block", block, minimum=1)
+        gen = as_generator(rng)
+        blocks = self._blocks(rounds, n, gen, block) if rounds else None
+        if blocks is None:
+            full = self.draw(rounds, n, gen)
+            for a in range(0, rounds, block):
+                b = min(rounds, a + block)
+                yield a, b, Draw(full.intercept[a:b], full.slope[a:b], full.straggling[a:b],
+                                 None if full.rates is None else full.rates[a:b])
+            return
+        for a, b, d in blocks:
+            _readonly(d.intercept, d.slope, d.straggling, d.rates)
+            yield a, b, d
+
+    def _blocks(self, rounds: int, n: int, rng: np.random.Generator, block: int):
+        """Hook: an iterator of ``(a, b, Draw)`` blocks equal to the whole draw's rows, or ``None``
+        when this model (or this Generator) cannot stream. Default: per-block draws for
+        row-independent models."""
+        if not self._rows_independent:
+            return None
+        return ((a, min(rounds, a + block), self._draw(min(rounds, a + block) - a, n, rng))
+                for a in range(0, rounds, block))
+
     def sample(self, rounds: int, n: int, rng=None, load=1.0) -> np.ndarray:
         """``(rounds, n)`` seconds each worker needs in each round to compute ``load`` (the fraction
         of the data it processes: a scalar, an ``(n,)`` or a ``(rounds, n)`` array)."""
@@ -319,6 +354,9 @@ class WithCommunication(DelayModel):
 
     def _draw(self, rounds, n, rng):
         return self.model._draw(rounds, n, rng)
+
+    def _blocks(self, rounds, n, rng, block):
+        return self.model._blocks(rounds, n, rng, block)
 
     def _message_time(self, f):
         return self.comm_latency + self.comm * f + self.model._message_time(f)
@@ -430,6 +468,8 @@ _MODEL = dict(frozen=True, kw_only=True, repr=False)
 class FixedDelay(DelayModel):
     """s random workers per round are delayed by a constant (Tandon et al., Sec. 5)."""
 
+    _rows_independent = True
+
     summary = "s random workers per round are delayed by a constant additive delay (Tandon Sec. 5)"
     param_help = {
         "stragglers": "number of workers delayed in every round, picked uniformly at random",
@@ -456,6 +496,8 @@ class FixedDelay(DelayModel):
 @dataclass(**_MODEL)
 class BernoulliDelay(DelayModel):
     """Each worker straggles independently with probability p, slowed by a factor."""
+
+    _rows_independent = True
 
     summary = "each worker straggles independently with probability p and runs slowdown times slower"
     param_help = {
@@ -487,6 +529,8 @@ class PartialStragglers(DelayModel):
     An alpha-partial straggler is "at most alpha times slower than any non-straggler"; this model
     takes the worst case the scheme is designed for: a straggler needs exactly ``alpha`` times the
     time of a non-straggler for the same work (``alpha * base * load``)."""
+
+    _rows_independent = True
 
     summary = "s random workers per round run alpha times slower (alpha-partial stragglers, Tandon Sec. 4)"
     param_help = {
@@ -522,6 +566,8 @@ class ShiftedExponential(DelayModel):
     ``P[X_r <= t] = 1 - exp(-mu (t / r - alpha))`` for ``t >= r alpha``: ``X_r = r (alpha + E)``,
     ``E ~ Exp(mu)`` (mean ``1 / mu``), so ``E[X_r] = r (alpha + 1 / mu)`` and the k-th fastest of n
     workers has mean ``r (alpha + (H_n - H_{n-k}) / mu)`` (H: harmonic numbers)."""
+
+    _rows_independent = True
 
     summary = "shifted exponential: r partitions take r (alpha + Exp(mu)) seconds (GC-DC eq. 20)"
     param_help = {
@@ -602,23 +648,8 @@ def _fork(rng: np.random.Generator, skip: int) -> np.random.Generator | None:
     return np.random.Generator(twin)
 
 
-def _stream_or_slice(model, rounds, n, rng, block, blocks):
-    """``blocks(gen)`` when the Generator can fork (and there are rounds), else the whole draw
-    handed out by slices; validates like :meth:`DelayModel.draw`."""
-    rounds = check_int("rounds", rounds, minimum=0)
-    n = check_int("n", n, minimum=1)
-    block = check_int("block", block, minimum=1)
-    gen = as_generator(rng)
-    if rounds == 0 or not hasattr(gen.bit_generator, "advance"):
-        full = model.draw(rounds, n, gen)
-        for a in range(0, rounds, block):
-            b = min(rounds, a + block)
-            yield a, b, Draw(full.intercept[a:b], full.slope[a:b], full.straggling[a:b],
-                             None if full.rates is None else full.rates[a:b])
-        return
-    for a, b, d in blocks(gen):
-        _readonly(d.intercept, d.slope, d.straggling, d.rates)
-        yield a, b, d
+def _can_fork(rng) -> bool:
+    return hasattr(rng.bit_generator, "advance")
 
 
 def _chain_blocks(model, rounds, n, rng, block, mu_of):
@@ -734,13 +765,11 @@ class GilbertElliot(_TwoStateChain, DelayModel):
     def _chain_draw(self, P, slow, rates, e) -> Draw:
         return Draw(np.zeros(slow.shape), P * (self.alpha + e / rates), slow, rates)
 
-    def draw_blocks(self, rounds, n, rng, block):
-        """The rounds of :meth:`draw` in blocks of ``block`` rounds, bit for bit, with memory
-        bounded by the block (see :func:`_chain_blocks`); one whole draw, sliced, for a bit
-        generator that cannot jump ahead."""
-        yield from _stream_or_slice(self, rounds, n, rng, block,
-                                    lambda gen: _chain_blocks(self, rounds, n, gen, block,
-                                                              lambda g: (self.mu_fast, self.mu_slow)))
+    def _blocks(self, rounds, n, rng, block):
+        """Blocks bit for bit as the whole draw (see :func:`_chain_blocks`)."""
+        if not _can_fork(rng):
+            return None
+        return _chain_blocks(self, rounds, n, rng, block, lambda g: (self.mu_fast, self.mu_slow))
 
 
 @register_delay_model("gilbert-elliot-het")
@@ -790,11 +819,11 @@ class GilbertElliotHet(_TwoStateChain, DelayModel):
     def _chain_draw(self, P, slow, rates, e) -> Draw:
         return Draw(np.zeros(slow.shape), P * (self.alpha + e / rates), rates < self.tau, rates)
 
-    def draw_blocks(self, rounds, n, rng, block):
-        """The rounds of :meth:`draw` in blocks, bit for bit (see :func:`_chain_blocks`)."""
-        yield from _stream_or_slice(self, rounds, n, rng, block,
-                                    lambda gen: _chain_blocks(self, rounds, n, gen, block,
-                                                              lambda g: self._worker_rates(g, n)))
+    def _blocks(self, rounds, n, rng, block):
+        """Blocks bit for bit as the whole draw (see :func:`_chain_blocks`)."""
+        if not _can_fork(rng):
+            return None
+        return _chain_blocks(self, rounds, n, rng, block, lambda g: self._worker_rates(g, n))
 
 
 @register_delay_model("gilbert-elliot")
@@ -872,11 +901,13 @@ class TimeVaryingRates(DelayModel):
                   initial_slow=_opt_int("initial_slow", self.initial_slow, 0),
                   partitions=_opt_int("partitions", self.partitions, 1))
 
-    def draw_blocks(self, rounds, n, rng, block):
-        """The rounds of :meth:`draw` in blocks, bit for bit: the whole draw consumes the initial
-        rates, then ``rounds x n`` resampling uniforms, ``rounds x n`` fresh rates and ``rounds x n``
+    def _blocks(self, rounds, n, rng, block):
+        """Blocks bit for bit as the whole draw: the whole draw consumes the initial rates, then
+        ``rounds x n`` resampling uniforms, ``rounds x n`` fresh rates and ``rounds x n``
         exponentials; each of the three is read block by block from its own fork of the stream,
         and the rate in effect is carried from block to block."""
+        if not _can_fork(rng):
+            return None
 
         def blocks(gen):
             _check_count("initial_slow", self.initial_slow, n)
@@ -900,7 +931,7 @@ class TimeVaryingRates(DelayModel):
                 yield a, b, Draw(np.zeros((b - a, n)), P * (self.alpha + e / rates), rates < self.tau, rates)
             gen.bit_generator.state = exp.bit_generator.state
 
-        yield from _stream_or_slice(self, rounds, n, rng, block, blocks)
+        return blocks(rng)
 
     def _initial_rates(self, rng, n):
         if self.initial_slow is None:
@@ -1035,12 +1066,14 @@ class SharedAccess(DelayModel):
         slope = P * self.latency(m)
         return Draw(np.zeros((rounds, n)), slope, m >= self.gamma)
 
-    def draw_blocks(self, rounds, n, rng, block):
-        """The rounds of :meth:`draw` in blocks, bit for bit: the occupancy process is simulated
-        round by round anyway, so each block is handed out as it is done."""
+    def _blocks(self, rounds, n, rng, block):
+        """Blocks bit for bit as the whole draw: the occupancy process is simulated round by round
+        anyway, so each block is handed out as it is done."""
         P = _partitions(self.partitions, n)
-        for a, b, m in self._occupancy_blocks(rounds, n, as_generator(rng), block):
-            yield a, b, Draw(np.zeros((b - a, n)), P * self.latency(m), m >= self.gamma)
+        return (
+            (a, b, Draw(np.zeros((b - a, n)), P * self.latency(m), m >= self.gamma))
+            for a, b, m in self._occupancy_blocks(rounds, n, rng, block)
+        )
 
 
 # --------------------------------------------------------------------------- trace replay
@@ -1135,6 +1168,24 @@ class TraceDelays(DelayModel):
         items = [(k, v) for k, v in self.params.items() if k not in ("delays", "path")]
         shown += [f"{k}={_short(v)}" for k, v in (*items, *extra) if v is not None and v is not False and v != 0]
         return shown
+
+    def _blocks(self, rounds, n, rng, block):
+        """The rows ``offset + a .. offset + b - 1`` (modulo the trace when ``wrap``), replayed by a
+        trace over just those rows with the same load rule; ``None`` (so the whole draw raises its
+        own error) when the trace is too short or too narrow."""
+        T, W = self.delays.shape
+        if n > W or (not self.wrap and self.offset + rounds > T):
+            return None
+
+        def blocks():
+            for a in range(0, rounds, block):
+                b = min(rounds, a + block)
+                rows = (self.offset + np.arange(a, b)) % T
+                part = TraceDelays(delays=self.delays[rows, :n], trace_load=self.trace_load,
+                                   load_slope=self.load_slope)
+                yield a, b, part.draw(b - a, n)
+
+        return blocks()
 
     def _draw(self, rounds, n, rng):
         T, W = self.delays.shape
