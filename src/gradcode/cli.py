@@ -71,21 +71,35 @@ def _jsonable(obj):
 
 @app.command("codes")
 def codes_command(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")):
-    """List the registered codes and their parameters."""
+    """List the registered codes and scheme families (kind: code or scheme) and their parameters."""
     from gradcode.codes import available_codes, code_info
+    from gradcode.experiments.cli_sim import accepted_params
+    from gradcode.schemes import SCHEMES
 
-    rows = [code_info(name) for name in available_codes()]
+    rows = [dict(code_info(name), kind="code") for name in available_codes()]
+    for name in SCHEMES.names():  # families that re-plan every round (GC-DC, ...): no static code
+        rows.append(dict(SCHEMES.info(name), kind="scheme", params=accepted_params(name)))
     for r in rows:
         r["params"] = ", ".join(f"{k}={v}" if v is not None else k for k, v in r["params"].items())
-    emit({"rows": rows}, as_json=as_json, title="gradient codes", columns=["name", "params", "summary"])
+    emit({"rows": rows}, as_json=as_json, title="gradient codes and scheme families",
+         columns=["name", "kind", "params", "summary"])
 
 
 @app.command("reproduce")
 def reproduce_command(
     name: str = typer.Argument(None, help="Reproduction to run; omit to list them."),
+    param: list[str] = typer.Option(None, "--param", "-p", help="Reproduction parameter key=value (repeatable)."),
+    rounds: int = typer.Option(None, "--rounds", help="Monte-Carlo rounds (reproductions that take rounds)."),
+    seed: int = typer.Option(None, "--seed", help="Seed (reproductions that take one)."),
+    out_dir: str = typer.Option(None, "--out", help="Directory for files (reproductions that write figures)."),
+    full: bool = typer.Option(False, "--full", help="The paper's full length (reproductions that take full)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ):
-    """Recompute a table of the papers from the library."""
+    """Recompute a table or figure of the papers from the library."""
+    from rich.markup import escape
+
+    from gradcode.errors import GradcodeError
+    from gradcode.experiments.cli_sim import parse_kv
     from gradcode.experiments.reproduce import available_reproductions, run_reproduction
 
     if name is None:
@@ -93,11 +107,15 @@ def reproduce_command(
              as_json=as_json, title="reproductions")
         return
     try:
-        doc = run_reproduction(name)
-    except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        params = parse_kv(param, "--param")
+        for key, value in (("rounds", rounds), ("seed", seed), ("out", out_dir), ("full", full or None)):
+            if value is not None:
+                params[key] = value
+        doc = run_reproduction(name, **params)
+    except (ValueError, TypeError, OSError, GradcodeError) as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    emit(doc, as_json=as_json, title=name)
+    emit(doc, as_json=as_json, title=doc.get("title", name) if isinstance(doc, dict) else name)
 
 
 def _register_all() -> None:

@@ -1,6 +1,6 @@
 """``gradcode simulate`` and ``gradcode compare``: the simulator from the command line.
 
-``simulate`` runs one code under a delay model (or a trace file) for ``--rounds`` rounds,
+``simulate`` runs one code or scheme family under a delay model (or a trace file) for ``--rounds`` rounds,
 ``--repeats`` times with seeds ``seed, seed + 1, ...`` (repeat ``i`` is exactly
 ``gradcode.simulate(code, model, rounds, seed=seed + i, close=...)``), and prints one row per
 repeat plus a pooled row. ``compare`` runs several codes on the same draws (same seeds; every
@@ -10,8 +10,17 @@ writes a PNG of the mean round time per scheme and of the round-time CDF.
 
 Code parameters: ``--workers`` (``n``) and ``--stragglers`` (``s``) for the codes that take them,
 ``--param key=value`` for any other (values are read as JSON when they parse: ``2``, ``1.5``,
-``true``, ``[[0, 1]]``; otherwise as text). In ``compare`` a scheme is ``NAME`` or
-``NAME:key=value,key=value``. Delay model: ``--model NAME`` with ``--model-param key=value``, or
+``true``, ``[[0, 1]]``; otherwise as text). A scheme is ``NAME`` or ``NAME:key=value,key=value``
+(in ``simulate`` too; inline values win over ``--param``).
+
+Codes and scheme families: ``--scheme`` names a registered code (``gradcode.codes.CODES``) or a
+scheme family of ``gradcode.schemes.SCHEMES`` (``gc-dc:clusters=4,r=3,ssi=perfect``), built by
+:func:`build_code`; rows read what they need through the registry name, ``n`` and ``load`` (a
+code's, or the :class:`~gradcode.schemes.Scheme` property). A scheme family has no static code, so
+the simulator drives it on its event path (``--method auto``); each repeat gets a fresh scheme.
+GC-DC's perfect straggler state information is the delay model's states of each round
+(``observe_states``), e.g. ``-m gilbert-elliot``; under a model without states (``shifted-exp``)
+every worker is reported as a non-straggler. Delay model: ``--model NAME`` with ``--model-param key=value``, or
 ``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--model-param`` then sets the trace
 options such as ``trace_load`` or ``wrap``).
 
@@ -29,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import typer
+
+from gradcode.errors import GradcodeError
 
 _CLOSE_HELP = "Closing rule: 'decodable' (end when the job decodes) or a number mu (SGC mu-tolerance rule)."
 
@@ -59,29 +70,104 @@ def parse_scheme(spec: str) -> tuple[str, dict]:
     return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
 
 
-def build_code(name: str, params: dict, workers: int | None, stragglers: int | None):
-    from gradcode.codes import code_info, make_code
+class Built:
+    """A code or a scheme family built from the command line, by registry name.
 
-    info = code_info(name) if name in _available_codes() else None
-    if info is None:
-        make_code(name)  # raises the registry's ValueError listing the names
-    accepted = info["params"]
+    ``obj`` is the first instance (what rows are labelled with); :meth:`fresh` gives the object a
+    run drives: the code itself (codes are immutable values), or a new scheme built from the same
+    parameters (a scheme keeps state from round to round: its straggler history, GC-DC's
+    observations), so that repeat ``i`` and every compared scheme start from round 0.
+    """
+
+    def __init__(self, name: str, kind: str, obj, params: dict):
+        self.name, self.kind, self.obj, self.params = name, kind, obj, dict(params)
+        self._used = False
+
+    def fresh(self):
+        if self.kind == "code" or not self._used:
+            self._used = True
+            return self.obj
+        from gradcode.schemes import make_scheme
+
+        return make_scheme(self.name, **self.params)
+
+    @property
+    def n(self) -> int:
+        return int(self.obj.n)
+
+    @property
+    def load(self) -> float | None:
+        """Data fraction computed per worker per round: ``code.load``, or the scheme's ``load``
+        (``None`` for a scheme that does not declare one)."""
+        load = getattr(self.obj, "load", None)
+        return None if load is None else float(load)
+
+    @property
+    def label(self) -> str:
+        return label(self.obj)
+
+
+def _kind(name: str) -> str:
+    """``"scheme"`` for a scheme family of ``SCHEMES`` (``gc-dc``), ``"code"`` for a code; an unknown
+    name raises the error that lists both registries."""
+    from gradcode.schemes import SCHEMES, make_scheme
+
+    if name in SCHEMES:
+        return "scheme"
+    if name in _available_codes():
+        return "code"
+    make_scheme(name)  # raises UnknownNameError listing the codes and the scheme families
+    raise AssertionError("unreachable")
+
+
+def accepted_params(name: str) -> dict:
+    """``{parameter: default}`` of a code or a scheme family, as the command line may set them
+    (a scheme's :attr:`api_only_params`, e.g. GC-DC's ``assignment`` object, are left out)."""
+    from gradcode.codes import code_info
+    from gradcode.schemes import SCHEMES
+
+    if _kind(name) == "scheme":
+        hidden = set(getattr(SCHEMES.get(name), "api_only_params", ()))
+        return {k: v for k, v in SCHEMES.info(name)["params"].items() if k not in hidden}
+    return dict(code_info(name)["params"])
+
+
+def build_code(name: str, params: dict, workers: int | None, stragglers: int | None) -> Built:
+    """A code (``make_code``) or a scheme family (``make_scheme``: GC-DC, ...) by name.
+    ``--workers`` fills ``n`` and ``--stragglers`` fills ``s`` where the entry takes them (a
+    warning says when ``--stragglers`` does not apply); ``params`` are passed as given, and the
+    registries' errors name the accepted parameters."""
+    from gradcode.codes import make_code
+    from gradcode.schemes import make_scheme
+
+    kind = _kind(name)
+    accepted = accepted_params(name)
     params = dict(params)
+    if kind == "scheme":
+        hidden = [k for k in params if k not in accepted]
+        if hidden:  # e.g. dim or assignment: set by the drivers or the Python API
+            raise ValueError(f"scheme {name!r} does not take {', '.join(map(repr, hidden))} from the"
+                             f" command line; its parameters are {', '.join(accepted)}")
     if workers is not None and "n" in accepted:
         params.setdefault("n", workers)
     if stragglers is not None:
         if "s" in accepted:
             params.setdefault("s", stragglers)
         else:
-            _warn(f"code {name!r} takes no s (its parameters: {', '.join(accepted)}); "
+            _warn(f"{kind} {name!r} takes no s (its parameters: {', '.join(accepted)}); "
                   f"--stragglers {stragglers} is ignored for it")
-    return make_code(name, **params)  # the registry's errors name the accepted parameters
+    obj = make_code(name, **params) if kind == "code" else make_scheme(name, **params)
+    return Built(name, kind, obj, params)
 
 
 def code_info_params(name: str) -> list[str]:
-    from gradcode.codes import code_info
+    return list(accepted_params(name)) if _known(name) else []
 
-    return list(code_info(name)["params"]) if name in _available_codes() else []
+
+def _known(name: str) -> bool:
+    from gradcode.schemes import SCHEMES
+
+    return name in SCHEMES or name in _available_codes()
 
 
 def _warn(message: str) -> None:
@@ -128,22 +214,26 @@ def label(code) -> str:
     return repr(code).strip("<>")
 
 
-def run_repeats(code, model, rounds, repeats, seed, close, method, progress=None, records=None):
-    """``records``: keep the per-round tables (True: for --records files and --plot); by default
-    only while small, so long runs keep summaries in bounded memory (see gradcode.simulate)."""
+def run_repeats(built, model, rounds, repeats, seed, close, method, progress=None, records=None):
+    """``built``: a :class:`Built` (a fresh scheme per repeat) or a code. ``records``: keep the
+    per-round tables (True: for --records files and --plot); by default only while small, so long
+    runs keep summaries in bounded memory (see gradcode.simulate). A scheme family (no static
+    code) runs on the simulator's event path, which ``method="auto"`` picks by itself."""
     from gradcode.sim import simulate
 
     return [
-        simulate(code, model, rounds, seed=seed + i, close=close, method=method, progress=progress,
-                 records=records)
+        simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=seed + i,
+                 close=close, method=method, progress=progress, records=records)
         for i in range(repeats)
     ]
 
 
 def _fail(exc: Exception):
+    from rich.markup import escape
+
     from gradcode.cli import err
 
-    err.print(f"[red]error:[/red] {exc}")
+    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2) from None
 
 
@@ -201,7 +291,8 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
     ``records``)."""
     from gradcode.sim import pooled_stats
 
-    code = build_code(scheme, params, workers, stragglers)
+    name, inline = parse_scheme(scheme)
+    code = build_code(name, {**params, **inline}, workers, stragglers)
     dmodel = build_model(model, model_params, trace)
     rounds = default_rounds(rounds, dmodel)
     results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records)
@@ -214,7 +305,7 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
             "waitouts": s["waitouts"],
         })
     summary = {
-        "scheme": label(code), "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
+        "scheme": code.label, "kind": code.kind, "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
         "repeats": repeats, "load": code.load, "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
     }
@@ -240,14 +331,14 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
                    workers, stragglers if name != "uncoded" else None)
         for name, p in specs
     ]
-    if not any(type(c).__name__ == "Uncoded" for c in codes):
+    if not any(c.name == "uncoded" for c in codes):
         n = codes[0].n
         codes.insert(0, build_code("uncoded", {"n": n}, None, None))
     ns = {c.n for c in codes}
     if len(ns) > 1:
         raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
     dmodel = build_model(model, model_params, trace)
-    loads = {round(c.load, 12) for c in codes}
+    loads = {round(c.load, 12) for c in codes if c.load is not None}
     if getattr(dmodel, "name", None) == "trace" and getattr(dmodel, "trace_load", None) is None and len(loads) > 1:
         _warn("the trace replays its recorded times for every scheme whatever its load, so the codes' "
               "extra computation is not charged; pass -M trace_load=<load it was recorded at> "
@@ -257,16 +348,16 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     names, pooled, rows = [], [], []
     for code in codes:
         results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records)
-        names.append(label(code))
+        names.append(code.label)
         kept = all(r.has_records for r in results)
         pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
         rows.append({
-            "scheme": label(code), "load": code.load, **pooled_stats(results),
+            "scheme": code.label, "load": code.load, **pooled_stats(results),
             "total_time": float(np.mean([r.total_time for r in results])),
             "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
             "waitouts": int(sum(r.waitouts for r in results)),
         })
-    base = next(r for r, c in zip(rows, codes) if type(c).__name__ == "Uncoded")["mean"]
+    base = next(r for r, c in zip(rows, codes) if c.name == "uncoded")["mean"]
     for r in rows:
         r["speedup"] = base / r["mean"] if r["mean"] > 0 else None
     doc = {"model": repr(dmodel), "close": close, "rounds": rounds, "repeats": repeats, "seed": seed,
@@ -284,10 +375,11 @@ def _default_specs(workers, stragglers):
 
 
 def register(app: typer.Typer) -> None:
-    scheme_opt = typer.Option("crc", "--scheme", help="Code to run (see `gradcode codes`).")
+    scheme_opt = typer.Option("crc", "--scheme", help="Code or scheme family to run, NAME or NAME:key=value,..."
+                              " (see `gradcode codes`).")
     workers_opt = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
     strag_opt = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
-    param_opt = typer.Option(None, "--param", "-p", help="Other code parameter key=value (repeatable).")
+    param_opt = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
     model_opt = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
     mparam_opt = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
     trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model.")
@@ -315,7 +407,7 @@ def register(app: typer.Typer) -> None:
         records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
         as_json: bool = json_opt,
     ):
-        """Simulate a code under a delay model or a trace, in virtual time."""
+        """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
         from gradcode.cli import emit
 
         try:
@@ -327,7 +419,7 @@ def register(app: typer.Typer) -> None:
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
-        except (ValueError, TypeError, OSError) as exc:
+        except (ValueError, TypeError, OSError, GradcodeError) as exc:
             _fail(exc)
         s = doc["summary"]
         title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
@@ -352,7 +444,7 @@ def register(app: typer.Typer) -> None:
         plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme and the CDF."),
         as_json: bool = json_opt,
     ):
-        """Compare several codes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
+        """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
         from gradcode.cli import emit
 
         try:
@@ -365,7 +457,7 @@ def register(app: typer.Typer) -> None:
             if plot is not None:
                 plot_comparison(plot, names, pooled)
                 doc["plot"] = str(plot)
-        except (ValueError, TypeError, OSError) as exc:
+        except (ValueError, TypeError, OSError, GradcodeError) as exc:
             _fail(exc)
         emit(doc, as_json=as_json,
              title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every scheme)",

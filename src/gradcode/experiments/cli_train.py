@@ -6,7 +6,10 @@
 runs :func:`gradcode.train`: ``--stragglers S`` random workers sleep ``--delay`` extra seconds in
 every round (Tandon et al. Sec. 5; the ``fixed`` delay model with ``base=0``) unless
 ``--delay-model`` names another model, and ``S`` is also the tolerance ``s`` of codes that take one
-(``uncoded`` simply faces the delays). A progress bar goes to stderr, a final table to stdout (or,
+(``uncoded`` simply faces the delays). ``--scheme`` also takes a scheme family with its parameters
+inline or through ``--param``: ``--scheme gc-dc:clusters=2,r=2,ssi=perfect`` trains with GC-DC
+(``n`` = ``--workers``; perfect straggler state information is the injected delay model's states
+of each round; ``--stragglers`` then only sets the injected delays). A progress bar goes to stderr, a final table to stdout (or,
 with ``--json``, exactly one JSON document: ``round_times``, ``final_loss``,
 ``final_params_checksum``, ``arrivals`` and the rest of :meth:`TrainResult.to_json`). ``--plot DIR``
 writes ``loss_auc_vs_time.png`` (held-out loss and ROC AUC against wall-clock time, Tandon Fig. 7)
@@ -47,13 +50,14 @@ def register(app: typer.Typer) -> None:
 
 
 def train_command(
-    scheme: str = typer.Option("crc", "--scheme", "--code", help="Code name (see `gradcode codes`)."),
+    scheme: str = typer.Option("crc", "--scheme", "--code",
+                               help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`)."),
     workers: int = typer.Option(4, "--workers", "-n", help="Number of workers n."),
     stragglers: int = typer.Option(0, "--stragglers", "-s", help="Workers delayed per round; tolerance s of codes that take one."),
     delay: float = typer.Option(0.0, "--delay", help="Seconds each delayed worker sleeps per round."),
     delay_model: str = typer.Option(None, "--delay-model", help="Another delay model instead of the fixed delays."),
     delay_param: list[str] = typer.Option(None, "--delay-param", help="key=value for --delay-model (repeatable)."),
-    code_param: list[str] = typer.Option(None, "--param", help="key=value code parameter (repeatable)."),
+    code_param: list[str] = typer.Option(None, "--param", "-p", help="key=value code/scheme parameter (repeatable)."),
     data: str = typer.Option("synthetic", "--data", help="Dataset: synthetic, amazon, breast-cancer, digits, ..."),
     data_param: list[str] = typer.Option(None, "--data-param", help="key=value dataset parameter (repeatable)."),
     problem: str = typer.Option(None, "--problem", help="logistic, linear, softmax, mlp, cnn (default: by task)."),
@@ -73,6 +77,8 @@ def train_command(
     start_timeout: float = typer.Option(120.0, "--start-timeout",
                                         help="Give up joining the cluster or starting the workers after this many seconds."),
     eval_every: int = typer.Option(1, "--eval-every", help="Held-out metrics every K rounds (0: at the end only)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --run-dir (its checkpoint"
+                                   " and records); without it such a run-dir is refused unless --resume."),
     verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
                                 "them against each other: a worker whose result is wrong is named and left out."),
     plot: Path = typer.Option(None, "--plot", help="Directory for PNG plots."),
@@ -80,10 +86,12 @@ def train_command(
 ):
     """Train a model with gradient coding on Ray workers (embedded local cluster by default)."""
     from gradcode.cli import emit, err
-    from gradcode.experiments.cli_sim import parse_kv
+    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
     from gradcode.runtime import train
 
     try:
+        scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
+        code_params = {**parse_kv(code_param, "--param"), **inline}
         if resume and run_dir is None:  # the default run dir is a new timestamped folder
             raise ValueError("--resume needs --run-dir: the folder of the run to continue")
         dm = None
@@ -103,7 +111,7 @@ def train_command(
                     stragglers=stragglers,
                     delay=delay,
                     delay_model=dm,
-                    code_params=parse_kv(code_param, "--param") or None,
+                    code_params=code_params or None,
                     data=DATA_ALIASES.get(data, data),
                     data_params=parse_kv(data_param, "--data-param"),
                     problem=problem,
@@ -123,6 +131,7 @@ def train_command(
                     eval_every=eval_every,
                     callback=callback,
                     verify=verify,
+                    overwrite=overwrite,
                 )
         finally:
             finish()

@@ -90,6 +90,13 @@ class Scheme(ABC):
         vectorized path); it never needs to know the scheme's class."""
         return None
 
+    @property
+    def load(self) -> float | None:
+        """Data fraction a worker computes per round (the most over workers), for reports: the
+        static code's ``load``; ``None`` where a dynamic scheme does not declare its own."""
+        code = self.static_code
+        return None if code is None else float(code.load)
+
     def stored_partitions(self, worker: int) -> tuple[int, ...]:
         """The partitions worker ``worker`` stores for the whole run (the runtime loads them
         once; every task a plan gives the worker must name only these). Default: the static

@@ -106,6 +106,9 @@ class GCDC(Scheme):
 
     delay = 0
     chunks = 1
+    #: constructor parameters only the Python API sets (an object; the drivers' dimension): the
+    #: command line neither lists nor accepts them
+    api_only_params = ("assignment", "dim")
 
     def __init__(
         self,
@@ -168,6 +171,13 @@ class GCDC(Scheme):
     def tolerance(self) -> int:
         """Stragglers always tolerated (worst case, as GC-SC and GC): ``r - 1``."""
         return self.r - 1
+
+    @property
+    def load(self) -> float:
+        """Data fraction each worker computes per round: ``r / K`` (``r`` of the ``K`` equal
+        partitions, as in GC and GC-SC; the ``n_c l`` stored partitions are memory, not
+        computation, Sec. IV-B)."""
+        return self.r / self.n
 
     @property
     def needed_per_cluster(self) -> int:
