@@ -308,8 +308,26 @@ def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
     assert res.resumed_from == 4
     assert rel(res.final_params, reference(6)) < 1e-9
     assert not np.isnan(res.losses).any() and (res.round_times > 0).all()
-    with pytest.raises(ValueError, match="rounds"):
-        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
+    with pytest.raises(ValueError, match="rounds must be at least"):
+        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=3)
+    # a finished run is extended to more rounds: it goes on from its last checkpoint
+    longer = run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
+    assert longer.resumed_from == 6 and longer.losses.shape[0] == 8
+    assert rel(longer.final_params, reference(8)) < 1e-9
+
+
+def test_a_run_dir_holding_a_run_is_refused_unless_resumed_or_overwritten(ray_session, tmp_path):
+    from gradcode.runtime import RunDirInUseError
+
+    run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
+    with pytest.raises(RunDirInUseError, match="already holds a run .*checkpoint.pkl.*--resume.*--overwrite"):
+        run(tmp_path, code="crc", stragglers=1, rounds=2)
+    res = run(tmp_path, code="crc", stragglers=1, rounds=2, overwrite=True)  # no checkpoint this time
+    assert not (tmp_path / "run" / "checkpoint.pkl").exists()  # the old run's checkpoint is gone
+    assert rel(res.final_params, reference(2)) < 1e-9
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        run(tmp_path, name="afile", code="crc", rounds=1)
 
 
 def test_resume_refuses_another_code_configuration(ray_session, tmp_path):

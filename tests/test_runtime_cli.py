@@ -38,3 +38,22 @@ def test_sgd_with_lr_is_refused_naming_its_parameters(tmp_path):
     res = CliRunner().invoke(app, ["train", "--optimizer", "sgd", "--lr", "0.1", "--data-param", "n_samples=200",
                                    "--data-param", "n_features=4", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "'sgd' does not take 'lr'; its parameters are c1, c2" in res.output
+
+
+def test_a_second_run_in_the_same_run_dir_needs_resume_or_overwrite(ray_session, tmp_path):
+    """Restarting in the same --run-dir without --resume used to overwrite the checkpoint: now it is
+    refused with what to do, and --overwrite replaces the run."""
+    args = ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--data", "synthetic",
+            "--data-param", "n_samples=200", "--data-param", "n_features=4", "--rounds", "2",
+            "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run")]
+    runner = CliRunner()
+    assert runner.invoke(app, args).exit_code == 0
+    before = (tmp_path / "run" / "checkpoint.pkl").read_bytes()
+    again = runner.invoke(app, args)
+    said = " ".join(again.output.split())  # rich wraps long lines
+    assert again.exit_code != 0 and "already holds a run" in said and "--overwrite" in said
+    assert (tmp_path / "run" / "checkpoint.pkl").read_bytes() == before
+    assert runner.invoke(app, args + ["--overwrite"]).exit_code == 0
+    longer = runner.invoke(app, args[:-4] + ["--rounds", "4", "--run-dir", str(tmp_path / "run"), "--resume", "--json"])
+    assert longer.exit_code == 0, longer.output
+    assert len(json.loads(longer.stdout)["round_times"]) == 4

@@ -8,6 +8,7 @@
 from gradcode.runtime.master import (
     CheckpointError,
     RoundTimeoutError,
+    RunDirInUseError,
     TrainResult,
     build_scheme,
     parse_failures,
@@ -19,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "ProblemSpec",
     "RoundTimeoutError",
+    "RunDirInUseError",
     "TrainResult",
     "WireTask",
     "WorkerCore",

@@ -100,7 +100,8 @@ from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.worker import ProblemSpec, WireTask
 from gradcode.schemes.timing import message_arrivals
 
-__all__ = ["CheckpointError", "RoundTimeoutError", "TrainResult", "build_scheme", "parse_failures", "train"]
+__all__ = ["CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainResult", "build_scheme", "parse_failures",
+           "train"]
 
 
 class RoundTimeoutError(GradcodeError):
@@ -391,6 +392,7 @@ def train(
     eval_every: int = 1,
     callback: Callable[[dict], None] | None = None,
     verify: bool = False,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train ``models`` models with gradient coding on Ray workers; see the module docstring.
 
@@ -416,6 +418,11 @@ def train(
     finite result is wrong is named, left out of the round and recorded as a fault; a round
     whose results disagree with no single culprit waits for more. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
+
+    A ``run_dir`` that already holds a run (a checkpoint, a result or round records) is refused
+    unless ``resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend a finished
+    run, the added rounds taking their injected delays from the draw of the longer run) or
+    ``overwrite`` (replace it: the old checkpoint and records are removed first).
 
     An exception that stops a started run (:class:`RoundTimeoutError`, a diverging step, a worker
     that raises, an unreachable cluster, the callback's, ``KeyboardInterrupt``) is raised after the
@@ -512,6 +519,17 @@ def train(
     run_dir = Path(run_dir) if run_dir is not None else Path("gradcode-runs") / (
         f"{scheme_name}-n{n}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run_dir {str(run_dir)!r} is a file, not a folder; pass a folder for the run's records")
+    held = [name for name in _RUN_FILES if (run_dir / name).exists()]
+    if held and not resume:
+        if not overwrite:
+            raise RunDirInUseError(
+                f"run_dir {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with"
+                " resume=True (--resume) or replace it with overwrite=True (--overwrite)"
+            )
+        for name in held:
+            (run_dir / name).unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
 
     # ---- state (fresh or from a checkpoint)
@@ -544,9 +562,13 @@ def train(
     if resume:
         # a code built from its name is fully described by the config (name, code_params, workers,
         # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
-        saved = _load_checkpoint(ckpt_path, config, ignore=() if isinstance(code, str) else ("scheme",))
+        saved = _load_checkpoint(ckpt_path, config, ignore=("rounds",) if isinstance(code, str) else ("rounds", "scheme"))
         state, scheme, inflight = saved["state"], saved["scheme"], saved["inflight"]
         resumed_from = state["next_round"]
+        if rounds < resumed_from:
+            raise ValueError(f"resume: the checkpoint has {resumed_from} rounds done; rounds must be at least"
+                             f" that, got {rounds}")
+        _grow_records(state, rounds)
     _atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
 
     # ---- engine and workers
@@ -723,6 +745,27 @@ _CKPT_VERSION = 2
 def _plain(value):
     """``value`` as JSON-able built-ins (arrays as lists), so configs compare with ``==``."""
     return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else repr(v)))
+
+
+#: what a run leaves in its run_dir that a new run there would overwrite
+_RUN_FILES = ("checkpoint.pkl", "result.json", "rounds.jsonl")
+
+
+class RunDirInUseError(GradcodeError, ValueError):
+    """``run_dir`` already holds a run and neither ``resume`` nor ``overwrite`` was asked."""
+
+
+def _grow_records(state: dict, rounds: int) -> None:
+    """Extend the per-round tables of a checkpointed ``state`` to ``rounds`` rounds (a resumed
+    run asked for more rounds than the checkpointed one); the added rows are as a fresh run's."""
+    have = state["round_times"].shape[0]
+    if rounds <= have:
+        return
+    extra = rounds - have
+    fills = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan}
+    for key, fill in fills.items():
+        old = state[key]
+        state[key] = np.concatenate([old, np.full((extra,) + old.shape[1:], fill, dtype=old.dtype)])
 
 
 def _save_checkpoint(path: Path, config: dict, state: dict, scheme, inflight: dict) -> None:
