@@ -94,3 +94,62 @@ def test_stragglers_option_is_said_not_to_apply_to_gc_dc():
     assert "takes no s" in res.stderr
     assert json.loads(res.stdout)["summary"]["rounds"] == 5
     assert np.isfinite(json.loads(res.stdout)["summary"]["mean"])
+
+
+# ---------------------------------------------------------------------------- reproductions
+
+
+def test_reproduce_gcdc_table1_json_rows_carry_paper_values_and_intervals():
+    doc = one_json(invoke("reproduce", "gcdc-table1", "--rounds", 800, "--seed", 1, "--json"))
+    rows = doc["rows"]
+    assert {r["scheme"] for r in rows} == {"GC", "GC-SC", "GC-DC"}
+    assert [r["P"] for r in rows if r["scheme"] == "GC-DC"] == [1, 2, 4, 5, 10]
+    paper = {(r["scheme"], r["P"]): r["paper"] for r in rows}
+    assert paper["GC", 4] == 166.81 and paper["GC-SC", 5] == 37.23 and paper["GC-DC", 10] == 0.70
+    for r in rows:
+        assert set(r) >= {"scheme", "P", "time", "ci", "paper"}
+        assert isinstance(r["P"], int) and r["time"] > 0 and r["ci"] >= 0
+    assert doc["rounds"] == 800 and doc["runs"] == 2 and doc["seed"] == 1
+    assert [r["P"] for r in doc["imperfect_ssi_rows"]] == [1, 2, 4, 5, 10]
+    # P = 1: one cluster of K, the three schemes are the same code on the same draws
+    p1 = {r["scheme"]: r["time"] for r in rows if r["P"] == 1}
+    assert p1["GC"] == pytest.approx(p1["GC-SC"]) == pytest.approx(p1["GC-DC"])
+    # the rows are table1's numbers
+    from gradcode.schemes.gcdc import table1
+
+    res = table1(rounds=800, seed=1)
+    assert [r["time"] for r in rows if r["scheme"] == "GC-SC"] == pytest.approx(res.row("GC-SC").mean)
+
+
+def test_reproduce_bad_parameters_are_one_line():
+    res = invoke("reproduce", "gcdc-table1", "--rounds", 500)
+    assert res.exit_code == 2 and "multiple of run_length" in res.stderr and "Traceback" not in res.output
+    res = invoke("reproduce", "gcdc-figs", "-p", "figures=3")
+    assert res.exit_code == 2 and "4..12" in res.stderr
+    res = invoke("reproduce", "commfr-table1", "--rounds", 5)
+    assert res.exit_code == 2 and "does not take 'rounds'" in res.stderr
+
+
+def test_reproduce_gcdc_figures_write_json_and_png(tmp_path):
+    doc = one_json(invoke("reproduce", "gcdc-figs", "-p", "figures=4,12", "-p", "runs=2", "-p", "iterations=15",
+                          "--out", tmp_path, "--json"))
+    assert doc["runs"] == 2 and doc["iterations"] == 15
+    assert sorted({r["figure"] for r in doc["rows"]}) == [4, 12]
+    assert {(r["ssi"], r["scheme"]) for r in doc["rows"] if r["figure"] == 4} == {
+        (s, k) for s in ("imperfect", "perfect") for k in ("GC", "GC-SC", "GC-DC", "LB")}
+    for n in (4, 12):
+        assert (tmp_path / f"gcdc-fig{n}.png").stat().st_size > 1000
+        fig = json.loads((tmp_path / f"gcdc-fig{n}.json").read_text())
+        assert fig["figure"] == n and fig["runs"] == 2 and fig["iterations"] == 15
+        curves = fig["curves"]
+        assert set(curves) == {"GC", "GC-SC", "GC-DC (imperfect SSI)", "GC-DC (perfect SSI)", "LB"}
+        for c in curves.values():
+            assert len(c["running_mean"]) == len(c["per_iteration"]) == 15
+            assert c["running_mean"][-1] == pytest.approx(c["mean"]) and c["ci"] >= 0
+        # LB is below every scheme in every iteration (it needs the fewest finished workers)
+        lb = np.array(curves["LB"]["per_iteration"])
+        for name in ("GC", "GC-SC", "GC-DC (imperfect SSI)", "GC-DC (perfect SSI)"):
+            assert (lb <= np.array(curves[name]["per_iteration"]) + 1e-12).all()
+    one = one_json(invoke("reproduce", "gcdc-fig9", "-p", "runs=2", "-p", "iterations=5", "-p", "plot=false",
+                          "--out", tmp_path, "--json"))
+    assert one["files"] == [str(tmp_path / "gcdc-fig9.json")]

@@ -208,12 +208,14 @@ def table1(
     )
 
 
-def gcdc_round_times(scheme: GCDC, times: np.ndarray, straggling: np.ndarray, *, protocol: bool = True) -> np.ndarray:
+def gcdc_round_times(scheme: GCDC, times: np.ndarray, straggling: np.ndarray, *, rates: np.ndarray | None = None,
+                     protocol: bool = True) -> np.ndarray:
     """Per-round completion times of ``scheme`` (fresh, rounds ``0 .. T-1``) when worker ``w``
     needs ``times[t, w]`` seconds in round ``t`` and the delay model's states are
-    ``straggling[t]``.
+    ``straggling[t]`` (and its rates ``rates[t]``, for the heterogeneous variant with ``tau``).
 
-    Round ``t``: ``observe_states(t, straggling[t])``, then the scheme plans the round; it ends at
+    Round ``t``: ``observe_states(t, straggling[t], rates[t])``, then the scheme plans the round
+    (perfect SSI with round ``t``'s information, imperfect with round ``t - 1``'s); it ends at
     eq. 15's time, ``max_p`` of the ``(l - r + 1)``-th smallest time among the workers the plan put
     in cluster ``p``. With ``protocol=True`` the round runs through the whole protocol in
     simulation mode (payloads ``None``): ``plan(t)``, ``on_result`` for every worker finished by
@@ -224,7 +226,7 @@ def gcdc_round_times(scheme: GCDC, times: np.ndarray, straggling: np.ndarray, *,
     need = scheme.needed_per_cluster
     out = np.empty(T)
     for t in range(T):
-        scheme.observe_states(t, straggling[t])
+        scheme.observe_states(t, straggling[t], None if rates is None else rates[t])
         if protocol:
             scheme.plan(t)
         members = scheme.plan_placement(t).placement.members
