@@ -57,3 +57,13 @@ def test_a_second_run_in_the_same_run_dir_needs_resume_or_overwrite(ray_session,
     longer = runner.invoke(app, args[:-4] + ["--rounds", "4", "--run-dir", str(tmp_path / "run"), "--resume", "--json"])
     assert longer.exit_code == 0, longer.output
     assert len(json.loads(longer.stdout)["round_times"]) == 4
+
+
+def test_plot_into_a_file_is_refused_before_training(tmp_path):
+    """--plot naming an existing file used to train, then die with FileExistsError, the result
+    never printed: it is refused up front now."""
+    (tmp_path / "afile.txt").write_text("x")
+    res = CliRunner().invoke(app, ["train", "--workers", "3", "--rounds", "2", "--plot", str(tmp_path / "afile.txt"),
+                                   "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "is a file" in " ".join(res.output.split())
+    assert not (tmp_path / "r").exists()  # nothing started

@@ -94,6 +94,8 @@ def train_command(
         code_params = {**parse_kv(code_param, "--param"), **inline}
         if resume and run_dir is None:  # the default run dir is a new timestamped folder
             raise ValueError("--resume needs --run-dir: the folder of the run to continue")
+        if plot is not None and plot.exists() and not plot.is_dir():  # found out now, not after training
+            raise ValueError(f"--plot {plot} is a file; give a folder for the PNG plots")
         dm = None
         if delay_model is not None:
             dm = (delay_model, parse_kv(delay_param, "--delay-param"))
@@ -146,13 +148,19 @@ def train_command(
         if as_json and started:  # a bug: its traceback, after the run's records
             emit(exc.result.to_json(), as_json=True)
         raise
-    if plot is not None:
-        for path in write_plots(result, plot):
-            err.print(f"wrote {path}")
+    # the result first: a finished run is never lost to an error while plotting
     if as_json:
         emit(result.to_json(), as_json=True)
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
+    if plot is not None:
+        try:
+            for path in write_plots(result, plot):
+                err.print(f"wrote {path}")
+        except OSError as exc:
+            err.print(f"[red]error:[/red] plots not written to {plot}: {exc} (the run's records are in"
+                      f" {result.run_dir})", highlight=False)
+            raise typer.Exit(1) from None
 
 
 def _fail(exc: Exception, code: int, as_json: bool, err) -> None:
