@@ -1,0 +1,419 @@
+"""What SR-SGC and M-SGC share: the base gradient codes, the wait-out rule (conformance of the
+effective straggler pattern to the scheme's model) and the round bookkeeping of the protocol.
+
+Krishnan, Ebrahimi, Khisti, *Sequential Gradient Coding for Straggler Mitigation* (ICLR 2023).
+Rounds and jobs are 0-indexed here: the paper's job ``t`` / round ``t`` (``t >= 1``) is our job /
+round ``t - 1``; jobs with a negative index (the paper's ``t <= 0``) are trivial and never planned.
+
+Base codes (Sec. 3.1, App. G)
+-----------------------------
+``(n, s)``-GC is gradcode's cyclic repetition code (:class:`~gradcode.codes.tandon.CRC`): worker
+``i`` holds partitions ``[i : i + s]*`` and sends ``l_i = sum_j alpha_{i,j} g_j``; any ``n - s``
+results decode ``sum_j g_j``. GC-Rep (App. G, Fig. 14, for ``(s + 1) | n``) puts worker ``i`` in
+group ``floor(i / (s + 1))``, which holds partitions ``[g (s + 1) : (g + 1)(s + 1) - 1]`` and sends
+their plain sum ``l^(g)``; one result per group decodes. It is gradcode's
+:class:`~gradcode.codes.tandon.FRC` with its workers renumbered (FRC puts worker ``w`` in group
+``w mod n/(s+1)``), so both base codes decode with the codes layer's own decoders.
+
+The wait-out rule (Sec. 2, Remark 2.3)
+--------------------------------------
+"In any round, if the actual straggler pattern deviates from the straggler model assumption, the
+master will wait for stragglers to return results in that round. This way, the actual straggler
+pattern will 'effectively' continue to conform to the assumed straggler model." The *effective*
+pattern marks, in each closed round, the workers given a task that did not deliver all of it by
+the close (a worker given no task is not a straggler). :class:`Conformance` checks it round by
+round on *tracks*, each a stretch of rounds that must conform to one of a list of models:
+
+* SR-SGC (Prop. 3.1: "conforms to either (i) the (B, W, lambda)-bursty model or else (ii) the
+  s-stragglers-per-round model, when restricted to any window of W consecutive rounds"): one
+  track per window ``[j : j + W - 1]``; the window must be bursty or have at most ``s``
+  stragglers in each of its rounds.
+* M-SGC (Prop. 3.2 and App. E): job ``u``'s mini-tasks all lie in rounds ``[u : u + T]``,
+  ``T = W - 2 + B``, and the proof uses only the pattern there, so one track per job: its span
+  must conform to the (B, W, lambda)-bursty model or to the (N = B, W' = W + B - 1,
+  lambda' = lambda)-arbitrary model (restricted to the span: windows truncated at its ends).
+
+A round is *ready* when every job due in it decodes and the effective pattern with the round's
+current stragglers (workers given a task whose results are not all in yet) conforms on every
+live track. Conformance only improves as results arrive, so waiting for every worker always
+restores it (a straggler-free round conforms whenever the past did), and by Props. 3.1 / 3.2 the
+due job then decodes: a deviation costs a wait-out, never a wrong or missing gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradcode._validation import check_int
+from gradcode.codes.tandon import CRC, FRC
+from gradcode.errors import NotDecodableError
+from gradcode.schemes.base import ProtocolError, Scheme, Task
+
+__all__ = ["BaseGC", "Conformance", "SequentialScheme"]
+
+#: the coefficients of a task that computes one partial gradient (message = g_p): read-only, so
+#: the simulator's schedule cache keys it by identity
+ONE = np.ones((1, 1, 1))
+ONE.flags.writeable = False
+
+
+def check_params(n, B, W, lam):
+    """``n, B, W, lam`` as ints (``TypeError`` naming the argument otherwise)."""
+    n = check_int("n", n, minimum=1)
+    return n, check_int("B", B), check_int("W", W), check_int("lam", lam)
+
+
+def check_jobs(jobs):
+    return None if jobs is None else check_int("jobs (J, the number of jobs)", jobs, minimum=1)
+
+
+class BaseGC:
+    """An ``(n, s)`` gradient code as the sequential schemes use it (module docstring): the
+    partitions and coefficients of worker ``i`` (local partition ids ``0..n-1``), the
+    decodability rule on a mask of workers whose result arrived, and the decoder.
+
+    ``rep=False``: ``(n, s)``-GC (CRC, any ``n - s`` results). ``rep=True``: GC-Rep (needs
+    ``(s + 1) | n``; one result per group ``floor(i / (s + 1))``)."""
+
+    def __init__(self, n: int, s: int, *, rep: bool = False, seed=0):
+        self.n, self.s, self.rep = n, s, rep
+        if rep:
+            self.code = FRC(n, s)
+            groups = n // (s + 1)
+            i = np.arange(n)
+            #: FRC worker that plays worker i (FRC serves group w mod groups)
+            self.inner = (i // (s + 1) + groups * (i % (s + 1))).astype(np.intp)
+            self.group = i // (s + 1)
+            self.groups = groups
+        else:
+            self.code = CRC(n, s, seed=seed)
+            self.inner = np.arange(n, dtype=np.intp)
+            self.group = None
+            self.groups = None
+        self.need = n - s
+        self._parts = [tuple(int(p) for p in self.code.placement[int(q)]) for q in self.inner]
+        coefs = []
+        for q in self.inner:
+            c = np.array(self.code.encoders[int(q)], dtype=np.float64)
+            c.flags.writeable = False
+            coefs.append(c)
+        self._coefs = coefs
+
+    def partitions(self, i: int) -> tuple[int, ...]:
+        """Local partitions of worker ``i``: ``[i : i + s]*`` (GC) or its group's (GC-Rep)."""
+        return self._parts[i]
+
+    def coefficients(self, i: int) -> np.ndarray:
+        """``(1, s + 1, 1)`` read-only encoder of worker ``i``."""
+        return self._coefs[i]
+
+    def decodable(self, mask: np.ndarray, count: int | None = None) -> bool:
+        """Whether the results of the workers in ``mask`` (``(n,)`` booleans) decode."""
+        if self.rep:
+            return bool(np.bincount(self.group[mask], minlength=self.groups).all())
+        return (int(mask.sum()) if count is None else count) >= self.need
+
+    def decode(self, messages: dict[int, np.ndarray], dim: int) -> np.ndarray:
+        """``sum_j g_j`` over the code's ``n`` local partitions from ``{worker: message}``."""
+        if self.rep:  # one worker per group suffices: hand the decoder one each
+            chosen: dict[int, int] = {}
+            for w in sorted(messages):
+                chosen.setdefault(int(self.group[w]), w)
+            messages = {w: messages[w] for w in chosen.values()}
+        return self.code.decode({int(self.inner[w]): m for w, m in messages.items()}, dim=dim)
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+class Conformance:
+    """Round-by-round conformance of the effective straggler pattern on tracks (module
+    docstring). ``models``: ``("bursty", B, W, lam)``, ``("arbitrary", N, W', lam')`` and
+    ``("per-round", s)`` entries; a track conforms when it conforms to at least one.
+
+    Use: :meth:`begin` (round ``t``, the closed rounds' rows, the live tracks' start rounds) once a
+    round, :meth:`ok` with the round's current stragglers as often as needed, :meth:`commit` with
+    the round's final row. A track that ended up conforming to no model (a driver closed a round
+    that was not ready) stops constraining later rounds (``broken``)."""
+
+    def __init__(self, n: int, models):
+        self.n = n
+        self.models = tuple(models)
+        self.flags: dict[int, np.ndarray] = {}  # track start -> per-model flags (still conforming)
+        self.broken: set[int] = set()
+        self._t = None
+
+    def begin(self, t: int, history: np.ndarray, starts) -> None:
+        starts = [a for a in starts if a not in self.broken]
+        self._t = t
+        self._starts = starts
+        K = len(starts)
+        nm = len(self.models)
+        prev = np.ones((K, nm), dtype=bool)
+        for k, a in enumerate(starts):
+            f = self.flags.get(a)
+            if f is not None:
+                prev[k] = f
+        self._prev = prev
+        self._D = []  # per model: (K, n) distinct stragglers of the past rounds in the window
+        self._F = []  # per model: (K, n) workers that may not straggle now
+        self._lim = []
+        for kind, *p in self.models:
+            if kind == "per-round":
+                self._D.append(None)
+                self._F.append(None)
+                self._lim.append(p[0])
+                continue
+            N_or_B, Wm, lam = p
+            D = np.zeros((K, self.n), dtype=bool)
+            F = np.zeros((K, self.n), dtype=bool)
+            for k, a in enumerate(starts):
+                lo = max(a, t - Wm + 1)
+                past = history[lo:t]
+                if past.shape[0]:
+                    D[k] = past.any(axis=0)
+                    if kind == "bursty":  # a straggle at or before t - B: no straggling now
+                        hi = t - N_or_B + 1
+                        if hi > lo:
+                            F[k] = history[lo:hi].any(axis=0)
+                    else:  # arbitrary: N straggles already in the window
+                        F[k] = past.sum(axis=0) >= N_or_B
+            self._D.append(D)
+            self._F.append(F)
+            self._lim.append(lam)
+        self._empty_ok = bool(prev.any(axis=1).all()) if K else True
+
+    def _per_track(self, cur: np.ndarray) -> np.ndarray:
+        K = len(self._starts)
+        res = np.zeros((K, len(self.models)), dtype=bool)
+        ncur = int(cur.sum())
+        for m, (kind, *_p) in enumerate(self.models):
+            if kind == "per-round":
+                res[:, m] = ncur <= self._lim[m]
+            else:
+                D, F = self._D[m], self._F[m]
+                res[:, m] = ((D | cur).sum(axis=1) <= self._lim[m]) & ~(F & cur).any(axis=1)
+        return res & self._prev
+
+    def ok(self, cur: np.ndarray) -> bool:
+        """Whether the past and ``cur`` (``(n,)`` booleans: this round's stragglers) conform on
+        every live track."""
+        if not cur.any():
+            return self._empty_ok
+        if not self._starts:
+            return True
+        return bool(self._per_track(cur).any(axis=1).all())
+
+    def violations(self, cur: np.ndarray) -> list[int]:
+        """Start rounds of the live tracks that ``cur`` makes non-conforming."""
+        if not self._starts:
+            return []
+        bad = ~self._per_track(cur).any(axis=1)
+        return [a for a, b in zip(self._starts, bad) if b]
+
+    def commit(self, row: np.ndarray, ending) -> None:
+        """Record round ``t``'s final stragglers ``row``; tracks starting at ``ending`` end."""
+        if self._starts:
+            res = self._per_track(row)
+            for a, f in zip(self._starts, res):
+                if f.any():
+                    self.flags[a] = f
+                else:
+                    self.broken.add(a)
+                    self.flags.pop(a, None)
+        for a in ending:
+            self.flags.pop(a, None)
+            self.broken.discard(a)
+
+
+# --------------------------------------------------------------------------- the scheme
+
+
+class _Round:
+    __slots__ = ("t", "tags", "planned", "counts", "cur", "incomplete", "version", "ready_at")
+
+    def __init__(self, t: int, n: int):
+        self.t = t
+        self.tags: list[list] = [[] for _ in range(n)]
+        self.planned = np.zeros(n, dtype=np.intp)
+        self.counts = np.zeros(n, dtype=np.intp)
+        self.cur = np.zeros(n, dtype=bool)
+        self.incomplete = 0
+        self.version = 0
+        self.ready_at = (-1, False)
+
+
+class SequentialScheme(Scheme):
+    """Round bookkeeping shared by the sequential schemes (module docstring).
+
+    Rounds are played in order: ``plan(t)`` needs round ``t - 1`` closed (planning an open round
+    again returns the same plan). Every task sends one message, so a worker's message ``index``
+    is its ``index``-th task in plan order. Message rules as in
+    :class:`~gradcode.schemes.static.StaticScheme`: a message for a closed round is ignored
+    (``stale_messages``), a repeated index is ignored (``duplicate_messages``), an index out of
+    order or beyond the worker's tasks is a :class:`ProtocolError`; payloads are all arrays
+    (decode) or all ``None`` (simulate) over a run. A straggler's messages that did arrive are
+    used (M-SGC: its finished mini-tasks count as received; more results never hurt either
+    scheme). ``close`` on a round that is not ready raises :class:`NotDecodableError` and leaves
+    it open.
+
+    Subclasses implement ``_tasks(t)`` -> ``{worker: [(Task, tag), ...]}``, ``_receive(tag,
+    worker, payload)``, ``_decodable(job)``, ``_decode(job)``, ``_track_starts(t)``,
+    ``_ending_tracks(t)`` and ``_forget(job)``.
+    """
+
+    chunks = 1
+
+    def _init_common(self, n, jobs, dim, models, max_cur):
+        self.n = n
+        self.jobs = check_jobs(jobs)
+        self.dim = None if dim is None else check_int("dim", dim, minimum=1)
+        self.conformance = Conformance(n, models)
+        self._max_cur = max_cur  # no model allows more stragglers in one round
+        self._round: _Round | None = None
+        self._next = 0  # the round plan() expects
+        self._plan_cache = None
+        self._finished: set[int] = set()
+        self._real: bool | None = None
+        self.stale_messages = 0
+        self.duplicate_messages = 0
+
+    # ----------------------------------------------------------- description
+    @property
+    def delay(self) -> int:  # noqa: D401
+        """T: job ``t`` finishes by the end of round ``t + T``."""
+        return self._T
+
+    def _job_range(self, u: int) -> bool:
+        return u >= 0 and (self.jobs is None or u < self.jobs)
+
+    def due_job(self, t: int) -> int | None:
+        """The job that must finish in round ``t`` (``t - T``), or ``None``."""
+        u = t - self._T
+        return u if self._job_range(u) and u not in self._finished else None
+
+    # ----------------------------------------------------------- protocol hooks
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        r = self._round
+        if r is not None and r.t == t:
+            return self._plan_cache
+        if t != self._next:
+            raise ProtocolError(
+                f"{type(self).__name__} plays rounds in order: round {self._next} is next"
+                + (f" (round {r.t} is still open: close it first)" if r is not None else "")
+                + f"; got plan({t})"
+            )
+        r = _Round(t, self.n)
+        plan = {}
+        for w, items in self._tasks(t).items():
+            if items:
+                plan[w] = tuple(task for task, _ in items)
+                r.tags[w] = [tag for _, tag in items]
+                r.planned[w] = len(items)
+        r.cur = r.planned > 0
+        r.incomplete = int(r.cur.sum())
+        self.conformance.begin(t, self.straggler_history, self._track_starts(t))
+        self._round = r
+        self._plan_cache = plan
+        return plan
+
+    def _on_result(self, t: int, w: int, index: int, payload, time: float) -> None:
+        r = self._round
+        if r is None or r.t != t:
+            if t < self._next:
+                self.stale_messages += 1
+                return
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        have = int(r.counts[w])
+        if index < have:
+            self.duplicate_messages += 1
+            return
+        if index >= r.planned[w]:
+            raise ProtocolError(
+                f"worker {w} has {int(r.planned[w])} task(s) in round {t}; got message index {index}"
+            )
+        if index > have:
+            raise ProtocolError(
+                f"message {index} of worker {w} in round {t} arrived before message {have}: workers"
+                " send their messages in order"
+            )
+        real = payload is not None
+        if self._real is None:
+            self._real = real
+        elif self._real != real:
+            raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run"
+                                f" (worker {w}, round {t}, message {index})")
+        if real:
+            payload = np.asarray(payload)
+        r.counts[w] = have + 1
+        r.version += 1
+        if have + 1 == r.planned[w]:
+            r.cur[w] = False
+            r.incomplete -= 1
+        self._receive(r.tags[w][index], w, payload)
+
+    def _ready(self, t: int) -> bool:
+        r = self._round
+        if r is None or r.t != t:
+            return False
+        if r.ready_at[0] == r.version:
+            return r.ready_at[1]
+        ok = self._ready_now(r)
+        r.ready_at = (r.version, ok)
+        return ok
+
+    def _ready_now(self, r: _Round) -> bool:
+        if r.incomplete > self._max_cur:
+            return False
+        u = self.due_job(r.t)
+        if u is not None and not self._decodable(u):
+            return False
+        return self.conformance.ok(r.cur)
+
+    def why_not_ready(self, t: int) -> str:
+        """Why round ``t`` is not ready (for errors and people)."""
+        r = self._round
+        if r is None or r.t != t:
+            return f"round {t} is not open"
+        u = self.due_job(t)
+        parts = []
+        if u is not None and not self._decodable(u):
+            parts.append(f"job {u} (due in round {t}, T = {self._T}) does not decode yet")
+        if not self.conformance.ok(r.cur):
+            bad = self.conformance.violations(r.cur)
+            parts.append(
+                f"the stragglers so far ({int(r.cur.sum())} workers) break the straggler model on the"
+                f" track(s) starting in round(s) {bad}: wait for more results (a wait-out)")
+        return "; ".join(parts) or "ready"
+
+    def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
+        r = self._round
+        if r is None or r.t != t:
+            if t < self._next:
+                raise ProtocolError(f"round {t} is already closed")
+            raise ProtocolError(f"round {t} was never planned")
+        if not self._ready(t):
+            raise NotDecodableError(f"round {t} cannot be closed yet: {self.why_not_ready(t)}")
+        row = r.planned > 0
+        if arrived:
+            row[list(arrived)] = False
+        self._record(t, row)
+        self.conformance.commit(row, self._ending_tracks(t))
+        out = []
+        lo = max(0, t - self._T)
+        for u in range(lo, t + 1):
+            if self._job_range(u) and u not in self._finished and self._decodable(u):
+                g = self._decode(u) if self._real else None
+                self._finished.add(u)
+                out.append((u, g))
+        if lo - 1 in self._finished:  # job t - T - 1 left the window: forget it
+            self._finished.discard(lo - 1)
+            self._forget(lo - 1)
+        self._round = None
+        self._plan_cache = None
+        self._next = t + 1
+        return out
+
+    def _check_dim(self, m: int) -> int:
+        return self.dim if self.dim is not None else m
+

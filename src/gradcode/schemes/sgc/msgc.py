@@ -1,0 +1,230 @@
+"""M-SGC (multiplexed sequential gradient coding), SGC Sec. 3.3, Algorithm 2, eq. (1), Prop. 3.2,
+App. E, Remark 3.2; and M-SGC-Rep (App. G).
+
+Parameters ``n``, ``B``, ``W``, ``lambda`` with ``0 < B < W`` and ``0 <= lambda <= n``; delay
+``T = W - 2 + B``. With ``X = B + (W - 1)(lambda + 1)`` (Sec. 3.3.2), the data set is cut into
+``(W - 1 + B) n`` chunks (partition ids here are the paper's chunk ids):
+
+* ``D_1``: chunks ``0 .. (W - 1) n - 1``, each a fraction ``(lambda + 1) / (n X)`` of the data;
+  worker ``i`` stores ``[i (W - 1) : (i + 1)(W - 1) - 1]`` (the text's "[i:(W-1):(i+1)(W-1)-1]"
+  is garbled; this is the reading of the Sec. 3.3.1 example, worker 0: D_0, D_1);
+* ``D_2``: chunks ``(W - 1) n .. (W - 1 + B) n - 1``, each ``1 / (n X)``, in ``B`` groups of ``n``;
+  group ``m`` is the data of its own ``(n, lambda)``-GC: worker ``i`` stores chunks
+  ``(W - 1 + m) n + [i : i + lambda]*`` (M-SGC-Rep: its GC-Rep group's ``lambda + 1`` chunks).
+
+Algorithm 2 (round ``t``, worker ``i``; mini-task ``T_i(t; j)`` works on job ``t - j``):
+
+* ``j in [0 : W - 2]``: ``g_{i(W-1)+j}(t - j)`` (fixed, the "diagonal");
+* ``j in [W - 1 : W - 2 + B]``: if the master holds all of ``{g_{i(W-1)+j'}(t - j)}_{j'}`` before
+  round ``t``, the coded mini-task ``l_{i, j-(W-1)}(t - j)`` of group ``m = j - (W - 1)``;
+  otherwise the first of them it does not hold (a re-attempt).
+
+Each mini-task is one :class:`~gradcode.schemes.base.Task` with one message, in slot order, so a
+worker's messages stream in the order the paper's worker performs its mini-tasks. Both kinds of
+mini-task process the same amount of data, so the load is the same every round: eq. (1),
+``L = (lambda + 1)(W - 1 + B) / (n X)`` for ``lambda < n``. Sec. 3.3.1 (``n = 4, B = 2, W = 3,
+lambda = 2``): ``X = 8``, chunks ``3/32`` and ``1/32``, ``L = 3/8``.
+
+``lambda = n`` (Remark 3.2): ``D_2`` is empty, the ``(W - 1) n`` chunks of ``D_1`` are equal
+(``1 / ((W - 1) n)`` each), coded mini-tasks are trivial (no task is planned for them), a job
+finishes as soon as its ``D_1`` chunks are all in, and the load is ``(W - 1 + B) / (n (W - 1))``
+(a round may re-attempt in all ``B`` coded slots).
+
+Job ``u`` decodes when the master holds all ``(W - 1) n`` of its ``D_1`` partial gradients (their
+sum is ``g'(u)``) and, for each group ``m``, results that decode the group's GC (``g''(u)``, App.
+E); the gradient is ``g'(u) + g''(u)``. The wait-out rule is in :mod:`.common` (per-job tracks:
+bursty or arbitrary on the job's span ``[u : u + T]``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, check_params
+
+__all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
+
+
+def check_msgc(n, B, W, lam, *, rep=False):
+    n, B, W, lam = check_params(n, B, W, lam)
+    if not B >= 1:
+        raise ValueError(f"M-SGC needs 0 < B < W (Sec. 3.3); got B={B}")
+    if not W > B:
+        raise ValueError(f"M-SGC needs 0 < B < W (Sec. 3.3); got B={B}, W={W}")
+    if not 0 <= lam <= n:
+        raise ValueError(f"M-SGC needs 0 <= lam <= n = {n} (Sec. 3.3, Remark 3.2); got lam={lam}")
+    if rep:
+        if lam == n:
+            raise ValueError(f"m-sgc-rep needs lam < n (with lam = n there is no coded part); got lam={lam}")
+        if n % (lam + 1):
+            raise ValueError(f"m-sgc-rep needs (lam + 1) to divide n (App. G); got n={n}, lam={lam}")
+    return n, B, W, lam
+
+
+def msgc_partition_sizes(n: int, B: int, W: int, lam: int) -> np.ndarray:
+    """Data fractions of the ``(W - 1 + B) n`` chunks of Sec. 3.3.2 (``(W - 1) n`` for
+    ``lambda = n``, Remark 3.2)."""
+    n, B, W, lam = check_msgc(n, B, W, lam)
+    if lam == n:
+        return np.full((W - 1) * n, 1.0 / ((W - 1) * n))
+    X = B + (W - 1) * (lam + 1)
+    return np.concatenate([np.full((W - 1) * n, (lam + 1) / (n * X)), np.full(B * n, 1.0 / (n * X))])
+
+
+def msgc_load(n: int, B: int, W: int, lam: int) -> float:
+    """Eq. (1)."""
+    n, B, W, lam = check_msgc(n, B, W, lam)
+    if lam == n:
+        return (W - 1 + B) / (n * (W - 1))
+    return (lam + 1) * (W - 1 + B) / (n * (B + (W - 1) * (lam + 1)))
+
+
+class _Job:
+    __slots__ = ("have", "missing", "coded", "coded_n", "parts", "codedmsg")
+
+    def __init__(self, n, W, B):
+        self.have = np.zeros((n, W - 1), dtype=bool)  # D_1 chunk i(W-1)+j' received
+        self.missing = n * (W - 1)
+        self.coded = np.zeros((B, n), dtype=bool)  # l_{i,m} received
+        self.coded_n = np.zeros(B, dtype=np.intp)
+        self.parts: dict[int, np.ndarray] | None = None
+        self.codedmsg: list[dict[int, np.ndarray]] | None = None
+
+
+@SCHEMES.register("m-sgc")
+class MSGC(SequentialScheme):
+    """M-SGC (module docstring): ``n`` workers, ``B``, ``W``, ``lam`` (``0 < B < W``,
+    ``0 <= lam <= n``), delay ``T = W - 2 + B``, load of eq. (1). ``seed``: the random
+    coefficients of the ``B`` ``(n, lam)``-GCs (one code, used for every group). ``jobs``: ``J``,
+    the number of jobs (``None``: a new job every round); jobs ``>= J`` are trivial. ``dim``: the
+    gradient dimension to decode (default: the message length)."""
+
+    summary = "M-SGC (SGC Sec. 3.3): diagonally interleaved mini-tasks, B (n, lam)-GCs, T = W - 2 + B"
+    _rep = False
+
+    def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
+                 dim: int | None = None):
+        n, B, W, lam = check_msgc(n, B, W, lam, rep=self._rep)
+        self.B, self.W, self.lam = B, W, lam
+        self._T = W - 2 + B
+        self.partition_sizes = msgc_partition_sizes(n, B, W, lam)
+        self.partition_sizes.flags.writeable = False
+        self.gc = None if lam == n else BaseGC(n, lam, rep=self._rep, seed=seed)
+        models = [("bursty", B, W, lam), ("arbitrary", B, W + B - 1, lam)]
+        self._init_common(n, jobs, dim, models, lam)
+        self._jobs: dict[int, _Job] = {}
+        n1 = (W - 1) * n
+        self._d1_tasks = [[(i * (W - 1) + j,) for j in range(W - 1)] for i in range(n)]
+        if self.gc is not None:
+            self._coded_parts = [
+                [tuple(n1 + m * n + p for p in self.gc.partitions(i)) for i in range(n)] for m in range(B)
+            ]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, B={self.B}, W={self.W}, lam={self.lam})"
+
+    @property
+    def load(self) -> float:
+        """Normalized load per worker and round, eq. (1)."""
+        return msgc_load(self.n, self.B, self.W, self.lam)
+
+    def stored_partitions(self, worker: int) -> tuple[int, ...]:
+        """``W - 1`` chunks of ``D_1`` and ``lam + 1`` chunks of each of the ``B`` groups of
+        ``D_2`` (Sec. 3.3.2)."""
+        i = self._check_worker(worker)
+        own = tuple(p for (p,) in self._d1_tasks[i])
+        if self.gc is None:
+            return own
+        return own + tuple(p for m in range(self.B) for p in self._coded_parts[m][i])
+
+    # ----------------------------------------------------------- Algorithm 2
+    def _job(self, u: int) -> _Job:
+        job = self._jobs.get(u)
+        if job is None:
+            job = self._jobs[u] = _Job(self.n, self.W, self.B)
+        return job
+
+    def _tasks(self, t: int):
+        n, W, B = self.n, self.W, self.B
+        plan = {}
+        jobs = [(j, t - j) for j in range(W - 1 + B) if self._job_range(t - j)]
+        for i in range(n):
+            items = []
+            for j, u in jobs:
+                if j <= W - 2:
+                    items.append((Task(u, self._d1_tasks[i][j], ONE), (u, 0, j)))
+                    continue
+                job = self._job(u)
+                have = job.have[i]
+                if have.all():
+                    if self.gc is None:
+                        continue  # lambda = n: trivial coded mini-task (Remark 3.2)
+                    m = j - (W - 1)
+                    items.append((Task(u, self._coded_parts[m][i], self.gc.coefficients(i)), (u, 1, m)))
+                else:
+                    jp = int(np.argmin(have))  # the first chunk not held
+                    items.append((Task(u, self._d1_tasks[i][jp], ONE), (u, 0, jp)))
+            if items:
+                plan[i] = items
+        return plan
+
+    def _receive(self, tag, w: int, payload) -> None:
+        u, kind, k = tag
+        job = self._job(u)
+        if kind == 0:
+            if not job.have[w, k]:
+                job.have[w, k] = True
+                job.missing -= 1
+                if payload is not None:
+                    if job.parts is None:
+                        job.parts = {}
+                    job.parts[w * (self.W - 1) + k] = payload
+        elif not job.coded[k, w]:
+            job.coded[k, w] = True
+            job.coded_n[k] += 1
+            if payload is not None:
+                if job.codedmsg is None:
+                    job.codedmsg = [{} for _ in range(self.B)]
+                job.codedmsg[k][w] = payload
+
+    def _decodable(self, u: int) -> bool:
+        job = self._jobs.get(u)
+        if job is None or job.missing:
+            return False
+        if self.gc is None:
+            return True
+        return all(self.gc.decodable(job.coded[m], int(job.coded_n[m])) for m in range(self.B))
+
+    def _decode(self, u: int) -> np.ndarray:
+        job = self._jobs[u]
+        first = next(iter(job.parts.values()))
+        m_len = first.shape[-1]
+        g = np.zeros(m_len, dtype=np.result_type(first.dtype, np.float64))
+        for p in sorted(job.parts):  # g'(u): every D_1 partial gradient
+            g += job.parts[p].reshape(-1)
+        if self.gc is not None:  # g''(u): each group's GC
+            for m in range(self.B):
+                g += self.gc.decode(job.codedmsg[m], m_len)
+        return g[: self._check_dim(m_len)]
+
+    def _forget(self, u: int) -> None:
+        self._jobs.pop(u, None)
+
+    def _track_starts(self, t: int):
+        lo = max(0, t - self._T)
+        return [u for u in range(lo, t + 1) if self._job_range(u) and u not in self._finished]
+
+    def _ending_tracks(self, t: int):
+        ending = [t - self._T] + [u for u in self._finished if u > t - self._T]
+        return ending
+
+
+@SCHEMES.register("m-sgc-rep")
+class MSGCRep(MSGC):
+    """M-SGC-Rep (App. G): M-SGC whose ``B`` coded groups use GC-Rep (``(lam + 1) | n``: worker
+    ``i`` in group ``floor(i / (lam + 1))`` sends the plain sum of its group's chunks; one
+    result per group decodes). Same load, delay and wait-out rule as M-SGC."""
+
+    summary = "M-SGC-Rep (SGC App. G): M-SGC with GC-Rep coded groups, (lam + 1) | n"
+    _rep = True

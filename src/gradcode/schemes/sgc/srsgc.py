@@ -1,0 +1,182 @@
+"""SR-SGC (selective-reattempt sequential gradient coding), SGC Sec. 3.2, Algorithm 1, Prop. 3.1,
+App. D; and SR-SGC-Rep (App. G, Algorithm 3).
+
+Parameters ``n``, ``B``, ``W``, ``lambda`` with ``0 < lambda <= n``, ``B > 0`` and ``B | (W - 1)``
+(``W = x B + 1``, ``x >= 1``). The base code is ``(n, s)``-GC with
+
+    s = ceil(B lambda / (W - 1 + B)) = ceil(lambda / (x + 1)),
+
+delay ``T = B`` and load ``(s + 1) / n`` (Sec. 3.2); ``s <= n - 1`` is needed for the base code.
+Worker ``i`` stores the base code's partitions (``n`` equal chunks) for the whole run and in each
+round computes either its base-code result for the round's own job, ``l_i(t)``, or a re-attempt of
+``l_i(t - B)``:
+
+Algorithm 1 (round ``t``): ``delta = N(t - B)``, the results for job ``t - B`` the master received
+in round ``t - B``; for ``i = 0 .. n - 1``: if ``delta < n - s`` and worker ``i`` did not return
+``l_i(t - B)`` in round ``t - B``, it re-attempts ``l_i(t - B)`` and ``delta += 1``; otherwise it
+computes ``l_i(t)``. (Jobs outside ``[0, J)`` count as complete, ``N = n``.)
+
+Algorithm 3 (SR-SGC-Rep, ``(s + 1) | n``, GC-Rep base): a worker whose group already returned
+``l^(g)(t - B)`` in round ``t - B`` computes ``l^(g)(t)``; else Algorithm 1's rule.
+
+Job ``u`` decodes once the master holds base-code results for it that decode (``n - s`` distinct
+workers' ``l_i(u)``, or one per group for GC-Rep), from round ``u`` and from the re-attempts of
+round ``u + B``. A job that decodes in its own round finishes there (delay 0). The wait-out rule
+is in :mod:`.common` (every window of ``W`` rounds bursty or at most ``s`` stragglers per round).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, check_params
+
+__all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
+
+
+def srsgc_s(B: int, W: int, lam: int) -> int:
+    """``s = ceil(B lambda / (W - 1 + B))`` (Sec. 3.2)."""
+    return -(-B * lam // (W - 1 + B))
+
+
+def check_srsgc(n, B, W, lam, *, rep=False):
+    n, B, W, lam = check_params(n, B, W, lam)
+    if B < 1:
+        raise ValueError(f"SR-SGC needs B > 0 (Sec. 3.2); got B={B}")
+    if W < B + 1 or (W - 1) % B:
+        raise ValueError(
+            f"SR-SGC needs B to divide W - 1, i.e. W = x B + 1 with x >= 1 (Sec. 3.2); got B={B}, W={W}"
+        )
+    if not 0 < lam <= n:
+        raise ValueError(f"SR-SGC needs 0 < lam <= n = {n} (Sec. 3.2); got lam={lam}")
+    s = srsgc_s(B, W, lam)
+    if s > n - 1:
+        raise ValueError(
+            f"SR-SGC's base (n, s)-GC needs s = ceil(B lam / (W - 1 + B)) <= n - 1; got s={s} for n={n},"
+            f" B={B}, W={W}, lam={lam}"
+        )
+    if rep and n % (s + 1):
+        raise ValueError(
+            f"sr-sgc-rep needs (s + 1) to divide n (App. G), s = ceil(B lam / (W - 1 + B)) = {s}; got n={n}"
+        )
+    return n, B, W, lam, s
+
+
+class _Job:
+    __slots__ = ("recv", "count", "fresh", "msgs")
+
+    def __init__(self, n):
+        self.recv = np.zeros(n, dtype=bool)  # l_i(u) received from worker i
+        self.count = 0
+        self.fresh = 0  # N(u): results received in round u
+        self.msgs: dict[int, np.ndarray] | None = None
+
+
+@SCHEMES.register("sr-sgc")
+class SRSGC(SequentialScheme):
+    """SR-SGC (module docstring): ``n`` workers, ``B``, ``W`` (``B | W - 1``), ``lam``
+    (``0 < lam <= n``), delay ``T = B``, load ``(s + 1) / n``. ``seed``: the base CRC's random
+    coefficients; ``jobs``: ``J`` (``None``: a new job every round); ``dim``: the gradient
+    dimension to decode (default: the message length)."""
+
+    summary = "SR-SGC (SGC Sec. 3.2): (n, s)-GC with selective re-attempts, s = ceil(B lam/(W-1+B)), T = B"
+    _rep = False
+
+    def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
+                 dim: int | None = None):
+        n, B, W, lam, s = check_srsgc(n, B, W, lam, rep=self._rep)
+        self.B, self.W, self.lam, self.s = B, W, lam, s
+        self._T = B
+        self.gc = BaseGC(n, s, rep=self._rep, seed=seed)
+        sizes = np.full(n, 1.0 / n)
+        sizes.flags.writeable = False
+        self.partition_sizes = sizes
+        self._init_common(n, jobs, dim, [("bursty", B, W, lam), ("per-round", s)], max(lam, s))
+        self._jobs: dict[int, _Job] = {}
+        #: re-attempted tasks per round (Algorithm 1's deviations from the base GC), for inspection
+        self.reattempts = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, B={self.B}, W={self.W}, lam={self.lam})"
+
+    @property
+    def load(self) -> float:
+        """``(s + 1) / n`` (Sec. 3.2)."""
+        return (self.s + 1) / self.n
+
+    def stored_partitions(self, worker: int) -> tuple[int, ...]:
+        return self.gc.partitions(self._check_worker(worker))
+
+    def _job(self, u: int) -> _Job:
+        job = self._jobs.get(u)
+        if job is None:
+            job = self._jobs[u] = _Job(self.n)
+        return job
+
+    # ----------------------------------------------------------- Algorithms 1 and 3
+    def _tasks(self, t: int):
+        n, gc = self.n, self.gc
+        old = t - self.B
+        reattempt = np.zeros(n, dtype=bool)
+        if self._job_range(old) and old not in self._finished:
+            job = self._job(old)
+            delta = job.fresh
+            need = n - self.s
+            if delta < need:
+                cand = ~job.recv
+                if self._rep:  # Algorithm 3: groups that returned l^(g)(t - B) go on with job t
+                    done_groups = np.bincount(gc.group[job.recv], minlength=gc.groups) > 0
+                    cand &= ~done_groups[gc.group]
+                idx = np.flatnonzero(cand)[: need - delta]
+                reattempt[idx] = True
+                self.reattempts += int(idx.size)
+        fresh = self._job_range(t)
+        plan = {}
+        for i in range(n):
+            if reattempt[i]:
+                plan[i] = [(Task(old, gc.partitions(i), gc.coefficients(i)), old)]
+            elif fresh:
+                plan[i] = [(Task(t, gc.partitions(i), gc.coefficients(i)), t)]
+        return plan
+
+    def _receive(self, u, w: int, payload) -> None:
+        job = self._job(u)
+        if job.recv[w]:
+            return
+        job.recv[w] = True
+        job.count += 1
+        if u == self._round.t:
+            job.fresh += 1
+        if payload is not None:
+            if job.msgs is None:
+                job.msgs = {}
+            job.msgs[w] = payload
+
+    def _decodable(self, u: int) -> bool:
+        job = self._jobs.get(u)
+        return job is not None and self.gc.decodable(job.recv, job.count)
+
+    def _decode(self, u: int) -> np.ndarray:
+        msgs = self._jobs[u].msgs
+        m_len = next(iter(msgs.values())).reshape(-1).shape[0]
+        g = self.gc.decode({w: v.reshape(1, -1) for w, v in msgs.items()}, m_len)
+        return g[: self._check_dim(m_len)]
+
+    def _forget(self, u: int) -> None:
+        self._jobs.pop(u, None)
+
+    def _track_starts(self, t: int):
+        return list(range(max(0, t - self.W + 1), t + 1))
+
+    def _ending_tracks(self, t: int):
+        return [t - self.W + 1]
+
+
+@SCHEMES.register("sr-sgc-rep")
+class SRSGCRep(SRSGC):
+    """SR-SGC-Rep (App. G, Algorithm 3): SR-SGC on GC-Rep, ``(s + 1) | n``; same load, delay and
+    wait-out rule as SR-SGC."""
+
+    summary = "SR-SGC-Rep (SGC App. G, Algorithm 3): SR-SGC on GC-Rep, (s + 1) | n"
+    _rep = True

@@ -1,0 +1,385 @@
+"""Sequential gradient coding (SGC paper, Krishnan et al. ICLR 2023): SR-SGC, M-SGC and the Rep
+variants as schemes; the worked example of Sec. 3.3.1 / Fig. 6; Table 1's loads; the guarantees
+of Props. 3.1 / 3.2 over random conforming patterns; wait-outs on non-conforming ones; exact
+decoding of real gradients; the simulator's event path; parameter selection (App. J)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.analysis.bounds import bursty_load_bound, gc_load, msgc_load, srsgc_load
+from gradcode.errors import NotDecodableError
+from gradcode.schemes.base import SCHEMES, ProtocolError, make_scheme
+from gradcode.schemes.sgc import MSGC, SRSGC, MSGCRep, SRSGCRep, msgc_partition_sizes, srsgc_s
+from gradcode.stragglers.patterns import (
+    arbitrary_pattern,
+    bursty_pattern,
+    check_bursty,
+    per_round_pattern,
+)
+
+# ----------------------------------------------------------------------------- a small driver
+
+
+def partials_for(rng, jobs, k, d):
+    """Random partial gradients: ``(jobs, k, d)``."""
+    return rng.standard_normal((jobs, k, d))
+
+
+def message(task, G):
+    """What a generic worker sends for ``task``: ``sum_p sum_c E[r, p, c] g_{partitions[p]}``
+    (one chunk, ``L = 1``), on the partial gradients ``G[job]``."""
+    E = task.coefficients
+    assert E.shape[0] == 1 and E.shape[2] == 1
+    return E[0, :, 0] @ G[task.job][list(task.partitions)]
+
+
+def drive(scheme, S, rounds, G=None, *, waitout_order=None):
+    """Play ``rounds`` rounds: in round ``t`` the workers not marked in ``S[t]`` deliver all their
+    messages; if the round is not ready, the stragglers deliver theirs one worker at a time (a
+    wait-out) until it is. Returns ``(done, waitouts, grads)``: job -> round finished, the rounds
+    that needed a wait-out, job -> decoded gradient (payload mode)."""
+    done, waitouts, grads = {}, [], {}
+    for t in range(rounds):
+        plan = scheme.plan(t)
+        arrived = set()
+
+        def deliver(w):
+            for i, task in enumerate(plan[w]):
+                scheme.on_result(t, w, i, None if G is None else message(task, G), 0.0)
+            arrived.add(w)
+
+        for w in plan:
+            if not S[t, w]:
+                deliver(w)
+        if not scheme.ready(t):
+            waitouts.append(t)
+            late = [w for w in plan if S[t, w]]
+            for w in (late if waitout_order is None else waitout_order(late)):
+                deliver(w)
+                if scheme.ready(t):
+                    break
+            assert scheme.ready(t), f"round {t} not ready even with every worker"
+        for job, g in scheme.close(t, arrived):
+            assert job not in done
+            done[job] = t
+            grads[job] = g
+    return done, waitouts, grads
+
+
+# ----------------------------------------------------------------------------- construction
+
+
+def test_registered_and_made_by_name():
+    for name, cls in [("sr-sgc", SRSGC), ("m-sgc", MSGC), ("sr-sgc-rep", SRSGCRep), ("m-sgc-rep", MSGCRep)]:
+        assert SCHEMES.get(name) is cls
+        s = make_scheme(name, n=6, B=1, W=3, lam=2)
+        assert isinstance(s, cls) and s.n == 6
+        assert set(SCHEMES.parameters(name)) >= {"n", "B", "W", "lam", "seed"}
+
+
+def test_delay_load_and_s():
+    s = SRSGC(n=256, B=2, W=3, lam=23)
+    assert (s.s, s.delay) == (12, 2)
+    m = MSGC(n=256, B=1, W=2, lam=27)
+    assert m.delay == 1
+    assert MSGC(n=20, B=3, W=5, lam=4).delay == 6
+    assert srsgc_s(2, 3, 23) == 12
+
+
+@pytest.mark.parametrize("name, params, match", [
+    ("m-sgc", dict(n=4, B=0, W=3, lam=2), r"0 < B < W"),
+    ("m-sgc", dict(n=4, B=3, W=3, lam=2), r"0 < B < W"),
+    ("m-sgc", dict(n=4, B=1, W=3, lam=5), r"0 <= lam <= n = 4"),
+    ("m-sgc", dict(n=4, B=1, W=3, lam=-1), r"0 <= lam <= n"),
+    ("sr-sgc", dict(n=8, B=2, W=4, lam=2), r"B to divide W - 1"),
+    ("sr-sgc", dict(n=8, B=2, W=2, lam=2), r"W = x B \+ 1 with x >= 1"),
+    ("sr-sgc", dict(n=8, B=1, W=2, lam=0), r"0 < lam <= n = 8"),
+    ("sr-sgc", dict(n=8, B=0, W=2, lam=1), r"B > 0"),
+    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=4), r"\(s \+ 1\) to divide n"),
+    ("m-sgc-rep", dict(n=8, B=1, W=2, lam=2), r"\(lam \+ 1\) to divide n"),
+])
+def test_bad_parameters_name_the_range(name, params, match):
+    with pytest.raises(ValueError, match=match):
+        make_scheme(name, **params)
+
+
+def test_bad_parameter_types():
+    with pytest.raises(TypeError, match="lam"):
+        MSGC(n=4, B=1, W=2, lam=1.5)
+
+
+# ----------------------------------------------------------------------------- Sec. 3.3.1, Fig. 6
+
+
+def test_example_331_chunks_and_load():
+    s = MSGC(n=4, B=2, W=3, lam=2)
+    sizes = s.partition_sizes
+    assert sizes.shape == (16,)
+    np.testing.assert_allclose(sizes[:8], 3 / 32)
+    np.testing.assert_allclose(sizes[8:], 1 / 32)
+    assert s.load == pytest.approx(3 / 8)
+    # the placement of Sec. 3.3.1
+    want = {0: {0, 1, 8, 9, 10, 12, 13, 14}, 1: {2, 3, 9, 10, 11, 13, 14, 15},
+            2: {4, 5, 10, 11, 8, 14, 15, 12}, 3: {6, 7, 11, 8, 9, 15, 12, 13}}
+    for w, parts in want.items():
+        assert set(s.stored_partitions(w)) == parts
+
+
+# Fig. 6 with the paper's 1-indexed jobs and rounds; "0" is a trivial mini-task
+FIG6 = {
+    0: ["g0(1) g0(2) g0(3) g0(4) g0(5) g0(6)", "0 g1(1) g1(2) g1(3) g1(4) g1(5)",
+        "0 0 g0(1) g0(2) l00(3) l00(4)", "0 0 0 g1(1) l01(2) l01(3)"],
+    1: ["g2(1) g2(2) g2(3) g2(4) g2(5) g2(6)", "0 g3(1) g3(2) g3(3) g3(4) g3(5)",
+        "0 0 g3(1) g2(2) g2(3) l10(4)", "0 0 0 g3(1) g3(2) l11(3)"],
+    2: ["g4(1) g4(2) g4(3) g4(4) g4(5) g4(6)", "0 g5(1) g5(2) g5(3) g5(4) g5(5)",
+        "0 0 l20(1) l20(2) l20(3) g5(4)", "0 0 0 l21(1) l21(2) l21(3)"],
+    3: ["g6(1) g6(2) g6(3) g6(4) g6(5) g6(6)", "0 g7(1) g7(2) g7(3) g7(4) g7(5)",
+        "0 0 l30(1) l30(2) l30(3) l30(4)", "0 0 0 l31(1) l31(2) l31(3)"],
+}
+# the shaded cells of Fig. 6 as the schedule implies them (0-indexed rounds): worker 0 straggles
+# in rounds 1-2 of the paper, worker 1 in rounds 2-3 (the text), worker 2 in round 5
+FIG6_STRAGGLERS = {0: (0, 1), 1: (1, 2), 2: (4,)}
+
+
+def _label(task, w):
+    p = task.partitions
+    if len(p) == 1:
+        return f"g{p[0]}({task.job + 1})"
+    m = (min(p) - 8) // 4
+    return f"l{w}{m}({task.job + 1})"
+
+
+def test_fig6_schedule():
+    s = MSGC(n=4, B=2, W=3, lam=2)
+    S = np.zeros((6, 4), dtype=bool)
+    for w, rounds in FIG6_STRAGGLERS.items():
+        S[list(rounds), w] = True
+    assert check_bursty(S, 2, 3, 2)
+    seen = {w: [] for w in range(4)}
+    done = {}
+    for t in range(6):
+        plan = s.plan(t)
+        for w in range(4):
+            seen[w].append([_label(task, w) for task in plan.get(w, ())])
+        for w, tasks in plan.items():
+            if not S[t, w]:
+                for i in range(len(tasks)):
+                    s.on_result(t, w, i, None, 0.0)
+        assert s.ready(t)
+        for job, _ in s.close(t, {w for w in plan if not S[t, w]}):
+            done[job] = t
+    for w, rows in FIG6.items():
+        cells = [r.split() for r in rows]  # (slot, round)
+        for t in range(6):
+            want = [cells[j][t] for j in range(4) if cells[j][t] != "0"]
+            assert seen[w][t] == want, (w, t)
+    # job 2 of the paper (our job 1) finishes in round 5 (our round 4): delay T = 3
+    assert done[1] == 4
+    assert done == {0: 3, 1: 4, 2: 5}
+
+
+# ----------------------------------------------------------------------------- Table 1 loads
+
+
+def test_table1_loads():
+    n = 256
+    assert MSGC(n=n, B=1, W=2, lam=27).load == pytest.approx(56 / (256 * 29))
+    assert round(MSGC(n=n, B=1, W=2, lam=27).load, 3) == 0.008
+    assert round(SRSGC(n=n, B=2, W=3, lam=23).load, 3) == 0.051
+    assert round(gc_load(n, 15), 3) == 0.062
+    # Table 3's loads, to the printed digits
+    assert MSGC(n=n, B=1, W=2, lam=24).load == pytest.approx(0.007512, abs=5e-7)
+    assert MSGC(n=n, B=1, W=2, lam=27).load == pytest.approx(0.007543, abs=5e-7)
+    assert SRSGC(n=n, B=2, W=3, lam=15).load == pytest.approx(0.035156, abs=5e-7)
+    assert SRSGC(n=n, B=2, W=3, lam=20).load == pytest.approx(0.042969, abs=5e-7)
+
+
+def test_loads_agree_with_analysis_and_partition_sizes():
+    for n, B, W, lam in [(20, 3, 5, 4), (20, 3, 9, 4), (8, 1, 2, 8), (12, 2, 5, 11), (4, 2, 3, 2)]:
+        s = MSGC(n=n, B=B, W=W, lam=lam)
+        assert s.load == pytest.approx(msgc_load(n, B, W, lam))
+        assert s.partition_sizes.sum() == pytest.approx(1.0)
+        per_task = s.partition_sizes[0]  # a D_1 chunk = a coded mini-task's data
+        assert per_task * (W - 1 + B) == pytest.approx(s.load)
+        assert s.load >= bursty_load_bound(n, B, W, lam) - 1e-12
+        if lam >= n - 1:  # Remark F.1: optimal
+            assert s.load == pytest.approx(bursty_load_bound(n, B, W, lam))
+    for n, B, W, lam in [(20, 3, 7, 4), (256, 2, 3, 23), (9, 1, 3, 5)]:
+        assert SRSGC(n=n, B=B, W=W, lam=lam).load == pytest.approx(srsgc_load(n, B, W, lam))
+
+
+def test_lambda_n_case():
+    s = MSGC(n=5, B=2, W=4, lam=5)
+    assert s.partition_sizes.shape == (15,)
+    np.testing.assert_allclose(s.partition_sizes, 1 / 15)
+    assert s.load == pytest.approx((4 - 1 + 2) / (5 * 3))
+    assert s.stored_partitions(1) == (3, 4, 5)
+
+
+# ----------------------------------------------------------------------------- guarantees
+
+SCHEME_CASES = [
+    ("m-sgc", dict(n=8, B=2, W=3, lam=3)),
+    ("m-sgc", dict(n=6, B=1, W=2, lam=2)),
+    ("m-sgc", dict(n=6, B=2, W=4, lam=6)),
+    ("m-sgc", dict(n=5, B=3, W=4, lam=0)),
+    ("m-sgc-rep", dict(n=8, B=2, W=3, lam=3)),
+    ("sr-sgc", dict(n=8, B=2, W=5, lam=4)),
+    ("sr-sgc", dict(n=7, B=1, W=3, lam=5)),
+    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=6)),
+]
+
+
+def _model_patterns(name, p, rounds, rng):
+    n, B, W, lam = p["n"], p["B"], p["W"], p["lam"]
+    yield bursty_pattern(rounds, n, B, W, lam, p=0.3, p_stay=0.6, rng=rng)
+    yield bursty_pattern(rounds, n, B, W, lam, periodic=True)
+    if name.startswith("m-sgc"):
+        yield arbitrary_pattern(rounds, n, B, W + B - 1, lam, p=0.3, rng=rng)
+    else:
+        s = srsgc_s(B, W, lam)
+        yield per_round_pattern(rounds, n, s, rng=rng)
+
+
+@pytest.mark.parametrize("name, params", SCHEME_CASES)
+def test_conforming_patterns_need_no_waitout(name, params):
+    rng = np.random.default_rng(7)
+    rounds = 40
+    for trial in range(8):
+        for S in _model_patterns(name, params, rounds, rng):
+            scheme = make_scheme(name, **params, seed=trial)
+            done, waitouts, _ = drive(scheme, S, rounds)
+            assert waitouts == [], (trial, waitouts)
+            T = scheme.delay
+            for job in range(rounds - T):
+                assert job in done and job <= done[job] <= job + T, (job, done.get(job))
+
+
+@pytest.mark.parametrize("name, params", SCHEME_CASES)
+def test_nonconforming_patterns_wait_out_never_lose_a_gradient(name, params):
+    rng = np.random.default_rng(11)
+    rounds, n, d = 30, params["n"], 5
+    any_waitout = False
+    for trial in range(6):
+        S = rng.random((rounds, n)) < 0.45
+        scheme = make_scheme(name, **params, seed=trial)
+        k = len(scheme.partition_sizes)
+        G = partials_for(rng, rounds, k, d)
+        done, waitouts, grads = drive(scheme, S, rounds, G)
+        any_waitout |= bool(waitouts)
+        T = scheme.delay
+        for job in range(rounds - T):
+            assert job <= done[job] <= job + T
+            np.testing.assert_allclose(grads[job], G[job].sum(axis=0), rtol=1e-7, atol=1e-7)
+    assert any_waitout
+
+
+@pytest.mark.parametrize("name, params", SCHEME_CASES)
+def test_real_gradients_decode_exactly_across_rounds(name, params):
+    rng = np.random.default_rng(3)
+    rounds, n, d = 25, params["n"], 7
+    S = _model_patterns(name, params, rounds, rng).__next__()
+    scheme = make_scheme(name, **params, seed=1, dim=d)
+    G = partials_for(rng, rounds, len(scheme.partition_sizes), d)
+    done, waitouts, grads = drive(scheme, S, rounds, G)
+    assert waitouts == []
+    for job in range(rounds - scheme.delay):
+        np.testing.assert_allclose(grads[job], G[job].sum(axis=0), rtol=1e-8, atol=1e-8)
+
+
+def test_stragglers_beyond_the_model_are_waited_for():
+    s = MSGC(n=6, B=1, W=2, lam=2)
+    plan = s.plan(0)
+    for w in (0, 1, 2):  # three stragglers; the model allows two
+        for i in range(len(plan[w])):
+            s.on_result(0, w, i, None, 0.0)
+    assert not s.ready(0)
+    assert "wait-out" in s.why_not_ready(0)
+    with pytest.raises(NotDecodableError, match="cannot be closed yet"):
+        s.close(0, {0, 1, 2})
+    s.on_result(0, 3, 0, None, 0.0)
+    assert s.ready(0)
+    s.close(0, {0, 1, 2, 3})
+    assert s.straggler_history[0].tolist() == [False] * 4 + [True, True]
+
+
+def test_srsgc_reattempts_algorithm1():
+    s = SRSGC(n=6, B=1, W=3, lam=4)  # s = ceil(4 / 3) = 2
+    assert s.s == 2
+    s.plan(0)
+    for w in (3, 4, 5):  # 3 stragglers > s: job 0 keeps 3 results, needs 4
+        s.on_result(0, w, 0, None, 0.0)
+    assert s.ready(0)  # bursty window: allowed
+    assert s.close(0, {3, 4, 5}) == []
+    plan = s.plan(1)
+    jobs = {w: plan[w][0].job for w in plan}
+    assert jobs == {0: 0, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1}  # one re-attempt, by worker 0
+    for w in range(6):
+        s.on_result(1, w, 0, None, 0.0)
+    assert sorted(j for j, _ in s.close(1, set(range(6)))) == [0, 1]
+
+
+def test_protocol_rules():
+    s = SRSGC(n=4, B=1, W=2, lam=1)
+    with pytest.raises(ProtocolError, match="round 0 is next"):
+        s.plan(1)
+    p = s.plan(0)
+    assert s.plan(0) is p
+    with pytest.raises(ProtocolError, match="has 1 task"):
+        s.on_result(0, 0, 1, None, 0.0)
+    m = MSGC(n=4, B=1, W=3, lam=1)
+    m.plan(0)
+    with pytest.raises(ProtocolError, match="round 0 is still open"):
+        m.plan(1)
+    for w in range(4):
+        m.on_result(0, w, 0, None, 0.0)
+    m.close(0, set(range(4)))
+    assert len(m.plan(1)[0]) == 2
+    with pytest.raises(ProtocolError, match="before message 0"):
+        m.on_result(1, 0, 1, None, 0.0)
+    s.on_result(0, 0, 0, None, 0.0)
+    s.on_result(0, 0, 0, None, 0.0)
+    assert s.duplicate_messages == 1
+    with pytest.raises(ProtocolError, match="mixes|array payloads"):
+        s.on_result(0, 1, 0, np.zeros(3), 0.0)
+    for w in (1, 2, 3):
+        s.on_result(0, w, 0, None, 0.0)
+    s.close(0, {0, 1, 2, 3})
+    s.on_result(0, 1, 0, None, 0.0)
+    assert s.stale_messages == 1
+    with pytest.raises(ProtocolError, match="already closed"):
+        s.close(0, set())
+
+
+def test_jobs_limit_idles_the_tail():
+    s = SRSGC(n=4, B=2, W=3, lam=2, jobs=3)
+    S = np.zeros((5, 4), dtype=bool)
+    done, waitouts, _ = drive(s, S, 5)
+    assert done == {0: 0, 1: 1, 2: 2}
+    s2 = MSGC(n=4, B=1, W=3, lam=1, jobs=2)
+    done, _, _ = drive(s2, np.zeros((4, 4), dtype=bool), 4)
+    assert done == {0: 2, 1: 3}
+    assert s2.plan.__self__ is s2
+
+
+# ----------------------------------------------------------------------------- the simulator
+
+
+@pytest.mark.parametrize("name, params", [
+    ("m-sgc", dict(n=8, B=2, W=3, lam=3)),
+    ("sr-sgc", dict(n=8, B=2, W=5, lam=4)),
+    ("m-sgc-rep", dict(n=8, B=1, W=2, lam=3)),
+    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=6)),
+])
+@pytest.mark.parametrize("close", ["decodable", 1.0])
+def test_simulator_event_path(name, params, close):
+    scheme = make_scheme(name, **params)
+    model = gradcode.make_delay_model("shifted-exp", mu=2.0, alpha=1.0)
+    res = gradcode.simulate(scheme, model, 60, seed=2, close=close, records=True)
+    T = scheme.delay
+    jd = np.asarray(res.job_done_round)
+    for job in range(60 - T):
+        assert job <= jd[job] <= job + T
