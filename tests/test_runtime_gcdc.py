@@ -16,7 +16,7 @@ SEED = 4
 ROUNDS = 4
 #: K = 6 workers, P = 3 clusters of l = 2 codewords, r = 2 partitions each (a cluster decodes from
 #: any 1 of its 2 codewords), n_c = 2 clusters per worker (Lemma 1's smallest for K = 6, P = 3)
-GCDC = dict(clusters=3, r=2, clusters_per_worker=2)
+GCDC = {"clusters": 3, "r": 2, "clusters_per_worker": 2}
 
 
 def reference(rounds, lr=0.5):

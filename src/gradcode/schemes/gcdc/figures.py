@@ -102,7 +102,7 @@ def _ge(number, p, K=20, P=5, r=3, nc=3, initial_slow=10):
         number,
         f"Gilbert-Elliot model with homogeneous workers, K = {K}, P = {P}, r = {r}, n = {nc}, p = {p}",
         "gilbert-elliot",
-        dict(mu_fast=10.0, mu_slow=0.1, p_switch=p, alpha=0.01, initial_slow=initial_slow),
+        {"mu_fast": 10.0, "mu_slow": 0.1, "p_switch": p, "alpha": 0.01, "initial_slow": initial_slow},
         K, P, r, nc,
     )
 
@@ -112,7 +112,7 @@ def _het(number, p):
         number,
         f"Gilbert-Elliot model with heterogeneous workers, K = 20, P = 5, r = 3, n = 3, p = {p}, tau = 0.5",
         "gilbert-elliot-het",
-        dict(p_switch=p, alpha=0.01, rate_max=5.0, slow_factor=10.0, tau=0.5, initial_slow=10),
+        {"p_switch": p, "alpha": 0.01, "rate_max": 5.0, "slow_factor": 10.0, "tau": 0.5, "initial_slow": 10},
         20, 5, 3, 3, tau=0.5, rates="model",
     )
 
@@ -122,7 +122,7 @@ def _tv(number, p, tau):
         number,
         f"heterogeneous workers with time-varying rates (eq. 21), K = 20, P = 5, r = 3, n = 3, p = {p}, tau = {tau}",
         "time-varying",
-        dict(p=p, tau=tau, rate_max=5.0, alpha=0.01, initial_slow=10),
+        {"p": p, "tau": tau, "rate_max": 5.0, "alpha": 0.01, "initial_slow": 10},
         20, 5, 3, 3, tau=tau, rates="model",
     )
 
@@ -141,7 +141,8 @@ FIGURES: dict[int, FigureSetting] = {
         12,
         "shared access model, K = 20, P = 5, r = 3, n = 3, lambda = 0.1, gamma = 7, C = 10",
         "shared-access",
-        dict(arrival_rate=0.1, stay_min=2, stay_max=5, capacity=10, latency_min=0.02, latency_max=0.2, gamma=7),
+        {"arrival_rate": 0.1, "stay_min": 2, "stay_max": 5, "capacity": 10, "latency_min": 0.02,
+         "latency_max": 0.2, "gamma": 7},
         20, 5, 3, 3, tau=None, rates="latency",
     ),
 }
