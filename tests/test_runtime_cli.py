@@ -67,3 +67,17 @@ def test_plot_into_a_file_is_refused_before_training(tmp_path):
                                    "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "is a file" in " ".join(res.output.split())
     assert not (tmp_path / "r").exists()  # nothing started
+
+
+def test_delay_options_that_would_be_ignored_are_refused(tmp_path):
+    """--delay without --stragglers injected nothing; --delay-param without --delay-model and
+    --delay with --delay-model were dropped: each is now refused with what to do."""
+    base = ["train", "--workers", "3", "--rounds", "1", "--run-dir", str(tmp_path / "r")]
+    cases = [
+        (["--delay", "0.5"], "give stragglers > 0"),
+        (["--delay-param", "p=0.1"], "add --delay-model"),
+        (["--delay-model", "bernoulli", "--delay", "0.5"], "not used with delay_model"),
+    ]
+    for extra, says in cases:
+        res = CliRunner().invoke(app, base + extra)
+        assert res.exit_code == 2 and says in " ".join(res.output.split()), (extra, res.output)

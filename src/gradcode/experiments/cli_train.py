@@ -99,6 +99,9 @@ def train_command(
         dm = None
         if delay_model is not None:
             dm = (delay_model, parse_kv(delay_param, "--delay-param"))
+        elif delay_param:
+            raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
+                             " add --delay-model NAME (gradcode models lists them)")
         opt_params = parse_kv(opt_param, "--opt-param")
         if lr is not None:
             opt_params["lr"] = lr

@@ -724,10 +724,17 @@ def _default_problem(dataset) -> str:
 def _delay_model(delay_model, stragglers, delay):
     from gradcode.stragglers import make_delay_model
 
+    delay = check_real("delay", delay, minimum=0.0)
     if delay_model is None:
+        if delay > 0 and not stragglers:
+            raise ValueError(f"delay={delay:g} delays stragglers={stragglers} random workers a round, i.e."
+                             " none: give stragglers > 0 (--stragglers) or a delay model (--delay-model)")
         if stragglers and delay > 0:
             return make_delay_model("fixed", stragglers=stragglers, delay=delay, base=0.0)
         return None
+    if delay > 0:
+        raise ValueError(f"delay={delay:g} is the extra time of the default straggler model and is not used"
+                         " with delay_model; give the model's own parameters (--delay-param) instead")
     if isinstance(delay_model, str):
         return make_delay_model(delay_model)
     if isinstance(delay_model, tuple) and len(delay_model) == 2 and isinstance(delay_model[0], str):
