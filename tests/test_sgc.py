@@ -12,7 +12,13 @@ import gradcode
 from gradcode.analysis.bounds import bursty_load_bound, gc_load, msgc_load, srsgc_load
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import SCHEMES, ProtocolError, make_scheme
-from gradcode.schemes.sgc import MSGC, SRSGC, MSGCRep, SRSGCRep, msgc_partition_sizes, srsgc_s
+from gradcode.schemes.sgc import (
+    MSGC,
+    SRSGC,
+    MSGCRep,
+    SRSGCRep,
+    srsgc_s,
+)
 from gradcode.stragglers.patterns import (
     arbitrary_pattern,
     bursty_pattern,
@@ -46,7 +52,7 @@ def drive(scheme, S, rounds, G=None, *, waitout_order=None):
         plan = scheme.plan(t)
         arrived = set()
 
-        def deliver(w):
+        def deliver(w, t=t, plan=plan, arrived=arrived):
             for i, task in enumerate(plan[w]):
                 scheme.on_result(t, w, i, None if G is None else message(task, G), 0.0)
             arrived.add(w)
@@ -90,16 +96,16 @@ def test_delay_load_and_s():
 
 
 @pytest.mark.parametrize("name, params, match", [
-    ("m-sgc", dict(n=4, B=0, W=3, lam=2), r"0 < B < W"),
-    ("m-sgc", dict(n=4, B=3, W=3, lam=2), r"0 < B < W"),
-    ("m-sgc", dict(n=4, B=1, W=3, lam=5), r"0 <= lam <= n = 4"),
-    ("m-sgc", dict(n=4, B=1, W=3, lam=-1), r"0 <= lam <= n"),
-    ("sr-sgc", dict(n=8, B=2, W=4, lam=2), r"B to divide W - 1"),
-    ("sr-sgc", dict(n=8, B=2, W=2, lam=2), r"W = x B \+ 1 with x >= 1"),
-    ("sr-sgc", dict(n=8, B=1, W=2, lam=0), r"0 < lam <= n = 8"),
-    ("sr-sgc", dict(n=8, B=0, W=2, lam=1), r"B > 0"),
-    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=4), r"\(s \+ 1\) to divide n"),
-    ("m-sgc-rep", dict(n=8, B=1, W=2, lam=2), r"\(lam \+ 1\) to divide n"),
+    ("m-sgc", {"n": 4, "B": 0, "W": 3, "lam": 2}, r"0 < B < W"),
+    ("m-sgc", {"n": 4, "B": 3, "W": 3, "lam": 2}, r"0 < B < W"),
+    ("m-sgc", {"n": 4, "B": 1, "W": 3, "lam": 5}, r"0 <= lam <= n = 4"),
+    ("m-sgc", {"n": 4, "B": 1, "W": 3, "lam": -1}, r"0 <= lam <= n"),
+    ("sr-sgc", {"n": 8, "B": 2, "W": 4, "lam": 2}, r"B to divide W - 1"),
+    ("sr-sgc", {"n": 8, "B": 2, "W": 2, "lam": 2}, r"W = x B \+ 1 with x >= 1"),
+    ("sr-sgc", {"n": 8, "B": 1, "W": 2, "lam": 0}, r"0 < lam <= n = 8"),
+    ("sr-sgc", {"n": 8, "B": 0, "W": 2, "lam": 1}, r"B > 0"),
+    ("sr-sgc-rep", {"n": 8, "B": 1, "W": 2, "lam": 4}, r"\(s \+ 1\) to divide n"),
+    ("m-sgc-rep", {"n": 8, "B": 1, "W": 2, "lam": 2}, r"\(lam \+ 1\) to divide n"),
 ])
 def test_bad_parameters_name_the_range(name, params, match):
     with pytest.raises(ValueError, match=match):
@@ -222,14 +228,14 @@ def test_lambda_n_case():
 # ----------------------------------------------------------------------------- guarantees
 
 SCHEME_CASES = [
-    ("m-sgc", dict(n=8, B=2, W=3, lam=3)),
-    ("m-sgc", dict(n=6, B=1, W=2, lam=2)),
-    ("m-sgc", dict(n=6, B=2, W=4, lam=6)),
-    ("m-sgc", dict(n=5, B=3, W=4, lam=0)),
-    ("m-sgc-rep", dict(n=8, B=2, W=3, lam=3)),
-    ("sr-sgc", dict(n=8, B=2, W=5, lam=4)),
-    ("sr-sgc", dict(n=7, B=1, W=3, lam=5)),
-    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=6)),
+    ("m-sgc", {"n": 8, "B": 2, "W": 3, "lam": 3}),
+    ("m-sgc", {"n": 6, "B": 1, "W": 2, "lam": 2}),
+    ("m-sgc", {"n": 6, "B": 2, "W": 4, "lam": 6}),
+    ("m-sgc", {"n": 5, "B": 3, "W": 4, "lam": 0}),
+    ("m-sgc-rep", {"n": 8, "B": 2, "W": 3, "lam": 3}),
+    ("sr-sgc", {"n": 8, "B": 2, "W": 5, "lam": 4}),
+    ("sr-sgc", {"n": 7, "B": 1, "W": 3, "lam": 5}),
+    ("sr-sgc-rep", {"n": 8, "B": 1, "W": 2, "lam": 6}),
 ]
 
 
@@ -280,11 +286,11 @@ def test_nonconforming_patterns_wait_out_never_lose_a_gradient(name, params):
 @pytest.mark.parametrize("name, params", SCHEME_CASES)
 def test_real_gradients_decode_exactly_across_rounds(name, params):
     rng = np.random.default_rng(3)
-    rounds, n, d = 25, params["n"], 7
+    rounds, _n, d = 25, params["n"], 7
     S = _model_patterns(name, params, rounds, rng).__next__()
     scheme = make_scheme(name, **params, seed=1, dim=d)
     G = partials_for(rng, rounds, len(scheme.partition_sizes), d)
-    done, waitouts, grads = drive(scheme, S, rounds, G)
+    _done, waitouts, grads = drive(scheme, S, rounds, G)
     assert waitouts == []
     for job in range(rounds - scheme.delay):
         np.testing.assert_allclose(grads[job], G[job].sum(axis=0), rtol=1e-8, atol=1e-8)
@@ -357,7 +363,7 @@ def test_protocol_rules():
 def test_jobs_limit_idles_the_tail():
     s = SRSGC(n=4, B=2, W=3, lam=2, jobs=3)
     S = np.zeros((5, 4), dtype=bool)
-    done, waitouts, _ = drive(s, S, 5)
+    done, _waitouts, _ = drive(s, S, 5)
     assert done == {0: 0, 1: 1, 2: 2}
     s2 = MSGC(n=4, B=1, W=3, lam=1, jobs=2)
     done, _, _ = drive(s2, np.zeros((4, 4), dtype=bool), 4)
@@ -369,10 +375,10 @@ def test_jobs_limit_idles_the_tail():
 
 
 @pytest.mark.parametrize("name, params", [
-    ("m-sgc", dict(n=8, B=2, W=3, lam=3)),
-    ("sr-sgc", dict(n=8, B=2, W=5, lam=4)),
-    ("m-sgc-rep", dict(n=8, B=1, W=2, lam=3)),
-    ("sr-sgc-rep", dict(n=8, B=1, W=2, lam=6)),
+    ("m-sgc", {"n": 8, "B": 2, "W": 3, "lam": 3}),
+    ("sr-sgc", {"n": 8, "B": 2, "W": 5, "lam": 4}),
+    ("m-sgc-rep", {"n": 8, "B": 1, "W": 2, "lam": 3}),
+    ("sr-sgc-rep", {"n": 8, "B": 1, "W": 2, "lam": 6}),
 ])
 @pytest.mark.parametrize("close", ["decodable", 1.0])
 def test_simulator_event_path(name, params, close):
@@ -383,3 +389,85 @@ def test_simulator_event_path(name, params, close):
     jd = np.asarray(res.job_done_round)
     for job in range(60 - T):
         assert job <= jd[job] <= job + T
+
+
+# ----------------------------------------------------------------------------- parameter selection
+
+from gradcode.schemes.sgc.tune import adjust_profile, fit_profile_slope, tune
+
+
+def _profile(n=16, rounds=50, seed=0):
+    rng = np.random.default_rng(seed)
+    X = 1.0 + rng.exponential(0.3, (rounds, n))
+    X[rng.random((rounds, n)) < 0.08] += 3.0
+    return X
+
+
+def test_tune_replay_matches_the_simulator():
+    """The vectorized replay (decodable wait-out) gives the simulator's total time with the
+    scheme objects on the same load-adjusted trace: exactly for GC and SR-SGC; for M-SGC within 5%
+    (in the simulator its first T rounds carry fewer mini-tasks, hence other stragglers)."""
+    n, alpha, J = 16, 5.0, 40
+    X = _profile(n)
+    model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
+    for B, W, lam in [(2, 3, 6), (1, 3, 5), (1, 2, 4)]:
+        r = gradcode.simulate(SRSGC(n=n, B=B, W=W, lam=lam), model, J + B, close=1.0, records=True)
+        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("sr-sgc",),
+                 only={"B": B, "W": W, "lam": lam}).candidates[0]
+        assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
+        assert c.waitouts == int(np.sum(r.waitout_rounds))
+    r = gradcode.simulate(gradcode.make_code("crc", n=n, s=4), model, J, close=1.0, records=True)
+    c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("gc",), only={"s": 4}).candidates[0]
+    assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
+    for B, W, lam in [(1, 2, 4), (2, 3, 3)]:
+        sc = MSGC(n=n, B=B, W=W, lam=lam)
+        r = gradcode.simulate(sc, model, J + sc.delay, close=1.0, records=True)
+        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("m-sgc",),
+                 only={"B": B, "W": W, "lam": lam}).candidates[0]
+        assert abs(c.waitouts - int(np.sum(r.waitout_rounds))) <= sc.delay
+        assert c.time == pytest.approx(r.round_times.sum(), rel=0.05)
+
+
+def test_tune_ranks_families_and_reports_best():
+    X = _profile(16, 60)
+    res = tune(X, jobs=50, alpha=5.0, max_W=5)
+    assert set(res.best) == {"none", "gc", "sr-sgc", "m-sgc"}
+    times = [c.time for c in res.candidates]
+    assert times == sorted(times)
+    for fam, c in res.best.items():
+        assert c.time == min(x.time for x in res.candidates if x.scheme == fam)
+    d = res.to_dict()
+    assert set(d["best"]["gc"]) >= {"scheme", "params", "load", "time"}
+    assert set(d["best"]["m-sgc"]["params"]) == {"B", "W", "lam"}
+    # the paper's wait-out (all workers) never beats waiting only until the round resolves
+    res_all = tune(X, jobs=50, alpha=5.0, max_W=5, waitout="all")
+    by = {(c.scheme, tuple(sorted(c.params.items()))): c.time for c in res.candidates}
+    for c in res_all.candidates:
+        assert c.time >= by[(c.scheme, tuple(sorted(c.params.items())))] - 1e-9
+    # uncoded: every round waits for all workers
+    assert res.best["none"].time == pytest.approx(X[:50].max(axis=1).sum())
+
+
+def test_load_adjustment_and_slope():
+    X = _profile(8, 20)
+    np.testing.assert_allclose(adjust_profile(X, 0.5, reference_load=1 / 8, alpha=2.0), X + (0.5 - 1 / 8) * 2.0)
+    loads = [1 / 8, 0.5, 1.0]
+    alpha, _a = fit_profile_slope([X + L * 3.0 for L in loads], loads)
+    assert alpha == pytest.approx(3.0)
+    with pytest.warns(RuntimeWarning, match="negative"):
+        fit_profile_slope([X + 10.0 - L * 3.0 for L in loads], loads)
+    res = tune([X + L * 3.0 for L in loads], loads=loads, jobs=10, families=("gc",))
+    assert res.alpha == pytest.approx(3.0) and res.reference_load == pytest.approx(1 / 8)
+
+
+def test_tune_bad_input():
+    X = _profile(8, 12)
+    with pytest.raises(ValueError, match="load slope alpha is needed"):
+        tune(X, jobs=5)
+    with pytest.raises(ValueError, match="12 rounds but J = 20"):
+        tune(X, jobs=20, alpha=1.0)
+    with pytest.warns(RuntimeWarning, match="left out"):
+        res = tune(X, jobs=11, alpha=1.0, families=("m-sgc", "gc"), max_W=4)
+    assert res.skipped > 0 and all(c.delay <= 1 for c in res.candidates)
+    with pytest.raises(ValueError, match="waitout"):
+        tune(X, jobs=5, alpha=1.0, waitout="some")

@@ -25,11 +25,11 @@ from gradcode.schemes.sgc.srsgc import SRSGC, SRSGCRep, srsgc_s
 
 __all__ = [
     "MSGC",
-    "MSGCRep",
     "SRSGC",
-    "SRSGCRep",
     "BaseGC",
     "Conformance",
+    "MSGCRep",
+    "SRSGCRep",
     "SequentialScheme",
     "msgc_load",
     "msgc_partition_sizes",

@@ -230,13 +230,13 @@ class Conformance:
 
 
 class _Round:
-    __slots__ = ("t", "tags", "planned", "counts", "cur", "incomplete", "version", "ready_at")
+    __slots__ = ("counts", "cur", "incomplete", "planned", "ready_at", "t", "tags", "version")
 
     def __init__(self, t: int, n: int):
         self.t = t
         self.tags: list[list] = [[] for _ in range(n)]
-        self.planned = np.zeros(n, dtype=np.intp)
-        self.counts = np.zeros(n, dtype=np.intp)
+        self.planned = [0] * n  # Python lists: on_result runs once per message
+        self.counts = [0] * n
         self.cur = np.zeros(n, dtype=bool)
         self.incomplete = 0
         self.version = 0
@@ -280,7 +280,7 @@ class SequentialScheme(Scheme):
 
     # ----------------------------------------------------------- description
     @property
-    def delay(self) -> int:  # noqa: D401
+    def delay(self) -> int:
         """T: job ``t`` finishes by the end of round ``t + T``."""
         return self._T
 
@@ -310,7 +310,7 @@ class SequentialScheme(Scheme):
                 plan[w] = tuple(task for task, _ in items)
                 r.tags[w] = [tag for _, tag in items]
                 r.planned[w] = len(items)
-        r.cur = r.planned > 0
+        r.cur = np.array(r.planned) > 0
         r.incomplete = int(r.cur.sum())
         self.conformance.begin(t, self.straggler_history, self._track_starts(t))
         self._round = r
@@ -324,28 +324,30 @@ class SequentialScheme(Scheme):
                 self.stale_messages += 1
                 return
             raise ProtocolError(f"message for round {t}, which was never planned")
-        have = int(r.counts[w])
-        if index < have:
-            self.duplicate_messages += 1
-            return
-        if index >= r.planned[w]:
-            raise ProtocolError(
-                f"worker {w} has {int(r.planned[w])} task(s) in round {t}; got message index {index}"
-            )
-        if index > have:
+        counts = r.counts
+        have = counts[w]
+        if index != have or index >= r.planned[w]:
+            if index < have:
+                self.duplicate_messages += 1
+                return
+            if index >= r.planned[w]:
+                raise ProtocolError(
+                    f"worker {w} has {r.planned[w]} task(s) in round {t}; got message index {index}"
+                )
             raise ProtocolError(
                 f"message {index} of worker {w} in round {t} arrived before message {have}: workers"
                 " send their messages in order"
             )
         real = payload is not None
-        if self._real is None:
-            self._real = real
-        elif self._real != real:
-            raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run"
-                                f" (worker {w}, round {t}, message {index})")
+        if real is not self._real:
+            if self._real is None:
+                self._real = real
+            else:
+                raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run"
+                                    f" (worker {w}, round {t}, message {index})")
         if real:
             payload = np.asarray(payload)
-        r.counts[w] = have + 1
+        counts[w] = have + 1
         r.version += 1
         if have + 1 == r.planned[w]:
             r.cur[w] = False
@@ -394,7 +396,7 @@ class SequentialScheme(Scheme):
             raise ProtocolError(f"round {t} was never planned")
         if not self._ready(t):
             raise NotDecodableError(f"round {t} cannot be closed yet: {self.why_not_ready(t)}")
-        row = r.planned > 0
+        row = np.array(r.planned) > 0
         if arrived:
             row[list(arrived)] = False
         self._record(t, row)

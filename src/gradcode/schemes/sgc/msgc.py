@@ -81,13 +81,16 @@ def msgc_load(n: int, B: int, W: int, lam: int) -> float:
 
 
 class _Job:
-    __slots__ = ("have", "missing", "coded", "coded_n", "parts", "codedmsg")
+    __slots__ = ("buf", "cbuf", "coded", "coded_n", "codedmsg", "have", "missing", "parts")
 
     def __init__(self, n, W, B):
-        self.have = np.zeros((n, W - 1), dtype=bool)  # D_1 chunk i(W-1)+j' received
+        # bytearrays written one byte per message, read as numpy views when planning
+        self.buf = bytearray(n * (W - 1))
+        self.have = np.frombuffer(self.buf, dtype=bool).reshape(n, W - 1)  # D_1 chunk i(W-1)+j' held
         self.missing = n * (W - 1)
-        self.coded = np.zeros((B, n), dtype=bool)  # l_{i,m} received
-        self.coded_n = np.zeros(B, dtype=np.intp)
+        self.cbuf = bytearray(B * n)
+        self.coded = np.frombuffer(self.cbuf, dtype=bool).reshape(B, n)  # l_{i,m} held
+        self.coded_n = [0] * B
         self.parts: dict[int, np.ndarray] | None = None
         self.codedmsg: list[dict[int, np.ndarray]] | None = None
 
@@ -147,46 +150,50 @@ class MSGC(SequentialScheme):
 
     def _tasks(self, t: int):
         n, W, B = self.n, self.W, self.B
-        plan = {}
-        jobs = [(j, t - j) for j in range(W - 1 + B) if self._job_range(t - j)]
-        for i in range(n):
-            items = []
-            for j, u in jobs:
-                if j <= W - 2:
-                    items.append((Task(u, self._d1_tasks[i][j], ONE), (u, 0, j)))
-                    continue
-                job = self._job(u)
-                have = job.have[i]
-                if have.all():
+        per_worker = [[] for _ in range(n)]
+        for j in range(W - 1 + B):
+            u = t - j
+            if not self._job_range(u):
+                continue
+            job = self._job(u)
+            if j <= W - 2:  # fixed mini-task: D_1 chunk i(W-1)+j of job u
+                for i in range(n):
+                    per_worker[i].append((Task(u, self._d1_tasks[i][j], ONE), (job, 0, j)))
+                continue
+            m = j - (W - 1)
+            complete = job.have.all(axis=1).tolist()
+            first = np.argmin(job.have, axis=1).tolist()  # the first chunk not held
+            for i in range(n):
+                if complete[i]:
                     if self.gc is None:
                         continue  # lambda = n: trivial coded mini-task (Remark 3.2)
-                    m = j - (W - 1)
-                    items.append((Task(u, self._coded_parts[m][i], self.gc.coefficients(i)), (u, 1, m)))
-                else:
-                    jp = int(np.argmin(have))  # the first chunk not held
-                    items.append((Task(u, self._d1_tasks[i][jp], ONE), (u, 0, jp)))
-            if items:
-                plan[i] = items
-        return plan
+                    per_worker[i].append(
+                        (Task(u, self._coded_parts[m][i], self.gc.coefficients(i)), (job, 1, m)))
+                else:  # re-attempt
+                    jp = first[i]
+                    per_worker[i].append((Task(u, self._d1_tasks[i][jp], ONE), (job, 0, jp)))
+        return {i: items for i, items in enumerate(per_worker) if items}
 
     def _receive(self, tag, w: int, payload) -> None:
-        u, kind, k = tag
-        job = self._job(u)
+        job, kind, k = tag
         if kind == 0:
-            if not job.have[w, k]:
-                job.have[w, k] = True
+            b = w * (self.W - 1) + k  # also the D_1 chunk's partition id
+            if not job.buf[b]:
+                job.buf[b] = 1
                 job.missing -= 1
                 if payload is not None:
                     if job.parts is None:
                         job.parts = {}
-                    job.parts[w * (self.W - 1) + k] = payload
-        elif not job.coded[k, w]:
-            job.coded[k, w] = True
-            job.coded_n[k] += 1
-            if payload is not None:
-                if job.codedmsg is None:
-                    job.codedmsg = [{} for _ in range(self.B)]
-                job.codedmsg[k][w] = payload
+                    job.parts[b] = payload
+        else:
+            b = k * self.n + w
+            if not job.cbuf[b]:
+                job.cbuf[b] = 1
+                job.coded_n[k] += 1
+                if payload is not None:
+                    if job.codedmsg is None:
+                        job.codedmsg = [{} for _ in range(self.B)]
+                    job.codedmsg[k][w] = payload
 
     def _decodable(self, u: int) -> bool:
         job = self._jobs.get(u)
@@ -194,7 +201,7 @@ class MSGC(SequentialScheme):
             return False
         if self.gc is None:
             return True
-        return all(self.gc.decodable(job.coded[m], int(job.coded_n[m])) for m in range(self.B))
+        return all(self.gc.decodable(job.coded[m], job.coded_n[m]) for m in range(self.B))
 
     def _decode(self, u: int) -> np.ndarray:
         job = self._jobs[u]

@@ -64,10 +64,12 @@ def check_srsgc(n, B, W, lam, *, rep=False):
 
 
 class _Job:
-    __slots__ = ("recv", "count", "fresh", "msgs")
+    __slots__ = ("buf", "count", "fresh", "msgs", "recv", "u")
 
-    def __init__(self, n):
-        self.recv = np.zeros(n, dtype=bool)  # l_i(u) received from worker i
+    def __init__(self, u, n):
+        self.u = u
+        self.buf = bytearray(n)  # written per message, read as the numpy view recv
+        self.recv = np.frombuffer(self.buf, dtype=bool)  # l_i(u) received from worker i
         self.count = 0
         self.fresh = 0  # N(u): results received in round u
         self.msgs: dict[int, np.ndarray] | None = None
@@ -111,7 +113,7 @@ class SRSGC(SequentialScheme):
     def _job(self, u: int) -> _Job:
         job = self._jobs.get(u)
         if job is None:
-            job = self._jobs[u] = _Job(self.n)
+            job = self._jobs[u] = _Job(u, self.n)
         return job
 
     # ----------------------------------------------------------- Algorithms 1 and 3
@@ -131,22 +133,22 @@ class SRSGC(SequentialScheme):
                 idx = np.flatnonzero(cand)[: need - delta]
                 reattempt[idx] = True
                 self.reattempts += int(idx.size)
-        fresh = self._job_range(t)
+        fresh = self._job(t) if self._job_range(t) else None
+        old_job = self._jobs.get(old)
         plan = {}
-        for i in range(n):
-            if reattempt[i]:
-                plan[i] = [(Task(old, gc.partitions(i), gc.coefficients(i)), old)]
-            elif fresh:
-                plan[i] = [(Task(t, gc.partitions(i), gc.coefficients(i)), t)]
+        for i, again in enumerate(reattempt.tolist()):
+            if again:
+                plan[i] = [(Task(old, gc.partitions(i), gc.coefficients(i)), old_job)]
+            elif fresh is not None:
+                plan[i] = [(Task(t, gc.partitions(i), gc.coefficients(i)), fresh)]
         return plan
 
-    def _receive(self, u, w: int, payload) -> None:
-        job = self._job(u)
-        if job.recv[w]:
+    def _receive(self, job, w: int, payload) -> None:
+        if job.buf[w]:
             return
-        job.recv[w] = True
+        job.buf[w] = 1
         job.count += 1
-        if u == self._round.t:
+        if job.u == self._round.t:
             job.fresh += 1
         if payload is not None:
             if job.msgs is None:

@@ -1,0 +1,388 @@
+"""Parameter selection for GC, SR-SGC and M-SGC from a delay profile (SGC App. J, J.1, K.2).
+
+The paper's procedure (App. J): measure a *reference delay profile* (seconds per round and
+worker, ``(rounds, n)``) with no coding, i.e. at load ``1/n``; fit the slope ``alpha`` of the mean
+worker time against the load from profiles measured at several loads (Fig. 16: linear); estimate
+every parameter set's run time by replaying the *load-adjusted* profile ``D + (L - L_0) alpha``
+(the paper *adds* ``(L - 1/n) alpha`` seconds) through the master's rule, and keep the fastest of
+each family (Table 1, Fig. 17).
+
+Replay rule (Sec. 2 and App. J), per round, on the load-adjusted times ``x``: with ``kappa =
+min x`` the master waits until ``(1 + mu) kappa`` (or until every worker is in, if sooner); the
+workers not in are the round's stragglers. If that leaves the round *unresolved* (the effective
+straggler pattern would not conform to the scheme's model, :mod:`.common`), the master waits:
+
+* ``waitout="all"`` (the paper's: "it will wait out all the workers"): the round lasts
+  ``max x`` and has no stragglers;
+* ``waitout="decodable"`` (gradcode's simulator rule): the round lasts until the pattern
+  conforms, i.e. until all but the ``k`` slowest workers are in, for the largest such ``k``.
+
+A round of a family resolves when: ``none`` never (it always waits for all ``n``); ``gc`` (``(n,
+s)``-GC) with at most ``s`` stragglers; SR-SGC / M-SGC when the effective pattern conforms on
+every live track (windows of ``W`` rounds bursty or at most ``s`` stragglers per round; each job's
+span ``[u, u + T]`` bursty or ``(B, W + B - 1, lambda)``-arbitrary). By Props. 3.1 / 3.2 the due
+jobs then decode, so the replay tracks only the pattern, not the jobs. ``J`` jobs take ``J + T``
+rounds (Sec. 2); every round is timed, including the last ``T`` (an upper bound for SR-SGC,
+whose last rounds may have nothing left to re-attempt).
+
+Speed: GC is vectorized over rounds and ``s``; SR-SGC and M-SGC scan the rounds once per
+``(B, W)`` with every ``lambda`` at once (the load, hence the straggler set, differs per
+``lambda``). See ``benchmarks/bench_sgc.py`` for timings at ``n = 256``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gradcode._validation import check_choice, check_int, check_real
+from gradcode.schemes.sgc.srsgc import srsgc_s
+
+__all__ = ["Candidate", "TuneResult", "adjust_profile", "fit_profile_slope", "replay", "tune"]
+
+FAMILIES = ("none", "gc", "sr-sgc", "m-sgc")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One parameter set: ``scheme`` (family name), ``params`` (``{"s": ...}`` or ``{"B", "W",
+    "lam"}``), ``load``, ``time`` (estimated seconds for ``J`` jobs), ``waitouts`` (rounds that
+    waited) and ``delay`` (``T``)."""
+
+    scheme: str
+    params: dict
+    load: float
+    time: float
+    waitouts: int
+    delay: int
+
+    def to_dict(self) -> dict:
+        return {"scheme": self.scheme, "params": dict(self.params), "load": self.load, "time": self.time,
+                "waitouts": self.waitouts, "delay": self.delay}
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """``best``: the fastest candidate of each family searched; ``candidates``: all, fastest
+    first; ``alpha``: the load slope used; ``reference_load``: the load of the profile replayed;
+    ``skipped``: parameter sets left out because the profile is shorter than ``J + T`` rounds."""
+
+    best: dict
+    candidates: list
+    alpha: float
+    reference_load: float
+    jobs: int
+    mu: float
+    waitout: str
+    skipped: int = 0
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"best": {k: v.to_dict() for k, v in self.best.items()},
+                "candidates": [c.to_dict() for c in self.candidates],
+                "alpha": self.alpha, "reference_load": self.reference_load, "jobs": self.jobs,
+                "mu": self.mu, "waitout": self.waitout, "skipped": self.skipped, "notes": list(self.notes)}
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def _as_profile(p, name="profile") -> np.ndarray:
+    a = np.asarray(p, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ValueError(f"{name} must be a (rounds, workers) array of seconds, got shape {a.shape}")
+    if not np.isfinite(a).all() or (a < 0).any():
+        raise ValueError(f"{name} must hold finite, non-negative seconds")
+    return a
+
+
+def fit_profile_slope(profiles, loads) -> tuple[float, float]:
+    """Least-squares line ``mean delay = a + alpha * load`` through profiles measured at ``loads``
+    (App. J, Fig. 16; :func:`gradcode.stragglers.traces.fit_load_slope` on the profiles' means).
+    Returns ``(alpha, a)``; warns when ``alpha < 0`` (the load adjustment would then make a
+    heavier scheme faster)."""
+    from gradcode.stragglers.traces import fit_load_slope
+
+    profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    loads = np.asarray(loads, dtype=np.float64)
+    if loads.shape != (len(profs),):
+        raise ValueError(f"loads must give one load per profile ({len(profs)}), got shape {loads.shape}")
+    alpha, a = fit_load_slope(loads, np.array([p.mean() for p in profs]))
+    if alpha < 0:
+        warnings.warn(
+            f"the fitted load slope alpha = {alpha:.4g} s per unit load is negative: the load"
+            " adjustment would make a heavier scheme faster; check the profiles", RuntimeWarning, stacklevel=2)
+    return float(alpha), float(a)
+
+
+def adjust_profile(profile, load: float, *, reference_load: float, alpha: float) -> np.ndarray:
+    """The load-adjusted profile of App. J: ``profile + (load - reference_load) * alpha``."""
+    return _as_profile(profile) + (float(load) - float(reference_load)) * float(alpha)
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+class _Batch:
+    """A batch of ``K`` replays of one family on the same profile, differing in their constant
+    shift ``c`` (the load adjustment) and their model parameters (``lam``, ``s``): the effective
+    straggler rows ``H`` ``(K, rounds, n)`` and the per-track flags."""
+
+    def __init__(self, family, n, rounds, B, W, lam, s, jobs):
+        self.family, self.n, self.B, self.W, self.J = family, n, B, W, jobs
+        self.lam = np.asarray(lam)
+        self.s = np.asarray(s)
+        K = self.lam.size
+        self.H = np.zeros((K, rounds, n), dtype=bool)
+        self.T = (W - 2 + B) if family == "m-sgc" else B
+        self.flags: dict[int, np.ndarray] = {}  # track start -> (K, models) flags
+        self.K = K
+
+    def tracks(self, t):
+        if self.family == "m-sgc":
+            return [u for u in range(max(0, t - self.T), t + 1) if u < self.J]
+        return list(range(max(0, t - self.W + 1), t + 1))
+
+    def begin(self, t):
+        H, B, W = self.H, self.B, self.W
+        self._t = t
+        self._pre = []
+        for a in self.tracks(t):
+            prev = self.flags.get(a)
+            if prev is None:
+                prev = np.ones((self.K, 2), dtype=bool)
+            lo = max(a, t - W + 1)
+            Db = H[:, lo:t].any(axis=1)
+            hi = t - B + 1
+            Fb = H[:, lo:hi].any(axis=1) if hi > lo else np.zeros_like(Db)
+            if self.family == "m-sgc":  # arbitrary (B, W + B - 1, lam) on the job's span
+                past = H[:, a:t]
+                Da = past.any(axis=1)
+                Ca = np.count_nonzero(past, axis=1) >= B
+            else:
+                Da = Ca = None
+            self._pre.append((a, prev, Db, Fb, Da, Ca))
+
+    def _per_track(self, cur, idx=None):
+        """Flags ``(tracks, K', 2)`` for stragglers ``cur`` ``(K', n)`` (rows ``idx`` of the batch)."""
+        sel = slice(None) if idx is None else idx
+        lam = self.lam[sel]
+        ncur = np.count_nonzero(cur, axis=1)
+        out = []
+        for a, prev, Db, Fb, Da, Ca in self._pre:
+            b = (np.count_nonzero(Db[sel] | cur, axis=1) <= lam) & ~(Fb[sel] & cur).any(axis=1)
+            if Da is not None:
+                o = (np.count_nonzero(Da[sel] | cur, axis=1) <= lam) & ~(Ca[sel] & cur).any(axis=1)
+            else:  # SR-SGC: at most s stragglers in the round
+                o = ncur <= self.s[sel]
+            out.append(np.stack([b, o], axis=1) & prev[sel])
+        return out
+
+    def ok(self, cur, idx=None):
+        res = self._per_track(cur, idx)
+        if not res:
+            return np.ones(cur.shape[0], dtype=bool)
+        return np.all([r.any(axis=1) for r in res], axis=0)
+
+    def commit(self, rows):
+        t = self._t
+        self.H[:, t] = rows
+        for (a, *_), f in zip(self._pre, self._per_track(rows)):
+            self.flags[a] = f
+        end = (t - self.T) if self.family == "m-sgc" else (t - self.W + 1)
+        self.flags.pop(end, None)
+
+
+def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
+    """Replay ``X + shift[k]`` (``K`` replays) for SR-SGC / M-SGC: total times and wait-outs."""
+    R, n = X.shape
+    batch = _Batch(family, n, R, B, W, lam, s, jobs)
+    rounds = jobs + batch.T
+    K = shift.size
+    total = np.zeros(K)
+    waits = np.zeros(K, dtype=np.intp)
+    order = np.argsort(X[:rounds], axis=1, kind="stable")
+    xs = np.take_along_axis(X[:rounds], order, axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(n)[None, :].repeat(rounds, axis=0), axis=1)
+    for t in range(rounds):
+        x = X[t]
+        kappa, top = xs[t, 0], xs[t, -1]
+        cutoff = np.minimum((1.0 + mu) * (kappa + shift), top + shift)
+        cur = x[None, :] + shift[:, None] > cutoff[:, None]
+        batch.begin(t)
+        ok = batch.ok(cur)
+        total += np.where(ok, cutoff, top + shift)
+        rows = np.where(ok[:, None], cur, False)
+        bad = np.flatnonzero(~ok)
+        waits[bad] += 1
+        if bad.size and waitout == "decodable":
+            # largest k such that the k slowest workers as stragglers conform: bisection on k
+            hi_k = cur[bad].sum(axis=1)  # not ok
+            lo_k = np.zeros(bad.size, dtype=np.intp)  # ok (no stragglers)
+            while True:
+                open_ = hi_k - lo_k > 1
+                if not open_.any():
+                    break
+                mid = (lo_k + hi_k) // 2
+                cand = rank[t][None, :] >= (n - mid)[:, None]
+                good = batch.ok(cand, bad)
+                lo_k = np.where(open_ & good, mid, lo_k)
+                hi_k = np.where(open_ & ~good, mid, hi_k)
+            k = lo_k
+            end = xs[t, n - 1 - k] + shift[bad]
+            total[bad] += end - (top + shift[bad])
+            rows[bad] = rank[t][None, :] >= (n - k)[:, None]
+        batch.commit(rows)
+    return total, waits
+
+
+def _gc_times(X, shift, s, jobs, mu, waitout):
+    """``(n, s)``-GC for every ``s`` at once: ``(len(s),)`` total times and wait-outs."""
+    x = np.sort(X[:jobs], axis=1)  # (J, n)
+    n = x.shape[1]
+    kappa, top = x[:, :1], x[:, -1:]
+    c = shift[None, :]
+    cutoff = np.minimum((1.0 + mu) * (kappa + c), top + c)  # (J, S)
+    # stragglers: x + c > cutoff
+    strag = np.stack([(x + ci > cutoff[:, [i]]).sum(axis=1) for i, ci in enumerate(shift)], axis=1)
+    ok = strag <= s[None, :]
+    if waitout == "all":
+        late = top + c
+    else:  # until n - s are in
+        late = x[:, np.clip(n - 1 - s, 0, n - 1)] + c
+    times = np.where(ok, cutoff, late)
+    return times.sum(axis=0), (~ok).sum(axis=0)
+
+
+def replay(profile, scheme: str, params: dict, *, jobs: int, mu: float = 1.0, waitout: str = "all",
+           alpha: float = 0.0, reference_load: float | None = None) -> Candidate:
+    """Estimated run time of ``J`` jobs for one parameter set (module docstring)."""
+    X = _as_profile(profile)
+    res = tune(X, jobs=jobs, mu=mu, waitout=waitout, alpha=alpha,
+               loads=None if reference_load is None else [reference_load],
+               families=(scheme,), only=params)
+    return res.candidates[0]
+
+
+def _msgc_load(n, B, W, lam):
+    lam = np.asarray(lam)
+    return np.where(lam == n, (W - 1 + B) / (n * (W - 1)),
+                    (lam + 1) * (W - 1 + B) / (n * (B + (W - 1) * (lam + 1))))
+
+
+def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: float = 1.0,
+         waitout: str = "all", families=FAMILIES, max_W: int = 8, only: dict | None = None) -> TuneResult:
+    """Estimate the run time of ``jobs`` jobs for every valid parameter set of each family in
+    ``families`` (``none``, ``gc``: ``s = 0 .. n - 1``; ``sr-sgc``: ``B | W - 1``, ``W <= max_W``,
+    ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_W``, ``0 <= lam <= n``)
+    and rank them (module docstring).
+
+    ``profiles``: a ``(rounds, n)`` array of seconds, or a list of them measured at ``loads``
+    (one load each; default ``[1/n]`` for a single profile). The profile at the smallest load is
+    replayed, shifted by ``(L - L_0) alpha``. ``alpha``: the load slope (seconds per unit load);
+    ``None`` fits it from the profiles (:func:`fit_profile_slope`, needs two or more loads).
+    ``mu``: the tolerance of the deadline rule. ``waitout``: ``"all"`` (the paper's) or
+    ``"decodable"``. ``only``: replay one parameter set of the (single) family given."""
+    if isinstance(profiles, np.ndarray) or (isinstance(profiles, (list, tuple)) and profiles
+                                            and np.ndim(profiles[0]) == 1):
+        profs = [_as_profile(profiles)]
+    else:
+        profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    if not profs:
+        raise ValueError("tune needs at least one delay profile")
+    n = profs[0].shape[1]
+    if any(p.shape[1] != n for p in profs):
+        raise ValueError(f"every profile must have the same number of workers; got {[p.shape[1] for p in profs]}")
+    if loads is None:
+        if len(profs) > 1:
+            raise ValueError("several profiles need their loads (loads=[...], one per profile)")
+        loads = [1.0 / n]
+    loads = np.asarray(loads, dtype=np.float64)
+    if loads.shape != (len(profs),):
+        raise ValueError(f"loads must give one load per profile ({len(profs)}), got {loads.tolist()}")
+    notes = []
+    if alpha is None:
+        if len(profs) < 2:
+            raise ValueError(
+                "the load slope alpha is needed to adjust the profile to each scheme's load: give alpha="
+                " (seconds per unit load) or profiles measured at two or more loads")
+        alpha, _ = fit_profile_slope(profs, loads)
+        notes.append(f"alpha fitted from {len(profs)} profiles: {alpha:.6g} s per unit load")
+    else:
+        alpha = check_real("alpha", alpha)
+        if alpha < 0:
+            warnings.warn(f"alpha = {alpha} is negative: a heavier scheme would look faster", RuntimeWarning,
+                          stacklevel=2)
+    ref = int(np.argmin(loads))
+    X, L0 = profs[ref], float(loads[ref])
+    R = X.shape[0]
+    jobs = check_int("jobs", jobs, minimum=1)
+    mu = check_real("mu", mu, minimum=0.0)
+    check_choice("waitout", waitout, ("all", "decodable"))
+    max_W = check_int("max_W", max_W, minimum=2)
+    for f in families:
+        check_choice("family", f, FAMILIES)
+    if jobs > R:
+        raise ValueError(
+            f"the profile has {R} rounds but J = {jobs} jobs need at least J + T >= {jobs} rounds; give a"
+            " longer profile (or fewer jobs): rounds are not recycled")
+    cands: list[Candidate] = []
+    skipped = 0
+
+    def want(params):
+        return only is None or all(params.get(k) == v for k, v in only.items())
+
+    if "none" in families and want({}):
+        t = float((X[:jobs] + 0.0).max(axis=1).sum())
+        cands.append(Candidate("none", {}, 1.0 / n, t, jobs, 0))
+    if "gc" in families:
+        s = np.arange(n) if only is None else np.array([check_int("s", only["s"], minimum=0, maximum=n - 1)])
+        L = (s + 1) / n
+        times, waits = _gc_times(X, (L - L0) * alpha, s, jobs, mu, waitout)
+        cands += [Candidate("gc", {"s": int(si)}, float(li), float(ti), int(wi), 0)
+                  for si, li, ti, wi in zip(s, L, times, waits)]
+    for fam in ("sr-sgc", "m-sgc"):
+        if fam not in families:
+            continue
+        pairs = [(B, W) for W in range(2, max_W + 1) for B in range(1, W)
+                 if fam == "m-sgc" or (W - 1) % B == 0]
+        if only is not None:
+            pairs = [(only["B"], only["W"])]
+        for B, W in pairs:
+            T = B if fam == "sr-sgc" else W - 2 + B
+            if fam == "sr-sgc":
+                lam = np.arange(1, n + 1)
+                s = np.array([srsgc_s(B, W, int(x)) for x in lam])
+                keep = s <= n - 1
+                lam, s = lam[keep], s[keep]
+                L = (s + 1) / n
+            else:
+                lam = np.arange(0, n + 1)
+                s = lam
+                L = _msgc_load(n, B, W, lam)
+            if only is not None:
+                keep = lam == only["lam"]
+                lam, s, L = lam[keep], s[keep], L[keep]
+            if not lam.size:
+                continue
+            if jobs + T > R:
+                skipped += lam.size
+                continue
+            times, waits = _scan(fam, X, (L - L0) * alpha, B, W, lam, s, jobs, mu, waitout)
+            cands += [Candidate(fam, {"B": B, "W": W, "lam": int(x)}, float(li), float(ti), int(wi), T)
+                      for x, li, ti, wi in zip(lam, L, times, waits)]
+    if skipped:
+        msg = (f"{skipped} parameter sets left out: the profile has {R} rounds and J = {jobs} jobs with"
+               f" delay T need J + T rounds (rounds are not recycled)")
+        notes.append(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    if not cands:
+        raise ValueError("no parameter set could be replayed" + (f": {notes[-1]}" if notes else ""))
+    cands.sort(key=lambda c: (c.time, c.load))
+    best = {}
+    for c in cands:
+        best.setdefault(c.scheme, c)
+    return TuneResult(best, cands, float(alpha), L0, jobs, mu, waitout, skipped, notes)
