@@ -81,3 +81,18 @@ def test_delay_options_that_would_be_ignored_are_refused(tmp_path):
     for extra, says in cases:
         res = CliRunner().invoke(app, base + extra)
         assert res.exit_code == 2 and says in " ".join(res.output.split()), (extra, res.output)
+
+
+def test_a_delay_model_without_stragglers_injects_nothing(ray_session, tmp_path):
+    """--delay-model bernoulli --delay-param p=0.0 used to sleep the model's base time x load on
+    every worker every round (0.667 s): only what the model adds beyond the round's fastest worker
+    is injected now; --inject full keeps the model's whole time."""
+    base = ["train", "--workers", "3", "--rounds", "2", "--delay-model", "bernoulli", "--delay-param", "p=0.0",
+            "--delay-param", "base=0.05", "--data-param", "n_samples=150", "--data-param", "n_features=3", "--json"]
+    res = CliRunner().invoke(app, base + ["--run-dir", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["injected"] == [[0.0] * 3] * 2
+    full = CliRunner().invoke(app, base + ["--run-dir", str(tmp_path / "b"), "--inject", "full"])
+    assert full.exit_code == 0, full.output
+    injected = json.loads(full.stdout)["injected"]
+    assert all(abs(v - 0.05 / 3) < 1e-12 for row in injected for v in row)  # base x load (1/3 of the data)

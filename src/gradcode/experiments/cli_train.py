@@ -77,6 +77,9 @@ def train_command(
     start_timeout: float = typer.Option(120.0, "--start-timeout",
                                         help="Give up joining the cluster or starting the workers after this many seconds."),
     eval_every: int = typer.Option(1, "--eval-every", help="Held-out metrics every K rounds (0: at the end only)."),
+    inject: str = typer.Option("excess", "--inject", help="What delayed workers sleep on top of their real computation:"
+                               " 'excess' (default) only what the delay model adds beyond the round's fastest worker"
+                               " (a model without stragglers injects nothing), 'full' the model's whole time."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --run-dir (its checkpoint"
                                    " and records); without it such a run-dir is refused unless --resume."),
     verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
@@ -137,6 +140,7 @@ def train_command(
                     callback=callback,
                     verify=verify,
                     overwrite=overwrite,
+                    inject=inject,
                 )
         finally:
             finish()

@@ -95,7 +95,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcode._validation import check_int, check_real
+from gradcode._validation import check_choice, check_int, check_real
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.worker import ProblemSpec, WireTask
 from gradcode.schemes.timing import message_arrivals
@@ -393,6 +393,7 @@ def train(
     callback: Callable[[dict], None] | None = None,
     verify: bool = False,
     overwrite: bool = False,
+    inject: str = "excess",
 ) -> TrainResult:
     """Train ``models`` models with gradient coding on Ray workers; see the module docstring.
 
@@ -418,6 +419,14 @@ def train(
     finite result is wrong is named, left out of the round and recorded as a fault; a round
     whose results disagree with no single culprit waits for more. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
+
+    ``inject``: what a worker sleeps on top of its real computation, from the delay model's draw
+    (``time = intercept + slope * load``). ``"excess"`` (default): only what the model adds beyond
+    the fastest worker of the round (``intercept`` and ``slope`` less their minimum over workers),
+    since the real computation already takes the fastest worker's time: a model with no
+    stragglers (``bernoulli`` with ``p=0``) injects nothing, Tandon's ``fixed`` model exactly its
+    delays, a shifted exponential its spread. ``"full"``: the model's whole time (workers whose
+    real computation is negligible next to the modelled one).
 
     A ``run_dir`` that already holds a run (a checkpoint, a result or round records) is refused
     unless ``resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend a finished
@@ -486,10 +495,13 @@ def train(
 
     # ---- stragglers and failures
     dmodel = _delay_model(delay_model, stragglers, delay)
+    check_choice("inject", inject, ("excess", "full"))
     if dmodel is None:
         draw, comm = None, 0.0
     else:  # the simulator's convention: one draw for the run from default_rng(seed)
         draw = dmodel.draw(rounds, n, np.random.default_rng(seed))
+        if inject == "excess":
+            draw = _excess_over_fastest(draw)
         comm = float(dmodel.message_time(1.0 / int(scheme.chunks)))
     streams = np.random.SeedSequence(seed).spawn(2)  # [unused, initial parameters]
     failures_planned = parse_failures(fail, n=n, rounds=rounds)
@@ -503,6 +515,7 @@ def train(
         "stragglers": stragglers,
         "delay": delay,
         "delay_model": repr(dmodel) if dmodel is not None else None,
+        "inject": inject,
         "data": data_record,
         "problem": getattr(pspec, "problem", None),
         "problem_params": dict(problem_params or {}),
@@ -719,6 +732,16 @@ def _default_steps(optimizer: str, params: dict, problem) -> dict:
 
 def _default_problem(dataset) -> str:
     return {"binary": "logistic", "regression": "linear", "multiclass": "softmax"}[dataset.task]
+
+
+def _excess_over_fastest(draw):
+    """The draw less, in each round, the smallest intercept and the smallest slope over workers:
+    what the model adds beyond the fastest worker (see ``train``'s ``inject``). Straggler states
+    and rates are kept (GC-DC's perfect state information reads them)."""
+    from gradcode.stragglers.models import Draw
+
+    return Draw(draw.intercept - draw.intercept.min(axis=1, keepdims=True),
+                draw.slope - draw.slope.min(axis=1, keepdims=True), draw.straggling, draw.rates)
 
 
 def _delay_model(delay_model, stragglers, delay):
