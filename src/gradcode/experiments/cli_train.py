@@ -17,7 +17,9 @@ and ``round_time_vs_delay.png`` (each round's time against the largest delay inj
 the line ``time = delay`` that an uncoded run follows, Tandon Fig. 5).
 
 Data: ``--data`` is a dataset name (``synthetic`` = ``tandon-synthetic``, ``amazon`` =
-``amazon-synthetic``, or any registered name) with ``--data-param key=value``; ``--problem`` defaults
+``amazon-synthetic``, or any registered name) with ``--data-param key=value``, or your own file
+(``--data my.csv --target label [--data-param categorical=colour,city]``, ``--data my.npz`` with
+arrays ``X`` and ``y``, ``--data my.svm`` in LibSVM format); ``--problem`` defaults
 to the data's task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
 ``--lr`` or ``--opt-param key=value`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
 makes worker W's process exit in round R. ``--checkpoint-every K`` and ``--resume`` (same
@@ -58,7 +60,9 @@ def train_command(
     delay_model: str = typer.Option(None, "--delay-model", help="Another delay model instead of the fixed delays."),
     delay_param: list[str] = typer.Option(None, "--delay-param", help="key=value for --delay-model (repeatable)."),
     code_param: list[str] = typer.Option(None, "--param", "-p", help="key=value code/scheme parameter (repeatable)."),
-    data: str = typer.Option("synthetic", "--data", help="Dataset: synthetic, amazon, breast-cancer, digits, ..."),
+    data: str = typer.Option("synthetic", "--data", help="Dataset: synthetic, amazon, breast-cancer, digits, ...,"
+                             " or your own FILE (.csv with --target, .npz with X and y, .svm/.libsvm)."),
+    target: str = typer.Option(None, "--target", help="CSV files: the column to predict."),
     data_param: list[str] = typer.Option(None, "--data-param", help="key=value dataset parameter (repeatable)."),
     problem: str = typer.Option(None, "--problem", help="logistic, linear, softmax, mlp, cnn (default: by task)."),
     optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd."),
@@ -99,6 +103,7 @@ def train_command(
             raise ValueError("--resume needs --run-dir: the folder of the run to continue")
         if plot is not None and plot.exists() and not plot.is_dir():  # found out now, not after training
             raise ValueError(f"--plot {plot} is a file; give a folder for the PNG plots")
+        data_name, data_params = _data_source(data, target, parse_kv(data_param, "--data-param"))
         dm = None
         if delay_model is not None:
             dm = (delay_model, parse_kv(delay_param, "--delay-param"))
@@ -120,8 +125,8 @@ def train_command(
                     delay=delay,
                     delay_model=dm,
                     code_params=code_params or None,
-                    data=DATA_ALIASES.get(data, data),
-                    data_params=parse_kv(data_param, "--data-param"),
+                    data=data_name,
+                    data_params=data_params,
                     problem=problem,
                     optimizer=optimizer,
                     optimizer_params=opt_params,
@@ -168,6 +173,26 @@ def train_command(
             err.print(f"[red]error:[/red] plots not written to {plot}: {exc} (the run's records are in"
                       f" {result.run_dir})", highlight=False)
             raise typer.Exit(1) from None
+
+
+def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:
+    """``--data``: a dataset name (aliases resolved) or a path to the user's own file, which
+    becomes the ``file`` dataset (``path``, and ``target`` for CSV)."""
+    import os
+
+    from gradcode.problems.files import FORMATS
+
+    looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
+    if looks_like_file:
+        if not os.path.isfile(data):
+            raise ValueError(f"--data {data}: no such file")
+        params = {**params, "path": os.path.abspath(data)}
+        if target is not None:
+            params["target"] = target
+        return "file", params
+    if target is not None:
+        raise ValueError(f"--target names the column to predict in a CSV file; --data {data} is a dataset name")
+    return DATA_ALIASES.get(data, data), params
 
 
 def _fail(exc: Exception, code: int, as_json: bool, err) -> None:

@@ -38,6 +38,7 @@ from gradcode.problems.data import (
     register_dataset,
 )
 from gradcode.problems import amazon as _amazon  # noqa: F401  registers amazon-synthetic, amazon-csv
+from gradcode.problems import files as _files  # noqa: F401  registers file (CSV, NPZ, LibSVM)
 from gradcode.problems.models import (
     PROBLEMS,
     LinearRegression,
