@@ -265,7 +265,9 @@ BAD_PARAMS = [
     (OPTIMIZERS, "nesterov", {"momentum": 1.0}, ValueError, "^momentum must be < 1.0, got 1.0$"),
     # reproductions
     (REPRODUCTIONS, "table9", {}, UnknownNameError,
-     "^unknown reproduction 'table9'; available reproductions: agc-table1, agc-table6, commfr-table1, sgc-load-bounds$"),
+     "^unknown reproduction 'table9'; available reproductions: agc-table1, agc-table6, commfr-table1, "
+     "gcdc-fig10, gcdc-fig11, gcdc-fig12, gcdc-fig4, gcdc-fig5, gcdc-fig6, gcdc-fig7, gcdc-fig8, gcdc-fig9, "
+     "gcdc-figs, gcdc-table1, sgc-load-bounds$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa_": 1.0}, ParameterError,
      "^reproduction 'commfr-table1' does not take 'kappa_'; its parameters are kappa, eps, C$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa": -1.0}, ValueError, "^kappa must be > 0.0, got -1.0$"),
@@ -279,6 +281,9 @@ BAD_PARAMS = [
     (SCHEMES, "lagrange", {}, UnknownNameError, "^unknown scheme 'lagrange'; available schemes: gc-dc"),
     (SCHEMES, "gc-dc", {"n": 12, "clusters": 4, "r": 3, "q": 1}, ParameterError, "does not take 'q'"),
     (SCHEMES, "gc-dc", {"n": 12, "clusters": 5, "r": 3}, ValueError, "clusters"),
+    (SCHEMES, "m-sgc", {"n": 4, "B": 3, "W": 3, "lam": 2}, ValueError, "M-SGC needs 0 < B < W \\(Sec. 3.3\\)"),
+    (SCHEMES, "sr-sgc", {"n": 8, "B": 2, "W": 4, "lam": 2}, ValueError, "W = x B \\+ 1"),
+    (SCHEMES, "m-sgc", {"n": 4, "B": 1, "W": 2, "lam": 2, "T": 1}, ParameterError, "does not take 'T'"),
 ]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradcode
-from gradcode.schemes import PROTOCOL, ProtocolError, Scheme, StaticScheme, Task, as_scheme
+from gradcode.schemes import PROTOCOL, ProtocolError, Scheme, StaticScheme, Task, as_scheme, make_scheme
 from gradcode.schemes.gcdc import GCDC
 
 SCHEME_CASES = {
@@ -26,6 +26,10 @@ SCHEME_CASES = {
     "static-agc": lambda: StaticScheme(gradcode.make_code("agc", n=5, d=3, L=2, seed=2)),
     "gc-dc-perfect": lambda: GCDC(8, clusters=2, r=2, ssi="perfect", seed=0),
     "gc-dc-imperfect": lambda: GCDC(12, clusters=3, r=2, clusters_per_worker=2, seed=1),
+    "sr-sgc": lambda: make_scheme("sr-sgc", n=4, B=1, W=2, lam=1),
+    "m-sgc": lambda: make_scheme("m-sgc", n=4, B=2, W=3, lam=2),
+    "sr-sgc-rep": lambda: make_scheme("sr-sgc-rep", n=4, B=1, W=2, lam=1),
+    "m-sgc-rep": lambda: make_scheme("m-sgc-rep", n=4, B=1, W=2, lam=1),
 }
 
 

@@ -35,7 +35,7 @@ from gradcode.registry import Registry, UnknownNameError
 
 #: scheme families that are not a single static code (GC-DC; the sequential codes), by name.
 #: Every code of ``gradcode.codes.CODES`` is a scheme too, through :func:`make_scheme`.
-SCHEMES: Registry = Registry("scheme", modules=("gradcode.schemes.gcdc",))
+SCHEMES: Registry = Registry("scheme", modules=("gradcode.schemes.gcdc", "gradcode.schemes.sgc"))
 
 
 @dataclass(frozen=True, eq=False)
