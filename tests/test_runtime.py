@@ -686,3 +686,21 @@ def test_agc_arrival_table_marks_only_the_delayed_workers(ray_session, tmp_path)
                             seed=SEED)
     np.testing.assert_array_equal(sim.stragglers, delayed)
     np.testing.assert_array_equal(sim.arrivals[~delayed], np.full(9, 1.5))
+
+
+@pytest.mark.parametrize("name,params,steps", [
+    # M-SGC: T = W - 2 + B = 1 and job t always finishes in round t + 1: jobs 0..4 in 6 rounds
+    ("m-sgc", dict(B=1, W=2, lam=1), (3, 2)),
+    # SR-SGC: s = ceil(B lam / (W - 1 + B)) = 1 straggler a round is absorbed in the job's own
+    # round, so jobs 0..5 finish (re-attempts only after a burst beyond s)
+    ("sr-sgc", dict(B=1, W=2, lam=1), (3, 3)),
+])
+def test_sequential_codes_train_several_models_exactly(ray_session, tmp_path, name, params, steps):
+    """SGC App. I: job j trains model j mod M (M = 2 models, delay T = 1), with one injected
+    straggler a round; every model reaches the single-process GD iterates of its jobs."""
+    from gradcode.schemes import make_scheme
+
+    assert make_scheme(name, n=4, **params).delay == 1
+    res = run(tmp_path, code=name, code_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
+    for m, k in enumerate(steps):
+        assert rel(res.params[m], reference(0, steps=k)) < 1e-9
