@@ -43,7 +43,7 @@ def _same(a, b):
 
 
 def test_registry_lists_every_dataset():
-    assert set(SMALL) | {"amazon-csv"} == set(available_datasets())
+    assert set(SMALL) | {"amazon-csv", "file"} == set(available_datasets())  # file-based ones: tests/test_data_files.py
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
