@@ -262,6 +262,9 @@ class SequentialScheme(Scheme):
     ``_ending_tracks(t)`` and ``_forget(job)``.
     """
 
+    #: parameters for Python callers only, not listed or accepted by the CLI
+    api_only_params = ("dim",)
+
     chunks = 1
 
     def _init_common(self, n, jobs, dim, models, max_cur):
