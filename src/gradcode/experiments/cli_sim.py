@@ -233,7 +233,10 @@ def _fail(exc: Exception):
 
     from gradcode.cli import err
 
-    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    text = str(exc)
+    if isinstance(exc, MemoryError):  # numpy says how much it tried to allocate
+        text = f"not enough memory for this run ({text or 'allocation failed'}): use fewer workers (-n) or rounds"
+    err.print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2) from None
 
 
@@ -419,7 +422,7 @@ def register(app: typer.Typer) -> None:
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
-        except (ValueError, TypeError, OSError, GradcodeError) as exc:
+        except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         s = doc["summary"]
         title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
@@ -457,7 +460,7 @@ def register(app: typer.Typer) -> None:
             if plot is not None:
                 plot_comparison(plot, names, pooled)
                 doc["plot"] = str(plot)
-        except (ValueError, TypeError, OSError, GradcodeError) as exc:
+        except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         emit(doc, as_json=as_json,
              title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every scheme)",
