@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from gradcode.codes import make_code
-from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+from gradcode.problems import DataSpec, make_dataset, make_problem
 from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
 from gradcode.schemes import Scheme
+from runtime_util import gd_reference, rel
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import sys
@@ -32,14 +33,7 @@ SEED = 3
 
 def reference(rounds, *, lr=0.5, optimizer="gd", steps=None):
     """Single-process full-gradient descent on the same data: the target of exact codes."""
-    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
-    problem = make_problem("logistic", ds)
-    opt = make_optimizer(optimizer, lr=lr)
-    x = problem.init_params()
-    state = opt.init(x)
-    for k in range(rounds if steps is None else steps):
-        x, state = opt.step(x, problem.full_gradient(x), state, k)
-    return x
+    return gd_reference(DATA, SEED, rounds if steps is None else steps, lr=lr, optimizer=optimizer)
 
 
 def run(tmp_path, name="run", **kw):
@@ -48,10 +42,6 @@ def run(tmp_path, name="run", **kw):
     kw.setdefault("optimizer_params", {"lr": 0.5})
     return train(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name,
                  eval_every=0, **kw)
-
-
-def rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 # ---------------------------------------------------------------------------- engine-free parts

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 
 from gradcode.cli import app
 from gradcode.codes import NonFiniteMessageError, make_code
-from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+from gradcode.problems import DataSpec, make_dataset, make_problem
 from gradcode.runtime import CheckpointError, RoundTimeoutError, train
+from runtime_util import gd_reference, rel
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import ray.cloudpickle
@@ -38,18 +39,7 @@ CLI_DATA = ["--data", "synthetic", "--data-param", "n_samples=400", "--data-para
 
 def reference(steps, *, lr=0.5):
     """Single-process full-gradient descent on the same data: the target of exact codes."""
-    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
-    problem = make_problem("logistic", ds)
-    opt = make_optimizer("gd", lr=lr)
-    x = problem.init_params()
-    state = opt.init(x)
-    for k in range(steps):
-        x, state = opt.step(x, problem.full_gradient(x), state, k)
-    return x
-
-
-def rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
+    return gd_reference(DATA, SEED, steps, lr=lr)
 
 
 def strict_json(text):

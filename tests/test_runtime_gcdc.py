@@ -8,8 +8,8 @@ assertions."""
 import numpy as np
 import pytest
 
-from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.runtime import train
+from runtime_util import gd_reference, rel
 
 DATA = {"n_samples": 300, "n_features": 5}
 SEED = 4
@@ -20,18 +20,7 @@ GCDC = {"clusters": 3, "r": 2, "clusters_per_worker": 2}
 
 
 def reference(rounds, lr=0.5):
-    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
-    problem = make_problem("logistic", ds)
-    opt = make_optimizer("gd", lr=lr)
-    x = problem.init_params()
-    state = opt.init(x)
-    for k in range(rounds):
-        x, state = opt.step(x, problem.full_gradient(x), state, k)
-    return x
-
-
-def rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
+    return gd_reference(DATA, SEED, rounds, lr=lr)
 
 
 @pytest.mark.parametrize("ssi", ["perfect", "imperfect"])
