@@ -331,8 +331,10 @@ def test_verify_names_and_excludes_a_corrupted_worker(ray_session, tmp_path):
     trains on the corrupted gradients; with verify the rounds wait for two spare results, name
     worker 1, decode without it and reach the single-process GD iterates exactly."""
     code = make_code("crc", n=6, s=2, seed=SEED)
+    # workers 4 and 5 are slow, so a plain round closes with workers 0-3, the corrupted one among them
     kwargs = dict(workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], 1000.0), rounds=3,
-                  optimizer_params={"lr": 0.5}, seed=SEED, eval_every=0, round_timeout=30)
+                  delay_model=delays(3, 6, (4, 5), 0.5), optimizer_params={"lr": 0.5}, seed=SEED,
+                  eval_every=0, round_timeout=30)
     plain = train("crc", run_dir=tmp_path / "plain", **kwargs)
     assert rel(plain.final_params, reference(3)) > 1e-3
     checked = train("crc", run_dir=tmp_path / "checked", verify=True, **kwargs)
