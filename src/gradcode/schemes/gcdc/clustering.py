@@ -228,26 +228,7 @@ def dynamic_clustering(
     if not isinstance(assignment, ClusterAssignment):
         raise TypeError(f"assignment must be a ClusterAssignment, got {type(assignment).__name__}")
     K, P, ell = assignment.workers, assignment.clusters, assignment.cluster_size
-    columns = assignment.columns  # (P, n_c l), ascending worker index
-    if rates is not None:
-        if straggling is not None:
-            raise TypeError("give either straggling (homogeneous workers) or rates with tau, not both")
-        if tau is None:
-            raise TypeError("rates need the straggling threshold tau (a worker is a straggler iff rate < tau)")
-        tau = check_tau(tau)
-        mu = check_rates(rates, K)
-        strag = mu < tau
-        # fastest first; a stable sort of the index-sorted columns breaks ties by index
-        order = np.argsort(-mu[columns], axis=1, kind="stable")
-        columns = np.take_along_axis(columns, order, axis=1)
-    else:
-        if tau is not None:
-            raise TypeError("tau applies to rates; with straggling states give no tau")
-        if straggling is None:
-            raise TypeError("dynamic_clustering needs straggling states or rates")
-        strag = check_states(straggling, K)
-    strag = strag.copy()
-    strag.flags.writeable = False
+    strag, columns = _states_and_columns(assignment, straggling, rates, tau)
 
     fast = ~strag
     n_fast = int(fast.sum())
@@ -353,6 +334,34 @@ def dynamic_clustering(
     for a in (M, cl, sl, result.stragglers, nonstraggler_order, straggler_order):
         a.flags.writeable = False
     return result
+
+
+def _states_and_columns(assignment, straggling, rates, tau):
+    """The round's straggler states (read-only booleans) and the assignment's columns in the
+    order clusters scan them: by worker index for states (eq. 16), fastest first for rates with
+    the threshold ``tau`` (Sec. VI-B; a stable sort of the index-sorted columns breaks ties by
+    index)."""
+    K = assignment.workers
+    columns = assignment.columns  # (P, n_c l), ascending worker index
+    if rates is not None:
+        if straggling is not None:
+            raise TypeError("give either straggling (homogeneous workers) or rates with tau, not both")
+        if tau is None:
+            raise TypeError("rates need the straggling threshold tau (a worker is a straggler iff rate < tau)")
+        tau = check_tau(tau)
+        mu = check_rates(rates, K)
+        strag = mu < tau
+        order = np.argsort(-mu[columns], axis=1, kind="stable")
+        columns = np.take_along_axis(columns, order, axis=1)
+    else:
+        if tau is not None:
+            raise TypeError("tau applies to rates; with straggling states give no tau")
+        if straggling is None:
+            raise TypeError("dynamic_clustering needs straggling states or rates")
+        strag = check_states(straggling, K)
+    strag = strag.copy()
+    strag.flags.writeable = False
+    return strag, columns
 
 
 def _single_swap(k, open_clusters, members, clusters_k, membership) -> Swap | None:
