@@ -10,3 +10,28 @@ def test_a_run_too_large_for_memory_is_refused_with_its_size():
     res = CliRunner().invoke(app, ["simulate", "-n", "1000000", "-s", "2", "--rounds", "1"])
     said = " ".join(res.output.split())
     assert res.exit_code == 2 and "not enough memory" in said and "TiB" in said and "Traceback" not in said
+
+
+def test_tune_prints_the_best_of_each_family(tmp_path):
+    """gradcode tune --trace FILE --load-slope A --mu 1 --waitout all --jobs J --json (SGC App. J):
+    the issue's interface."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "p.npy", 1.0 + rng.exponential(0.3, size=(60, 8)) + (rng.random((60, 8)) < 0.1) * 3)
+    args = ["tune", "--trace", str(tmp_path / "p.npy"), "--load-slope", "2", "--mu", "1", "--jobs", "40",
+            "--max-w", "3", "--json"]
+    res = CliRunner().invoke(app, args + ["--waitout", "all"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert set(doc["best"]) == {"none", "gc", "sr-sgc", "m-sgc"}
+    for family, best in doc["best"].items():
+        assert best["scheme"] == family and {"params", "load", "time"} <= set(best)
+        assert best["time"] == min(c["time"] for c in doc["candidates"] if c["scheme"] == family)
+    assert set(doc["best"]["m-sgc"]["params"]) == {"B", "W", "lam"} and set(doc["best"]["gc"]["params"]) == {"s"}
+    decodable = json.loads(CliRunner().invoke(app, args + ["--waitout", "decodable"]).stdout)
+    assert decodable["waitout"] == "decodable"
+    short = CliRunner().invoke(app, ["tune", "--trace", str(tmp_path / "p.npy"), "--load-slope", "2", "--jobs", "100"])
+    assert short.exit_code == 2 and "rounds are not recycled" in " ".join(short.output.split())

@@ -27,7 +27,8 @@ err = Console(stderr=True)
 # piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
 out = Console(width=None if sys.stdout.isatty() else 120)
 
-_COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim", "gradcode.experiments.cli_train"]
+_COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim", "gradcode.experiments.cli_train",
+                               "gradcode.experiments.cli_tune"]
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:

@@ -1,0 +1,68 @@
+"""``gradcode tune``: pick GC, SR-SGC and M-SGC parameters from a measured delay profile (SGC
+App. J): replay the profile (adjusted to each scheme's load by adding ``(L - L0) * alpha``
+seconds) under the mu-deadline rule, estimate the time of ``--jobs`` jobs for every valid
+parameter set, and print the best of each family (:func:`gradcode.schemes.sgc.tune.tune`)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("tune")
+    def tune_command(
+        trace: list[Path] = typer.Option(..., "--trace", help="Delay profile: a (rounds, workers) .npy/.csv or an"
+                                         " SGC pickle (repeat for profiles measured at several loads)."),
+        trace_load: list[float] = typer.Option(None, "--trace-load", help="Load each --trace was measured at"
+                                               " (one per trace; default 1/n for a single trace)."),
+        load_slope: float = typer.Option(None, "--load-slope", help="Seconds per unit load (alpha); fitted from"
+                                         " the traces when omitted (needs two or more loads)."),
+        jobs: int = typer.Option(..., "--jobs", "-J", help="Jobs (gradients) to run."),
+        mu: float = typer.Option(1.0, "--mu", help="Tolerance of the mu-deadline rule."),
+        waitout: str = typer.Option("all", "--waitout", help="'all' (the paper's: wait for every worker when the"
+                                    " deadline leaves a round unresolved) or 'decodable'."),
+        max_w: int = typer.Option(8, "--max-w", help="Largest W searched for SR-SGC and M-SGC."),
+        top: int = typer.Option(10, "--top", help="Candidates listed in the table (all of them with --json)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ):
+        """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
+        from rich.markup import escape
+
+        from gradcode.cli import emit, err
+        from gradcode.errors import GradcodeError
+        from gradcode.schemes.sgc.tune import tune
+        from gradcode.stragglers import load_trace
+
+        try:
+            profiles = [load_trace(p) for p in trace]
+            loads = list(trace_load) if trace_load else None
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, loads=loads,
+                              alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w)
+        except (ValueError, TypeError, OSError, GradcodeError) as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        for w in caught:
+            err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False, soft_wrap=True)
+        doc = result.to_dict()
+        if as_json:
+            emit(doc, as_json=True)
+            return
+        for note in doc["notes"]:
+            err.print(note, highlight=False, soft_wrap=True)
+        rows = [_row(c, best=True) for c in doc["best"].values()]
+        emit({"rows": rows}, as_json=False,
+             title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"
+                   f" alpha = {doc['alpha']:.4g} s per unit load)")
+        emit({"rows": [_row(c) for c in doc["candidates"][:top]]}, as_json=False,
+             title=f"fastest {min(top, len(doc['candidates']))} of {len(doc['candidates'])} parameter sets")
+
+
+def _row(c: dict, best: bool = False) -> dict:
+    params = ", ".join(f"{k}={v}" for k, v in c["params"].items())
+    return {"scheme": c["scheme"], "params": params or "-", "load": c["load"], "T": c["delay"],
+            "time s": c["time"], "wait-outs": c["waitouts"]}
