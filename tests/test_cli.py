@@ -35,3 +35,16 @@ def test_tune_prints_the_best_of_each_family(tmp_path):
     assert decodable["waitout"] == "decodable"
     short = CliRunner().invoke(app, ["tune", "--trace", str(tmp_path / "p.npy"), "--load-slope", "2", "--jobs", "100"])
     assert short.exit_code == 2 and "rounds are not recycled" in " ".join(short.output.split())
+
+
+def test_simulate_offers_the_papers_waitout(tmp_path):
+    import json
+
+    import numpy as np
+
+    np.save(tmp_path / "t.npy", np.array([[1.0, 1, 1, 1, 5, 9], [1, 1, 1, 1, 1, 9]]))
+    base = ["simulate", "--scheme", "crc", "-n", "6", "-s", "1", "--trace", str(tmp_path / "t.npy"), "--close", "1",
+            "--json"]
+    mean = {w: json.loads(CliRunner().invoke(app, base + ["--waitout", w]).stdout)["summary"]["mean"]
+            for w in ("decodable", "all")}
+    assert mean == {"decodable": 3.5, "all": 5.5}  # round 0 waits for worker 5 (9 s) instead of 4 (5 s)

@@ -523,3 +523,21 @@ def test_agc_under_shifted_exp_marks_only_the_workers_the_master_did_without():
             kinds.add("mixed")
         assert code.can_decode({w: int(c) for w, c in enumerate(counts[t]) if c})
     assert kinds == {"s", "mixed"}  # both cases occur in this run
+
+
+@pytest.mark.parametrize("method", ["fast", "events"])
+def test_the_papers_waitout_waits_for_every_worker(method):
+    """SGC Sec. 2: a round the mu-deadline leaves unresolved waits out *all* the workers
+    (waitout='all'); the default waits only until it decodes. Rounds resolved by the deadline
+    are the same under both rules."""
+    code = gradcode.make_code("crc", n=6, s=1, seed=0)
+    rows = np.array([[1.0, 1.0, 1.0, 1.0, 5.0, 9.0],   # two slow workers: not decodable at 2.0
+                     [1.0, 1.0, 1.0, 1.0, 1.0, 9.0]])  # one slow worker: decodable at the deadline
+    model = trace(rows)
+    decodable = gradcode.simulate(code, model, 2, close=1.0, method=method)
+    everyone = gradcode.simulate(code, model, 2, close=1.0, method=method, waitout="all")
+    assert decodable.round_times.tolist() == [5.0, 2.0]
+    assert everyone.round_times.tolist() == [9.0, 2.0]
+    assert everyone.waitout_rounds.tolist() == [True, False]
+    with pytest.raises(ValueError, match="waitout"):
+        gradcode.simulate(code, model, 2, close=1.0, waitout="some")

@@ -214,7 +214,7 @@ def label(code) -> str:
     return repr(code).strip("<>")
 
 
-def run_repeats(built, model, rounds, repeats, seed, close, method, progress=None, records=None):
+def run_repeats(built, model, rounds, repeats, seed, close, method, progress=None, records=None, waitout="decodable"):
     """``built``: a :class:`Built` (a fresh scheme per repeat) or a code. ``records``: keep the
     per-round tables (True: for --records files and --plot); by default only while small, so long
     runs keep summaries in bounded memory (see gradcode.simulate). A scheme family (no static
@@ -223,7 +223,7 @@ def run_repeats(built, model, rounds, repeats, seed, close, method, progress=Non
 
     return [
         simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=seed + i,
-                 close=close, method=method, progress=progress, records=records)
+                 close=close, method=method, progress=progress, records=records, waitout=waitout)
         for i in range(repeats)
     ]
 
@@ -289,7 +289,7 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> No
 
 
 def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                 seed, close, method, records=None) -> tuple[dict, list]:
+                 seed, close, method, records=None, waitout="decodable") -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
     ``records``)."""
     from gradcode.sim import pooled_stats
@@ -298,7 +298,8 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
     code = build_code(name, {**params, **inline}, workers, stragglers)
     dmodel = build_model(model, model_params, trace)
     rounds = default_rounds(rounds, dmodel)
-    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records)
+    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records,
+                          waitout=waitout)
     rows = []
     for i, res in enumerate(results):
         s = res.summary()
@@ -316,7 +317,8 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
 
 
 def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                seed, close, method, records=None) -> tuple[dict, list[str], list[np.ndarray | None]]:
+                seed, close, method, records=None,
+                waitout="decodable") -> tuple[dict, list[str], list[np.ndarray | None]]:
     """The document ``gradcode compare`` prints, the scheme labels and their pooled round times
     (``None`` for a scheme whose runs kept no per-round records: pass ``records=True`` to plot)."""
     from gradcode.sim import pooled_stats
@@ -350,7 +352,7 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     close = parse_close(close)
     names, pooled, rows = [], [], []
     for code in codes:
-        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records)
+        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records, waitout=waitout)
         names.append(code.label)
         kept = all(r.has_records for r in results)
         pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
@@ -390,6 +392,9 @@ def register(app: typer.Typer) -> None:
     repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
     seed_opt = typer.Option(0, "--seed", help="Seed of the first run.")
     close_opt = typer.Option("decodable", "--close", help=_CLOSE_HELP)
+    waitout_opt = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
+                               " unresolved waits for: decodable (first decodable instant) or all (every worker:"
+                               " the SGC paper's replay rule).")
     method_opt = typer.Option("auto", "--method", help="auto | fast (vectorized) | events (protocol path).")
     json_opt = typer.Option(False, "--json", help="Print one JSON document.")
 
@@ -406,6 +411,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
+        waitout: str = waitout_opt,
         method: str = method_opt,
         records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
         as_json: bool = json_opt,
@@ -418,7 +424,7 @@ def register(app: typer.Typer) -> None:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
             doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
                                         model_param, trace, rounds, repeats, seed, close, method,
-                                        records=True if records is not None else None)
+                                        records=True if records is not None else None, waitout=waitout)
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
@@ -443,6 +449,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
+        waitout: str = waitout_opt,
         method: str = method_opt,
         plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme and the CDF."),
         as_json: bool = json_opt,
@@ -456,7 +463,7 @@ def register(app: typer.Typer) -> None:
             # the plot's CDF needs every round time: keep the records only then
             doc, names, pooled = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
                                              rounds, repeats, seed, close, method,
-                                             records=True if plot is not None else None)
+                                             records=True if plot is not None else None, waitout=waitout)
             if plot is not None:
                 plot_comparison(plot, names, pooled)
                 doc["plot"] = str(plot)

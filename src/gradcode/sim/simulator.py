@@ -107,6 +107,7 @@ def simulate(
     method: str = "auto",
     progress: bool | None = None,
     records: bool | None = None,
+    waitout: str = "decodable",
 ) -> SimulationResult:
     """Simulate ``rounds`` rounds of a code or scheme under a delay model, in virtual time.
 
@@ -116,6 +117,9 @@ def simulate(
     (:func:`gradcode.make_delay_model`), a registry name, or a ``(rounds, workers)`` array of
     seconds replayed as a trace. ``seed``: an int, SeedSequence or Generator for the model's draw.
     ``close``: ``"decodable"`` or the mu of the SGC mu-tolerance rule (see the module docstring).
+    ``waitout``: what a round the mu-deadline leaves unresolved waits for: ``"decodable"`` (the
+    first instant its messages decode) or ``"all"`` (every worker's results: the SGC paper's
+    rule, "it will wait out all the workers", Sec. 2; what its replays and ``gradcode tune`` use).
     ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
     through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
     path, message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
@@ -127,6 +131,8 @@ def simulate(
     """
     rounds = check_int("rounds", rounds, minimum=1)
     mu = _check_close(close)
+    check_choice("waitout", waitout, ("decodable", "all"))
+    wait_all = waitout == "all"
     check_choice("method", method, ("auto", "fast", "events"))
     if records is not None and not isinstance(records, (bool, np.bool_)):
         raise TypeError(f"records must be True, False or None (keep them while small), got {records!r}")
@@ -146,10 +152,10 @@ def simulate(
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         block = _block_rounds(n * code.messages_per_worker)
         draws = draw_blocks(model, rounds, n, rng, block)
-        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records))
+        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
-    return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records))
+    return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -275,7 +281,7 @@ class _Sink:
         return SimulationResult(stats=self.stats, round_records=recs, **meta)
 
 
-def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
+def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False) -> SimulationResult:
     n = code.n
     P, Rw = _code_schedule(code)
     rule = code.decode_rule()
@@ -299,7 +305,7 @@ def _fast(code, model, draws, rounds, mu, close, seed, show, records) -> Simulat
             else:
                 cutoff = np.minimum((1.0 + mu) * C.min(axis=1), C.max(axis=1))
                 wait = T > cutoff
-                end = np.where(wait, T, cutoff)
+                end = np.where(wait, C.max(axis=1) if wait_all else T, cutoff)
             # leading messages in by the close (and, for the records, the arrival of the last)
             if A.shape[2] == 1:
                 counts = (C <= end[:, None]).view(np.int8)
@@ -366,7 +372,7 @@ class _JobLedger:
         return max(self.floor - 1, max(self.ahead, default=-1))
 
 
-def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> SimulationResult:
+def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_all=False) -> SimulationResult:
     n = scheme.n
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     c = _message_time(model, scheme.chunks)
@@ -391,7 +397,7 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
                 plan = scheme.plan(t)
                 started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
                 end, waitout[k], planned, arrived, last, comp = _play_round(
-                    scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu)
+                    scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu, wait_all)
                 round_times[k] = end
                 stragglers[k, planned] = ~arrived[planned]
                 if records:
@@ -422,7 +428,7 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records) -> Sim
     )
 
 
-def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu):
+def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu, wait_all=False):
     """Feed round ``t``'s messages to the scheme in time order until it closes (see the module
     docstring's closing rules). Returns ``(end, waited_out, planned, arrived, last, completion)``:
     the round's length, whether the mu-rule had to wait it out, the workers given a task, those
@@ -452,6 +458,11 @@ def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu):
             end = cutoff
         else:
             waited = True
+            if wait_all and N:  # the paper's wait-out: every worker's results, then close
+                feed_until(times[-1])
+                if not scheme.ready(t):
+                    raise NotDecodableError(f"{_name(scheme)} cannot finish round {t} even with every message")
+                end = float(times[-1])
     if end is None:
         while i < N:
             feed_until(times[i])
