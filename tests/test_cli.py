@@ -48,3 +48,15 @@ def test_simulate_offers_the_papers_waitout(tmp_path):
     mean = {w: json.loads(CliRunner().invoke(app, base + ["--waitout", w]).stdout)["summary"]["mean"]
             for w in ("decodable", "all")}
     assert mean == {"decodable": 3.5, "all": 5.5}  # round 0 waits for worker 5 (9 s) instead of 4 (5 s)
+
+
+def test_compare_marks_inexact_schemes_and_names_the_fastest_exact_one():
+    import json
+
+    res = CliRunner().invoke(app, ["compare", "-n", "12", "-s", "2", "-m", "fixed", "-M", "stragglers=2",
+                                   "-M", "delay=0.5", "--rounds", "50", "--json"])
+    doc = json.loads(res.stdout)
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    assert rows["Ignore n=12 s=2 (inexact)"]["exact"] is False
+    assert rows["Ignore n=12 s=2 (inexact)"]["speedup"] > rows["CRC n=12 s=2"]["speedup"]  # by not being exact
+    assert doc["fastest_exact"] in ("FRC n=12 s=2", "CRC n=12 s=2")

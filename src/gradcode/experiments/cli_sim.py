@@ -96,6 +96,12 @@ class Built:
         return int(self.obj.n)
 
     @property
+    def exact(self) -> bool:
+        """Whether the decoded gradient is exact (every scheme family is; the ``ignore`` baseline
+        is an estimate)."""
+        return bool(getattr(self.obj, "exact", True))
+
+    @property
     def load(self) -> float | None:
         """Data fraction computed per worker per round: ``code.load``, or the scheme's ``load``
         (``None`` for a scheme that does not declare one)."""
@@ -353,11 +359,13 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     names, pooled, rows = [], [], []
     for code in codes:
         results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records, waitout=waitout)
-        names.append(code.label)
+        label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
+        names.append(label)
         kept = all(r.has_records for r in results)
         pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
         rows.append({
-            "scheme": code.label, "load": code.load, **pooled_stats(results),
+            "scheme": label, "exact": code.exact,
+            "load": code.load, **pooled_stats(results),
             "total_time": float(np.mean([r.total_time for r in results])),
             "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
             "waitouts": int(sum(r.waitouts for r in results)),
@@ -365,8 +373,11 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     base = next(r for r, c in zip(rows, codes) if c.name == "uncoded")["mean"]
     for r in rows:
         r["speedup"] = base / r["mean"] if r["mean"] > 0 else None
+    # the fastest exact scheme: an inexact baseline (ignore) is faster by not computing the gradient
+    exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
+    best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
     doc = {"model": repr(dmodel), "close": close, "rounds": rounds, "repeats": repeats, "seed": seed,
-           "rows": rows}
+           "fastest_exact": best, "rows": rows}
     return doc, names, pooled
 
 
@@ -470,5 +481,6 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         emit(doc, as_json=as_json,
-             title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every scheme)",
+             title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every"
+                   f" scheme); fastest exact: {doc['fastest_exact']}",
              columns=["scheme", "load", "mean", "median", "p95", "speedup", "stragglers/round", "waitouts"])
