@@ -60,3 +60,16 @@ def test_compare_marks_inexact_schemes_and_names_the_fastest_exact_one():
     assert rows["Ignore n=12 s=2 (inexact)"]["exact"] is False
     assert rows["Ignore n=12 s=2 (inexact)"]["speedup"] > rows["CRC n=12 s=2"]["speedup"]  # by not being exact
     assert doc["fastest_exact"] in ("FRC n=12 s=2", "CRC n=12 s=2")
+
+
+def test_a_missing_optional_extra_is_one_line_with_the_install_hint(tmp_path):
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    res = CliRunner().invoke(app, ["train", "--problem", "mlp", "--workers", "2", "--rounds", "1",
+                                   "--run-dir", str(tmp_path / "r")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2 and "pip install torch==2.13.0" in said and "Traceback" not in said

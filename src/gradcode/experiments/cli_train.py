@@ -153,8 +153,8 @@ def train_command(
         from gradcode.errors import GradcodeError
 
         started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
-        if isinstance(exc, (ValueError, TypeError, FileNotFoundError)) and not started:
-            _fail(exc, 2, as_json, err)  # refused before the run started: bad arguments
+        if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError)) and not started:
+            _fail(exc, 2, as_json, err)  # refused before the run started: bad arguments, a missing extra
         if isinstance(exc, GradcodeError):  # round timeout, divergence, cluster, checkpoint...
             _fail(exc, 1, as_json, err)
         if as_json and started:  # a bug: its traceback, after the run's records
