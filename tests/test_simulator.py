@@ -428,7 +428,7 @@ def test_cli_compare_scheme_specs_and_params():
     r = _cli("compare", "-n", "6", "-s", "1", "--rounds", "20", "-p", "seed=3", "--json")
     assert r.exit_code == 0, r.output
     names = [row["scheme"] for row in json.loads(r.stdout)["rows"]]
-    assert names == ["Uncoded n=6", "Ignore n=6 s=1", "FRC n=6 s=1", "CRC n=6 s=1"]
+    assert names == ["Uncoded n=6", "Ignore n=6 s=1 (inexact)", "FRC n=6 s=1", "CRC n=6 s=1"]
     r = _cli("compare", "-n", "6", "--rounds", "20", "--json")
     assert r.exit_code == 0, r.output
     r = _cli("compare", "-n", "6", "-s", "1", "--rounds", "20", "-p", "alpha=2")
