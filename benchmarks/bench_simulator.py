@@ -136,7 +136,6 @@ def bench_generic(rounds, repeats):
 
 
 def bench_small_n(rounds, repeats, baseline):
-    import statistics
     import time
 
     old = baseline_simulate(baseline)
@@ -147,13 +146,7 @@ def bench_small_n(rounds, repeats, baseline):
            lambda: gradcode.simulate(code, model, rounds, seed=1, progress=False, records=True)]
     for f in fns:
         f()
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
-            t0 = time.process_time()
-            f()
-            times[i].append(time.process_time() - t0)
-    t_old, t_off, t_on = (statistics.median(t) for t in times)
+    t_old, t_off, t_on = interleaved(fns, repeats, clock=time.process_time)
     print(f"\n(e) {code!r}, shifted-exp, {rounds} rounds, CPU ms, median of {repeats}: baseline {t_old * 1e3:.1f},"
           f" records=False {t_off * 1e3:.1f} ({t_old / t_off:.2f}x), records=True {t_on * 1e3:.1f}"
           f" ({t_old / t_on:.2f}x)")
