@@ -115,7 +115,7 @@ def test_reproduce_gcdc_table1_json_rows_carry_paper_values_and_intervals():
     p1 = {r["scheme"]: r["time"] for r in rows if r["P"] == 1}
     assert p1["GC"] == pytest.approx(p1["GC-SC"]) == pytest.approx(p1["GC-DC"])
     # the rows are table1's numbers
-    from gradcode.schemes.gcdc import table1
+    from gradcode.experiments.gcdc_table1 import table1
 
     res = table1(rounds=800, seed=1)
     assert [r["time"] for r in rows if r["scheme"] == "GC-SC"] == pytest.approx(res.row("GC-SC").mean)

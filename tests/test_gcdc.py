@@ -12,16 +12,14 @@ import pytest
 from gradcode.codes.clustering import GCSC
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import Scheme
+from gradcode.experiments.gcdc_table1 import PAPER_TABLE1, gcdc_round_times, table1
 from gradcode.schemes.gcdc import (
     GCDC,
-    PAPER_TABLE1,
     ClusterAssignment,
     dynamic_clustering,
-    gcdc_round_times,
     lemma1_bound,
     lemma1_holds,
     min_clusters_per_worker,
-    table1,
 )
 from gradcode.schemes.base import ProtocolError
 from gradcode.stragglers.models import make_delay_model

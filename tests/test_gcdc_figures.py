@@ -4,7 +4,7 @@ from the schemes' own protocol, and the orderings the paper reports hold at smal
 import numpy as np
 import pytest
 
-from gradcode.schemes.gcdc.figures import FIGURES, figure_curves
+from gradcode.experiments.gcdc_figures import FIGURES, figure_curves
 
 #: (K, P, r, n_c, model, switching/resampling p, tau) as Sec. VI states each figure
 PAPER = {

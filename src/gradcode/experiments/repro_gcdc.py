@@ -3,12 +3,12 @@ Dynamic Clustering*, Sec. VI), by computation with the library's schemes and del
 
 * ``gcdc-table1``: Table I, the average per-iteration completion time of GC, GC-SC and GC-DC for
   ``P = 1, 2, 4, 5, 10`` clusters (``K = 100``, ``r = 10``, ``n = P``, ``p = 0.05``), the paper's
-  values beside ours (:func:`gradcode.schemes.gcdc.table1`, whose docstring states the setting and
+  values beside ours (:func:`gradcode.experiments.gcdc_table1`, whose docstring states the setting and
   readings). The ``GC-DC`` rows are perfect straggler state information, the reading that matches
   the paper; the imperfect-SSI numbers are in ``imperfect_ssi_rows``.
 * ``gcdc-figs`` (and ``gcdc-fig4`` ... ``gcdc-fig12``): Figs. 4-12, each figure's curves (GC,
   GC-SC, GC-DC, LB; panel (a) imperfect, (b) perfect SSI) as JSON and PNG
-  (:func:`gradcode.schemes.gcdc.figures.figure_curves`, whose docstring states the readings).
+  (:func:`gradcode.experiments.gcdc_figures.figure_curves`, whose docstring states the readings).
 
 Every Monte-Carlo number carries its confidence interval (``ci``: the half-width, Student t over
 independent runs) and the output says how many rounds, runs and which seed were used.
@@ -51,7 +51,7 @@ def gcdc_table1(rounds: int | None = None, seed: int = 0, full: bool = False) ->
     8,000, ``full=True``: 40,000) of the homogeneous Gilbert-Elliot model, every scheme on the same
     draws. Rows ``{"scheme", "P", "time", "ci", "paper"}``; ``GC-DC`` is perfect SSI, and
     ``imperfect_ssi_rows`` gives GC-DC under imperfect SSI."""
-    from gradcode.schemes.gcdc import table1
+    from gradcode.experiments.gcdc_table1 import table1
 
     if not isinstance(full, bool):
         raise TypeError(f"full must be true or false, got {full!r}")
@@ -86,7 +86,7 @@ def gcdc_table1(rounds: int | None = None, seed: int = 0, full: bool = False) ->
 
 def _parse_figures(figures) -> list[int]:
     """``4``, ``"4-12"``, ``"4,5,12"`` or a list -> sorted figure numbers (each in 4..12)."""
-    from gradcode.schemes.gcdc.figures import FIGURES
+    from gradcode.experiments.gcdc_figures import FIGURES
 
     if isinstance(figures, bool):
         raise TypeError(f"figures must be numbers 4..12 ('4-12', '4,7' or a list), got {figures!r}")
@@ -144,7 +144,7 @@ def plot_figure(result, path: Path) -> None:
 def _figures(figures, runs, iterations, seed, out, full, plot) -> dict:
     import json
 
-    from gradcode.schemes.gcdc.figures import figure_curves
+    from gradcode.experiments.gcdc_figures import figure_curves
 
     numbers = _parse_figures(figures)
     if not isinstance(full, bool):
@@ -191,7 +191,7 @@ def gcdc_figs(figures="4-12", runs: int | None = None, iterations: int = 400, se
 
 
 def _register_figure(number: int) -> None:
-    from gradcode.schemes.gcdc.figures import FIGURES
+    from gradcode.experiments.gcdc_figures import FIGURES
 
     def fig(runs: int | None = None, iterations: int = 400, seed: int = 0, out: str = "gcdc-figures",
             full: bool = False, plot: bool = True) -> dict:

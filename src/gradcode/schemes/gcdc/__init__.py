@@ -12,9 +12,10 @@ re-forms the clusters every round so that the stragglers spread over them as eve
   :func:`dynamic_clustering` -> :class:`ClusterPlacement`;
 * :mod:`~gradcode.schemes.gcdc.scheme`: :class:`GCDC`, the round-by-round scheme (perfect and
   imperfect straggler state information, the heterogeneous rate-ordered variant);
-* :mod:`~gradcode.schemes.gcdc.table1`: Table I of the paper by Monte Carlo (:func:`table1`);
-* :mod:`~gradcode.schemes.gcdc.figures`: Figs. 4-12 by Monte Carlo (:func:`figure_curves`,
-  :data:`FIGURES`; ``gradcode reproduce gcdc-figs`` writes them as JSON and PNG).
+
+The paper's Monte Carlo experiments (Table I, Figs. 4-12) are drivers that know about time, so they
+live in the experiments layer: :mod:`gradcode.experiments.gcdc_table1` and
+:mod:`gradcode.experiments.gcdc_figures` (``gradcode reproduce gcdc-table1`` / ``gcdc-figs``).
 
 Example (the paper's running example, eqs. 13 and 18, Fig. 3)::
 
@@ -33,38 +34,16 @@ from gradcode.schemes.gcdc.assignment import (
     min_clusters_per_worker,
 )
 from gradcode.schemes.gcdc.clustering import ClusterPlacement, Swap, dynamic_clustering
-from gradcode.schemes.gcdc.figures import (
-    FIGURES,
-    FigureResult,
-    FigureSetting,
-    figure_curves,
-)
 from gradcode.schemes.gcdc.scheme import GCDC, RoundPlan
-from gradcode.schemes.gcdc.table1 import (
-    PAPER_TABLE1,
-    Table1Result,
-    Table1Row,
-    gcdc_round_times,
-    table1,
-)
 
 __all__ = [
-    "FIGURES",
     "GCDC",
-    "PAPER_TABLE1",
     "ClusterAssignment",
     "ClusterPlacement",
-    "FigureResult",
-    "FigureSetting",
     "RoundPlan",
     "Swap",
-    "Table1Result",
-    "Table1Row",
     "dynamic_clustering",
-    "figure_curves",
-    "gcdc_round_times",
     "lemma1_bound",
     "lemma1_holds",
     "min_clusters_per_worker",
-    "table1",
 ]

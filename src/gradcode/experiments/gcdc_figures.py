@@ -66,7 +66,7 @@ from gradcode.codes.clustering import GCSC
 from gradcode.codes.tandon import CRC
 from gradcode.schemes.gcdc.assignment import ClusterAssignment
 from gradcode.schemes.gcdc.scheme import GCDC
-from gradcode.schemes.gcdc.table1 import gcdc_round_times
+from gradcode.experiments.gcdc_table1 import gcdc_round_times
 from gradcode.schemes.static import decode_rule
 from gradcode.stragglers.models import make_delay_model
 
