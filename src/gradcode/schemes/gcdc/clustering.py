@@ -229,13 +229,52 @@ def dynamic_clustering(
         raise TypeError(f"assignment must be a ClusterAssignment, got {type(assignment).__name__}")
     K, P, ell = assignment.workers, assignment.clusters, assignment.cluster_size
     strag, columns = _states_and_columns(assignment, straggling, rates, tau)
+    first_fast, turn_orders, members, cluster_of = _phase_one(assignment, strag, columns)
+    phase1 = tuple(tuple(m) for m in members)
+    conflicted, swaps, chains = _resolve_conflicts(assignment, members, cluster_of)
 
+    M = np.array(members, dtype=np.intp).reshape(P, ell)
+    cl = np.empty(K, dtype=np.intp)
+    sl = np.empty(K, dtype=np.intp)
+    cl[M] = np.arange(P)[:, None]
+    sl[M] = np.arange(ell)[None, :]
+    orders = [np.array(o, dtype=np.intp) for o in turn_orders]
+    nonstraggler_order, straggler_order = orders if first_fast else orders[::-1]
+    result = ClusterPlacement(
+        members=M,
+        cluster_of=cl,
+        slot_of=sl,
+        straggling=strag,
+        stragglers=strag[M].sum(axis=1),
+        first_placed="non-stragglers" if first_fast else "stragglers",
+        nonstraggler_order=nonstraggler_order,
+        straggler_order=straggler_order,
+        phase1=phase1,
+        conflicted=tuple(conflicted),
+        swaps=tuple(swaps),
+        chains=tuple(chains),
+    )
+    for a in (M, cl, sl, result.stragglers, nonstraggler_order, straggler_order):
+        a.flags.writeable = False
+    return result
+
+
+def _phase_one(assignment: ClusterAssignment, strag: np.ndarray, columns: np.ndarray):
+    """Phase I (lines 1-25): the larger class (non-stragglers on a tie) is placed first; clusters
+    take turns in the order of eq. 17 (fewest candidates of the class in their columns first, ties
+    by cluster index), each taking its first unplaced candidate of the class. Each class goes up
+    to its uniform share ``ceil(|C| / P)`` per cluster, then its leftovers where they fit.
+
+    Returns ``(first_fast, turn_orders, members, cluster_of)``: whether non-stragglers went first,
+    the turn order of each class (first-placed class first), each cluster's members in placement
+    order, and each worker's cluster (``-1``: a conflict left for Phase II).
+    """
+    K, P, ell = assignment.workers, assignment.clusters, assignment.cluster_size
     fast = ~strag
     n_fast = int(fast.sum())
     first_fast = n_fast >= K - n_fast
     masks = (fast, strag) if first_fast else (strag, fast)
 
-    # eq. 17: turn order of each class by availability in the columns, ties by cluster index
     col_class = [m[columns] for m in masks]  # (P, n_c l) booleans
     turn_orders = [np.argsort(c.sum(axis=1), kind="stable").tolist() for c in col_class]
     # each cluster's candidates of a class, in preference order; with n_c = P every column holds
@@ -284,56 +323,36 @@ def dynamic_clustering(
             if not progress:
                 break
 
-    # each class up to its uniform share ceil(|C| / P) per cluster, then the leftovers where they fit
     turns(0, min(-(-sizes[0] // P), ell))
     turns(1, min(-(-sizes[1] // P), ell))
     turns(0, ell)
     turns(1, ell)
-    phase1 = tuple(tuple(m) for m in members)
+    return first_fast, turn_orders, members, cluster_of
 
-    # Phase II: conflicts
-    conflicted = [w for w in range(K) if cluster_of[w] < 0]
+
+def _resolve_conflicts(assignment: ClusterAssignment, members: list[list[int]], cluster_of: list[int]):
+    """Phase II (lines 26-35 and the augmenting chains): place each worker Phase I left out, by a
+    single swap when one exists (:func:`_single_swap`), else along the shortest chain of clusters
+    (:func:`_augment`). Updates ``members`` and ``cluster_of`` in place; returns
+    ``(conflicted, swaps, chains)``."""
+    P, ell = assignment.clusters, assignment.cluster_size
+    conflicted = [w for w in range(assignment.workers) if cluster_of[w] < 0]
     swaps: list[Swap] = []
     chains: list[tuple[tuple[int, int, int], ...]] = []
-    if conflicted:
-        membership = assignment.membership
-        clusters_of = assignment.clusters_of
-        for k in conflicted:
-            open_clusters = [p for p in range(P) if len(members[p]) < ell]
-            swap = _single_swap(k, open_clusters, members, clusters_of[k].tolist(), membership)
-            if swap is not None:
-                members[swap.cluster][swap.slot] = k
-                cluster_of[k] = swap.cluster
-                members[swap.open_cluster].append(swap.displaced)
-                cluster_of[swap.displaced] = swap.open_cluster
-                swaps.append(swap)
-            else:
-                chains.append(_augment(k, members, cluster_of, clusters_of, ell))
-
-    M = np.array(members, dtype=np.intp).reshape(P, ell)
-    cl = np.empty(K, dtype=np.intp)
-    sl = np.empty(K, dtype=np.intp)
-    cl[M] = np.arange(P)[:, None]
-    sl[M] = np.arange(ell)[None, :]
-    orders = [np.array(o, dtype=np.intp) for o in turn_orders]
-    nonstraggler_order, straggler_order = orders if first_fast else orders[::-1]
-    result = ClusterPlacement(
-        members=M,
-        cluster_of=cl,
-        slot_of=sl,
-        straggling=strag,
-        stragglers=strag[M].sum(axis=1),
-        first_placed="non-stragglers" if first_fast else "stragglers",
-        nonstraggler_order=nonstraggler_order,
-        straggler_order=straggler_order,
-        phase1=phase1,
-        conflicted=tuple(conflicted),
-        swaps=tuple(swaps),
-        chains=tuple(chains),
-    )
-    for a in (M, cl, sl, result.stragglers, nonstraggler_order, straggler_order):
-        a.flags.writeable = False
-    return result
+    membership = assignment.membership
+    clusters_of = assignment.clusters_of
+    for k in conflicted:
+        open_clusters = [p for p in range(P) if len(members[p]) < ell]
+        swap = _single_swap(k, open_clusters, members, clusters_of[k].tolist(), membership)
+        if swap is not None:
+            members[swap.cluster][swap.slot] = k
+            cluster_of[k] = swap.cluster
+            members[swap.open_cluster].append(swap.displaced)
+            cluster_of[swap.displaced] = swap.open_cluster
+            swaps.append(swap)
+        else:
+            chains.append(_augment(k, members, cluster_of, clusters_of, ell))
+    return conflicted, swaps, chains
 
 
 def _states_and_columns(assignment, straggling, rates, tau):
