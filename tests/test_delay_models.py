@@ -69,7 +69,9 @@ def test_every_model_draws_seeded_nonnegative_times(name):
 @pytest.mark.parametrize("name", sorted(ALL_EXAMPLES))
 def test_same_draw_is_affine_in_load(name):
     """One draw serves every load: time(L) = max(0, intercept + slope L), monotone in L."""
-    model = make_delay_model(name, **ALL_EXAMPLES[name], **({"trace_load": 0.2} if name == "trace" else {}))
+    # a trace: SGC App. J's additive load adjustment (the default rule)
+    extra = {"trace_load": 0.2, "load_slope": 2.0} if name == "trace" else {}
+    model = make_delay_model(name, **ALL_EXAMPLES[name], **extra)
     d = model.draw(5, 5, 3)
     t1, t2, t3 = d.times(0.1), d.times(0.2), d.times(0.3)
     np.testing.assert_allclose(t2 - t1, t3 - t2, atol=1e-12)
@@ -279,8 +281,8 @@ def test_trace_replay_and_load_rules():
         m.sample(3, 3, None)
     wrapped = make_delay_model("trace", delays=arr, wrap=True, offset=1)
     np.testing.assert_array_equal(wrapped.sample(3, 3, None), arr[[1, 0, 1]])
-    # proportional scaling from the recorded load
-    prop = make_delay_model("trace", delays=arr, trace_load=0.25)
+    # proportional scaling from the recorded load, by name only (trace_load alone is refused)
+    prop = make_delay_model("trace", delays=arr, trace_load=0.25, load_rule="proportional")
     np.testing.assert_allclose(prop.sample(2, 3, None, load=0.5), 2 * arr)
     # SGC App. J: delay + (L - L0) alpha
     addj = make_delay_model("trace", delays=arr, trace_load=0.25, load_slope=4.0)

@@ -35,7 +35,8 @@ def _models():
     out += [
         ("trace", make_model("trace", delays=trace_rows)),
         ("trace-wrap-offset", make_model("trace", delays=trace_rows, offset=40, wrap=True)),
-        ("trace-proportional", make_model("trace", delays=trace_rows, trace_load=0.25, offset=7)),
+        ("trace-proportional", make_model("trace", delays=trace_rows, trace_load=0.25, load_rule="proportional",
+                                          offset=7)),
         ("trace-additive", make_model("trace", delays=trace_rows, trace_load=0.25, load_slope=0.3, wrap=True)),
         ("fixed-s0", make_model("fixed", stragglers=0)),
         ("partial-all", make_model("partial", stragglers=12, alpha=3)),

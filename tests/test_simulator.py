@@ -116,7 +116,7 @@ def test_partial_code_alpha_partial_stragglers_finish_their_naive_part():
     naive message by the time the fast workers deliver both, so the round takes the fast time."""
     code = gradcode.make_code("partial", n=3, s=1, alpha=2)
     L = code.load  # 4/9; the trace gives seconds at that load, scaled proportionally to prefixes
-    res = both(code, trace([[1.0, 1.0, 2.0], [1.0, 1.0, 3.0]], trace_load=L), 2)
+    res = both(code, trace([[1.0, 1.0, 2.0], [1.0, 1.0, 3.0]], trace_load=L, load_rule="proportional"), 2)
     # row 0: naive messages at 0.5, 0.5, 1.0; coded at 1, 1, 2 -> decodable at 1.0
     # row 1: the straggler is 3x slower: its naive message arrives at 1.5
     assert res.round_times.tolist() == pytest.approx([1.0, 1.5])
@@ -127,7 +127,7 @@ def test_communication_time_queues_messages():
     code = gradcode.make_code("partial", n=3, s=1, alpha=2)
     L = code.load
     # compute: naive part at 0.5, everything at 1.0; each message takes 0.75 s on the link
-    res = both(code, trace([[1.0, 1.0, 1.0]], trace_load=L, comm=0.75), 1)
+    res = both(code, trace([[1.0, 1.0, 1.0]], trace_load=L, load_rule="proportional", comm=0.75), 1)
     # message 0 arrives at 0.5 + 0.75 = 1.25, message 1 at max(1.0, 1.25) + 0.75 = 2.0
     assert res.round_times.tolist() == [2.0]
     assert res.arrivals.tolist() == [[2.0, 2.0, 2.0]]
@@ -268,14 +268,14 @@ class _Pipelined(Scheme):
 
 def test_sequential_scheme_through_the_protocol_path():
     rows = np.array([[1.0, 2.0], [4.0, 1.0], [2.0, 2.0], [1.0, 1.0]])
-    res = gradcode.simulate(_Pipelined(2, 3), trace(rows, trace_load=0.5), 4)
+    res = gradcode.simulate(_Pipelined(2, 3), trace(rows, trace_load=0.5, load_rule="proportional"), 4)
     # round 0: one half (load 1/4) -> half the trace time; rounds 1-2: both halves; round 3: one
     # half; each round needs every worker's results -> the slowest worker
     assert res.round_times.tolist() == [1.0, 4.0, 2.0, 0.5]
     assert res.job_done_round.tolist() == [1, 2, 3]
     assert res.arrivals[1].tolist() == [4.0, 1.0]
     # a job started but not finished when the run ends is reported, as -1
-    short = gradcode.simulate(_Pipelined(2, 5), trace(rows, trace_load=0.5), 4)
+    short = gradcode.simulate(_Pipelined(2, 5), trace(rows, trace_load=0.5, load_rule="proportional"), 4)
     assert short.job_done_round.tolist() == [1, 2, 3, -1]
 
 
@@ -443,7 +443,8 @@ def test_cli_warns_about_ignored_stragglers_and_load_blind_traces(tmp_path):
     np.save(trace, np.random.default_rng(0).exponential(size=(20, 6)))
     r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace))
     assert r.exit_code == 0 and "trace_load" in r.stderr
-    r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "-M", f"trace_load={1 / 6}")
+    # the paper's additive rule (SGC App. J) charges the load: no warning
+    r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "-M", f"trace_load={1 / 6}", "-M", "load_slope=2")
     assert r.exit_code == 0 and "trace_load" not in r.stderr
 
 

@@ -265,3 +265,37 @@ def test_simulated_arrivals_load_as_a_trace(tmp_path):
     # the round's close, so the code decodes at the same instant
     again = gradcode.simulate(gradcode.make_code("crc", n=6, s=2), replay, rounds=20)
     np.testing.assert_allclose(again.round_times, res.round_times)
+
+
+def test_trace_load_alone_is_refused_not_scaled_proportionally():
+    """SGC App. J adjusts a trace by *adding* (L - L0) alpha seconds. trace_load without a slope
+    used to switch silently to delay * L / L0, which makes CRC s = 15 at n = 256 (load 16/256)
+    sixteen times slower than the uncoded profile it was recorded from."""
+    ref = np.array([[1.0, 2.0], [3.0, 0.5]])
+    with pytest.raises(ValueError) as info:
+        make_delay_model("trace", delays=ref, trace_load=0.25)
+    said = str(info.value)
+    assert "load_slope" in said and "--load-slope" in said and "--trace-load" in said
+    assert "fit_load_slope" in said and "load_rule='proportional'" in said
+    # proportional scaling is still there, by name
+    prop = make_delay_model("trace", delays=ref, trace_load=0.25, load_rule="proportional")
+    np.testing.assert_allclose(prop.sample(2, 2, None, load=0.5), 2 * ref)
+    assert prop != make_delay_model("trace", delays=ref, trace_load=0.25, load_slope=0.0)
+    assert "proportional" in repr(prop)
+    for bad, words in [
+        (dict(trace_load=0.25, load_slope=1.0, load_rule="proportional"), "load_slope"),
+        (dict(load_rule="proportional"), "trace_load"),
+        (dict(trace_load=0.0, load_rule="proportional"), "trace_load"),
+        (dict(trace_load=0.25, load_slope=1.0, load_rule="linear"), "load_rule"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            make_delay_model("trace", delays=ref, **bad)
+
+
+def test_trace_recorded_at_load_zero_is_accepted():
+    """A profile extrapolated to load 0 (the intercept of the Fig. 16 fit) is a valid reference."""
+    ref = np.array([[1.0, 2.0], [3.0, 0.5]])
+    m = make_delay_model("trace", delays=ref, trace_load=0, load_slope=4.0)
+    np.testing.assert_allclose(m.sample(2, 2, None, load=0.5), ref + 2.0)
+    np.testing.assert_allclose(m.sample(2, 2, None, load=0.0), ref)
+    assert m.trace_load == 0.0

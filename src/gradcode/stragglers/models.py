@@ -70,7 +70,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gradcode._validation import as_generator, check_int, check_real
+from gradcode._validation import as_generator, check_choice, check_int, check_real
 from gradcode.registry import Registry
 
 __all__ = [
@@ -1089,11 +1089,17 @@ class TraceDelays(DelayModel):
     randomness argument is ignored: a trace is deterministic.
 
     Load: with ``trace_load=None`` the recorded times are replayed as they are, whatever the load
-    asked for. With ``trace_load = L0`` (the load the trace was recorded at; SGC records its
-    reference profile uncoded, ``L0 = 1 / n``) a load ``L`` is handled by SGC App. J's linear rule,
-    ``delay + (L - L0) * load_slope`` (``load_slope``: seconds per unit load, the slope of the
-    linear fit of mean run time against load, see :func:`gradcode.stragglers.fit_load_slope`), or,
-    without ``load_slope``, by proportional scaling ``delay * L / L0``. Times are clipped at 0.
+    asked for. With ``trace_load = L0`` (the load the trace was recorded at, ``>= 0``; SGC records
+    its reference profile uncoded, ``L0 = 1 / n``) a load ``L`` is handled by SGC App. J's additive
+    rule, ``delay + (L - L0) * load_slope`` (``load_slope``: seconds per unit load, the slope of
+    the linear fit of mean run time against load, :func:`gradcode.stragglers.fit_load_slope`; on
+    the command line ``--load-slope``, or fitted from ``--trace FILE --trace-load L`` given for
+    several loads). ``trace_load`` without ``load_slope`` is refused: the slope cannot be guessed,
+    and scaling a trace by ``L / L0`` instead charges a scheme's whole recorded time (communication
+    and fixed costs included) for its extra data: at ``L0 = 1/n`` it makes CRC with ``s = 15``
+    sixteen times slower than the uncoded run. That proportional rule, ``delay * L / L0`` (times
+    that are pure compute at a constant rate), is there only by name: ``load_rule="proportional"``
+    (with ``trace_load > 0`` and no slope). Times are clipped at 0.
 
     Built from ``path``, the model holds the trace read from the file in ``delays`` and the path
     (as a string) in ``path``; two traces are equal when their arrays and load rules are, wherever
@@ -1104,8 +1110,9 @@ class TraceDelays(DelayModel):
     param_help = {
         "delays": "(rounds, workers) array of seconds (or give path)",
         "path": "file to read the trace from (.npy, .csv or an SGC pickle), instead of delays",
-        "trace_load": "load the trace was recorded at; default: replay times as they are",
-        "load_slope": "seconds per unit load for SGC App. J's additive adjustment; default: proportional",
+        "trace_load": "load the trace was recorded at (needs load_slope); default: replay times as they are",
+        "load_slope": "seconds per unit load: SGC App. J's additive adjustment delay + (L - trace_load) * load_slope",
+        "load_rule": "'additive' (SGC App. J, needs load_slope) or 'proportional' (delay * L / trace_load)",
         "offset": "trace row replayed in round 0",
         "wrap": "start over at the first row when the trace runs out (otherwise an error)",
     }
@@ -1114,6 +1121,7 @@ class TraceDelays(DelayModel):
     path: Any = None
     trace_load: float | None = None
     load_slope: float | None = None
+    load_rule: str = "additive"
     offset: int = 0
     wrap: bool = False
 
@@ -1134,12 +1142,27 @@ class TraceDelays(DelayModel):
             source = None
         arr = np.array(arr, dtype=np.float64)
         arr.flags.writeable = False
-        trace_load = None if self.trace_load is None else check_real(
-            "trace_load", self.trace_load, minimum=0.0, strict_min=True)
+        trace_load = None if self.trace_load is None else check_real("trace_load", self.trace_load, minimum=0.0)
         load_slope = None if self.load_slope is None else check_real("load_slope", self.load_slope)
+        rule = check_choice("load_rule", self.load_rule, ("additive", "proportional"))
         if load_slope is not None and trace_load is None:
             raise ValueError("load_slope needs trace_load (the load the trace was recorded at)")
-        self._set(delays=arr, path=source, trace_load=trace_load, load_slope=load_slope,
+        if rule == "proportional":
+            if load_slope is not None:
+                raise ValueError("load_rule='proportional' scales delays by L / trace_load and takes no load_slope;"
+                                 " drop load_slope, or drop load_rule for the additive rule that uses it")
+            if trace_load is None or trace_load == 0:
+                raise ValueError("load_rule='proportional' needs trace_load > 0 (the load the trace was recorded"
+                                 f" at), got trace_load={trace_load}")
+        elif trace_load is not None and load_slope is None:
+            raise ValueError(
+                f"trace_load={trace_load:g} without load_slope: a trace is adjusted to a scheme's load L by SGC"
+                " App. J's additive rule, delay + (L - trace_load) * load_slope, which needs the slope (seconds"
+                " per unit load). Give load_slope (command line: --load-slope A), or fit it from profiles"
+                " measured at two or more loads (gradcode.stragglers.fit_load_slope; command line: --trace F1"
+                " --trace-load L1 --trace F2 --trace-load L2), or pass load_rule='proportional' to scale"
+                " delays by L / trace_load instead")
+        self._set(delays=arr, path=source, trace_load=trace_load, load_slope=load_slope, load_rule=rule,
                   offset=check_int("offset", self.offset, minimum=0), wrap=_check_bool("wrap", self.wrap))
 
     @property
@@ -1151,7 +1174,7 @@ class TraceDelays(DelayModel):
         return p
 
     def _load_rule(self) -> tuple:
-        return (self.trace_load, self.load_slope, self.offset, self.wrap)
+        return (self.trace_load, self.load_slope, self.load_rule, self.offset, self.wrap)
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -1165,8 +1188,11 @@ class TraceDelays(DelayModel):
         shown = [f"rounds={self.delays.shape[0]}", f"workers={self.delays.shape[1]}"]
         if self.path:
             shown.append(f"path={self.path!r}")
-        items = [(k, v) for k, v in self.params.items() if k not in ("delays", "path")]
-        shown += [f"{k}={_short(v)}" for k, v in (*items, *extra) if v is not None and v is not False and v != 0]
+        items = [(k, v) for k, v in self.params.items() if k not in ("delays", "path")
+                 and not (k == "load_rule" and v == "additive")]
+        # trace_load=0 is a load (the Fig. 16 intercept), not an unset option
+        shown += [f"{k}={_short(v)}" for k, v in (*items, *extra)
+                  if v is not None and v is not False and (v != 0 or k == "trace_load")]
         return shown
 
     def _blocks(self, rounds, n, rng, block):
@@ -1182,7 +1208,7 @@ class TraceDelays(DelayModel):
                 b = min(rounds, a + block)
                 rows = (self.offset + np.arange(a, b)) % T
                 part = TraceDelays(delays=self.delays[rows, :n], trace_load=self.trace_load,
-                                   load_slope=self.load_slope)
+                                   load_slope=self.load_slope, load_rule=self.load_rule)
                 yield a, b, part.draw(b - a, n)
 
         return blocks()
@@ -1200,7 +1226,7 @@ class TraceDelays(DelayModel):
         d = self.delays[rows][:, :n]
         if self.trace_load is None:
             intercept, slope = d.copy(), np.zeros((rounds, n))
-        elif self.load_slope is None:
+        elif self.load_rule == "proportional":
             intercept, slope = np.zeros((rounds, n)), d / self.trace_load
         else:
             intercept = d - self.trace_load * self.load_slope
