@@ -442,10 +442,12 @@ def test_cli_warns_about_ignored_stragglers_and_load_blind_traces(tmp_path):
     trace = tmp_path / "t.npy"
     np.save(trace, np.random.default_rng(0).exponential(size=(20, 6)))
     r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace))
-    assert r.exit_code == 0 and "trace_load" in r.stderr
+    assert r.exit_code == 0 and "--load-slope" in r.stderr
     # the paper's additive rule (SGC App. J) charges the load: no warning
+    r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "--trace-load", f"{1 / 6}", "--load-slope", "2")
+    assert r.exit_code == 0 and "warning" not in r.stderr
     r = _cli("compare", "-n", "6", "-s", "2", "--trace", str(trace), "-M", f"trace_load={1 / 6}", "-M", "load_slope=2")
-    assert r.exit_code == 0 and "trace_load" not in r.stderr
+    assert r.exit_code == 0 and "warning" not in r.stderr
 
 
 # ------------------------------------------------------------------------------ stop-signal codes

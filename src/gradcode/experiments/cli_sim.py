@@ -22,7 +22,19 @@ GC-DC's perfect straggler state information is the delay model's states of each 
 (``observe_states``), e.g. ``-m gilbert-elliot``; under a model without states (``shifted-exp``)
 every worker is reported as a non-straggler. Delay model: ``--model NAME`` with ``--model-param key=value``, or
 ``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--model-param`` then sets the trace
-options such as ``trace_load`` or ``wrap``).
+options such as ``offset`` or ``wrap``).
+
+Traces (SGC Sec. 2, App. J): ``n`` is the trace's number of workers (``-n`` may only repeat it: a
+smaller one would drop workers' times, a larger one has none to replay). One trace alone replays
+its recorded times whatever a scheme's load. ``--load-slope A`` charges a scheme of load ``L`` the
+paper's ``(L - L0) * A`` extra seconds, ``L0`` the trace's ``--trace-load`` (default ``1/n``: the
+uncoded reference profile); ``--trace FILE --trace-load L`` repeated for profiles measured at
+several loads fits ``A`` (a least-squares line through their mean times, as ``gradcode tune``
+does; a negative fit is warned about) and replays the profile at the smallest load. ``--jobs J``
+runs the ``J + T`` rounds that ``J`` jobs of a scheme with delay ``T`` take (refused when the
+trace has fewer rows, unless ``-M wrap=true``); without it every scheme runs ``--rounds`` (default:
+the trace's rows) and one of delay ``T`` finishes ``T`` jobs fewer. The tables give each run's
+jobs and total time; ``--plot`` draws the jobs completed against time (SGC Fig. 2a).
 
 Memory: runs keep their per-round tables only while small (``gradcode.simulate``'s default) or when
 a per-round output needs them (``simulate --records``, ``compare --plot``); otherwise the numbers
@@ -138,11 +150,14 @@ def accepted_params(name: str) -> dict:
     return dict(code_info(name)["params"])
 
 
-def build_code(name: str, params: dict, workers: int | None, stragglers: int | None) -> Built:
+def build_code(name: str, params: dict, workers: int | None, stragglers: int | None,
+               jobs: int | None = None) -> Built:
     """A code (``make_code``) or a scheme family (``make_scheme``: GC-DC, ...) by name.
     ``--workers`` fills ``n`` and ``--stragglers`` fills ``s`` where the entry takes them (a
-    warning says when ``--stragglers`` does not apply); ``params`` are passed as given, and the
-    registries' errors name the accepted parameters."""
+    warning says when ``--stragglers`` does not apply); ``--jobs`` fills ``jobs`` of the
+    sequential schemes (jobs past ``J`` are then empty, so the last ``T`` rounds carry only the
+    unfinished work of jobs ``< J``); ``params`` are passed as given, and the registries' errors
+    name the accepted parameters."""
     from gradcode.codes import make_code
     from gradcode.schemes import make_scheme
 
@@ -156,6 +171,9 @@ def build_code(name: str, params: dict, workers: int | None, stragglers: int | N
                              f" command line; its parameters are {', '.join(accepted)}")
     if workers is not None and "n" in accepted:
         params.setdefault("n", workers)
+    if jobs is not None and "jobs" in accepted:
+        if params.setdefault("jobs", jobs) != jobs:
+            raise ValueError(f"--jobs {jobs} and {name}'s jobs={params['jobs']} disagree: give one of them")
     if stragglers is not None:
         if "s" in accepted:
             params.setdefault("s", stragglers)
@@ -177,9 +195,19 @@ def _known(name: str) -> bool:
 
 
 def _warn(message: str) -> None:
+    from rich.markup import escape
+
     from gradcode.cli import err
 
-    err.print(f"[yellow]warning:[/yellow] {message}")
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _note(message: str) -> None:
+    from rich.markup import escape
+
+    from gradcode.cli import err
+
+    err.print(escape(message), highlight=False, soft_wrap=True)
 
 
 def _available_codes():
@@ -188,13 +216,88 @@ def _available_codes():
     return available_codes()
 
 
-def build_model(model: str, model_params: list[str] | None, trace: Path | None):
+def build_model(model: str, model_params: list[str] | None, trace, trace_loads=None, load_slope=None):
+    """The delay model: ``--model`` with its ``--model-param``s, or the trace(s) of ``--trace``
+    load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
+    ``trace_info`` (``None`` without a trace) says how the trace is load-adjusted."""
     from gradcode.stragglers import make_delay_model
 
     params = parse_kv(model_params, "--model-param")
-    if trace is not None:
-        return make_delay_model("trace", path=str(trace), **params)
-    return make_delay_model(model, **params)
+    traces = [] if trace is None else [trace] if isinstance(trace, (str, Path)) else list(trace)
+    if traces:
+        return build_trace_model(traces, trace_loads, load_slope, params)
+    if trace_loads or load_slope is not None:
+        raise ValueError("--trace-load and --load-slope adjust a trace to a scheme's load: they need --trace FILE")
+    return make_delay_model(model, **params), None
+
+
+def build_trace_model(traces: list, trace_loads, load_slope, params: dict):
+    """A trace model from ``--trace FILE`` (repeatable), ``--trace-load L`` (one per trace) and
+    ``--load-slope A`` (SGC App. J; ``-M trace_load=``/``-M load_slope=`` are the same options):
+
+    * one trace, neither option: its times are replayed as recorded, whatever a scheme's load;
+    * a slope (given, or fitted): the trace at the smallest load ``L0`` is replayed with the paper's
+      additive rule ``delay + (L - L0) * slope``; one trace without ``--trace-load`` is taken as
+      recorded uncoded, ``L0 = 1/n`` (App. J's reference profile); several traces need a load
+      each and, without ``--load-slope``, give the slope by a least-squares fit of their mean
+      times against their loads (:func:`gradcode.schemes.sgc.tune.reference_profile`, as
+      ``gradcode tune`` does); a negative slope is warned about;
+    * ``--trace-load`` with neither a slope nor a second trace is refused (``-M
+      load_rule=proportional`` opts into scaling by ``L / L0`` instead).
+
+    Returns ``(model, info)``, ``info`` the files, their loads, ``trace_load``, ``load_slope`` and
+    whether the slope was fitted."""
+    import warnings
+
+    from gradcode.schemes.sgc.tune import reference_profile
+    from gradcode.stragglers import load_trace, make_delay_model
+
+    loads = list(trace_loads or [])
+    if "trace_load" in params:
+        if loads:
+            raise ValueError("give the trace's load once: --trace-load or -M trace_load, not both")
+        loads = [params.pop("trace_load")]
+    if "load_slope" in params:
+        if load_slope is not None:
+            raise ValueError("give the load slope once: --load-slope or -M load_slope, not both")
+        load_slope = params.pop("load_slope")
+    if loads and len(loads) != len(traces):
+        raise ValueError(f"--trace-load: give one load per --trace ({len(traces)} traces, {len(loads)} loads)")
+    if len(traces) > 1 and not loads:
+        raise ValueError(f"{len(traces)} traces: give the load each was measured at (--trace-load L after each"
+                         " --trace FILE) so that the load slope can be fitted from them")
+    if load_slope is None and len(traces) == 1:
+        kw = {} if not loads else {"trace_load": loads[0]}
+        if loads and params.get("load_rule") != "proportional":
+            raise ValueError(
+                f"--trace-load {loads[0]:g} without --load-slope: the trace is adjusted to a scheme's load L by"
+                " SGC App. J's additive rule, delay + (L - trace_load) * slope, which needs the slope (seconds per"
+                " unit load). Give --load-slope A, or fit it from profiles measured at two or more loads:"
+                " --trace F1 --trace-load L1 --trace F2 --trace-load L2 (as gradcode tune does); or replay the"
+                " times as recorded by leaving out --trace-load")
+        model = make_delay_model("trace", path=str(traces[0]), **kw, **params)
+        info = {"files": [str(traces[0])], "loads": loads or None, "trace_load": model.trace_load,
+                "load_slope": None, "load_rule": model.load_rule if loads else None, "fitted": False}
+        return model, info
+    if params.get("load_rule", "additive") != "additive":
+        raise ValueError("load_rule=proportional takes no load slope (--load-slope, or several traces to fit one)")
+    profiles = [load_trace(p) for p in traces]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ref = reference_profile(profiles, loads=loads or None, alpha=load_slope)
+    for w in caught:
+        _warn(str(w.message))
+    model = make_delay_model("trace", path=str(traces[ref.index]), trace_load=ref.load, load_slope=ref.alpha,
+                             **params)
+    if ref.fitted:
+        _note(f"load slope fitted from {len(traces)} traces: {ref.alpha:.6g} s per unit load; replaying"
+              f" {traces[ref.index]} (load {ref.load:g}) with delay + (L - {ref.load:g}) * slope")
+    elif not loads:
+        _note(f"{traces[0]} is taken as recorded uncoded, at load 1/n = {ref.load:.4g} (SGC App. J's reference"
+              " profile); give --trace-load if it was not")
+    info = {"files": [str(t) for t in traces], "loads": [float(x) for x in loads] if loads else None,
+            "trace_load": ref.load, "load_slope": ref.alpha, "load_rule": "additive", "fitted": ref.fitted}
+    return model, info
 
 
 def default_rounds(rounds: int | None, model) -> int:
@@ -205,6 +308,69 @@ def default_rounds(rounds: int | None, model) -> int:
     if isinstance(delays, np.ndarray) and not getattr(model, "wrap", False):
         return max(1, delays.shape[0] - getattr(model, "offset", 0))
     return 1000
+
+
+def _is_trace(model) -> bool:
+    return getattr(model, "name", None) == "trace"
+
+
+def trace_workers(workers: int | None, model) -> int | None:
+    """``-n``, or the number of workers of the trace when ``-n`` is absent."""
+    if workers is None and _is_trace(model):
+        return int(model.delays.shape[1])
+    return workers
+
+
+def check_trace_width(built: Built, model) -> None:
+    """A trace of ``W`` workers replays a scheme of exactly ``n = W`` workers: a smaller ``n``
+    would drop the times of the trace's other workers (their stragglers with them), and a trace
+    has no times for workers it did not record."""
+    if not _is_trace(model):
+        return
+    W, n = int(model.delays.shape[1]), built.n
+    if n < W:
+        raise ValueError(f"the trace has {W} workers but {built.label} has n = {n}: replaying it would drop the"
+                         f" times of its last {W - n} workers; leave out -n (n is then taken from the trace) or"
+                         f" give a trace of {n} workers")
+    if n > W:
+        raise ValueError(f"the trace has {W} workers, fewer than n = {n} of {built.label}: it has no times for the"
+                         f" other {n - W}; leave out -n to take n = {W} from the trace")
+
+
+def delay_of(built) -> int:
+    """``T``: a job started in round ``t`` finishes by round ``t + T`` (0 for a code)."""
+    return int(getattr(built.obj, "delay", 0) or 0)
+
+
+def run_rounds(rounds: int | None, jobs: int | None, built: Built, model) -> int:
+    """Rounds of one run: ``--rounds``; for ``--jobs J``, ``J + T`` (SGC Sec. 2: J jobs take J + T
+    rounds), refused when a trace (without ``wrap``) has fewer rows left; else the trace's rows
+    from its offset, or 1000."""
+    if jobs is None:
+        return default_rounds(rounds, model)
+    if rounds is not None:
+        raise ValueError("give --rounds or --jobs, not both (J jobs take J + T rounds, T the scheme's delay)")
+    T = delay_of(built)
+    need = jobs + T
+    if _is_trace(model) and not model.wrap:
+        rows, offset = int(model.delays.shape[0]), int(model.offset)
+        if offset + need > rows:
+            left = f"{rows} rounds" + (f", {rows - offset} from offset {offset}" if offset else "")
+            raise ValueError(f"the trace has {left}, but J = {jobs} jobs of {built.label} (delay T = {T}) take"
+                             f" J + T = {need} rounds: give a longer trace or fewer --jobs, or -M wrap=true to"
+                             " replay the trace again from its first row")
+    return need
+
+
+def job_completions(results) -> list[np.ndarray]:
+    """Per run (with records), the sorted clock times at which its jobs finished: the end of the
+    round that decoded each (SGC Fig. 2a's curve is the count of these against time)."""
+    out = []
+    for r in results:
+        ends = np.cumsum(r.round_times)
+        done = r.job_done_round
+        out.append(np.sort(ends[done[done >= 0]]))
+    return out
 
 
 def parse_close(close: str):
@@ -261,14 +427,56 @@ def _write_records(path: Path, rows: list[dict]) -> None:
         raise ValueError(f"--records must end in .json or .csv, got {str(path)!r}")
 
 
-def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> None:
-    """PNG: mean round time per scheme (bars, p95 marked) and the round-time CDF of each."""
+def _jobs_axes(ax, names: list[str], completions: list) -> None:
+    """Jobs completed against clock time (SGC Fig. 2a): per scheme, the mean over runs of the
+    time its k-th job finished, for k up to the fewest jobs any run finished, shaded +- one
+    standard deviation over the runs."""
+    for name, runs in zip(names, completions):
+        if not runs:
+            continue
+        k = min(len(c) for c in runs)
+        if k == 0:
+            continue
+        t = np.stack([c[:k] for c in runs])
+        mean, y = t.mean(axis=0), np.arange(1, k + 1)
+        (line,) = ax.step(np.r_[0.0, mean], np.r_[0, y], where="post", label=name)
+        if len(runs) > 1:
+            sd = t.std(axis=0)
+            ax.fill_betweenx(y, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("jobs completed")
+    ax.set_title("jobs completed against time")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
+def plot_jobs(path: Path, names: list[str], completions: list) -> None:
+    """PNG: jobs completed against clock time per scheme (SGC Fig. 2a), from
+    :func:`job_completions` of each scheme's runs (mean over runs, +- one standard deviation)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    _jobs_axes(ax, names, completions)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_comparison(path: Path, names: list[str], times: list[np.ndarray], completions: list | None = None) -> None:
+    """PNG: mean round time per scheme (bars, p95 marked), the round-time CDF of each and, given
+    ``completions`` (:func:`job_completions` per scheme), the jobs completed against time (SGC
+    Fig. 2a)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 3 if completions is not None else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
+    ax1, ax2 = axes[0], axes[1]
     means = [t.mean() for t in times]
     p95 = [np.percentile(t, 95) for t in times]
     x = np.arange(len(names))
@@ -286,6 +494,8 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> No
     ax2.set_title("round-time CDF")
     ax2.legend(fontsize=7)
     ax2.grid(alpha=0.3)
+    if completions is not None:
+        _jobs_axes(axes[2], names, completions)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -295,40 +505,56 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray]) -> No
 
 
 def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                 seed, close, method, records=None, waitout="decodable") -> tuple[dict, list]:
+                 seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
+                 jobs=None) -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
-    ``records``)."""
+    ``records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
+    (and then must match it); ``jobs``: run ``J + T`` rounds (``rounds`` otherwise)."""
     from gradcode.sim import pooled_stats
 
     name, inline = parse_scheme(scheme)
-    code = build_code(name, {**params, **inline}, workers, stragglers)
-    dmodel = build_model(model, model_params, trace)
-    rounds = default_rounds(rounds, dmodel)
+    dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
+    code = build_code(name, {**params, **inline}, trace_workers(workers, dmodel), stragglers, jobs)
+    check_trace_width(code, dmodel)
+    rounds = run_rounds(rounds, jobs, code, dmodel)
     results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records,
                           waitout=waitout)
     rows = []
     for i, res in enumerate(results):
         s = res.summary()
         rows.append({
-            "repeat": i, "seed": seed + i, "total_time": s["total_time"], "mean": s["mean"],
+            "repeat": i, "seed": seed + i, "jobs": s["jobs_done"], "total_time": s["total_time"], "mean": s["mean"],
             "median": s["median"], "p95": s["p95"], "stragglers/round": s["stragglers_per_round"],
             "waitouts": s["waitouts"],
         })
     summary = {
         "scheme": code.label, "kind": code.kind, "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
-        "repeats": repeats, "load": code.load, "total_time": float(np.mean([r.total_time for r in results])),
+        "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": repeats, "load": code.load,
+        "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
     }
+    if trace_info is not None:
+        summary["trace"] = trace_info
     return {"summary": summary, "rows": rows}, results
 
 
+def _jobs_done(results) -> int | float:
+    """Jobs the runs finished: an int when every run finished as many (the usual case), else the mean."""
+    done = [r.stats.jobs_done for r in results]
+    return done[0] if len(set(done)) == 1 else float(np.mean(done))
+
+
 def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                seed, close, method, records=None,
-                waitout="decodable") -> tuple[dict, list[str], list[np.ndarray | None]]:
-    """The document ``gradcode compare`` prints, the scheme labels and their pooled round times
-    (``None`` for a scheme whose runs kept no per-round records: pass ``records=True`` to plot)."""
+                seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
+                jobs=None) -> tuple[dict, list[str], list[np.ndarray | None], list]:
+    """The document ``gradcode compare`` prints, the scheme labels, their pooled round times and
+    the clock times their runs finished their jobs (:func:`job_completions`; ``None`` for a scheme
+    whose runs kept no per-round records: pass ``records=True`` to plot). ``jobs``: every scheme
+    runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run ``rounds``."""
     from gradcode.sim import pooled_stats
 
+    dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
+    workers = trace_workers(workers, dmodel)
     specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
     extra = parse_kv(params, "--param")
     takes = {name: set(code_info_params(name)) for name, _ in specs}
@@ -339,7 +565,7 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     codes = [
         build_code(name, {**{k: v for k, v in extra.items() if k in takes[name]}, **p}
                    if name != "uncoded" else p,
-                   workers, stragglers if name != "uncoded" else None)
+                   workers, stragglers if name != "uncoded" else None, jobs)
         for name, p in specs
     ]
     if not any(c.name == "uncoded" for c in codes):
@@ -348,37 +574,49 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     ns = {c.n for c in codes}
     if len(ns) > 1:
         raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
-    dmodel = build_model(model, model_params, trace)
-    loads = {round(c.load, 12) for c in codes if c.load is not None}
-    if getattr(dmodel, "name", None) == "trace" and getattr(dmodel, "trace_load", None) is None and len(loads) > 1:
-        _warn("the trace replays its recorded times for every scheme whatever its load, so the codes' "
-              "extra computation is not charged; pass -M trace_load=<load it was recorded at> "
-              f"(e.g. 1/n = {1 / codes[0].n:.4g} for an uncoded run) to scale times with load")
-    rounds = default_rounds(rounds, dmodel)
-    close = parse_close(close)
-    names, pooled, rows = [], [], []
     for code in codes:
-        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records, waitout=waitout)
+        check_trace_width(code, dmodel)
+    loads = {round(c.load, 12) for c in codes if c.load is not None}
+    if _is_trace(dmodel) and dmodel.trace_load is None and len(loads) > 1:
+        _warn("the trace replays its recorded times for every scheme whatever its load, so the codes' extra"
+              " computation is not charged; pass --load-slope A (seconds per unit load; the trace is then taken"
+              f" as recorded uncoded, at 1/n = {1 / codes[0].n:.4g}, unless --trace-load says otherwise), or fit"
+              " the slope from traces at several loads: --trace F1 --trace-load L1 --trace F2 --trace-load L2")
+    plan = [run_rounds(rounds, jobs, code, dmodel) for code in codes]
+    if jobs is None and len({n - delay_of(c) for n, c in zip(plan, codes)}) > 1:
+        _warn(f"in {plan[0]} rounds a scheme with delay T finishes {plan[0]} - T jobs, so the schemes' totals"
+              " cover different numbers of jobs; pass --jobs J to time the same J jobs for every scheme"
+              " (J + T rounds each)")
+    close = parse_close(close)
+    names, pooled, curves, rows = [], [], [], []
+    for code, n_rounds in zip(codes, plan):
+        results = run_repeats(code, dmodel, n_rounds, repeats, seed, close, method, records=records,
+                              waitout=waitout)
         label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
         names.append(label)
         kept = all(r.has_records for r in results)
         pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
+        curves.append(job_completions(results) if kept else None)
         rows.append({
             "scheme": label, "exact": code.exact,
-            "load": code.load, **pooled_stats(results),
+            "load": code.load, "rounds": n_rounds, "jobs": _jobs_done(results), **pooled_stats(results),
             "total_time": float(np.mean([r.total_time for r in results])),
             "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
             "waitouts": int(sum(r.waitouts for r in results)),
         })
-    base = next(r for r, c in zip(rows, codes) if c.name == "uncoded")["mean"]
+    # the uncoded run's total over each scheme's: the mean-round-time ratio when all run as many
+    # rounds; the ratio of the times of the same J jobs with --jobs
+    base = next(r for r, c in zip(rows, codes) if c.name == "uncoded")["total_time"]
     for r in rows:
-        r["speedup"] = base / r["mean"] if r["mean"] > 0 else None
+        r["speedup"] = base / r["total_time"] if r["total_time"] > 0 else None
     # the fastest exact scheme: an inexact baseline (ignore) is faster by not computing the gradient
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
-    doc = {"model": repr(dmodel), "close": close, "rounds": rounds, "repeats": repeats, "seed": seed,
-           "fastest_exact": best, "rows": rows}
-    return doc, names, pooled
+    doc = {"model": repr(dmodel), "close": close, "rounds": plan[0] if len(set(plan)) == 1 else None,
+           "jobs": jobs, "repeats": repeats, "seed": seed, "fastest_exact": best, "rows": rows}
+    if trace_info is not None:
+        doc["trace"] = trace_info
+    return doc, names, pooled, curves
 
 
 def _default_specs(workers, stragglers):
@@ -398,8 +636,16 @@ def register(app: typer.Typer) -> None:
     param_opt = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
     model_opt = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
     mparam_opt = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
-    trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model.")
+    trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
+                             " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
+    trace_load_opt = typer.Option(None, "--trace-load", help="Load each --trace was recorded at (one per trace;"
+                                  " default 1/n, uncoded, when --load-slope is given).")
+    load_slope_opt = typer.Option(None, "--load-slope", help="Seconds per unit load: a trace is adjusted to a"
+                                  " scheme's load L by adding (L - trace load) * slope (SGC App. J); fitted from"
+                                  " the traces when several are given. Without it one trace replays as recorded.")
     rounds_opt = typer.Option(None, "--rounds", "-r", help="Rounds per run [default: 1000, or the trace's length].")
+    jobs_opt = typer.Option(None, "--jobs", "-J", min=1, help="Run J jobs instead of --rounds: J + T rounds for a"
+                            " scheme of delay T, so that every scheme's total time is that of the same J jobs.")
     repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
     seed_opt = typer.Option(0, "--seed", help="Seed of the first run.")
     close_opt = typer.Option("decodable", "--close", help=_CLOSE_HELP)
@@ -417,14 +663,19 @@ def register(app: typer.Typer) -> None:
         param: list[str] = param_opt,
         model: str = model_opt,
         model_param: list[str] = mparam_opt,
-        trace: Path = trace_opt,
+        trace: list[Path] = trace_opt,
+        trace_load: list[float] = trace_load_opt,
+        load_slope: float = load_slope_opt,
         rounds: int | None = rounds_opt,
+        jobs: int | None = jobs_opt,
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
         waitout: str = waitout_opt,
         method: str = method_opt,
         records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
+        plot: Path = typer.Option(None, "--plot", help="Write a PNG of the jobs completed against time"
+                                  " (SGC Fig. 2a; mean over the repeats)."),
         as_json: bool = json_opt,
     ):
         """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
@@ -433,17 +684,23 @@ def register(app: typer.Typer) -> None:
         try:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
+            keep = records is not None or plot is not None
             doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
                                         model_param, trace, rounds, repeats, seed, close, method,
-                                        records=True if records is not None else None, waitout=waitout)
+                                        records=True if keep else None, waitout=waitout, trace_loads=trace_load,
+                                        load_slope=load_slope, jobs=jobs)
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
+            if plot is not None:
+                plot_jobs(plot, [doc["summary"]["scheme"]], [job_completions(results)])
+                doc["plot"] = str(plot)
         except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         s = doc["summary"]
         title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
-                 f" mean {s['mean']:.4g} s, median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
+                 f" {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
+                 f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
         emit(doc, as_json=as_json, title=title)
 
     @app.command("compare")
@@ -455,14 +712,18 @@ def register(app: typer.Typer) -> None:
         param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
         model: str = model_opt,
         model_param: list[str] = mparam_opt,
-        trace: Path = trace_opt,
+        trace: list[Path] = trace_opt,
+        trace_load: list[float] = trace_load_opt,
+        load_slope: float = load_slope_opt,
         rounds: int | None = rounds_opt,
+        jobs: int | None = jobs_opt,
         repeats: int = repeats_opt,
         seed: int = seed_opt,
         close: str = close_opt,
         waitout: str = waitout_opt,
         method: str = method_opt,
-        plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme and the CDF."),
+        plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme, the CDF and the"
+                                  " jobs completed against time (SGC Fig. 2a)."),
         as_json: bool = json_opt,
     ):
         """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
@@ -472,15 +733,18 @@ def register(app: typer.Typer) -> None:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
             # the plot's CDF needs every round time: keep the records only then
-            doc, names, pooled = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
-                                             rounds, repeats, seed, close, method,
-                                             records=True if plot is not None else None, waitout=waitout)
+            doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
+                                                     rounds, repeats, seed, close, method,
+                                                     records=True if plot is not None else None, waitout=waitout,
+                                                     trace_loads=trace_load, load_slope=load_slope, jobs=jobs)
             if plot is not None:
-                plot_comparison(plot, names, pooled)
+                plot_comparison(plot, names, pooled, curves)
                 doc["plot"] = str(plot)
         except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
+        length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
         emit(doc, as_json=as_json,
-             title=f"{doc['model']}, close={doc['close']}: {doc['rounds']} rounds x {repeats} (same draws for every"
+             title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"
                    f" scheme); fastest exact: {doc['fastest_exact']}",
-             columns=["scheme", "load", "mean", "median", "p95", "speedup", "stragglers/round", "waitouts"])
+             columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers/round",
+                      "waitouts"])

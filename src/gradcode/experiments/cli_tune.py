@@ -52,8 +52,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit(doc, as_json=True)
             return
+        warned = {str(w.message) for w in caught}
         for note in doc["notes"]:
-            err.print(note, highlight=False, soft_wrap=True)
+            if note not in warned:  # a warning already printed above
+                err.print(escape(note), highlight=False, soft_wrap=True)
         rows = [_row(c, best=True) for c in doc["best"].values()]
         emit({"rows": rows}, as_json=False,
              title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"

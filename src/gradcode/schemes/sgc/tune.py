@@ -40,7 +40,8 @@ import numpy as np
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.schemes.sgc.srsgc import srsgc_s
 
-__all__ = ["Candidate", "TuneResult", "adjust_profile", "fit_profile_slope", "replay", "tune"]
+__all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profile_slope", "reference_profile",
+           "replay", "tune"]
 
 FAMILIES = ("none", "gc", "sr-sgc", "m-sgc")
 
@@ -120,6 +121,65 @@ def fit_profile_slope(profiles, loads) -> tuple[float, float]:
 def adjust_profile(profile, load: float, *, reference_load: float, alpha: float) -> np.ndarray:
     """The load-adjusted profile of App. J: ``profile + (load - reference_load) * alpha``."""
     return _as_profile(profile) + (float(load) - float(reference_load)) * float(alpha)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The profile a replay uses and how it is load-adjusted (App. J): ``profile`` (the one at
+    the smallest load, ``index`` in the list given), recorded at ``load``; ``alpha`` the load
+    slope (given, or ``fitted`` from the profiles); ``notes`` what was fitted."""
+
+    profile: np.ndarray
+    index: int
+    load: float
+    alpha: float
+    fitted: bool
+    notes: tuple = ()
+
+
+def reference_profile(profiles, *, loads=None, alpha: float | None = None) -> Reference:
+    """Pick the reference profile and the load slope from one profile or several measured at
+    ``loads`` (App. J), as :func:`tune` and ``gradcode simulate/compare --trace F --trace-load L
+    ...`` do. ``profiles``: a ``(rounds, n)`` array of seconds or a list of them (same ``n``);
+    ``loads``: one per profile (default ``[1/n]`` for a single profile: the paper's uncoded
+    reference); ``alpha``: the slope, or ``None`` to fit it (:func:`fit_profile_slope`: needs two or
+    more loads; warns when it is negative, as does a negative ``alpha`` given). The profile at the
+    smallest load is the one replayed."""
+    if isinstance(profiles, np.ndarray) or (isinstance(profiles, (list, tuple)) and profiles
+                                            and np.ndim(profiles[0]) == 1):
+        profs = [_as_profile(profiles)]
+    else:
+        profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    if not profs:
+        raise ValueError("tune needs at least one delay profile")
+    n = profs[0].shape[1]
+    if any(p.shape[1] != n for p in profs):
+        raise ValueError(f"every profile must have the same number of workers; got {[p.shape[1] for p in profs]}")
+    if loads is None:
+        if len(profs) > 1:
+            raise ValueError("several profiles need their loads (loads=[...], one per profile)")
+        loads = [1.0 / n]
+    loads = np.asarray(loads, dtype=np.float64)
+    if loads.shape != (len(profs),):
+        raise ValueError(f"loads must give one load per profile ({len(profs)}), got {loads.tolist()}")
+    if not (np.isfinite(loads).all() and (loads >= 0).all()):
+        raise ValueError(f"loads must be finite and >= 0, got {loads.tolist()}")
+    notes = []
+    fitted = alpha is None
+    if fitted:
+        if len(profs) < 2:
+            raise ValueError(
+                "the load slope alpha is needed to adjust the profile to each scheme's load: give alpha="
+                " (seconds per unit load) or profiles measured at two or more loads")
+        alpha, _ = fit_profile_slope(profs, loads)
+        notes.append(f"alpha fitted from {len(profs)} profiles: {alpha:.6g} s per unit load")
+    else:
+        alpha = check_real("alpha", alpha)
+        if alpha < 0:
+            warnings.warn(f"alpha = {alpha} is negative: a heavier scheme would look faster", RuntimeWarning,
+                          stacklevel=2)
+    ref = int(np.argmin(loads))
+    return Reference(profs[ref], ref, float(loads[ref]), float(alpha), fitted, tuple(notes))
 
 
 # --------------------------------------------------------------------------- the replay
@@ -286,38 +346,9 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
     ``None`` fits it from the profiles (:func:`fit_profile_slope`, needs two or more loads).
     ``mu``: the tolerance of the deadline rule. ``waitout``: ``"all"`` (the paper's) or
     ``"decodable"``. ``only``: replay one parameter set of the (single) family given."""
-    if isinstance(profiles, np.ndarray) or (isinstance(profiles, (list, tuple)) and profiles
-                                            and np.ndim(profiles[0]) == 1):
-        profs = [_as_profile(profiles)]
-    else:
-        profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
-    if not profs:
-        raise ValueError("tune needs at least one delay profile")
-    n = profs[0].shape[1]
-    if any(p.shape[1] != n for p in profs):
-        raise ValueError(f"every profile must have the same number of workers; got {[p.shape[1] for p in profs]}")
-    if loads is None:
-        if len(profs) > 1:
-            raise ValueError("several profiles need their loads (loads=[...], one per profile)")
-        loads = [1.0 / n]
-    loads = np.asarray(loads, dtype=np.float64)
-    if loads.shape != (len(profs),):
-        raise ValueError(f"loads must give one load per profile ({len(profs)}), got {loads.tolist()}")
-    notes = []
-    if alpha is None:
-        if len(profs) < 2:
-            raise ValueError(
-                "the load slope alpha is needed to adjust the profile to each scheme's load: give alpha="
-                " (seconds per unit load) or profiles measured at two or more loads")
-        alpha, _ = fit_profile_slope(profs, loads)
-        notes.append(f"alpha fitted from {len(profs)} profiles: {alpha:.6g} s per unit load")
-    else:
-        alpha = check_real("alpha", alpha)
-        if alpha < 0:
-            warnings.warn(f"alpha = {alpha} is negative: a heavier scheme would look faster", RuntimeWarning,
-                          stacklevel=2)
-    ref = int(np.argmin(loads))
-    X, L0 = profs[ref], float(loads[ref])
+    ref = reference_profile(profiles, loads=loads, alpha=alpha)
+    X, L0, alpha, notes = ref.profile, ref.load, ref.alpha, list(ref.notes)
+    n = X.shape[1]
     R = X.shape[0]
     jobs = check_int("jobs", jobs, minimum=1)
     mu = check_real("mu", mu, minimum=0.0)
@@ -375,8 +406,9 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
             cands += [Candidate(fam, {"B": B, "W": W, "lam": int(x)}, float(li), float(ti), int(wi), T)
                       for x, li, ti, wi in zip(lam, L, times, waits)]
     if skipped:
-        msg = (f"{skipped} parameter sets left out: the profile has {R} rounds and J = {jobs} jobs with"
-               f" delay T need J + T rounds (rounds are not recycled)")
+        msg = (f"{skipped} parameter sets left out: the profile has {R} rounds, and J = {jobs} jobs of a scheme"
+               f" with delay T take J + T rounds (SGC Sec. 2), so only T <= {R - jobs} fit (rounds are not"
+               " recycled: give a longer profile or fewer jobs)")
         notes.append(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
     if not cands:
