@@ -144,8 +144,10 @@ def test_an_n_other_than_the_traces_is_refused(trace, command):
     """-n 6 on a trace of 8 workers used to drop the last two columns silently."""
     smaller = cli(command, "--scheme", "crc", "-n", 6, "-s", 1, "--trace", trace)
     assert smaller.exit_code == 2 and "drop" in said(smaller) and "leave out -n" in said(smaller)
-    inline = cli(command, "--scheme", "crc:n=6,s=1", "--trace", trace)
-    assert inline.exit_code == 2 and "drop" in said(inline)
+    inline = cli(command, "--scheme", "crc:n=6,s=1", "--trace", trace)  # no -n: the trace's n is no -n either
+    assert inline.exit_code == 2 and "drop" in said(inline) and "--workers" not in said(inline)
+    param = cli(command, "--scheme", "crc", "-p", "n=6", "-s", 1, "--trace", trace)
+    assert param.exit_code == 2 and "drop" in said(param)
     larger = cli(command, "--scheme", "crc", "-n", 10, "-s", 1, "--trace", trace)
     assert larger.exit_code == 2 and "fewer than n = 10" in said(larger) and "leave out -n" in said(larger)
     same = cli(command, "--scheme", "crc", "-n", 8, "-s", 1, "--trace", trace)

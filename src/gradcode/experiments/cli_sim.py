@@ -314,9 +314,10 @@ def _is_trace(model) -> bool:
     return getattr(model, "name", None) == "trace"
 
 
-def trace_workers(workers: int | None, model) -> int | None:
-    """``-n``, or the number of workers of the trace when ``-n`` is absent."""
-    if workers is None and _is_trace(model):
+def trace_workers(workers: int | None, model, params: dict | None = None) -> int | None:
+    """``-n``, or the number of workers of the trace when ``-n`` is absent and the scheme's own
+    ``params`` set no ``n`` (one that does is checked against the trace by :func:`check_trace_width`)."""
+    if workers is None and _is_trace(model) and "n" not in (params or {}):
         return int(model.delays.shape[1])
     return workers
 
@@ -514,7 +515,8 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
 
     name, inline = parse_scheme(scheme)
     dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
-    code = build_code(name, {**params, **inline}, trace_workers(workers, dmodel), stragglers, jobs)
+    code = build_code(name, {**params, **inline}, trace_workers(workers, dmodel, {**params, **inline}), stragglers,
+                      jobs)
     check_trace_width(code, dmodel)
     rounds = run_rounds(rounds, jobs, code, dmodel)
     results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records,
@@ -554,6 +556,7 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     from gradcode.sim import pooled_stats
 
     dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
+    given = workers
     workers = trace_workers(workers, dmodel)
     specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
     extra = parse_kv(params, "--param")
@@ -565,7 +568,7 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     codes = [
         build_code(name, {**{k: v for k, v in extra.items() if k in takes[name]}, **p}
                    if name != "uncoded" else p,
-                   workers, stragglers if name != "uncoded" else None, jobs)
+                   trace_workers(given, dmodel, {**extra, **p}), stragglers if name != "uncoded" else None, jobs)
         for name, p in specs
     ]
     if not any(c.name == "uncoded" for c in codes):
