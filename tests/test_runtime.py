@@ -15,8 +15,7 @@ import pytest
 from gradcode.codes import make_code
 from gradcode.problems import DataSpec, make_dataset, make_problem
 from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
-from gradcode.schemes import Scheme
-from runtime_util import gd_reference, rel
+from runtime_util import REGISTRY_PARAMS, SkipsWorkers, SplitJobs, TwoMessages, gd_reference, rel
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import sys
@@ -155,21 +154,6 @@ def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
     np.testing.assert_array_equal(np.load(tmp_path / "run" / "arrivals.npy"), res.arrivals)
 
 
-#: runtime parameters (n = 4 workers) for each registered code; multi-chunk and multi-message codes
-#: included. A code missing here is skipped with a reason, so adding a family shows up in the run.
-REGISTRY_PARAMS = {
-    "agc": dict(n=4, d=2, L=2),
-    "cgc": dict(n=4, d=2, m=2),
-    "g-agc": dict(n=4, d=2, L=2),
-    "g-cgc": dict(n=4, d=2, m=2),
-    "gc-sc": dict(n=4, clusters=2, s=1),
-    "commfr": dict(n=4, k=2, N=2, K=1, construction="mds-gaussian"),
-    "matrix": dict(B=[[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 1]], s=0),
-    "partial": dict(n=4, s=1, alpha=2.0, inner="frc"),
-    "crc": dict(n=4, s=2), "frc": dict(n=4, s=1), "uncoded": dict(n=4), "ignore": dict(n=4, s=1),
-}
-
-
 def _registry_codes():
     from gradcode.codes import available_codes
 
@@ -232,38 +216,6 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
             assert f["back_in_round"] == f["round"] and f["resends"] >= 1 and res.arrivals[f["round"], f["worker"]] >= 0
     assert res.arrivals[5, 3] < 0 and res.messages[5, 3] == 0  # round 5 closed without worker 3
     assert (res.arrivals[2:, 1] >= 0).any() and (res.arrivals[2:, 2] >= 0).any()
-
-
-class SkipsWorkers(Scheme):
-    """Uncoded scheme whose round ``t`` plan leaves out the workers ``skip[t]``
-    (worker ``w`` holds partition ``w``; a round needs every planned worker)."""
-
-    chunks = 1
-    delay = 0
-
-    def __init__(self, n, skip):
-        from gradcode.schemes import Task
-
-        self.Task, self.n, self.skip = Task, n, skip
-        self.partition_sizes = np.full(n, 1 / n)
-        self.placement = [(w,) for w in range(n)]
-        self.got = {}
-
-    def _plan(self, t):
-        self.got[t] = {}
-        return {w: (self.Task(t, (w,), np.ones((1, 1, 1))),) for w in range(self.n) if w not in self.skip.get(t, ())}
-
-    def _on_result(self, t, worker, index, payload, time):
-        self.got[t][worker] = payload
-
-    def _ready(self, t):
-        return len(self.got[t]) == self.n - len(self.skip.get(t, ()))
-
-    def _close(self, t, arrived):
-        return [(t, sum(self.got.pop(t).values()))]
-
-    def stored_partitions(self, w):
-        return self.placement[w]
 
 
 def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ray_session, tmp_path):
@@ -420,53 +372,6 @@ def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
         train("crc", workers=4, stragglers=1, resume=True)
 
 
-class SplitJobs(Scheme):
-    """A scheme with tasks of two jobs per round (delay 1): worker ``w`` holds partitions
-    ``2w, 2w+1``; job ``t`` computes partition ``2w`` in round ``t`` and ``2w+1`` in round ``t+1``,
-    so every round from 1 on carries the second half of job ``t-1`` and the first half of job
-    ``t``. Uncoded (every worker needed). Exercises multi-job rounds as SR-SGC/M-SGC use them."""
-
-    chunks = 1
-    delay = 1
-
-    def __init__(self, n):
-        from gradcode.schemes import Task
-
-        self.Task = Task
-        self.n = n
-        self.partition_sizes = np.full(2 * n, 1 / (2 * n))
-        self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
-        self.got = {}  # round -> {worker: [payloads]}
-
-    def _plan(self, t):
-        one = np.ones((1, 1, 1))
-        tasks = {}
-        for w in range(self.n):
-            tasks[w] = ((self.Task(t - 1, (2 * w + 1,), one),) if t else ()) + (self.Task(t, (2 * w,), one),)
-        self.got[t] = {}
-        return tasks
-
-    def _on_result(self, t, worker, index, payload, time):
-        if t in self.got:
-            self.got[t].setdefault(worker, []).append(payload)
-
-    def _ready(self, t):
-        need = 2 if t else 1
-        return all(len(self.got[t].get(w, ())) == need for w in range(self.n))
-
-    def _close(self, t, arrived):
-        done = []
-        if t:
-            first = sum(p[-1] for p in self.got.pop(t - 1).values())
-            second = sum(p[0] for p in self.got[t].values())
-            done.append((t - 1, first + second))
-        self.got[t] = {w: [p[-1]] for w, p in self.got[t].items()}  # keep job t's first half
-        return done
-
-    def stored_partitions(self, w):
-        return self.placement[w]
-
-
 def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session, tmp_path):
     res = run(tmp_path, code=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
     # jobs 0..3 finish (in rounds 1..4): model 0 gets jobs 0 and 2, model 1 gets jobs 1 and 3
@@ -577,40 +482,6 @@ class DiesOnceMidStream:
     def build(self):
         ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
         return _DiesOnce(make_problem("logistic", ds), self.marker, self.row), ds
-
-
-class TwoMessages(Scheme):
-    """Uncoded, two messages per worker: worker ``w`` holds partitions ``2w, 2w+1`` and sends
-    ``g_{2w}`` then ``g_{2w+1}``. Records every ``on_result`` call."""
-
-    chunks = 1
-    delay = 0
-
-    def __init__(self, n):
-        from gradcode.schemes import Task
-
-        self.Task, self.n = Task, n
-        self.partition_sizes = np.full(2 * n, 1 / (2 * n))
-        self.placement = [(2 * w, 2 * w + 1) for w in range(n)]
-        self.got, self.calls = {}, []
-
-    def _plan(self, t):
-        self.got[t] = {}
-        E = np.array([[[1.0], [0.0]], [[0.0], [1.0]]])
-        return {w: (self.Task(t, (2 * w, 2 * w + 1), E),) for w in range(self.n)}
-
-    def _on_result(self, t, worker, index, payload, time):
-        self.calls.append((t, worker, index))
-        self.got[t].setdefault(worker, {})[index] = payload
-
-    def _ready(self, t):
-        return all(len(self.got[t].get(w, ())) == 2 for w in range(self.n))
-
-    def _close(self, t, arrived):
-        return [(t, sum(p for msgs in self.got.pop(t).values() for p in msgs.values()))]
-
-    def stored_partitions(self, w):
-        return self.placement[w]
 
 
 def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_session, tmp_path):

@@ -94,7 +94,7 @@ def train_command(
     """Train a model with gradient coding on Ray workers (embedded local cluster by default)."""
     from gradcode.cli import emit, err
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
-    from gradcode.runtime import train
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec, train
 
     try:
         scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
@@ -113,40 +113,20 @@ def train_command(
         opt_params = parse_kv(opt_param, "--opt-param")
         if lr is not None:
             opt_params["lr"] = lr
+        spec = TrainSpec(scheme, workers=workers, stragglers=stragglers, delay=delay, delay_model=dm,
+                         code_params=code_params or None, data=data_name, data_params=data_params, problem=problem,
+                         optimizer=optimizer, optimizer_params=opt_params, models=models, seed=seed, verify=verify,
+                         inject=inject)
+        cluster = ClusterConfig(address=address, num_cpus=num_cpus, start_timeout=start_timeout)
+        faults = FaultConfig(fail=tuple(fail or ()), round_timeout=round_timeout)
+        run = RunConfig(rounds=rounds, checkpoint_every=checkpoint_every, run_dir=run_dir, eval_every=eval_every,
+                        resume=resume, overwrite=overwrite)
         callback, finish = _progress(rounds, err, enabled=True)
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
             # stdout for the one JSON document / table
             with contextlib.redirect_stdout(sys.stderr):
-                result = train(
-                    scheme,
-                    workers=workers,
-                    stragglers=stragglers,
-                    delay=delay,
-                    delay_model=dm,
-                    code_params=code_params or None,
-                    data=data_name,
-                    data_params=data_params,
-                    problem=problem,
-                    optimizer=optimizer,
-                    optimizer_params=opt_params,
-                    rounds=rounds,
-                    models=models,
-                    seed=seed,
-                    fail=fail or (),
-                    checkpoint_every=checkpoint_every,
-                    resume=resume,
-                    run_dir=run_dir,
-                    address=address,
-                    num_cpus=num_cpus,
-                    round_timeout=round_timeout,
-                    start_timeout=start_timeout,
-                    eval_every=eval_every,
-                    callback=callback,
-                    verify=verify,
-                    overwrite=overwrite,
-                    inject=inject,
-                )
+                result = train(spec, cluster=cluster, faults=faults, run=run, callback=callback)
         finally:
             finish()
     except Exception as exc:

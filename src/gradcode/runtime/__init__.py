@@ -1,30 +1,44 @@
-"""The Ray runtime: real training with gradient coding (DESIGN.md "The runtime").
+"""The runtime: real training with gradient coding (DESIGN.md "The runtime").
 
-:func:`train` runs the master loop (:mod:`gradcode.runtime.master`) on Ray actors
-(:mod:`gradcode.runtime.engine`, the only module that imports Ray) that run generic worker tasks
-(:mod:`gradcode.runtime.worker`). Importing this package does not import Ray.
+:func:`train` (keywords, or the config objects of :mod:`gradcode.runtime.config`) and
+:func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.master`); a
+:class:`RoundDriver` (:mod:`gradcode.runtime.driver`) runs the rounds on an :class:`Engine`
+(:mod:`gradcode.runtime.base`): Ray actors (:mod:`gradcode.runtime.engine`, the only module that
+imports Ray) or :class:`InProcessEngine` (:mod:`gradcode.runtime.inprocess`: the same workers in
+this process on a virtual clock, for tests), both running the generic worker
+(:mod:`gradcode.runtime.worker`). Records and checkpoints: :mod:`gradcode.runtime.records`.
+Importing this package does not import Ray.
 """
 
-from gradcode.runtime.master import (
-    CheckpointError,
-    RoundTimeoutError,
-    RunDirInUseError,
-    TrainResult,
-    build_scheme,
-    parse_failures,
-    train,
-)
+from gradcode.runtime.base import Engine, Event
+from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup
+from gradcode.runtime.inprocess import InProcessEngine
+from gradcode.runtime.master import build_scheme, parse_failures, prepare, resume, train
+from gradcode.runtime.records import CheckpointError, RunDirInUseError, TrainResult, TrainState
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 
 __all__ = [
     "CheckpointError",
+    "ClusterConfig",
+    "Engine",
+    "Event",
+    "FaultConfig",
+    "InProcessEngine",
     "ProblemSpec",
+    "RoundDriver",
     "RoundTimeoutError",
+    "RunConfig",
     "RunDirInUseError",
+    "RunSetup",
     "TrainResult",
+    "TrainSpec",
+    "TrainState",
     "WireTask",
     "WorkerCore",
     "build_scheme",
     "parse_failures",
+    "prepare",
+    "resume",
     "train",
 ]

@@ -1,8 +1,9 @@
 """The Ray adapter: the only module of gradcode that imports Ray.
 
-The master loop (:mod:`gradcode.runtime.master`) talks to an engine through six calls (``spawn``,
-``put``, ``submit``, ``poll``, ``abort``, ``shutdown``) and a ``busy`` test, so another engine would
-replace this file only.
+:class:`RayEngine` implements the engine interface of :mod:`gradcode.runtime.base` (``spawn``,
+``put``, ``submit``, ``poll``, ``busy``, ``release``, ``abort``, ``kill``, ``shutdown``), which is all
+the round driver (:mod:`gradcode.runtime.driver`) uses, so another engine replaces this file only
+(:mod:`gradcode.runtime.inprocess` is one, without Ray).
 
 Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and what is done about it:
 
@@ -55,7 +56,6 @@ import socket
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,8 @@ import numpy as np
 import ray
 
 from gradcode.errors import GradcodeError
-from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
+from gradcode.runtime.base import Engine, Event
+from gradcode.runtime.worker import ProblemSpec, WireTask, build_core
 
 try:
     import fcntl
@@ -80,25 +81,10 @@ _OWNER_FILE = "gradcode-driver.lock"
 _claims: dict[str, int] = {}
 
 
-@dataclass
-class Event:
-    """What :meth:`RayEngine.poll` saw: ``kind`` is ``"message"`` (``payload`` is the array),
-    ``"done"`` (the worker's stream for round ``round`` ended) or ``"failed"`` (the worker died or
-    its task raised; ``payload`` is the exception)."""
-
-    worker: int
-    round: int
-    kind: str
-    payload: Any = None
-
-    @property
-    def lost(self) -> bool:
-        """A ``"failed"`` event because the worker's process died or is restarting (a straggler),
-        as opposed to an exception raised by the task itself (a bug: not retried)."""
-        return self.kind == "failed" and not (
-            isinstance(self.payload, ray.exceptions.RayTaskError)
-            and not isinstance(self.payload, ray.exceptions.RayActorError)
-        )
+def _lost(exc) -> bool:
+    """Whether a failed task's exception says the worker's process died or is restarting (a
+    straggler), as opposed to an exception raised by the task itself (a bug: not retried)."""
+    return not (isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc, ray.exceptions.RayActorError))
 
 
 @ray.remote
@@ -109,13 +95,8 @@ class _RayWorker:
     interrupted) and 34 ms for a threaded actor with a control concurrency group."""
 
     def __init__(self, worker: int, spec, partitions: dict, chunks: int):
-        # only the partitions' rows are kept (ProblemSpec.build_partitions); a spec object that
-        # only has build() keeps what build() returns
-        if hasattr(spec, "build_partitions"):
-            problem, partitions = spec.build_partitions(partitions)
-        else:
-            problem, _ = spec.build()
-        self.core = WorkerCore(worker, problem, partitions, chunks)
+        # only the partitions' rows are kept (ProblemSpec.build_partitions)
+        self.core = build_core(worker, spec, partitions, chunks)
         self._wake = asyncio.Event()
 
     async def run(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
@@ -338,7 +319,7 @@ def wait_for_address(address: str, timeout: float) -> None:
     )
 
 
-class RayEngine:
+class RayEngine(Engine):
     """Ray actors as gradcode workers.
 
     ``address=None`` uses the Ray session already initialised in this process, or starts an
@@ -441,16 +422,17 @@ class RayEngine:
         )
         self._running[w] = (t, gen)
 
-    def poll(self, timeout: float | None) -> Event | None:
-        """The next thing any running worker delivered, or None after ``timeout`` seconds."""
+    def poll(self, timeout: float | None) -> list[Event]:
+        """The next thing any running worker delivered (a list of one event), or ``[]`` after
+        ``timeout`` seconds."""
         if not self._running:
             if timeout:
                 time.sleep(timeout)
-            return None
+            return []
         gens = [g for _, g in self._running.values()]
         ready, _ = ray.wait(gens, num_returns=1, timeout=timeout)
         if not ready:
-            return None
+            return []
         gen = ready[0]
         w = next(w for w, (_, g) in self._running.items() if g is gen)
         t = self._running[w][0]
@@ -458,15 +440,15 @@ class RayEngine:
             ref = next(gen)
         except StopIteration:
             del self._running[w]
-            return Event(w, t, "done")
+            return [Event(w, t, "done")]
         except Exception as exc:  # the actor died before the stream started
             del self._running[w]
-            return Event(w, t, "failed", exc)
+            return [Event(w, t, "failed", exc, lost=_lost(exc))]
         try:
-            return Event(w, t, "message", ray.get(ref))
+            return [Event(w, t, "message", ray.get(ref))]
         except Exception as exc:  # died mid-stream, or the task raised
             del self._running[w]
-            return Event(w, t, "failed", exc)
+            return [Event(w, t, "failed", exc, lost=_lost(exc))]
 
     def release(self, w: int) -> None:
         """Forget worker ``w``'s stream: all its messages arrived, only its end marker is left, so

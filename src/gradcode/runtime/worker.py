@@ -212,6 +212,23 @@ class WorkerCore:
         return out
 
 
+def build_core(worker: int, spec, partitions: Mapping[int, np.ndarray], chunks: int) -> WorkerCore:
+    """The :class:`WorkerCore` of worker ``worker``, built from its problem spec as every engine
+    builds it (and rebuilds it after a restart): only the partitions' rows are kept
+    (:meth:`ProblemSpec.build_partitions`); a spec object that only has ``build()`` keeps what
+    ``build()`` returns."""
+    if hasattr(spec, "build_partitions"):
+        problem, partitions = spec.build_partitions(partitions)
+    else:
+        problem, _ = spec.build()
+    return WorkerCore(worker, problem, partitions, chunks)
+
+
+def task_messages(tasks: Sequence[WireTask]) -> int:
+    """Messages a worker sends for ``tasks``: one per coefficient row of each task."""
+    return sum(int(np.shape(task.coefficients)[0]) for task in tasks)
+
+
 def _now() -> float:
     import time
 

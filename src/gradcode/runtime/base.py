@@ -1,0 +1,98 @@
+"""The engine interface: what the round driver (:mod:`gradcode.runtime.driver`) needs from whatever
+runs the workers, and nothing more (DESIGN.md: "everything engine-specific sits in one small
+backend adapter").
+
+Two engines implement it: :class:`~gradcode.runtime.engine.RayEngine` (Ray actors, the only module
+that imports Ray) and :class:`~gradcode.runtime.inprocess.InProcessEngine` (the workers'
+:class:`~gradcode.runtime.worker.WorkerCore` called in this process on a virtual clock, so that
+the driver's rules are tested in milliseconds and deterministically). The driver never branches on
+the engine's class.
+
+The contract, as the driver relies on it:
+
+* ``spawn(specs)`` starts one worker per ``(problem spec, {partition: rows}, chunks)`` and returns
+  once all are up (or raises :class:`~gradcode.errors.GradcodeError`);
+* ``put(array)`` stores a job's parameters once; every task of the job gets the same handle;
+* ``submit(w, t, tasks, params, sleeps, fail)`` starts round ``t`` on idle worker ``w``: it sleeps
+  ``sleeps[i]`` before message ``i``; ``fail`` makes its process exit before it sends anything;
+* ``poll(timeout)`` returns the :class:`Event` s delivered since the last call (several at once
+  when several are ready: one wait covers every running worker), or ``[]`` after ``timeout``
+  seconds of the engine's clock;
+* ``busy(w)`` / ``running_round(w)``: whether ``w`` still runs a task (and of which round); a busy
+  worker is never given new work (skip busy: Ray cannot stop a queued task);
+* ``release(w)``: every message of ``w``'s task arrived, only its end is left: count it idle;
+* ``abort(w, t)``: stop ``w``'s work of rounds ``<= t`` now (its injected sleep ends at once);
+* ``kill(w)``: end ``w`` for good (no restart); ``shutdown()``: end every worker and whatever the
+  engine started;
+* ``clock()``: the engine's time in seconds, which the driver uses for round times, arrivals,
+  deadlines and back-off: wall time for a real engine, virtual time for the in-process one.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Engine", "Event"]
+
+
+@dataclass
+class Event:
+    """What :meth:`Engine.poll` saw: ``kind`` is ``"message"`` (``payload`` is the array),
+    ``"done"`` (the worker's task for round ``round`` ended) or ``"failed"`` (``payload`` is the
+    exception). ``lost``: a failure because the worker's process died or is restarting (a
+    straggler, and its task may be sent again), as opposed to an exception raised by the task
+    itself (a bug: the run stops)."""
+
+    worker: int
+    round: int
+    kind: str
+    payload: Any = None
+    lost: bool = False
+
+
+class Engine(ABC):
+    """Runs the workers of one training run; see the module docstring for the contract."""
+
+    @abstractmethod
+    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0) -> None: ...
+
+    @property
+    @abstractmethod
+    def n(self) -> int:
+        """Number of workers spawned."""
+
+    @abstractmethod
+    def put(self, array: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def submit(self, w: int, t: int, tasks: list, params: list, sleeps=(), fail: bool = False) -> None: ...
+
+    @abstractmethod
+    def poll(self, timeout: float | None) -> list[Event]: ...
+
+    @abstractmethod
+    def busy(self, w: int) -> bool: ...
+
+    @abstractmethod
+    def running_round(self, w: int) -> int | None: ...
+
+    @abstractmethod
+    def release(self, w: int) -> None: ...
+
+    @abstractmethod
+    def abort(self, w: int, t: int) -> None: ...
+
+    @abstractmethod
+    def kill(self, w: int) -> None: ...
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+    def clock(self) -> float:
+        """Seconds on the engine's clock (wall time unless the engine keeps its own)."""
+        return time.perf_counter()

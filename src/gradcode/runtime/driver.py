@@ -1,0 +1,598 @@
+"""The round driver: real distributed gradient descent with a gradient-coding scheme on any engine.
+
+:class:`RoundDriver` runs any scheme through the round protocol of :mod:`gradcode.schemes.base`,
+the same one the simulator drives, on an :class:`~gradcode.runtime.base.Engine` (Ray actors in
+production, :class:`~gradcode.runtime.inprocess.InProcessEngine` in tests)::
+
+    tasks = scheme.plan(t)                          # ship to idle workers, params once per job
+    scheme.on_result(t, w, i, payload, time)        # each message as it streams back
+    ... until scheme.ready(t) ...
+    for job, g in scheme.close(t, arrived):         # decoded g = sum_j g_j (a sum over rows)
+        model = job mod M
+        params[model] = optimizer.step(params[model], g / N + lambda grad R, ...)
+
+Rules the loop follows (DESIGN.md "The runtime"):
+
+* **params once per job**: each job's parameters go to the object store once (``engine.put``) and
+  every worker task of the job gets the same reference.
+* **one wait for many**: the engine delivers every event that is ready in one ``poll``; the driver
+  handles them one at a time and checks the scheme after each, so a round still closes at the
+  first message that makes it decodable (the rest wait in a backlog, then count as late).
+* **skip busy**: a worker still running an earlier round is not given new work (Ray cannot
+  cancel a task running on a synchronous actor, and queued work would delay the new round); it is a
+  straggler of the new round. If the round cannot decode without it, it receives the round's
+  task as soon as it is free.
+* **failure-tolerant waiting**: a worker that dies is a straggler, never a crash. Ray restarts it
+  (``max_restarts``); it reloads its partitions from the data spec and takes part again from the
+  next round. When the round does not decode without it, its task is sent again (with back-off)
+  once the actor is back; if the round still does not decode within ``round_timeout`` seconds the
+  run stops with :class:`RoundTimeoutError`, which names the workers that held the round up and
+  why. A task that raises is a bug: the run stops with its message.
+* **no silently wrong gradient**: a message holding NaN or infinity is never handed to the scheme:
+  its worker becomes a straggler of the round (its finite leading messages are kept) and the round
+  waits for the others, as for any straggler. Finite messages whose decoding overflows are the
+  scheme's to judge: StaticScheme drops their senders and, when what is left does not decode,
+  ``close`` raises :class:`~gradcode.errors.NotDecodableError` with the round still open, and the
+  loop waits for more workers and closes again. A gradient, parameters or training objective that
+  is still non-finite stops the run (a diverging step: ``lr`` too large) before it is applied. A
+  round closes only when the scheme decodes.
+* **faults**: each worker death, non-finite or dropped result is one record in ``failures`` (see
+  :class:`TrainResult`): a death counts once however many tasks fail before Ray has restarted the
+  worker, with the round it happened in and how that round got over it.
+* **cancellation**: once a round closes, the workers still busy with it are aborted (their
+  injected sleeps end at once; they send nothing more).
+* **injected stragglers**: the delay model is drawn once for the run with the simulator's
+  convention (``model.draw(rounds, n, default_rng(seed))``), so :func:`gradcode.simulate` with the
+  same model and seed sees the same straggler realisation. Worker ``w``'s message ``i`` of round
+  ``t`` is held back until ``a_i = max(0, intercept[t, w] + slope[t, w] * prefix_i)`` seconds
+  (accumulated, plus the model's message time), ``prefix_i`` the data fraction message ``i`` needs
+  (:func:`gradcode.schemes.task_schedule`): the simulator's timing, slept by the worker on top of
+  its real compute. ``train(stragglers=S, delay=D)`` uses ``fixed`` with ``base=0``: only the delay
+  is injected, the compute time is real.
+* **multi-model training** (SGC App. I): with ``models=M`` job ``j`` computes the gradient of model
+  ``j mod M`` at its parameters when the job starts. Schemes whose jobs take up to ``T`` rounds
+  (``scheme.delay = T``) need ``M > T`` so that a model's previous job is finished when its next
+  starts (checked).
+* **records**: per round its wall time (plan to close), the ``(rounds, n)`` arrival table
+  (seconds after the round started at which the last message a worker delivered before the round
+  closed arrived, ``-1`` for a straggler: the table the simulator's ``arrivals`` holds; stragglers
+  are judged from the messages delivered by the close with the simulator's rule,
+  :meth:`~gradcode.schemes.Scheme.round_stragglers`: the code's ``straggling``, e.g. AGC's workers
+  count as arrived with the ``r_s`` messages the master needed, not all ``L``; whole results for
+  other schemes), the number of messages received, the
+  injected times, the training objective of each model and held-out metrics; written under
+  ``run_dir`` as ``result.json`` and ``.npy`` arrays, plus ``trace.npy``: the arrivals with each
+  straggler's entry replaced by a lower bound of its time (the round's duration, or its injected
+  time if larger), a valid trace for :func:`gradcode.load_trace`. ``rounds.jsonl`` gets each
+  round's records as soon as the round completes, so a driver that is killed leaves them on disk;
+  a run that stops with an exception writes ``result.json`` and the arrays of its completed rounds
+  with ``error`` set, and the exception carries that :class:`TrainResult` as ``exc.result``. JSON
+  records are strict: non-finite numbers are written as ``null``.
+* **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states, records, the
+  scheme itself (pickled: codes pickle, DESIGN.md) and the parameters of jobs still in flight go to
+  ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it with the same
+  configuration (checked). Pickling the scheme keeps any history-dependent state (e.g. GC-DC's
+  straggler history) and, for schemes whose jobs span rounds (``delay > 0``), the messages of jobs
+  in flight; a scheme that does not pickle is refused up front when ``checkpoint_every > 0``. A
+  resumed run reaches the same parameters to rounding (~1e-12 relative), bit for bit only when the
+  same workers arrived in every round (the decoding coefficients depend on who arrived), so
+  ``final_params_checksum`` may differ.
+
+Exactness: with an exact code the decoded ``g`` equals ``sum_j g_j`` up to floating-point rounding
+in the decoding coefficients, so training follows single-process full-gradient descent to ~1e-12
+relative whichever tolerated set of workers straggled or failed (tests/test_runtime.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradcode.errors import GradcodeError, NotDecodableError
+from gradcode.runtime.base import Engine
+from gradcode.runtime.config import FaultConfig, RunConfig, TrainSpec
+from gradcode.runtime.records import RoundLog, TrainState, finite
+from gradcode.runtime.worker import WireTask
+from gradcode.schemes.static import task_schedule
+from gradcode.schemes.timing import message_arrivals
+
+__all__ = ["RoundDriver", "RoundTimeoutError", "RunSetup"]
+
+
+class RoundTimeoutError(GradcodeError):
+    """A round could not be decoded within ``round_timeout`` seconds. The message names the round,
+    the workers that held it up and why (died and not back, non-finite result, still computing or
+    still busy with an earlier round)."""
+
+
+@dataclass
+class RunSetup:
+    """A :class:`~gradcode.runtime.config.TrainSpec` resolved for one run of ``rounds`` rounds:
+    the objects the driver works with, built once by :func:`gradcode.runtime.master.prepare`.
+
+    ``config``: the run's JSON record (``config.json``, ``result.json``; compared on resume);
+    ``problem_spec``: what every worker rebuilds its problem from; ``problem``: the master's copy
+    (full gradients, objective, metrics); ``scheme``: the round protocol; ``optimizers`` and
+    ``opt_names`` one per model; ``draw``: the injected delays (a
+    :class:`~gradcode.stragglers.models.Draw` of ``(rounds, n)``, None without a delay model) and
+    ``comm`` the model's time per message; ``failures``: the ``(worker, round)`` deaths to inject.
+    """
+
+    spec: TrainSpec
+    config: dict
+    problem_spec: Any
+    problem: Any
+    scheme: Any
+    optimizers: list
+    opt_names: list
+    draw: Any
+    comm: float
+    failures: frozenset
+    rounds: int
+
+    @property
+    def models(self) -> int:
+        return len(self.optimizers)
+
+    @property
+    def n(self) -> int:
+        return int(self.scheme.n)
+
+    def worker_specs(self) -> list[tuple[Any, dict, int]]:
+        """``(problem spec, {partition: rows}, chunks)`` of each worker, what ``Engine.spawn`` takes:
+        the partitions the scheme stores on it, as rows of the training set."""
+        from gradcode.problems import partition_rows
+
+        rows = partition_rows(self.problem.n_train, self.scheme.partition_sizes)
+        chunks = int(self.scheme.chunks)
+        return [(self.problem_spec, {int(j): rows[int(j)] for j in self.scheme.stored_partitions(w)}, chunks)
+                for w in range(self.n)]
+
+
+class RoundDriver:
+    """Runs a training run's rounds on any :class:`~gradcode.runtime.base.Engine`, one round at a
+    time, following the rules of the module docstring.
+
+    ``setup``: the run's resolved spec (:class:`RunSetup`: scheme, problems, optimizers, injected
+    draw and failures); ``engine``: workers already spawned from ``setup.worker_specs()``;
+    ``state``: the :class:`~gradcode.runtime.records.TrainState` it advances (fresh, or from a
+    checkpoint, then call :meth:`restore` with the checkpoint's ``inflight``); ``faults``: round
+    timeout and Ray's restarts (the failures to inject are ``setup.failures``, already checked
+    against the workers and rounds). Times (round times, arrivals, deadlines, back-off) are read
+    from ``engine.clock()``.
+    """
+
+    POLL = 0.5  # seconds between checks when nothing arrives
+    BACKOFF = 0.2  # first wait before re-sending a failed worker's task (doubles per attempt)
+
+    def __init__(self, setup: RunSetup, engine: Engine, state: TrainState, *, faults: FaultConfig | None = None):
+        faults = faults or FaultConfig()
+        self.setup, self.engine, self.state = setup, engine, state
+        self.scheme, self.problem, self.optimizers = setup.scheme, setup.problem, setup.optimizers
+        self.draw, self.comm, self.failures, self.models = setup.draw, setup.comm, setup.failures, setup.models
+        self.opt_names = list(setup.opt_names)
+        self.timeout, self.max_restarts = faults.round_timeout, faults.max_restarts
+        self.clock = engine.clock
+        # planned failures already fired (also those of a checkpointed run's earlier rounds)
+        self.fired: set[tuple[int, int]] = {
+            (rec["worker"], rec["planned_round"]) for rec in state.failures if rec.get("injected") and rec.get("fired")
+        }
+        self.sizes = np.asarray(self.scheme.partition_sizes, dtype=np.float64)
+        self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
+        self.pending_job: dict[int, int] = {}  # model -> job in flight
+        self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages delivered
+        self.streamed: dict[tuple[int, int], int] = {}  # (round, worker) -> of the current stream
+        self.expected: dict[tuple[int, int], int] = {}
+        self.last_times: dict[tuple[int, int], float] = {}  # (round, worker) -> its latest message
+        self.discarded: set[tuple[int, int]] = set()  # (round, worker) whose result held NaN/inf
+        self.starts: dict[int, float] = {}
+        self.current = 0
+        self.stale_messages = 0
+        # events the engine delivered together, handled one at a time so that a round closes as
+        # soon as the scheme is ready (the rest wait here: late messages, deaths, ends of streams)
+        self.backlog: deque = deque()
+        # faults: the open "died" record of each worker that has not delivered since it died (a
+        # death is one fault however many of its tasks fail before Ray has restarted it)
+        self.down: dict[int, dict] = {}
+        self.fault_version = 0  # bumped on every change of state.failures (rounds.jsonl)
+        self.close_error: str | None = None  # why the last close of the current round failed
+
+    # -------------------------------------------------------------- the run
+    def run(self, run: RunConfig, *, log: RoundLog | None = None, checkpoint: Callable[[], None] | None = None,
+            callback: Callable[[dict], None] | None = None) -> None:
+        """Rounds ``state.next_round`` to ``run.rounds - 1``: after each, the objective of every
+        model, held-out metrics every ``run.eval_every`` rounds and after the last (problems that
+        have ``metrics``), the round's line in ``log``, ``checkpoint()`` every
+        ``run.checkpoint_every`` rounds, then ``callback(record)``. Planned failures that never
+        fired are recorded at the end. An exception leaves ``state`` at the last completed round
+        (call :meth:`stopped` to mark its faults unrecovered)."""
+        state, problem, models = self.state, self.problem, self.models
+        rounds = run.rounds
+        current_loss = [problem.objective(p) for p in state.params]
+        for t in range(state.next_round, rounds):
+            for m, loss in self.round(t).items():
+                current_loss[m] = loss
+            state.losses[t] = current_loss
+            elapsed = float(state.round_times[: t + 1].sum())
+            record = {
+                "round": t,
+                "time": float(state.round_times[t]),
+                "elapsed": elapsed,
+                "loss": current_loss[0] if models == 1 else list(current_loss),
+                "stragglers": int((state.arrivals[t] < 0).sum()),
+            }
+            evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == rounds - 1  # 0: at the end only
+            if evaluate and hasattr(problem, "metrics"):  # a spec's problem may have none
+                for m in range(models):
+                    met = problem.metrics(state.params[m])
+                    state.metrics.append({"round": t, "elapsed": elapsed, "model": m,
+                                          "train_loss": current_loss[m], **met})
+                record["metrics"] = state.metrics[-models:]
+            state.next_round = t + 1
+            if log is not None:
+                log.write(t, state, record, self.fault_version)
+            if checkpoint is not None and run.checkpoint_every and (t + 1) % run.checkpoint_every == 0:
+                checkpoint()
+            if callback is not None:
+                callback(record)
+        self.unfired()
+
+    # -------------------------------------------------------------- per round
+    def round(self, t: int) -> dict[int, float]:
+        """Run round ``t`` to its close; returns ``{model: training objective}`` of the models
+        updated in it."""
+        engine, scheme = self.engine, self.scheme
+        start = self.clock()
+        self.current = t
+        self.starts[t] = start
+        self.close_error = None
+        if self.draw is not None:  # perfect straggler state information, for schemes that use it
+            scheme.observe_states(t, self.draw.straggling[t],
+                                  None if self.draw.rates is None else self.draw.rates[t])
+        plan = scheme.plan(t)
+        wire = {}
+        for w, tasks in plan.items():
+            wire[w] = self._wire(t, w, tasks)
+            self.state.injected[t, w] = wire[w][2][-1] if len(wire[w][2]) else 0.0
+        unsent = set(wire)
+        retries: dict[int, tuple[float, int]] = {}  # worker -> (not before, attempts)
+        for w in sorted(wire):
+            if engine.busy(w):
+                continue
+            self._send(t, w, wire[w])
+            unsent.discard(w)
+        deadline = start + self.timeout
+        while True:
+            self._wait_ready(t, wire, unsent, retries, start, deadline)
+            # the scheme can decode: close the round. Stragglers by the simulator's rule
+            # (round_stragglers: the code's, e.g. AGC's r_s messages; whole results for other
+            # schemes); the arrival table holds the last message each non-straggler delivered
+            counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
+            planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
+                               dtype=np.intp)
+            late = scheme.round_stragglers(counts, planned)
+            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
+            try:
+                finished = scheme.close(t, arrived)
+                break
+            except NotDecodableError as exc:
+                # the scheme dropped results it could not decode with (StaticScheme: non-finite
+                # values, or finite ones whose weighted sum overflows) and what is left does not
+                # decode: the round stays open (schemes/static.py) and, like any round short of
+                # results, waits for the workers still computing, re-sends, or times out
+                self.close_error = str(exc)
+                if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
+                    raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
+        dropped = self._dropped_by_scheme(t, arrived)
+        for w in wire:
+            self.state.arrivals[t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
+        for w in sorted(dropped):
+            self._fault(t, w, "dropped", self.close_error or (
+                "the scheme dropped its result: decoding with it gave non-finite values, or (verify)"
+                " it disagreed with the other workers' results"))
+        for rec in self.state.failures:
+            if rec["round"] == t and rec.get("recovery") is None and rec.get("fired", True):
+                rec["recovery"] = "resent" if rec["worker"] in arrived and rec["worker"] not in dropped else "tolerated"
+                self.fault_version += 1
+        losses = self._apply(t, finished)
+        self.state.round_times[t] = self.clock() - start
+        for w in range(scheme.n):
+            self.state.messages[t, w] = self.counts.get((t, w), 0)
+        for w in range(scheme.n):
+            r = engine.running_round(w)
+            if r is not None and r <= t:
+                engine.abort(w, t)
+        for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
+            self.counts.pop(key, None)
+            self.streamed.pop(key, None)
+            self.expected.pop(key, None)
+            self.last_times.pop(key, None)
+        self.discarded = {k for k in self.discarded if k[0] > t}
+        return losses
+
+    def _wait_ready(self, t, wire, unsent, retries, start, deadline) -> None:
+        """Handle events until the scheme is ready to close round ``t``: send late work to
+        workers that became idle, re-send (with back-off) the task of a worker that died, stop
+        the run when a task raises, and raise :class:`RoundTimeoutError` at ``deadline``."""
+        engine, scheme = self.engine, self.scheme
+        while not scheme.ready(t):
+            now = self.clock()
+            if now >= deadline:
+                raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
+            # late work: idle workers whose task this round still lacks
+            for w in sorted(unsent):
+                if engine.busy(w):
+                    continue
+                not_before, attempts = retries.get(w, (0.0, 0))
+                if now >= not_before:
+                    if w in retries and w in self.down:
+                        self.down[w]["resends"] += 1
+                        self.fault_version += 1
+                    self._send(t, w, wire[w], elapsed=now - start)
+                    unsent.discard(w)
+            waits = [nb for w, (nb, _) in retries.items() if w in unsent]
+            timeout = min([self.POLL, deadline - now] + [max(nb - now, 0.0) for nb in waits])
+            if not self.backlog:
+                self.backlog.extend(engine.poll(max(timeout, 0.0)))
+                if not self.backlog:
+                    continue
+            ev = self.backlog.popleft()
+            self._handle(ev)
+            if ev.kind == "failed" and not ev.lost:
+                cause = getattr(ev.payload, "cause", None) or ev.payload
+                raise GradcodeError(
+                    f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
+                ) from None
+            if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
+                _, attempts = retries.get(ev.worker, (0.0, 0))
+                retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
+                unsent.add(ev.worker)
+
+    def _dropped_by_scheme(self, t: int, arrived: frozenset) -> set[int]:
+        """Workers the driver counted as arrived but the scheme's straggler history marks as
+        stragglers of round ``t``: StaticScheme drops the results it cannot decode with. Schemes
+        without a ``straggler_history`` drop nothing the driver can see."""
+        history = self.scheme.stragglers
+        if not arrived or t >= history.shape[0]:
+            return set()
+        return {w for w in arrived if history[t, w]}
+
+    def inflight(self) -> dict:
+        """What a checkpoint needs beyond ``state`` and the scheme: the parameters each job still in
+        flight was started at (schemes with ``delay > 0``), and which job each model waits for."""
+        return {"jobs": {job: x for job, (x, _) in self.job_params.items()}, "pending_job": dict(self.pending_job)}
+
+    def restore(self, inflight: dict) -> None:
+        """Undo :meth:`inflight` on a resumed run (parameters go to the object store again)."""
+        for job, x in inflight["jobs"].items():
+            x = np.array(x, dtype=np.float64)
+            x.flags.writeable = False
+            self.job_params[job] = (x, self.engine.put(x))
+        self.pending_job.update(inflight["pending_job"])
+
+    def _wire(self, t: int, w: int, tasks) -> tuple[list[WireTask], list, np.ndarray, int]:
+        """Wire tasks, parameter refs, the injected schedule and the number of messages.
+
+        The schedule is the simulator's: message ``i`` is ready ``a_i`` seconds into the round,
+        ``a_i = max(0, intercept + slope * prefix_i)`` accumulated (``prefix_i`` from
+        :func:`task_schedule`), plus the model's message time per message."""
+        slots: dict[int, int] = {}
+        out = []
+        for task in tasks:
+            job = int(task.job)
+            if job not in slots:
+                slots[job] = len(slots)
+                self._ensure_job(job)
+            out.append(WireTask(job, tuple(task.partitions), np.asarray(task.coefficients, dtype=np.float64), slots[job]))
+        refs = [self.job_params[job][1] for job in slots]
+        total = sum(task.messages for task in tasks)
+        if self.draw is None:
+            return out, refs, np.zeros(total), total
+        prefix, _ = task_schedule(tasks, self.sizes)
+        return out, refs, message_arrivals(self.draw.intercept[t, w], self.draw.slope[t, w], prefix, self.comm), total
+
+    def _ensure_job(self, job: int) -> None:
+        if job in self.job_params:
+            return
+        m = job % self.models
+        prev = self.pending_job.get(m)
+        if prev is not None and prev != job:
+            raise GradcodeError(
+                f"job {job} of model {m} starts before job {prev} of the same model finished: train"
+                f" more models than the scheme's delay ({self.scheme.delay})"
+            )
+        x = np.array(self.state.params[m], dtype=np.float64)
+        x.flags.writeable = False
+        self.job_params[job] = (x, self.engine.put(x))
+        self.pending_job[m] = job
+
+    def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
+        """Submit round ``t`` to worker ``w``; a late submission sleeps only what is left of the
+        worker's injected schedule.
+
+        A planned failure ``(w, r)`` fires on worker ``w``'s first submission in a round ``>= r``:
+        a worker that is busy during all of round ``r`` (skip-busy), or that round ``r``'s plan
+        leaves out, fails on its next task instead of never. It is recorded when it is sent
+        (``injected: True``, ``planned_round: r``), not when Ray reports the dead actor (~2 s
+        later, possibly after the run ended), and it is the worker's open fault: Ray's reports of
+        the failed tasks that follow, until the worker delivers again, belong to it."""
+        tasks, refs, ready_at, total = wire
+        left = np.maximum(np.asarray(ready_at) - elapsed, 0.0)
+        sleeps = np.diff(np.concatenate([[0.0], left])) if left.size else left
+        due = sorted(r for (fw, r) in self.failures if fw == w and r <= t and (fw, r) not in self.fired)
+        fail = bool(due)
+        if fail:
+            self.fired.add((w, due[0]))
+            self.down[w] = self._fault(t, w, "died", "injected: the worker's process exits (fail W@R)",
+                                       injected=True, planned_round=due[0], fired=True)
+        self.counts.setdefault((t, w), 0)  # messages delivered to the scheme, across re-sends
+        self.streamed[(t, w)] = 0  # messages of this submission's stream seen so far
+        self.expected[(t, w)] = total
+        self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
+
+    def _fault(self, t: int, w: int, kind: str, error: str, *, injected: bool = False, **extra) -> dict:
+        """Append a fault record (see :class:`TrainResult`) and return it."""
+        rec = {"round": t, "worker": w, "kind": kind, "error": error, "injected": injected, **extra,
+               "recovery": "tolerated" if t < self.current else None,  # its round closed already
+               "resends": 0, "failed_tasks": 0, "back_in_round": None}
+        self.state.failures.append(rec)
+        self.fault_version += 1
+        return rec
+
+    def _handle(self, ev) -> None:
+        t, w = ev.round, ev.worker
+        if ev.kind == "message":
+            # a message of the death's round or later: the worker is alive (restarted, if it died);
+            # one of an earlier round, delivered late (one poll can bring many), proves nothing
+            back = self.down.get(w)
+            if back is not None and t >= back["round"]:
+                del self.down[w]
+                back["back_in_round"] = t
+                self.fault_version += 1
+            if t < self.current:  # the round is closed: a late message (aborted work)
+                self.stale_messages += 1
+                return
+            # a task re-sent after its worker died mid-stream recomputes the same messages: the
+            # first `counts` of the new stream were delivered by the dead one, so the scheme gets
+            # each message index once (the protocol does not ask schemes to drop duplicates)
+            i = self.streamed.get((t, w), 0)
+            self.streamed[(t, w)] = i + 1
+            if i < self.counts.get((t, w), 0) or (t, w) in self.discarded:
+                return
+            if not finite(ev.payload):
+                # a worker that computes NaN or infinity is a straggler of the round, never part of
+                # a gradient: its messages of the round are withheld from the scheme (which holds
+                # the finite prefix before them) and the round waits for the others
+                self.discarded.add((t, w))
+                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity; the"
+                            " worker's result for the round was discarded")
+                self.engine.abort(w, t)
+                return
+            self.counts[(t, w)] = i + 1
+            now = self.clock() - self.starts.get(t, 0.0)
+            self.scheme.on_result(t, w, i, ev.payload, now)
+            self.last_times[(t, w)] = now
+            if i + 1 == self.expected.get((t, w)):
+                self.state.arrivals[t, w] = now
+                self.engine.release(w)  # all its messages are in: free for the next round
+        elif ev.kind == "failed":
+            error = _short_error(ev.payload)
+            if not ev.lost:  # the task raised: a bug, the run stops (_wait_ready raises)
+                self._fault(t, w, "raised", error)
+                return
+            rec = self.down.get(w)
+            if rec is None:  # a new death
+                self.down[w] = rec = self._fault(t, w, "died", error)
+            elif rec["injected"] and not rec["failed_tasks"]:  # Ray reporting an injected failure
+                rec["error"] = error
+            rec["failed_tasks"] += 1
+            self.fault_version += 1
+
+    def unfired(self) -> None:
+        """Record the planned failures that never fired (the run ended before the worker was sent
+        a task of their round or later)."""
+        for w, r in sorted(self.failures - self.fired):
+            self.state.failures.append({
+                "round": r, "worker": w, "kind": "died",
+                "error": "not fired: the worker got no task from this round on",
+                "injected": True, "fired": False, "planned_round": r,
+                "recovery": None, "resends": 0, "failed_tasks": 0, "back_in_round": None,
+            })
+            self.fault_version += 1
+
+    def stopped(self) -> None:
+        """The run stopped in the current round: its faults were not recovered."""
+        for rec in self.state.failures:
+            if rec.get("recovery") is None and rec.get("fired", True):
+                rec["recovery"] = "none"
+                self.fault_version += 1
+
+    def _apply(self, t: int, finished) -> dict[int, float]:
+        """Optimizer steps for the jobs finished in round ``t``; returns ``{model: objective}``.
+
+        Nothing is committed unless every gradient, every new parameter vector and every
+        objective is finite: a diverging step (``lr`` far too large) stops the run with a
+        :class:`GradcodeError` that says so, and the kept parameters are the last finite ones."""
+        updates = []
+        for job, g in finished:
+            x, _ = self.job_params[job]
+            m = job % self.models
+            g = np.asarray(g)[: x.size]  # drop the zero padding of a chunked code's last chunk
+            if not finite(g):  # every message used was finite: the scheme's sum overflowed
+                raise GradcodeError(
+                    f"round {t}: the decoded gradient of job {job} (model {m}) holds NaN or infinity"
+                    " although every message used was finite; it was not applied"
+                )
+            grad = self.problem.full_gradient(x, g)
+            k = self.state.steps[m]
+            with np.errstate(over="ignore", invalid="ignore"):
+                params, opt_state = self.optimizers[m].step(self.state.params[m], grad, self.state.opt_states[m], k)
+                bad = "parameters" if not finite(params) else None
+                loss = float(self.problem.objective(params)) if bad is None else math.nan
+            if bad is None and not math.isfinite(loss):
+                bad = "training objective"
+            if bad is not None:
+                raise GradcodeError(
+                    f"round {t}: training diverged: model {m}'s {bad} became non-finite (NaN or"
+                    f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
+                    f" gradient (norm {float(np.linalg.norm(grad)):.3g}): the step size is too large for"
+                    " this problem. Lower the learning rate (--lr; by default GD and Nesterov take 1/L"
+                    " from the problem's smoothness). The parameters after the last completed round"
+                    " are kept"
+                )
+            updates.append((job, m, params, opt_state, k, loss))
+        losses = {}
+        for job, m, params, opt_state, k, loss in updates:
+            self.job_params.pop(job)
+            self.pending_job.pop(m, None)
+            self.state.params[m], self.state.opt_states[m] = params, opt_state
+            self.state.steps[m] = k + 1
+            losses[m] = loss
+        return losses
+
+    def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:
+        """Which workers held round ``t`` up, and why; says "died" only of workers that died."""
+        held = []
+        for w in sorted(wire):
+            have, need = self.counts.get((t, w), 0), self.expected.get((t, w), 0)
+            if have >= need and (t, w) not in self.discarded:
+                continue
+            inj = float(self.state.injected[t, w])
+            running = self.engine.running_round(w)
+            if (t, w) in self.discarded:
+                why = "its result held NaN or infinity and was discarded"
+            elif w in self.down:
+                rec = self.down[w]
+                restarts = (" Ray does not restart it (max_restarts=0)" if self.max_restarts == 0 else
+                            f" it had not come back (task re-sent {rec['resends']} times; Ray restarts a dead"
+                            f" worker {'without limit' if self.max_restarts < 0 else f'up to {self.max_restarts} times'})")
+                why = f"its process died in round {rec['round']} ({rec['error']});{restarts}"
+            elif w in unsent and running is not None:
+                why = f"still busy with round {running}, so it never got this round's task"
+            else:
+                why = f"still computing: {have} of {need} messages delivered after {elapsed:.3g} s"
+                if inj > 0:
+                    why += f" (injected delay {inj:.3g} s)"
+            held.append((w, why))
+        complete = sorted(w for w in wire if self.counts.get((t, w), 0) >= self.expected.get((t, w), 1)
+                          and (t, w) not in self.discarded)
+        text = f"round {t} could not be decoded within round_timeout={self.timeout:g} s"
+        if held:
+            text += f"; it was held up by workers {[w for w, _ in held]}: " + "; ".join(
+                f"worker {w}: {why}" for w, why in held)
+        else:
+            text += "; every planned worker delivered its result"
+        if self.close_error:
+            text += f"; the scheme could not decode what it held: {self.close_error}"
+        return text + (f". Complete results came from workers {complete} of {self.scheme.n}. No gradient was"
+                       " used for this round; the completed rounds are kept")
+
+
+def _short_error(exc) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text.splitlines()[0][:200]

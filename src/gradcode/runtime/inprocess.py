@@ -1,0 +1,253 @@
+"""An engine without Ray: the workers' :class:`~gradcode.runtime.worker.WorkerCore` called in this
+process, on a virtual clock.
+
+Why: the round driver's rules (closing as soon as the scheme decodes, skip-busy, aborts, re-sends
+after deaths, round timeouts, checkpoints, multi-model scheduling, verify mode) do not depend on
+Ray; with this engine they are tested in milliseconds, deterministically, and a 30-second injected
+straggler costs nothing. The Ray tests then only need to check what is Ray's: actors, restarts,
+streaming, the object store.
+
+How time passes: :meth:`InProcessEngine.clock` is a virtual clock that only :meth:`poll` moves.
+A submitted task is :meth:`WorkerCore.steps` driven lazily: an injected sleep of ``s`` seconds
+schedules the worker's next step ``s`` virtual seconds later, a message is delivered at the
+instant it is computed (computation takes ``compute_time`` virtual seconds per message, 0 by
+default), and an abort ends a sleep at once, exactly as the Ray actor's interruptible sleep does.
+``poll(timeout)`` jumps the clock to the next due step (or by ``timeout`` when none is due
+before), so events come in virtual-time order; ties are broken by submission order, so a run is
+reproducible bit for bit.
+
+Faults, as Ray shows them to the driver:
+
+* ``submit(..., fail=True)``: the worker's "process" dies before it sends anything: a lost
+  ``"failed"`` event after ``death_report`` seconds (Ray reports a dead actor late); Ray restarts
+  it (``max_restarts`` times, -1 without limit) ``restart_time`` seconds after its death, with its
+  data rebuilt from the problem spec. A task sent to a worker that is down fails at once (lost);
+* :meth:`kill`: the worker dies for good (its running task fails, lost); :meth:`crash`: it dies
+  now and is restarted (a death in the middle of a stream);
+* a task that raises gives a ``"failed"`` event that is not lost (a bug: the driver stops).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradcode.errors import GradcodeError
+from gradcode.runtime.base import Engine, Event
+from gradcode.runtime.worker import build_core
+
+__all__ = ["InProcessEngine", "WorkerDied"]
+
+
+class WorkerDied(GradcodeError):
+    """The in-process stand-in for Ray's ``RayActorError``: the worker's process is gone."""
+
+
+@dataclass
+class _Task:
+    round: int
+    steps: Any = None  # the WorkerCore.steps iterator; None: the task fails (lost) when due
+    error: Exception | None = None
+    epoch: int = 0
+
+
+@dataclass
+class _Slot:
+    spec: Any
+    partitions: dict
+    chunks: int
+    core: Any = None
+    restarts_left: float = math.inf
+    up_at: float = 0.0  # virtual time from which a dead worker is back (inf: never)
+    task: _Task | None = None
+    sleeping: bool = False
+    builds: int = field(default=0)
+
+
+class InProcessEngine(Engine):
+    """Workers as plain objects in this process, on a virtual clock (see the module docstring).
+
+    ``compute_time``: virtual seconds each message takes to compute (0: messages of a round
+    arrive at their injected times exactly). ``death_report``: seconds between a worker's death
+    and the failed event that reports it. ``restart_time``: seconds a restart takes.
+    """
+
+    def __init__(self, *, compute_time: float = 0.0, death_report: float = 0.0, restart_time: float = 1.0):
+        self.compute_time = float(compute_time)
+        self.death_report = float(death_report)
+        self.restart_time = float(restart_time)
+        self._now = 0.0
+        self._slots: list[_Slot] = []
+        self._heap: list[tuple[float, int, int, int]] = []  # (due, order, worker, epoch)
+        self._order = itertools.count()
+        self._epochs = itertools.count(1)
+
+    # ----------------------------------------------------------------- workers
+    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0) -> None:
+        restarts = math.inf if max_restarts < 0 else int(max_restarts)
+        self._slots = []
+        for w, (spec, parts, chunks) in enumerate(specs):
+            slot = _Slot(spec, dict(parts), int(chunks), restarts_left=restarts)
+            try:
+                self._build(w, slot)
+            except Exception as exc:
+                self._slots = []
+                raise GradcodeError(f"the workers could not start (each rebuilds its problem from the data"
+                                    f" spec): worker {w}: {type(exc).__name__}: {exc}") from None
+            self._slots.append(slot)
+
+    def _build(self, w: int, slot: _Slot) -> None:
+        slot.core = build_core(w, slot.spec, slot.partitions, slot.chunks)
+        slot.builds += 1
+
+    @property
+    def n(self) -> int:
+        return len(self._slots)
+
+    def builds(self, w: int) -> int:
+        """How often worker ``w``'s data was built (1 + its restarts)."""
+        return self._slots[w].builds
+
+    def clock(self) -> float:
+        return self._now
+
+    def put(self, array: np.ndarray):
+        """The array itself (read-only: workers share it as they share an object-store copy)."""
+        array = np.asarray(array)
+        if array.flags.writeable:
+            array = array.copy()
+            array.flags.writeable = False
+        return array
+
+    def busy(self, w: int) -> bool:
+        return self._slots[w].task is not None
+
+    def running_round(self, w: int) -> int | None:
+        task = self._slots[w].task
+        return None if task is None else task.round
+
+    # ----------------------------------------------------------------- tasks
+    def submit(self, w: int, t: int, tasks: list, params: list, sleeps=(), fail: bool = False) -> None:
+        slot = self._slots[w]
+        if slot.task is not None:
+            raise RuntimeError(f"worker {w} is still busy with round {slot.task.round}")
+        self._revive(w, slot)
+        task = _Task(int(t))
+        if slot.core is None:  # down: Ray fails a task sent to a dead or restarting actor
+            task.error = WorkerDied(f"worker {w} is dead or restarting")
+            self._schedule(w, slot, task, self._now)
+        elif fail:  # the process exits before sending anything, as os._exit in WorkerCore.steps
+            self._die(w, slot)
+            task.error = WorkerDied(f"worker {w}'s process exited (injected failure)")
+            self._schedule(w, slot, task, self._now + self.death_report)
+        else:
+            task.steps = slot.core.steps(int(t), tasks, list(params), [float(s) for s in sleeps], False)
+            self._schedule(w, slot, task, self._now)
+
+    def _schedule(self, w: int, slot: _Slot, task: _Task, due: float) -> None:
+        task.epoch = next(self._epochs)
+        slot.task = task
+        heapq.heappush(self._heap, (due, next(self._order), w, task.epoch))
+
+    def _die(self, w: int, slot: _Slot) -> None:
+        slot.core = None
+        slot.sleeping = False
+        if slot.restarts_left > 0:
+            slot.restarts_left -= 1
+            slot.up_at = self._now + self.restart_time
+        else:
+            slot.up_at = math.inf
+
+    def _revive(self, w: int, slot: _Slot) -> None:
+        if slot.core is None and slot.up_at <= self._now:
+            self._build(w, slot)
+
+    def poll(self, timeout: float | None) -> list[Event]:
+        """The events due next on the virtual clock (all those of the same instant), moving the
+        clock to them; ``[]`` after ``timeout`` virtual seconds (at once when nothing runs and
+        ``timeout`` is None)."""
+        deadline = math.inf if timeout is None else self._now + max(float(timeout), 0.0)
+        events: list[Event] = []
+        while self._heap:
+            due, _, w, epoch = self._heap[0]
+            slot = self._slots[w]
+            if slot.task is None or slot.task.epoch != epoch:  # released, aborted or replaced
+                heapq.heappop(self._heap)
+                continue
+            if due > deadline or (events and due > self._now):
+                break
+            heapq.heappop(self._heap)
+            self._now = max(self._now, due)
+            events.extend(self._step(w, slot))
+        if not events and math.isfinite(deadline):
+            self._now = max(self._now, deadline)
+        return events
+
+    def _step(self, w: int, slot: _Slot) -> list[Event]:
+        task = slot.task
+        t = task.round
+        if task.steps is None:
+            slot.task = None
+            return [Event(w, t, "failed", task.error, lost=True)]
+        slot.sleeping = False
+        try:
+            item = next(task.steps)
+        except StopIteration:
+            slot.task = None
+            return [Event(w, t, "done")]
+        except Exception as exc:  # the task raised: a bug, not a straggler
+            slot.task = None
+            return [Event(w, t, "failed", exc, lost=False)]
+        if isinstance(item, float):
+            # a sleep of an aborted round ends at once (as the actor's interruptible sleep does)
+            aborted = slot.core._aborted >= t
+            slot.sleeping = not aborted
+            heapq.heappush(self._heap, (self._now + (0.0 if aborted else item), next(self._order), w, task.epoch))
+            return []
+        heapq.heappush(self._heap, (self._now + self.compute_time, next(self._order), w, task.epoch))
+        return [Event(w, t, "message", item)]
+
+    def release(self, w: int) -> None:
+        self._slots[w].task = None
+
+    def abort(self, w: int, t: int) -> None:
+        slot = self._slots[w]
+        if slot.core is None:
+            return
+        slot.core.abort(t)
+        task = slot.task
+        if task is not None and task.steps is not None and task.round <= t and slot.sleeping:
+            # the interrupted sleep ends now: the next step sees the abort and ends the stream
+            slot.sleeping = False
+            self._schedule(w, slot, task, self._now)
+
+    def kill(self, w: int) -> None:
+        slot = self._slots[w]
+        slot.restarts_left = 0
+        running = slot.task is not None and slot.task.steps is not None and slot.core is not None
+        self._die(w, slot)
+        if running:
+            task = _Task(slot.task.round, error=WorkerDied(f"worker {w} was killed"))
+            self._schedule(w, slot, task, self._now + self.death_report)
+
+    def crash(self, w: int) -> None:
+        """Worker ``w``'s process dies now, as a machine failure would: its running task fails
+        (lost, after ``death_report`` seconds) and it is restarted like any dead worker. For tests
+        of deaths in the middle of a stream."""
+        slot = self._slots[w]
+        if slot.core is None:
+            return
+        running = slot.task
+        self._die(w, slot)
+        if running is not None:
+            self._schedule(w, slot, _Task(running.round, error=WorkerDied(f"worker {w} crashed")),
+                           self._now + self.death_report)
+
+    def shutdown(self) -> None:
+        self._slots = []
+        self._heap = []

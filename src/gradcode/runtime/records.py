@@ -1,0 +1,416 @@
+"""What a run keeps: its state between rounds (:class:`TrainState`), its records
+(:class:`TrainResult`, ``rounds.jsonl``) and its checkpoints.
+
+The on-disk documents are those of every earlier version: ``result.json`` and the ``.npy`` arrays,
+``rounds.jsonl`` (one strict-JSON line per completed round, flushed as the run goes), and
+``checkpoint.pkl``, a pickled dict ``{"version": 2, "config", "state", "scheme", "inflight"}``
+whose ``state`` is the string-keyed dict :meth:`TrainState.to_dict` writes (so checkpoints of
+earlier runs resume, and earlier code reads new ones). A checkpoint also holds the run's
+:class:`~gradcode.runtime.config.TrainSpec` and :class:`~gradcode.runtime.config.RunConfig`
+(``"spec"``, ``"run"``) when they pickle, which is what :func:`gradcode.runtime.resume` needs to
+continue a run from its folder alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gradcode.errors import GradcodeError
+
+__all__ = ["CheckpointError", "RunDirInUseError", "TrainResult", "TrainState", "json_safe"]
+
+
+class CheckpointError(GradcodeError):
+    """``resume`` found a checkpoint it cannot read (truncated, overwritten, not a checkpoint)."""
+
+
+# ----------------------------------------------------------------------------------------- result
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns (and writes under ``run_dir``), also for a run that stopped.
+
+    ``params[m]`` are model ``m``'s final parameters (``params[0]`` for one model, also
+    ``final_params``; two runs of an exact code agree to ~1e-12 relative, their
+    ``final_params_checksum`` bit for bit only when the same workers arrived in every round);
+    ``round_times[t]`` seconds from planning to closing round ``t``;
+    ``arrivals[t, w]`` seconds into round ``t`` at which the last message worker ``w`` delivered
+    before the close arrived, ``-1`` for a straggler (stragglers as the simulator judges them, plus
+    workers whose result was discarded: non-finite, or dropped by the scheme); ``messages[t, w]``
+    messages received before the round closed;
+    ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
+    objective of model ``m`` after round ``t`` (carried over from the last update of that model);
+    ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
+
+    ``failures``: one record per *fault* (not per failed task), in the order they happened::
+
+        {"round", "worker", "kind", "error", "injected", "recovery", "resends", "failed_tasks",
+         "back_in_round"}   (+ "planned_round", "fired" for injected failures)
+
+    ``kind`` is ``"died"`` (the worker's process exited: Ray restarts it), ``"non-finite"`` (a
+    message held NaN or infinity: the worker's result for the round was discarded, the round
+    waited for others), ``"dropped"`` (the scheme dropped the worker's finite result because
+    decoding with it overflowed) or ``"raised"`` (the task raised: the run stops). A death counts
+    once however many tasks fail before Ray has restarted the worker (``failed_tasks`` of them;
+    ``resends``: tasks sent to it again meanwhile; ``back_in_round``: the round in which it next
+    delivered a message, None if it never did). ``recovery`` says how ``round`` ended:
+    ``"tolerated"`` (decoded without the worker), ``"resent"`` (its task was sent again once Ray
+    had restarted it and its result was used) or ``"none"`` (the run stopped in that round). An
+    injected failure (``fail``) is recorded when sent, with ``planned_round`` (it fires in the
+    worker's first task of that round or later, ``round``) and ``fired`` (False: the run ended
+    first; such records are not faults); Ray's report of the dead actor, when it comes, replaces
+    ``error``.
+
+    A run that stops (round timeout, divergence, a worker exception, an interrupt) keeps its
+    completed rounds: the arrays hold those rounds only, ``params`` are those after the last of
+    them, and ``error``/``error_type`` say why it stopped (None for a run that finished).
+    """
+
+    config: dict
+    params: list[np.ndarray]
+    round_times: np.ndarray
+    arrivals: np.ndarray
+    messages: np.ndarray
+    injected: np.ndarray
+    losses: np.ndarray
+    metrics: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    run_dir: str | None = None
+    resumed_from: int | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+    @property
+    def final_params(self) -> np.ndarray:
+        return self.params[0]
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.losses[-1, 0]) if self.losses.size else float("nan")
+
+    @property
+    def elapsed(self) -> np.ndarray:
+        """Cumulative training time at the end of each round (evaluation excluded)."""
+        return np.cumsum(self.round_times)
+
+    @property
+    def stragglers(self) -> np.ndarray:
+        return self.arrivals < 0
+
+    @property
+    def faults(self) -> list[dict]:
+        """The fault records of ``failures`` (planned failures that never fired left out)."""
+        return [f for f in self.failures if f.get("fired", True)]
+
+    def to_json(self, *, include_params: bool | None = None) -> dict:
+        """A JSON-able summary; parameters are included when ``include_params`` (default: when
+        the models have at most 10000 parameters). Strict JSON: non-finite numbers (the loss of a
+        run that stopped before its first round, a NaN metric) are ``None`` (``null``), never the
+        ``NaN``/``Infinity`` that ``json.dumps`` would write and JSON parsers reject."""
+        d = self.params[0].size
+        include = d <= 10000 if include_params is None else include_params
+        doc = {
+            "config": self.config,
+            "rounds": int(self.round_times.size),
+            "error": self.error,
+            "error_type": self.error_type,
+            "round_times": self.round_times.tolist(),
+            "total_time": float(self.round_times.sum()),
+            "final_loss": self.final_loss,
+            "final_losses": self.losses[-1].tolist() if self.losses.size else [],
+            "losses": self.losses.tolist(),
+            "final_params_checksum": _checksum(self.params),
+            "final_params_norm": [float(np.linalg.norm(p)) for p in self.params],
+            "arrivals": self.arrivals.tolist(),
+            "messages": self.messages.tolist(),
+            "injected": self.injected.tolist(),
+            "metrics": self.metrics,
+            "failures": self.failures,
+            "faults": len(self.faults),
+            "run_dir": self.run_dir,
+            "resumed_from": self.resumed_from,
+        }
+        if include:
+            doc["final_params"] = [p.tolist() for p in self.params] if len(self.params) > 1 else self.params[0].tolist()
+        return json_safe(doc)
+
+    def save(self, run_dir: str | os.PathLike) -> Path:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.save(run_dir / "arrivals.npy", self.arrivals)
+        np.save(run_dir / "messages.npy", self.messages)
+        np.save(run_dir / "injected.npy", self.injected)
+        np.save(run_dir / "round_times.npy", self.round_times)
+        np.save(run_dir / "losses.npy", self.losses)
+        np.save(run_dir / "params.npy", np.stack(self.params))
+        np.save(run_dir / "trace.npy", self.trace())
+        text = json.dumps(self.to_json(include_params=False), indent=1, allow_nan=False)
+        atomic_write(run_dir / "result.json", text.encode())
+        return run_dir
+
+    def trace(self) -> np.ndarray:
+        """The arrivals as a replayable trace: stragglers get the round's duration (or their
+        injected time, if larger), a lower bound of the time they would have taken."""
+        lower = np.maximum(self.round_times[:, None], self.injected)
+        return np.where(self.arrivals >= 0, self.arrivals, lower)
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (also inside lists, tuples, dicts and numpy values)
+    replaced by None, so that ``json.dumps(..., allow_nan=False)`` accepts it: run records are
+    strict JSON, with ``null`` for NaN and infinities."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    return value
+
+
+def finite(a) -> bool:
+    """Whether an array (or number) holds no NaN or infinity; two reductions, no temporary."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return True
+    if not np.issubdtype(a.dtype, np.inexact):
+        return True
+    return bool(np.isfinite(a.min()) and np.isfinite(a.max()))
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _checksum(arrays: Sequence[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+    return h.hexdigest()[:16]
+
+# ----------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class TrainState:
+    """Everything a run carries from one round to the next, and what a checkpoint restores.
+
+    ``next_round``: rounds completed. ``params[m]``, ``opt_states[m]``, ``steps[m]``: model
+    ``m``'s parameters, optimizer state and optimizer steps taken. The per-round tables have one
+    row per round of the run (``rounds`` rows, filled up to ``next_round``): ``round_times``,
+    ``arrivals`` and ``injected`` (``(rounds, n)`` seconds, ``-1`` for a straggler),
+    ``messages`` (``(rounds, n)`` counts) and ``losses`` (``(rounds, models)``). ``metrics`` and
+    ``failures`` are the records :class:`TrainResult` documents.
+    """
+
+    next_round: int
+    params: list
+    opt_states: list
+    steps: list
+    round_times: np.ndarray
+    arrivals: np.ndarray
+    messages: np.ndarray
+    injected: np.ndarray
+    losses: np.ndarray
+    metrics: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+
+    #: the per-round tables and the value of a row not yet run
+    TABLES = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan}
+
+    @classmethod
+    def fresh(cls, params: list, optimizers: Sequence, *, rounds: int, n: int) -> TrainState:
+        """The state before round 0: models at ``params``, optimizers initialised at them."""
+        models = len(params)
+        return cls(
+            next_round=0,
+            params=list(params),
+            opt_states=[opt.init(p) for opt, p in zip(optimizers, params)],
+            steps=[0] * models,
+            round_times=np.zeros(rounds),
+            arrivals=np.full((rounds, n), -1.0),
+            messages=np.zeros((rounds, n), dtype=np.int64),
+            injected=np.zeros((rounds, n)),
+            losses=np.full((rounds, models), np.nan),
+        )
+
+    @property
+    def rounds(self) -> int:
+        """Rounds the tables have room for."""
+        return int(self.round_times.shape[0])
+
+    def grow(self, rounds: int) -> None:
+        """Extend the per-round tables to ``rounds`` rounds (a resumed run asked for more rounds
+        than the checkpointed one); the added rows are as a fresh run's."""
+        extra = rounds - self.rounds
+        if extra <= 0:
+            return
+        for key, fill in self.TABLES.items():
+            old = getattr(self, key)
+            setattr(self, key, np.concatenate([old, np.full((extra,) + old.shape[1:], fill, dtype=old.dtype)]))
+
+    def to_dict(self) -> dict:
+        """The checkpoint's ``state``: a string-keyed dict (the format of every earlier version)."""
+        return {
+            "next_round": self.next_round, "params": self.params, "opt_states": self.opt_states,
+            "steps": self.steps, "round_times": self.round_times, "arrivals": self.arrivals,
+            "messages": self.messages, "injected": self.injected, "losses": self.losses,
+            "metrics": self.metrics, "failures": self.failures,
+        }
+
+    @classmethod
+    def from_dict(cls, state: dict) -> TrainState:
+        """Undo :meth:`to_dict` (also for checkpoints written before this class existed)."""
+        return cls(**{key: state[key] for key in (
+            "next_round", "params", "opt_states", "steps", "round_times", "arrivals", "messages", "injected",
+            "losses", "metrics", "failures")})
+
+    def result(self, config: dict, run_dir, resumed_from: int | None, *,
+               error: BaseException | None = None) -> TrainResult:
+        """The :class:`TrainResult` of the rounds completed so far (``next_round`` of them)."""
+        k = int(self.next_round)
+        return TrainResult(
+            config=config,
+            params=[np.asarray(p) for p in self.params],
+            round_times=self.round_times[:k],
+            arrivals=self.arrivals[:k],
+            messages=self.messages[:k],
+            injected=self.injected[:k],
+            losses=self.losses[:k],
+            metrics=self.metrics,
+            failures=self.failures,
+            run_dir=None if run_dir is None else str(run_dir),
+            resumed_from=resumed_from,
+            error=None if error is None else (str(error) or type(error).__name__),
+            error_type=None if error is None else type(error).__name__,
+        )
+
+
+# ----------------------------------------------------------------------------------------- round log
+
+class RoundLog:
+    """``run_dir/rounds.jsonl``: one strict-JSON line per completed round, appended and flushed as
+    the run goes, so a driver that is killed (SIGKILL, OOM, a lost machine) still leaves every
+    round it completed on disk: its time, arrivals, messages, injected times, losses, metrics,
+    and the fault records (all of them, on the lines where they changed; the last such line has
+    their final state). A resumed run keeps the lines of the rounds before its checkpoint and
+    writes the later rounds again."""
+
+    def __init__(self, path: Path, *, keep_before: int):
+        kept = []
+        if keep_before and path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    if json.loads(line)["round"] < keep_before:
+                        kept.append(line + "\n")
+                except (ValueError, KeyError, TypeError):  # a line cut by a crash
+                    continue
+        self.fh = open(path, "w")
+        self.fh.writelines(kept)
+        self.fh.flush()
+        self.faults_seen = None
+
+    def write(self, t: int, state: TrainState, record: dict, fault_version: int) -> None:
+        """Append round ``t``'s line; the fault records go with it when they changed since the
+        last line (``fault_version``: the driver's count of changes)."""
+        doc = {
+            "round": t,
+            "time": record["time"],
+            "elapsed": record["elapsed"],
+            "arrivals": state.arrivals[t],
+            "messages": state.messages[t],
+            "injected": state.injected[t],
+            "losses": state.losses[t],
+            "metrics": record.get("metrics", []),
+        }
+        if fault_version != self.faults_seen:
+            doc["faults"] = state.failures
+            self.faults_seen = fault_version
+        self.fh.write(json.dumps(json_safe(doc), allow_nan=False) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        if not self.fh.closed:
+            self.fh.close()
+
+
+# ----------------------------------------------------------------------------------------- checkpoints
+
+_CKPT_VERSION = 2
+
+
+def plain(value):
+    """``value`` as JSON-able built-ins (arrays as lists), so configs compare with ``==``."""
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else repr(v)))
+
+
+#: what a run leaves in its run_dir that a new run there would overwrite
+RUN_FILES = ("checkpoint.pkl", "result.json", "rounds.jsonl")
+
+
+class RunDirInUseError(GradcodeError, ValueError):
+    """``run_dir`` already holds a run and neither ``resume`` nor ``overwrite`` was asked."""
+
+
+def save_checkpoint(path: Path, config: dict, state: TrainState, scheme, inflight: dict, *,
+                    extra: dict | None = None) -> None:
+    """Write the checkpoint atomically. ``extra`` (the spec and run config, for
+    :func:`~gradcode.runtime.resume`) is added to the document; the rest is the format of every
+    earlier version."""
+    doc = {"version": _CKPT_VERSION, "config": config, "state": state.to_dict(), "scheme": scheme,
+           "inflight": inflight, **(extra or {})}
+    atomic_write(path, pickle.dumps(doc))
+
+
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint document at ``path`` (its ``state`` still a dict), or a clear error: no
+    checkpoint (``FileNotFoundError``), a damaged one (:class:`CheckpointError`), another version."""
+    if not path.is_file():
+        raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
+    try:
+        with open(path, "rb") as fh:
+            saved = pickle.load(fh)
+    except Exception as exc:  # truncated, overwritten, or pickled by code that no longer exists
+        raise CheckpointError(
+            f"resume: the checkpoint {path} is damaged and cannot be read ({type(exc).__name__}: {exc});"
+            " checkpoints are written atomically, so it was truncated or overwritten after it was"
+            " written. Restore it from a copy, or start the run again without --resume"
+        ) from None
+    if not isinstance(saved, dict) or not {"config", "state", "scheme", "inflight"} <= set(saved):
+        raise CheckpointError(
+            f"resume: {path} is not a gradcode checkpoint (it holds a {type(saved).__name__}"
+            f"{'' if not isinstance(saved, dict) else ' without config, state, scheme and inflight'});"
+            " start the run again without --resume"
+        )
+    if saved.get("version") != _CKPT_VERSION:
+        raise ValueError(f"resume: {path} has checkpoint version {saved.get('version')}, expected {_CKPT_VERSION}")
+    return saved
+
+
+def check_checkpoint_config(saved: dict, config: dict, *, ignore: Iterable[str] = ()) -> None:
+    """Refuse to resume with a ``config`` that is not the checkpoint's (but the ``ignore`` entries):
+    a resumed run continues the same training, never another code or problem."""
+    old = saved["config"]
+    differ = sorted(k for k in set(old) | set(config) if k not in ignore and old.get(k) != config.get(k))
+    if differ:
+        detail = "; ".join(f"{k}: checkpoint {old.get(k)!r} vs now {config.get(k)!r}" for k in differ)
+        raise ValueError(f"resume: the configuration differs from the checkpoint's ({detail})")

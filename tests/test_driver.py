@@ -1,0 +1,417 @@
+"""The round driver without Ray: the same ``train()`` on the in-process engine (virtual clock), so
+every rule of the driver is checked in milliseconds and deterministically: exact GD iterates,
+closing rules (against the simulator, to the instant), stragglers and aborts, injected and
+mid-stream deaths, round timeouts, checkpoints and ``resume``, multi-model scheduling, verify
+mode, the config objects, and n = 64 workers. The Ray tests (test_runtime*.py) check what is
+Ray's; this module is not marked ``ray``.
+
+Times here are virtual seconds of :class:`InProcessEngine`, exact by construction, so they may be
+compared exactly; they say nothing about speed.
+"""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.codes import make_code
+from gradcode.errors import GradcodeError
+from gradcode.problems import DataSpec, make_dataset, make_problem
+from gradcode.runtime import (
+    CheckpointError,
+    ClusterConfig,
+    Engine,
+    FaultConfig,
+    InProcessEngine,
+    RoundTimeoutError,
+    RunConfig,
+    TrainSpec,
+    WireTask,
+    build_scheme,
+    resume,
+    train,
+)
+from gradcode.stragglers import make_delay_model
+from runtime_util import REGISTRY_PARAMS, SkipsWorkers, SplitJobs, TwoMessages, gd_reference, rel
+
+DATA = {"n_samples": 400, "n_features": 6}
+SEED = 3
+
+
+def reference(steps, *, lr=0.5):
+    return gd_reference(DATA, SEED, steps, lr=lr)
+
+
+def run(tmp_path, name="run", engine=None, **kw):
+    kw.setdefault("workers", 4)
+    kw.setdefault("rounds", 6)
+    kw.setdefault("optimizer_params", {"lr": 0.5})
+    return train(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name, eval_every=0,
+                 engine=engine or InProcessEngine(), **kw)
+
+
+def delays(rounds, n, slow, seconds):
+    d = np.zeros((rounds, n))
+    d[:, list(slow)] = seconds
+    return ("trace", {"delays": d})
+
+
+# ---------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY_PARAMS))
+def test_every_exact_code_reaches_the_gd_iterates_without_ray(tmp_path, name):
+    code = make_code(name, **REGISTRY_PARAMS[name])
+    if not code.exact:
+        pytest.skip(f"{name} is not exact")
+    res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=4, stragglers=1, delay=0.05)
+    assert rel(res.final_params, reference(4)) < 1e-9
+    if code.tolerance:  # the delayed worker of each round was left out
+        assert (res.arrivals[res.injected > 0] < 0).all()
+
+
+def test_the_in_process_run_is_reproducible_bit_for_bit(tmp_path):
+    a = run(tmp_path, "a", code="crc", stragglers=1, delay=0.2)
+    b = run(tmp_path, "b", code="crc", stragglers=1, delay=0.2)
+    assert a.to_json()["final_params_checksum"] == b.to_json()["final_params_checksum"]
+    np.testing.assert_array_equal(a.arrivals, b.arrivals)
+    np.testing.assert_array_equal(a.round_times, b.round_times)
+
+
+# ---------------------------------------------------------------------------- closing rules
+
+
+@pytest.mark.parametrize("code", ["crc", "uncoded", "agc"])
+def test_round_times_and_stragglers_are_the_simulators(tmp_path, code):
+    """With the model's whole time injected and free compute, each round closes exactly when the
+    simulator says it does, with the simulator's stragglers: the same protocol, the same draw, the
+    same timing rule (message arrivals included, for AGC's two messages)."""
+    params = {"uncoded": dict(n=4), "crc": dict(n=4, s=1), "agc": dict(n=4, d=3, L=2)}[code]
+    model = make_delay_model("shifted-exp", **({"comm": 0.5} if code == "agc" else {}))
+    res = run(tmp_path, code=code, code_params=params, rounds=8, delay_model=model, inject="full",
+              round_timeout=1e6)
+    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, code_params=params), model, 8, seed=SEED)
+    np.testing.assert_allclose(res.round_times, sim.round_times, rtol=1e-12)
+    np.testing.assert_array_equal(res.stragglers, sim.stragglers)
+    assert rel(res.final_params, reference(8)) < 1e-9
+
+
+def test_a_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(tmp_path):
+    """Worker 0 sleeps 30 s in round 0, worker 1 in round 1: round 0 closes at once without worker
+    0 and aborts it, so worker 0 delivers in round 1 (which needs it) at once as well."""
+    d = np.zeros((2, 4))
+    d[0, 0] = d[1, 1] = 30.0
+    res = run(tmp_path, code="crc", stragglers=1, rounds=2, delay_model=("trace", {"delays": d}), round_timeout=10.0)
+    np.testing.assert_array_equal(res.arrivals, [[-1, 0, 0, 0], [0, -1, 0, 0]])
+    np.testing.assert_array_equal(res.round_times, [0.0, 0.0])
+    assert rel(res.final_params, reference(2)) < 1e-9
+
+
+def test_uncoded_waits_for_its_slowest_worker(tmp_path):
+    res = run(tmp_path, code="uncoded", stragglers=1, delay=0.3, rounds=3)
+    np.testing.assert_allclose(res.round_times, 0.3)
+    assert (res.arrivals >= 0).all()
+
+
+def test_a_busy_worker_is_skipped_and_served_late(tmp_path):
+    """SkipsWorkers leaves worker 3 out of round 1's plan: it gets no task and delivers nothing
+    (an uncoded round without it: not a GD step, so only the records are checked)."""
+    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,)}), rounds=3)
+    assert res.messages[1].tolist() == [1, 1, 1, 0] and res.arrivals[1, 3] == -1
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+def test_injected_deaths_are_tolerated_or_waited_for_and_recorded_once(tmp_path):
+    """crc s = 1: workers 1 and 2 die in round 1 (the round waits for one of them to be restarted,
+    1 s, and re-sent: back-off 0.2, 0.6, 1.4 s), worker 3 in round 5 (tolerated)."""
+    res = run(tmp_path, code="crc", stragglers=1, rounds=7, fail=["1@1", "2@1", "3@5"],
+              engine=InProcessEngine(restart_time=1.0))
+    assert rel(res.final_params, reference(7)) < 1e-9
+    got = [(f["round"], f["worker"], f["kind"], f["recovery"], f["resends"], f["back_in_round"])
+           for f in res.failures]
+    # worker 3 is still down (restarting) in round 6, which decodes without it; a message of an
+    # earlier round delivered after its death does not count as its coming back
+    assert got == [(1, 1, "died", "resent", 3, 1), (1, 2, "died", "tolerated", 3, 1),
+                   (5, 3, "died", "tolerated", 0, None)]
+    assert res.round_times[1] == pytest.approx(1.4)
+    assert res.arrivals[5, 3] == -1 and res.messages[5:, 3].tolist() == [0, 0]
+
+
+def test_deaths_without_restarts_time_out_naming_the_workers(tmp_path):
+    with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*held up by workers \[1, 2\]: worker 1:"
+                                              r" its process died in round 1 .*Ray does not restart it") as info:
+        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
+    res = info.value.result
+    assert res.round_times.size == 1 and rel(res.final_params, reference(1)) < 1e-9
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["error_type"] == "RoundTimeoutError"
+
+
+def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(tmp_path):
+    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
+    rec = {(f["worker"], f["planned_round"]): f for f in res.failures if f["injected"]}
+    assert (rec[3, 1]["round"], rec[3, 1]["fired"]) == (2, True)
+    assert rec[1, 2]["fired"] is False
+    assert res.arrivals[2, 3] >= 0
+
+
+class CrashesMidStream(InProcessEngine):
+    """Worker ``w``'s process dies right after its first message of round ``t`` (once)."""
+
+    def __init__(self, w, t, **kw):
+        super().__init__(**kw)
+        self.target, self.done = (w, t), False
+
+    def poll(self, timeout):
+        events = super().poll(timeout)
+        for ev in events:
+            if not self.done and ev.kind == "message" and (ev.worker, ev.round) == self.target:
+                self.done = True
+                self.crash(ev.worker)
+        return events
+
+
+def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(tmp_path):
+    scheme = TwoMessages(4)
+    # compute takes 10 ms a message, so the crash comes between worker 0's two messages
+    res = run(tmp_path, code=scheme, rounds=3, engine=CrashesMidStream(0, 1, compute_time=0.01), round_timeout=60)
+    assert [(f["round"], f["worker"], f["injected"], f["recovery"]) for f in res.failures] == [(1, 0, False, "resent")]
+    assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
+    assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
+    assert rel(res.final_params, reference(3)) < 1e-9
+
+
+class _Poison:
+    def __init__(self, inner, bad, value):
+        self.inner, self.bad, self.value = inner, {int(r) for r in bad}, value
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, x, rows):
+        if len(rows) and int(rows[0]) in self.bad:
+            return np.full(self.inner.dim, self.value)
+        return self.inner.gradient(x, rows)
+
+
+class PoisonedWorker:
+    """The worker storing exactly ``parts`` computes ``value`` for all its partitions."""
+
+    def __init__(self, parts, value):
+        self.parts, self.value = tuple(parts), float(value)
+
+    def build(self):
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return make_problem("logistic", ds), ds
+
+    def build_partitions(self, partitions):
+        problem, _ = self.build()
+        local = {int(j): np.asarray(r) for j, r in partitions.items()}
+        if set(local) == set(self.parts):
+            problem = _Poison(problem, np.concatenate(list(local.values())), self.value)
+        return problem, local
+
+
+def test_a_nan_result_is_a_straggler_and_verify_excludes_a_wrong_one(tmp_path):
+    code = make_code("crc", n=6, s=2, seed=SEED)
+    kw = dict(workers=6, stragglers=2, rounds=3, delay_model=delays(3, 6, (4, 5), 0.5), round_timeout=30)
+    res = train("crc", data=PoisonedWorker(code.placement[1], np.nan), optimizer_params={"lr": 0.5}, seed=SEED,
+                run_dir=tmp_path / "nan", eval_every=0, engine=InProcessEngine(), **kw)
+    assert rel(res.final_params, reference(3)) < 1e-9
+    assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(t, 1, "non-finite") for t in range(3)]
+    wrong = PoisonedWorker(code.placement[1], 1000.0)
+    plain = train("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "plain",
+                  eval_every=0, engine=InProcessEngine(), **kw)
+    assert rel(plain.final_params, reference(3)) > 1e-3
+    checked = train("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "checked",
+                    eval_every=0, verify=True, engine=InProcessEngine(), **kw)
+    assert rel(checked.final_params, reference(3)) < 1e-9
+    assert [(f["round"], f["worker"], f["kind"]) for f in checked.failures] == [(t, 1, "dropped") for t in range(3)]
+
+
+def test_a_worker_exception_stops_the_run(tmp_path):
+    class WrongPartition(SplitJobs):
+        delay = 0
+
+        def _plan(self, t):
+            self.got[t] = {}
+            return {w: (self.Task(t, ((2 * w + 2) % (2 * self.n),), np.ones((1, 1, 1))),) for w in range(self.n)}
+
+    with pytest.raises(GradcodeError, match="raised in round 0.*stores only"):
+        run(tmp_path, code=WrongPartition(4), rounds=2)
+
+
+# ---------------------------------------------------------------------------- checkpoints and resume
+
+
+class Interrupt(Exception):
+    pass
+
+
+def stop_at(k):
+    def callback(record):
+        if record["round"] == k:
+            raise Interrupt
+
+    return callback
+
+
+@pytest.mark.parametrize("how", ["resume(run_dir)", "train(resume=True)"])
+def test_an_interrupted_run_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path, how):
+    kw = dict(code="crc", stragglers=1, delay=0.1, checkpoint_every=2, fail=["2@4"])
+    whole = run(tmp_path, "whole", **kw)
+    with pytest.raises(Interrupt):
+        run(tmp_path, "cut", callback=stop_at(3), **kw)
+    if how == "resume(run_dir)":
+        res = resume(tmp_path / "cut", engine=InProcessEngine())
+    else:
+        res = run(tmp_path, "cut", resume=True, **kw)
+    assert res.resumed_from == 4
+    for key in ("final_params_checksum", "arrivals", "messages", "injected", "losses", "failures"):
+        assert res.to_json()[key] == whole.to_json()[key], key
+    lines = [json.loads(x) for x in (tmp_path / "cut" / "rounds.jsonl").read_text().splitlines()]
+    assert [x["round"] for x in lines] == list(range(6))
+    longer = resume(tmp_path / "cut", rounds=8, engine=InProcessEngine())
+    assert longer.resumed_from == 6 and longer.losses.shape == (8, 1)
+    assert rel(longer.final_params, reference(8)) < 1e-9
+
+
+def test_a_scheme_whose_jobs_span_rounds_resumes_exactly(tmp_path):
+    kw = dict(models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
+    with pytest.raises(Interrupt):
+        run(tmp_path, code=SplitJobs(4), callback=stop_at(3), **kw)
+    res = resume(tmp_path / "run", engine=InProcessEngine())
+    assert res.resumed_from == 4
+    assert rel(res.params[0], reference(2, lr=0.5)) < 1e-9
+    assert rel(res.params[1], reference(2, lr=1.0)) < 1e-9
+
+
+def test_the_checkpoint_document_keeps_its_format(tmp_path):
+    """Checkpoints stay readable by earlier versions: version 2, the state a string-keyed dict;
+    the spec, run config and faults are extra keys (what resume(run_dir) reads)."""
+    run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
+    doc = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
+    assert doc["version"] == 2 and {"config", "state", "scheme", "inflight"} <= set(doc)
+    assert set(doc["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
+                                 "messages", "injected", "losses", "metrics", "failures"}
+    assert isinstance(doc["spec"], TrainSpec) and doc["run"].rounds == 2
+    # a checkpoint of an earlier version (no spec) resumes through train(), and resume() says so
+    for key in ("spec", "run", "faults"):
+        doc.pop(key)
+    (tmp_path / "run" / "checkpoint.pkl").write_bytes(pickle.dumps(doc))
+    with pytest.raises(CheckpointError, match="does not hold the run's spec"):
+        resume(tmp_path / "run", engine=InProcessEngine())
+    assert run(tmp_path, code="crc", stragglers=1, rounds=3, checkpoint_every=2, resume=True).resumed_from == 2
+
+
+def test_resume_refuses_another_configuration(tmp_path):
+    kw = dict(code="partial", rounds=2, checkpoint_every=2)
+    run(tmp_path, code_params={"s": 1, "alpha": 2.0}, **kw)
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(code_params: .*scheme: "):
+        run(tmp_path, code_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
+
+
+# ---------------------------------------------------------------------------- several models
+
+
+def test_multi_model_rounds_serve_model_j_mod_m(tmp_path):
+    res = run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    assert rel(res.params[0], reference(3, lr=0.5)) < 1e-9
+    assert rel(res.params[1], reference(3, lr=1.0)) < 1e-9
+
+
+@pytest.mark.parametrize("name,params,steps", [
+    ("m-sgc", dict(B=1, W=2, lam=1), (3, 2)),
+    ("sr-sgc", dict(B=1, W=2, lam=1), (3, 3)),
+])
+def test_sequential_codes_train_several_models_exactly(tmp_path, name, params, steps):
+    """SGC App. I (``--models M``): job j trains model j mod M with one straggler a round."""
+    res = run(tmp_path, code=name, code_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
+    for m, k in enumerate(steps):
+        assert rel(res.params[m], reference(k)) < 1e-9
+
+
+def test_jobs_spanning_rounds_need_more_models_than_the_delay(tmp_path):
+    res = run(tmp_path, code=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    assert rel(res.params[0], reference(2, lr=0.5)) < 1e-9 and (res.messages[1:] == 2).all()
+    with pytest.raises(GradcodeError, match="more models than the scheme's delay"):
+        run(tmp_path, "one", code=SplitJobs(4), models=1, rounds=3)
+
+
+# ---------------------------------------------------------------------------- config objects
+
+
+def test_config_objects_and_keywords_are_the_same_run(tmp_path):
+    spec = TrainSpec("crc", workers=4, stragglers=1, delay=0.1, data="tandon-synthetic", data_params=DATA,
+                     optimizer_params={"lr": 0.5}, seed=SEED)
+    a = train(spec, run=RunConfig(rounds=4, run_dir=tmp_path / "a", eval_every=0), faults=FaultConfig(fail=["1@2"]),
+              engine=InProcessEngine())
+    b = run(tmp_path, "b", code="crc", stragglers=1, delay=0.1, rounds=4, fail=["1@2"])
+    assert a.config == b.config
+    assert a.to_json()["final_params_checksum"] == b.to_json()["final_params_checksum"]
+    with pytest.raises(TypeError, match="give rounds either in the RunConfig or as keywords"):
+        train(spec, rounds=3, run=RunConfig(rounds=4), engine=InProcessEngine())
+    with pytest.raises(TypeError, match="give workers either in the TrainSpec"):
+        train(spec, workers=8, engine=InProcessEngine())
+
+
+def test_config_objects_validate_when_built():
+    with pytest.raises(ValueError, match="W@R"):
+        FaultConfig(fail=["1-2"])
+    with pytest.raises(ValueError, match="round_timeout must be > 0"):
+        FaultConfig(round_timeout=0)
+    with pytest.raises(ValueError, match="resume=True needs run_dir"):
+        RunConfig(resume=True)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        RunConfig(rounds=0)
+    with pytest.raises(ValueError, match="inject must be one of"):
+        TrainSpec(inject="some")
+    with pytest.raises(ValueError, match="start_timeout must be > 0"):
+        ClusterConfig(start_timeout=0)
+    params = {"lr": 0.1}
+    spec = TrainSpec(optimizer_params=params)
+    params["lr"] = 1.0  # the spec kept its own copy
+    assert spec.optimizer_params == {"lr": 0.1} and pickle.loads(pickle.dumps(spec)) == spec
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+def test_the_in_process_engine_keeps_the_engine_contract():
+    from gradcode.runtime import ProblemSpec
+
+    assert isinstance(InProcessEngine(), Engine)
+    spec = ProblemSpec(DataSpec("tandon-synthetic", DATA, seed=SEED), "logistic")
+    eng = InProcessEngine(restart_time=2.0, death_report=0.5)
+    eng.spawn([(spec, {0: np.arange(10)}, 1), (spec, {1: np.arange(10, 20)}, 1)], max_restarts=1)
+    x = eng.put(np.zeros(7))
+    task = [WireTask(0, (0,), np.ones((1, 1, 1)), 0)]
+    eng.submit(0, 0, task, [x], sleeps=[5.0])
+    assert eng.busy(0) and eng.running_round(0) == 0 and eng.poll(1.0) == [] and eng.clock() == 1.0
+    eng.abort(0, 0)  # the sleep ends now: the task ends without a message
+    assert [(e.worker, e.kind) for e in eng.poll(None)] == [(0, "done")] and not eng.busy(0)
+    eng.submit(1, 1, [WireTask(1, (1,), np.ones((1, 1, 1)), 0)], [x], fail=True)
+    (ev,) = eng.poll(None)
+    assert (ev.kind, ev.lost, eng.clock()) == ("failed", True, 1.5)
+    eng.submit(1, 2, [WireTask(2, (1,), np.ones((1, 1, 1)), 0)], [x])  # still restarting: fails at once
+    assert [(e.kind, e.lost) for e in eng.poll(None)] == [("failed", True)]
+    eng.poll(2.0)  # back at 3.0 (2 s after its death): rebuilt from the spec
+    eng.submit(1, 3, [WireTask(3, (1,), np.ones((1, 1, 1)), 0)], [x])
+    assert [e.kind for e in eng.poll(None)] == ["message", "done"] and eng.builds(1) == 2
+    eng.submit(0, 4, task, [x], sleeps=[1.0])
+    with pytest.raises(RuntimeError, match="busy"):
+        eng.submit(0, 5, task, [x])
+
+
+# ---------------------------------------------------------------------------- scale
+
+
+def test_sixty_four_workers(tmp_path):
+    data = {"n_samples": 2000, "n_features": 6}
+    res = train("crc", workers=64, stragglers=4, delay=0.1, rounds=3, data_params=data, seed=SEED,
+                optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0, engine=InProcessEngine())
+    assert res.arrivals.shape == (3, 64) and (res.arrivals < 0).sum(axis=1).tolist() == [4, 4, 4]
+    assert rel(res.final_params, gd_reference(data, SEED, 3)) < 1e-9
