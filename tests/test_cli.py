@@ -73,3 +73,22 @@ def test_a_missing_optional_extra_is_one_line_with_the_install_hint(tmp_path):
                                    "--run-dir", str(tmp_path / "r")])
     said = " ".join(res.output.split())
     assert res.exit_code == 2 and "pip install torch==2.13.0" in said and "Traceback" not in said
+
+
+def _said(res) -> str:
+    """The output as one line: rich's wrapping and help-panel borders taken out."""
+    return " ".join(res.output.replace("│", " ").split())
+
+
+def test_agc_table6_says_which_rows_differ_and_why():
+    """The explanation of the rows that differ from the paper used to live only in the source."""
+    import json
+
+    doc = json.loads(CliRunner().invoke(app, ["reproduce", "agc-table6", "--json"]).stdout)
+    assert [d["row"] for d in doc["differences"]] == ["G-CGC(1)", "AGC", "G-AGC"]
+    assert all(d["why"] != "not explained" for d in doc["differences"])
+    assert sum(r["agrees"] for r in doc["rows"]) == 12 and len(doc["rows"]) == 18
+    assert "bounds the AET below by 10.58" in doc["differences"][2]["why"]
+    text = _said(CliRunner().invoke(app, ["reproduce", "agc-table6"]))
+    assert "12 of 18 values agree with the paper" in text
+    assert "G-AGC (p = 0.05: 11.03 vs 9.95, p = 0.1: 12.78 vs 11.10): no reading can reach the print" in text

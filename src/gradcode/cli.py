@@ -117,6 +117,9 @@ def reproduce_command(
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     emit(doc, as_json=as_json, title=doc.get("title", name) if isinstance(doc, dict) else name)
+    if not as_json and isinstance(doc, dict):  # what the reproduction says of its rows (e.g. why some differ)
+        for note in doc.get("notes") or ():
+            out.print(escape(note), highlight=False)
 
 
 def _register_all() -> None:
