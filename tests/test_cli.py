@@ -80,6 +80,67 @@ def _said(res) -> str:
     return " ".join(res.output.replace("│", " ").split())
 
 
+def test_plot_writes_the_file_it_reports(tmp_path):
+    """compare --plot adir used to write adir.png while its JSON said adir. Now a path ending in
+    .png is the file, any other path a folder (made if missing), in simulate and compare alike; the
+    JSON names the file written."""
+    import json
+
+    base = ["-n", "6", "-s", "1", "--rounds", "20", "--json"]
+    for cmd, figure in (("compare", "compare.png"), ("simulate", "simulate_jobs.png")):
+        folder = CliRunner().invoke(app, [cmd, *base, "--plot", str(tmp_path / cmd / "adir")])
+        assert folder.exit_code == 0, folder.output
+        written = json.loads(folder.stdout)["plot"]
+        assert written == str(tmp_path / cmd / "adir" / figure)
+        assert open(written, "rb").read(4) == b"\x89PNG"
+        png = CliRunner().invoke(app, [cmd, *base, "--plot", str(tmp_path / cmd / "sub" / "x.png")])
+        assert json.loads(png.stdout)["plot"] == str(tmp_path / cmd / "sub" / "x.png")
+        assert sorted(p.name for p in (tmp_path / cmd / "sub").iterdir()) == ["x.png"]
+        other = CliRunner().invoke(app, [cmd, *base, "--plot", str(tmp_path / "x.pdf")])
+        assert other.exit_code == 2 and "give a path ending in .png or a folder" in _said(other)
+    (tmp_path / "afile.txt").write_text("x")
+    res = CliRunner().invoke(app, ["compare", *base, "--plot", str(tmp_path / "afile.txt")])
+    assert res.exit_code == 2 and "is a file" in _said(res)
+
+
+def test_a_scheme_n_or_s_contradicting_the_options_is_refused():
+    """compare -n 6 --scheme crc:n=8 used to run with n = 8: the scheme's own n (or s) that
+    disagrees with -n (or -s) is refused instead of silently winning."""
+    cases = [
+        ["compare", "-n", "6", "--scheme", "crc:n=8"],
+        ["simulate", "-n", "6", "--scheme", "crc:n=8"],
+        ["simulate", "-n", "6", "-s", "1", "--scheme", "crc:s=2"],
+        ["compare", "-n", "6", "-p", "n=8", "--scheme", "crc"],
+    ]
+    for args in cases:
+        res = CliRunner().invoke(app, [*args, "--rounds", "5"])
+        assert res.exit_code == 2 and "disagree: give one of them" in _said(res), (args, res.output)
+    same = CliRunner().invoke(app, ["compare", "-n", "8", "-s", "1", "--scheme", "crc:n=8", "--rounds", "5"])
+    assert same.exit_code == 0, same.output
+
+
+def test_long_simulations_show_a_progress_bar_on_a_terminal_only(monkeypatch):
+    """compare and simulate draw one bar over all their runs on stderr when it is a terminal (here
+    forced, and shown at once instead of after a second); stdout keeps exactly the JSON document."""
+    import json
+
+    from rich.console import Console
+
+    import gradcode.cli
+    from gradcode.experiments import cli_output
+
+    args = ["-n", "6", "-s", "1", "--rounds", "300", "--repeats", "2", "--json"]
+    monkeypatch.setattr(cli_output, "PROGRESS_AFTER", 0.0)
+    plain = CliRunner().invoke(app, ["compare", *args])  # stderr is not a terminal: no bar
+    assert plain.exit_code == 0 and "rounds" not in plain.stderr
+    monkeypatch.setattr(gradcode.cli, "err", Console(stderr=True, force_terminal=True, width=120))
+    for cmd, total in (("compare", 4 * 2 * 300), ("simulate", 2 * 300)):
+        res = CliRunner().invoke(app, [cmd, *args])
+        assert res.exit_code == 0, res.output
+        assert f"{total}/{total}" in res.stderr and "simulating" in res.stderr
+        assert json.loads(res.stdout) == json.loads(CliRunner().invoke(app, [cmd, *args]).stdout)
+
+
 def test_agc_table6_says_which_rows_differ_and_why():
     """The explanation of the rows that differ from the paper used to live only in the source."""
     import json

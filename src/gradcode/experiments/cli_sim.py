@@ -44,6 +44,7 @@ exact, as numpy computes them on every round time).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -169,6 +170,10 @@ def build_code(name: str, params: dict, workers: int | None, stragglers: int | N
         if hidden:  # e.g. dim or assignment: set by the drivers or the Python API
             raise ValueError(f"scheme {name!r} does not take {', '.join(map(repr, hidden))} from the"
                              f" command line; its parameters are {', '.join(accepted)}")
+    # a scheme's own n= or s= (inline or --param) that contradicts -n or -s would silently win
+    for key, given, flag in (("n", workers, "--workers/-n"), ("s", stragglers, "--stragglers/-s")):
+        if given is not None and key in accepted and key in params and params[key] != given:
+            raise ValueError(f"{name}'s {key}={params[key]} and {flag} {given} disagree: give one of them")
     if workers is not None and "n" in accepted:
         params.setdefault("n", workers)
     if jobs is not None and "jobs" in accepted:
@@ -391,12 +396,19 @@ def run_repeats(built, model, rounds, repeats, seed, close, method, progress=Non
     """``built``: a :class:`Built` (a fresh scheme per repeat) or a code. ``records``: keep the
     per-round tables (True: for --records files and --plot); by default only while small, so long
     runs keep summaries in bounded memory (see gradcode.simulate). A scheme family (no static
-    code) runs on the simulator's event path, which ``method="auto"`` picks by itself."""
+    code) runs on the simulator's event path, which ``method="auto"`` picks by itself.
+    ``progress``: as :func:`gradcode.simulate` takes it, or a
+    :class:`~gradcode.experiments.cli_output.RunProgress` that every repeat advances."""
     from gradcode.sim import simulate
+
+    def bar():
+        if hasattr(progress, "run"):
+            return progress.run(built.label if isinstance(built, Built) else label(built), rounds)
+        return progress
 
     return [
         simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=seed + i,
-                 close=close, method=method, progress=progress, records=records, waitout=waitout)
+                 close=close, method=method, progress=bar(), records=records, waitout=waitout)
         for i in range(repeats)
     ]
 
@@ -507,10 +519,12 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray], compl
 
 def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
                  seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
-                 jobs=None) -> tuple[dict, list]:
+                 jobs=None, progress=False) -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
     ``records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
-    (and then must match it); ``jobs``: run ``J + T`` rounds (``rounds`` otherwise)."""
+    (and then must match it); ``jobs``: run ``J + T`` rounds (``rounds`` otherwise). ``progress``:
+    one bar over the repeats on a terminal's stderr (:class:`~gradcode.experiments.cli_output.RunProgress`)."""
+    from gradcode.experiments.cli_output import RunProgress
     from gradcode.sim import pooled_stats
 
     name, inline = parse_scheme(scheme)
@@ -519,8 +533,10 @@ def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace
                       jobs)
     check_trace_width(code, dmodel)
     rounds = run_rounds(rounds, jobs, code, dmodel)
-    results = run_repeats(code, dmodel, rounds, repeats, seed, parse_close(close), method, records=records,
-                          waitout=waitout)
+    close = parse_close(close)
+    with RunProgress(rounds * repeats) if progress else contextlib.nullcontext() as bar:
+        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records,
+                              waitout=waitout, progress=bar)
     rows = []
     for i, res in enumerate(results):
         s = res.summary()
@@ -548,11 +564,13 @@ def _jobs_done(results) -> int | float:
 
 def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
                 seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
-                jobs=None) -> tuple[dict, list[str], list[np.ndarray | None], list]:
+                jobs=None, progress=False) -> tuple[dict, list[str], list[np.ndarray | None], list]:
     """The document ``gradcode compare`` prints, the scheme labels, their pooled round times and
     the clock times their runs finished their jobs (:func:`job_completions`; ``None`` for a scheme
     whose runs kept no per-round records: pass ``records=True`` to plot). ``jobs``: every scheme
-    runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run ``rounds``."""
+    runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run ``rounds``.
+    ``progress``: one bar over every scheme's runs on a terminal's stderr."""
+    from gradcode.experiments.cli_output import RunProgress
     from gradcode.sim import pooled_stats
 
     dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
@@ -592,21 +610,22 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
               " (J + T rounds each)")
     close = parse_close(close)
     names, pooled, curves, rows = [], [], [], []
-    for code, n_rounds in zip(codes, plan):
-        results = run_repeats(code, dmodel, n_rounds, repeats, seed, close, method, records=records,
-                              waitout=waitout)
-        label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
-        names.append(label)
-        kept = all(r.has_records for r in results)
-        pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
-        curves.append(job_completions(results) if kept else None)
-        rows.append({
-            "scheme": label, "exact": code.exact,
-            "load": code.load, "rounds": n_rounds, "jobs": _jobs_done(results), **pooled_stats(results),
-            "total_time": float(np.mean([r.total_time for r in results])),
-            "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
-            "waitouts": int(sum(r.waitouts for r in results)),
-        })
+    with RunProgress(sum(plan) * repeats) if progress else contextlib.nullcontext() as bar:
+        for code, n_rounds in zip(codes, plan):
+            results = run_repeats(code, dmodel, n_rounds, repeats, seed, close, method, records=records,
+                                  waitout=waitout, progress=bar)
+            label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
+            names.append(label)
+            kept = all(r.has_records for r in results)
+            pooled.append(np.concatenate([r.round_times for r in results]) if kept else None)
+            curves.append(job_completions(results) if kept else None)
+            rows.append({
+                "scheme": label, "exact": code.exact,
+                "load": code.load, "rounds": n_rounds, "jobs": _jobs_done(results), **pooled_stats(results),
+                "total_time": float(np.mean([r.total_time for r in results])),
+                "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
+                "waitouts": int(sum(r.waitouts for r in results)),
+            })
     # the uncoded run's total over each scheme's: the mean-round-time ratio when all run as many
     # rounds; the ratio of the times of the same J jobs with --jobs
     base = next(r for r, c in zip(rows, codes) if c.name == "uncoded")["total_time"]
@@ -632,6 +651,8 @@ def _default_specs(workers, stragglers):
 
 
 def register(app: typer.Typer) -> None:
+    from gradcode.experiments.cli_output import PLOT_HELP, make_parents, plot_files
+
     scheme_opt = typer.Option("crc", "--scheme", help="Code or scheme family to run, NAME or NAME:key=value,..."
                               " (see `gradcode codes`).")
     workers_opt = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
@@ -646,7 +667,7 @@ def register(app: typer.Typer) -> None:
     load_slope_opt = typer.Option(None, "--load-slope", help="Seconds per unit load: a trace is adjusted to a"
                                   " scheme's load L by adding (L - trace load) * slope (SGC App. J); fitted from"
                                   " the traces when several are given. Without it one trace replays as recorded.")
-    rounds_opt = typer.Option(None, "--rounds", "-r", help="Rounds per run [default: 1000, or the trace's length].")
+    rounds_opt = typer.Option(None, "--rounds", "-r", help="Rounds per run (default: 1000, or the trace's length).")
     jobs_opt = typer.Option(None, "--jobs", "-J", min=1, help="Run J jobs instead of --rounds: J + T rounds for a"
                             " scheme of delay T, so that every scheme's total time is that of the same J jobs.")
     repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
@@ -677,8 +698,8 @@ def register(app: typer.Typer) -> None:
         waitout: str = waitout_opt,
         method: str = method_opt,
         records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
-        plot: Path = typer.Option(None, "--plot", help="Write a PNG of the jobs completed against time"
-                                  " (SGC Fig. 2a; mean over the repeats)."),
+        plot: Path = typer.Option(None, "--plot", help="Draw the jobs completed against time (SGC Fig. 2a;"
+                                  " mean over the repeats): simulate_jobs.png. " + PLOT_HELP),
         as_json: bool = json_opt,
     ):
         """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
@@ -688,16 +709,18 @@ def register(app: typer.Typer) -> None:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
             keep = records is not None or plot is not None
+            pngs = plot_files(plot, ["simulate_jobs"]) if plot is not None else None  # refused before the run
             doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
                                         model_param, trace, rounds, repeats, seed, close, method,
                                         records=True if keep else None, waitout=waitout, trace_loads=trace_load,
-                                        load_slope=load_slope, jobs=jobs)
+                                        load_slope=load_slope, jobs=jobs, progress=True)
             if records is not None:
                 rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
                 _write_records(records, rows)
             if plot is not None:
-                plot_jobs(plot, [doc["summary"]["scheme"]], [job_completions(results)])
-                doc["plot"] = str(plot)
+                make_parents(pngs)
+                plot_jobs(pngs[0], [doc["summary"]["scheme"]], [job_completions(results)])
+                doc["plot"] = str(pngs[0])
         except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         s = doc["summary"]
@@ -725,8 +748,8 @@ def register(app: typer.Typer) -> None:
         close: str = close_opt,
         waitout: str = waitout_opt,
         method: str = method_opt,
-        plot: Path = typer.Option(None, "--plot", help="Write a PNG: mean round time per scheme, the CDF and the"
-                                  " jobs completed against time (SGC Fig. 2a)."),
+        plot: Path = typer.Option(None, "--plot", help="Draw the mean round time per scheme, the CDF and the"
+                                  " jobs completed against time (SGC Fig. 2a): compare.png. " + PLOT_HELP),
         as_json: bool = json_opt,
     ):
         """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
@@ -735,14 +758,17 @@ def register(app: typer.Typer) -> None:
         try:
             if repeats < 1:
                 raise ValueError(f"--repeats must be >= 1, got {repeats}")
+            pngs = plot_files(plot, ["compare"]) if plot is not None else None  # refused before the run
             # the plot's CDF needs every round time: keep the records only then
             doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
                                                      rounds, repeats, seed, close, method,
                                                      records=True if plot is not None else None, waitout=waitout,
-                                                     trace_loads=trace_load, load_slope=load_slope, jobs=jobs)
+                                                     trace_loads=trace_load, load_slope=load_slope, jobs=jobs,
+                                                     progress=True)
             if plot is not None:
-                plot_comparison(plot, names, pooled, curves)
-                doc["plot"] = str(plot)
+                make_parents(pngs)
+                plot_comparison(pngs[0], names, pooled, curves)
+                doc["plot"] = str(pngs[0])
         except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
             _fail(exc)
         length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"

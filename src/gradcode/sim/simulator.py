@@ -123,9 +123,11 @@ def simulate(
     ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
     through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
     path, message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
-    progress bar on stderr (default: on long runs only). ``records``: keep the per-round tables
-    (``round_times``, ``stragglers``, ``arrivals``, ``finish_times``, ... of the result; what
-    traces, arrival tables, per-round CSVs and plots need): ``True`` always, ``False`` never
+    progress bar on stderr (default: on long runs only), or a callable ``progress(done)`` called with
+    the rounds completed as the run advances (a caller's own bar; no bar is shown then).
+    ``records``: keep the per-round tables (``round_times``, ``stragglers``, ``arrivals``,
+    ``finish_times``, ... of the result; what traces, arrival tables, per-round CSVs and plots
+    need): ``True`` always, ``False`` never
     (memory then does not grow with ``rounds``), ``None`` (default) while they take at most
     :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
     """
@@ -199,9 +201,24 @@ def draw_blocks(model, rounds: int, n: int, rng, block: int):
     return model.draw_blocks(rounds, n, rng, block)
 
 
-def _progress(show: bool, total: int, what: str):
+class _Callback:
+    """``progress=fn``: the two calls the paths make on a rich Progress, passed on to ``fn(done)``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def add_task(self, *args, **kwargs):
+        return None
+
+    def update(self, task, *, completed: int) -> None:
+        self.fn(completed)
+
+
+def _progress(show, total: int, what: str):
     from contextlib import nullcontext
 
+    if callable(show):
+        return nullcontext(_Callback(show))
     if not show:
         return nullcontext(None)
     from rich.console import Console

@@ -1,0 +1,107 @@
+"""What the commands share for people's outputs: where ``--plot`` writes, and the progress bar of
+long simulations.
+
+``--plot PATH`` (``simulate``, ``compare``, ``train``) follows one rule, :func:`plot_files`: a path
+ending in ``.png`` is the file the (main) figure is written to, and a command that draws more than
+one figure writes the others beside it as ``STEM-FIGURE.png``; any other path is a folder (made if
+missing) that receives every figure under its fixed name (``FIGURE.png``). A path that exists as a
+file but does not end in ``.png``, or that ends in another image format's extension, is refused
+before anything runs. The paths a command reports (``"plot"`` in its JSON, ``wrote ...`` on
+stderr) are the files written.
+
+:class:`RunProgress` is the bar of ``simulate`` and ``compare``: one bar over every round the
+command runs, on stderr, shown only when stderr is a terminal and only once the command has run for
+:data:`PROGRESS_AFTER` seconds (quick runs print nothing); it is erased when done, so a terminal
+keeps just the table. It never writes to stdout, so ``--json`` stays one document.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+PLOT_HELP = ("PNG output: a PATH ending in .png is the file written (other figures, if any, go beside it as"
+             " STEM-FIGURE.png); any other PATH is a folder, made if missing, that gets FIGURE.png files.")
+
+#: extensions of other image formats: a --plot path with one of them is refused, not made a folder
+_OTHER_IMAGE_SUFFIXES = {".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp", ".gif",
+                         ".pgf", ".raw", ".rgba", ".bmp"}
+
+#: seconds a simulate/compare command runs before its progress bar appears
+PROGRESS_AFTER = 1.0
+
+
+def plot_files(path: str | Path, figures: list[str]) -> list[Path]:
+    """The files ``--plot path`` writes for ``figures`` (names without ``.png``; the first is the
+    main one): ``[path, STEM-f2.png, ...]`` for a ``.png`` path, ``[path/f1.png, path/f2.png, ...]``
+    for a folder. Raises ``ValueError`` for a path that can be neither (checked before a run
+    starts, so that its result is not lost to a bad plot path)."""
+    path = Path(path)
+    if path.suffix.lower() == ".png" and not path.is_dir():
+        if path.parent.exists() and not path.parent.is_dir():
+            raise ValueError(f"--plot {path}: {path.parent} is a file, not a folder")
+        return [path] + [path.with_name(f"{path.stem}-{f}.png") for f in figures[1:]]
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--plot {path} is a file; give a folder for the PNG plots or a path ending in .png")
+    if not path.exists() and path.suffix.lower() in _OTHER_IMAGE_SUFFIXES:
+        raise ValueError(f"--plot {path}: plots are PNG files; give a path ending in .png or a folder")
+    return [path / f"{f}.png" for f in figures]
+
+
+def make_parents(paths: list[Path]) -> None:
+    """Create the folder(s) the plot files go in."""
+    for p in {p.parent for p in paths}:
+        p.mkdir(parents=True, exist_ok=True)
+
+
+class RunProgress:
+    """One progress bar over ``total`` rounds made of several runs (schemes x repeats).
+
+    :meth:`run` gives the callback that :func:`gradcode.simulate` calls with the rounds its run has
+    completed (``progress=``); the bar adds them to the rounds of the runs before it. The bar starts
+    (on ``gradcode.cli.err``, i.e. stderr) once :data:`PROGRESS_AFTER` seconds have passed and only
+    when that console is a terminal; :meth:`close` (or leaving the ``with`` block) erases it.
+    """
+
+    def __init__(self, total: int, what: str = "simulating"):
+        self.total, self.what = int(total), what
+        self._t0 = time.monotonic()
+        self._bar = None
+        self._task = None
+        self._label = ""
+        self._done = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run(self, label: str, rounds: int):
+        """The ``progress`` callback of the next run (``rounds`` rounds, shown as ``label``)."""
+        offset, self._done = self._done, self._done + int(rounds)
+        self._label = label
+        self._update(offset)
+        return lambda done: self._update(offset + int(done))
+
+    def _update(self, completed: int) -> None:
+        if self._bar is None:
+            if time.monotonic() - self._t0 < PROGRESS_AFTER:
+                return
+            from gradcode.cli import err
+
+            if not err.is_terminal:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn(self.what), TextColumn("{task.fields[label]}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("rounds"), TimeRemainingColumn(),
+                                 console=err, transient=True)
+            self._task = self._bar.add_task(self.what, total=self.total, label=self._label)
+            self._bar.start()
+        self._bar.update(self._task, completed=completed, label=self._label)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
