@@ -141,6 +141,17 @@ def test_long_simulations_show_a_progress_bar_on_a_terminal_only(monkeypatch):
         assert json.loads(res.stdout) == json.loads(CliRunner().invoke(app, [cmd, *args]).stdout)
 
 
+def test_rounds_help_says_its_default():
+    """--rounds used to read 'Rounds per run .': rich took '[default: ...]' for markup."""
+    for cmd in ("simulate", "compare"):
+        said = _said(CliRunner().invoke(app, [cmd, "--help"], terminal_width=200))
+        assert "Rounds per run (default: 1000, or the trace's length)." in said
+    assert "Training rounds (of each scheme). [default: 100]" in _said(
+        CliRunner().invoke(app, ["train", "--help"], terminal_width=200))
+    assert "Monte-Carlo rounds (reproductions that take rounds)." in _said(
+        CliRunner().invoke(app, ["reproduce", "--help"], terminal_width=200))
+
+
 def test_agc_table6_says_which_rows_differ_and_why():
     """The explanation of the rows that differ from the paper used to live only in the source."""
     import json
@@ -153,3 +164,32 @@ def test_agc_table6_says_which_rows_differ_and_why():
     text = _said(CliRunner().invoke(app, ["reproduce", "agc-table6"]))
     assert "12 of 18 values agree with the paper" in text
     assert "G-AGC (p = 0.05: 11.03 vs 9.95, p = 0.1: 12.78 vs 11.10): no reading can reach the print" in text
+
+
+def test_train_splits_a_list_of_schemes_and_refuses_a_bad_one_before_running(tmp_path):
+    from gradcode.experiments.cli_train import split_schemes
+
+    assert split_schemes("crc,frc,uncoded,ignore") == ["crc", "frc", "uncoded", "ignore"]
+    assert split_schemes("gc-dc:clusters=2,r=2,crc:s=1, uncoded") == ["gc-dc:clusters=2,r=2", "crc:s=1", "uncoded"]
+    assert split_schemes("gc-sc:clusters=2,assignment=[[0,1],[2,3]],frc") == [
+        "gc-sc:clusters=2,assignment=[[0,1],[2,3]]", "frc"]
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc,nope", "--workers", "3", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "unknown code" in _said(res)
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc,crc:n=6", "--workers", "3",
+                                   "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "same workers" in _said(res)
+    assert not (tmp_path / "r").exists()  # nothing started
+
+
+def test_ray_death_notices_are_left_out_only_around_planned_failures():
+    import io
+
+    from gradcode.experiments.cli_train import RAY_DEATH_NOTICE, _WithoutDeathNotices
+
+    sink = io.StringIO()
+    stream = _WithoutDeathNotices(sink)
+    print(f"(raylet) {RAY_DEATH_NOTICE}. To troubleshoot ... OOM killer", file=stream)
+    print("(raylet) The node has been marked dead", file=stream)
+    print(f"(raylet) {RAY_DEATH_NOTICE} [repeated 2x across cluster]", file=stream)
+    print("", file=stream)
+    assert sink.getvalue() == "(raylet) The node has been marked dead\n\n"

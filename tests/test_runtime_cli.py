@@ -96,3 +96,43 @@ def test_a_delay_model_without_stragglers_injects_nothing(ray_session, tmp_path)
     assert full.exit_code == 0, full.output
     injected = json.loads(full.stdout)["injected"]
     assert all(abs(v - 0.05 / 3) < 1e-12 for row in injected for v in row)  # base x load (1/3 of the data)
+
+
+def test_train_several_schemes_side_by_side(ray_session, tmp_path):
+    """--scheme crc,uncoded,ignore: one run each on the same data, seed and injected delays, one
+    JSON document holding every run, a subfolder of --run-dir each, and one plot of them all."""
+    import numpy as np
+
+    args = ["train", "--scheme", "crc,uncoded,ignore", "--workers", "3", "--stragglers", "1", "--delay", "0.02",
+            "--data-param", "n_samples=150", "--data-param", "n_features=3", "--rounds", "3"]
+    res = CliRunner().invoke(app, args + ["--run-dir", str(tmp_path / "runs"), "--plot", str(tmp_path / "p.png"),
+                                          "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schemes"] == ["crc", "uncoded", "ignore"] and [r["scheme"] for r in doc["runs"]] == doc["schemes"]
+    crc, uncoded, ignore = doc["runs"]
+    assert [crc["exact"], uncoded["exact"], ignore["exact"]] == [True, True, False]
+    assert crc["injected"] == uncoded["injected"] == ignore["injected"]  # the same delays
+    assert sum(map(sum, crc["injected"])) > 0
+    np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)  # exact: same iterates
+    assert all(len(r["round_times"]) == 3 for r in doc["runs"])
+    assert [r["exact"] for r in doc["rows"]] == ["yes", "yes", "no (estimate)"]
+    assert doc["rows"][1]["speedup"] == 1.0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["crc", "ignore", "uncoded"]
+    assert all((tmp_path / "runs" / s / "result.json").exists() for s in doc["schemes"])
+    assert doc["plots"] == [str(tmp_path / "p.png"), str(tmp_path / "p-round_time_vs_delay.png")]
+    assert all(open(p, "rb").read(4) == b"\x89PNG" for p in doc["plots"])
+    table = CliRunner().invoke(app, args[:2] + ["crc,ignore"] + args[3:-2] + ["--rounds", "2",
+                                                                              "--run-dir", str(tmp_path / "t")])
+    assert table.exit_code == 0, table.output
+    said = " ".join(table.stdout.split())
+    assert "2 schemes, same data, seed and injected delays" in said and "(estimate)" in said
+
+
+def test_a_planned_failure_is_reported_as_planned(ray_session, tmp_path):
+    """With --fail, Ray's notice for the planned exit (which reads as a crash) is left out and the
+    run says itself which deaths were planned."""
+    res = CliRunner().invoke(app, ["train", "--workers", "3", "--rounds", "2", "--fail", "1@1", "--data-param",
+                                   "n_samples=150", "--data-param", "n_features=3", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "worker 1 died in round 1 (planned by --fail)" in " ".join(res.stderr.split())

@@ -11,10 +11,15 @@ inline or through ``--param``: ``--scheme gc-dc:clusters=2,r=2,ssi=perfect`` tra
 (``n`` = ``--workers``; perfect straggler state information is the injected delay model's states
 of each round; ``--stragglers`` then only sets the injected delays). A progress bar goes to stderr, a final table to stdout (or,
 with ``--json``, exactly one JSON document: ``round_times``, ``final_loss``,
-``final_params_checksum``, ``arrivals`` and the rest of :meth:`TrainResult.to_json`). ``--plot DIR``
-writes ``loss_auc_vs_time.png`` (held-out loss and ROC AUC against wall-clock time, Tandon Fig. 7)
-and ``round_time_vs_delay.png`` (each round's time against the largest delay injected in it, with
-the line ``time = delay`` that an uncoded run follows, Tandon Fig. 5).
+``final_params_checksum``, ``arrivals`` and the rest of :meth:`TrainResult.to_json`). ``--plot``
+draws ``loss_auc_vs_time`` (held-out loss and ROC AUC against wall-clock time, Tandon Fig. 7) and
+``round_time_vs_delay`` (each round's time against the largest delay injected in it, with the line
+``time = delay`` that an uncoded run follows, Tandon Fig. 5): into a folder, or at a ``.png`` path
+(the second beside it), as :func:`~gradcode.experiments.cli_output.plot_files` says.
+
+Several schemes, comma-separated (``--scheme crc,frc,uncoded,ignore``), run one after another on the
+same data, seed and injected delays (:func:`train_several`): one table, one JSON document with every
+run, one subfolder of ``--run-dir`` each, and ``--plot`` draws them all on the same axes.
 
 Data: ``--data`` is a dataset name (``synthetic`` = ``tandon-synthetic``, ``amazon`` =
 ``amazon-synthetic``, or any registered name) with ``--data-param key=value``, or your own file
@@ -22,7 +27,8 @@ Data: ``--data`` is a dataset name (``synthetic`` = ``tandon-synthetic``, ``amaz
 arrays ``X`` and ``y``, ``--data my.svm`` in LibSVM format); ``--problem`` defaults
 to the data's task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
 ``--lr`` or ``--opt-param key=value`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
-makes worker W's process exit in round R. ``--checkpoint-every K`` and ``--resume`` (same
+makes worker W's process exit in round R; the run then says after its table which deaths were
+planned, instead of Ray's notice that reads as a crash (:func:`ray_output`). ``--checkpoint-every K`` and ``--resume`` (same
 ``--run-dir``) continue an interrupted run. ``--address`` joins an existing Ray cluster (an address
 where nothing answers fails after ``--start-timeout`` seconds).
 
@@ -38,11 +44,14 @@ as ``null``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sys
 from pathlib import Path
 
 import typer
+
+from gradcode.experiments.cli_output import PLOT_HELP
 
 DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
 
@@ -53,7 +62,9 @@ def register(app: typer.Typer) -> None:
 
 def train_command(
     scheme: str = typer.Option("crc", "--scheme", "--code",
-                               help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`)."),
+                               help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`);"
+                               " several, comma-separated (crc,frc,uncoded,ignore), train one after another on the"
+                               " same data, seed and injected delays."),
     workers: int = typer.Option(4, "--workers", "-n", help="Number of workers n."),
     stragglers: int = typer.Option(0, "--stragglers", "-s", help="Workers delayed per round; tolerance s of codes that take one."),
     delay: float = typer.Option(0.0, "--delay", help="Seconds each delayed worker sleeps per round."),
@@ -68,7 +79,7 @@ def train_command(
     optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd."),
     lr: float = typer.Option(None, "--lr", help="Learning rate of gd/nesterov (default 1/L)."),
     opt_param: list[str] = typer.Option(None, "--opt-param", help="key=value optimizer parameter (repeatable)."),
-    rounds: int = typer.Option(100, "--rounds", help="Training rounds."),
+    rounds: int = typer.Option(100, "--rounds", help="Training rounds (of each scheme)."),
     models: int = typer.Option(1, "--models", help="Models trained at once (round j serves model j mod M)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data, the code and the injected delays."),
     fail: list[str] = typer.Option(None, "--fail", help="W@R: worker W's process exits in round R (repeatable)."),
@@ -88,11 +99,19 @@ def train_command(
                                    " and records); without it such a run-dir is refused unless --resume."),
     verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
                                 "them against each other: a worker whose result is wrong is named and left out."),
-    plot: Path = typer.Option(None, "--plot", help="Directory for PNG plots."),
+    plot: Path = typer.Option(None, "--plot", help="Draw held-out loss and AUC against wall-clock time"
+                              " (loss_auc_vs_time) and time per round against the injected delay"
+                              " (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ):
-    """Train a model with gradient coding on Ray workers (embedded local cluster by default)."""
+    """Train a model with gradient coding on Ray workers (embedded local cluster by default).
+
+    Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
+    """
+    if len(split_schemes(scheme)) > 1:  # first, while locals() holds just the options
+        return train_several(locals())
     from gradcode.cli import emit, err
+    from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec, train
 
@@ -101,8 +120,8 @@ def train_command(
         code_params = {**parse_kv(code_param, "--param"), **inline}
         if resume and run_dir is None:  # the default run dir is a new timestamped folder
             raise ValueError("--resume needs --run-dir: the folder of the run to continue")
-        if plot is not None and plot.exists() and not plot.is_dir():  # found out now, not after training
-            raise ValueError(f"--plot {plot} is a file; give a folder for the PNG plots")
+        if plot is not None:  # a path that can hold no plot is found out now, not after training
+            plot_files(plot, PLOT_FIGURES)
         data_name, data_params = _data_source(data, target, parse_kv(data_param, "--data-param"))
         dm = None
         if delay_model is not None:
@@ -125,7 +144,7 @@ def train_command(
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
             # stdout for the one JSON document / table
-            with contextlib.redirect_stdout(sys.stderr):
+            with contextlib.redirect_stdout(ray_output(planned_failures=bool(fail))):
                 result = train(spec, cluster=cluster, faults=faults, run=run, callback=callback)
         finally:
             finish()
@@ -145,6 +164,8 @@ def train_command(
         emit(result.to_json(), as_json=True)
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
+    if fail:
+        report_deaths(result, err)
     if plot is not None:
         try:
             for path in write_plots(result, plot):
@@ -244,51 +265,303 @@ def _progress(rounds: int, console, *, enabled: bool):
     return callback, progress.stop
 
 
-def write_plots(result, directory: Path) -> list[Path]:
-    """Loss and AUC against wall-clock time (Tandon Fig. 7); time per round against the round's
-    largest injected delay (Tandon Fig. 5: uncoded follows ``time = delay``, coded stays flat)."""
+def write_plots(result, plot: Path) -> list[Path]:
+    """``--plot`` of one run: loss and AUC against wall-clock time (Tandon Fig. 7) and time per
+    round against the round's largest injected delay (Tandon Fig. 5: uncoded follows
+    ``time = delay``, coded stays flat), at the paths :func:`~gradcode.experiments.cli_output.plot_files`
+    gives; a folder also gets ``train_summary.json`` and ``round_times.npy``."""
+    import numpy as np
+
+    from gradcode.experiments.cli_output import plot_files
+
+    paths = write_comparison_plots([{"spec": result.config["code"], "exact": True}], [result],
+                                   plot_files(plot, PLOT_FIGURES))
+    if paths[0].parent == Path(plot):  # a folder, not a .png path
+        (Path(plot) / "train_summary.json").write_text(json.dumps(summary_rows(result), indent=1))
+        np.save(Path(plot) / "round_times.npy", result.round_times)
+    return paths
+
+
+# ------------------------------------------------------------------------- Ray's messages during a run
+
+#: what Ray's raylet tells the driver for every worker process that exits while running a task,
+#: the planned exits of --fail included ("... unexpected system error ... OOM killer ...")
+RAY_DEATH_NOTICE = "A worker died or was killed while executing a task by an unexpected system error"
+
+
+class _WithoutDeathNotices(io.TextIOBase):
+    """A text stream that passes everything to ``stream`` except Ray's worker-death notices
+    (and the newline ``print`` writes after each)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._dropped = False
+
+    def write(self, text: str) -> int:
+        if RAY_DEATH_NOTICE in text:
+            self._dropped = True
+            return len(text)
+        if self._dropped and text == "\n":  # print's end of the dropped line
+            self._dropped = False
+            return len(text)
+        self._dropped = False
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def ray_output(*, planned_failures: bool):
+    """Where Ray's driver prints during a run (it writes cluster messages to ``sys.stdout``, which
+    the CLI keeps for the table or the JSON document): stderr. In a run with ``--fail`` Ray's
+    notice for each worker that died, which reads as a crash (SIGSEGV, the OOM killer), is left
+    out: the planned exits cause them, and :func:`report_deaths` says after the table which deaths
+    were planned and gives Ray's account of any that were not. Without ``--fail`` every notice is
+    kept (a worker died for a real reason)."""
+    return _WithoutDeathNotices(sys.stderr) if planned_failures else sys.stderr
+
+
+def report_deaths(result, err, prefix: str = "") -> None:
+    """One stderr line per worker death of a run with ``--fail``: planned, or not (with Ray's error)."""
+    from rich.markup import escape
+
+    for f in result.faults:
+        if f.get("kind") != "died":
+            continue
+        why = "planned by --fail" if f.get("injected") else f"not planned: {f.get('error')}"
+        err.print(escape(f"{prefix}worker {f['worker']} died in round {f['round']} ({why}); recovery:"
+                         f" {f.get('recovery')}"), highlight=False, soft_wrap=True)
+
+
+# ------------------------------------------------------------------------- several schemes side by side
+
+#: figures of ``--plot``: the first is the main one (a ``.png`` path names its file)
+PLOT_FIGURES = ["loss_auc_vs_time", "round_time_vs_delay"]
+
+
+def split_schemes(text: str) -> list[str]:
+    """``"crc,frc,gc-dc:clusters=2,r=2"`` -> ``["crc", "frc", "gc-dc:clusters=2,r=2"]``: a comma
+    starts a new scheme unless a ``key=`` follows it (a parameter of the scheme before) or it sits
+    inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``)."""
+    import re
+
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0 and not re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _subfolder(spec: str, taken: set) -> str:
+    """A folder name for one scheme's run under ``--run-dir`` (``gc-dc_clusters=2_r=2``)."""
+    import re
+
+    name = re.sub(r"[^\w.=-]+", "_", spec).strip("_") or "scheme"
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def train_several(opts: dict) -> None:
+    """``gradcode train --scheme crc,frc,uncoded,ignore``: each scheme trained in turn on the same
+    data, seed (initial parameters, code randomness) and injected delays (the delay model's draw
+    depends on the seed and ``n`` only), one :func:`gradcode.runtime.train` call each; then one
+    table (a row per scheme: exact or not, rounds, wall-clock, mean stragglers ignored per round,
+    final loss, held-out metrics, speed-up over ``uncoded`` when it ran), or with ``--json`` one
+    document with every run, and with ``--plot`` loss and AUC against wall-clock time of all the
+    schemes on the same axes (Tandon et al. Figs. 5-7). With ``--run-dir D`` each run goes to its
+    own ``D/<scheme>``. Every scheme is built before the first run starts, so a bad name or
+    parameter is refused up front; a run that stops (round timeout, a cluster error) is reported
+    in its row and the others still run (exit status 1)."""
+    from rich.markup import escape
+
+    from gradcode.cli import emit, err
+    from gradcode.errors import GradcodeError
+    from gradcode.experiments.cli_output import plot_files
+    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
+    from gradcode.runtime import build_scheme, train
+
+    o = dict(opts)
+    as_json, plot, run_dir = o["as_json"], o["plot"], o["run_dir"]
+    specs = split_schemes(o["scheme"])
+    try:
+        if len(set(specs)) < len(specs):
+            raise ValueError(f"--scheme {o['scheme']} names a scheme twice")
+        if o["resume"] and run_dir is None:
+            raise ValueError("--resume needs --run-dir: the folder of the runs to continue")
+        if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
+            raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
+        pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
+        data_name, data_params = _data_source(o["data"], o["target"], parse_kv(o["data_param"], "--data-param"))
+        dm = None
+        if o["delay_model"] is not None:
+            dm = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
+        elif o["delay_param"]:
+            raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
+                             " add --delay-model NAME (gradcode models lists them)")
+        opt_params = parse_kv(o["opt_param"], "--opt-param")
+        if o["lr"] is not None:
+            opt_params["lr"] = o["lr"]
+        common = parse_kv(o["code_param"], "--param")
+        runs, taken = [], set()
+        for spec in specs:
+            name, inline = parse_scheme(spec)
+            params = {**common, **inline}
+            built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
+                                 code_params=params or None, verify=o["verify"])
+            if built.n != o["workers"]:  # same injected delays need the same n
+                raise ValueError(f"{spec} has n = {built.n} but --workers is {o['workers']}: the schemes are"
+                                 " compared on the same workers; leave n to --workers")
+            code = getattr(built, "static_code", None)
+            runs.append({"spec": spec, "name": name, "params": params,
+                         "exact": bool(getattr(code, "exact", True)) if code is not None else True,
+                         "run_dir": None if run_dir is None else run_dir / _subfolder(spec, taken)})
+    except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
+        _fail(exc, 2, as_json, err)
+
+    results, errors = [], [None] * len(runs)
+    for i, r in enumerate(runs):
+        err.print(f"[{i + 1}/{len(runs)}] {escape(r['spec'])}", highlight=False)
+        callback, finish = _progress(o["rounds"], err, enabled=True)
+        try:
+            with contextlib.redirect_stdout(ray_output(planned_failures=bool(o["fail"]))):
+                result = train(
+                    r["name"], workers=o["workers"], stragglers=o["stragglers"], delay=o["delay"], delay_model=dm,
+                    code_params=r["params"] or None, data=data_name, data_params=data_params, problem=o["problem"],
+                    optimizer=o["optimizer"], optimizer_params=opt_params, rounds=o["rounds"], models=o["models"],
+                    seed=o["seed"], fail=o["fail"] or (), checkpoint_every=o["checkpoint_every"],
+                    resume=o["resume"], run_dir=r["run_dir"], address=o["address"], num_cpus=o["num_cpus"],
+                    round_timeout=o["round_timeout"], start_timeout=o["start_timeout"],
+                    eval_every=o["eval_every"], callback=callback, verify=o["verify"], overwrite=o["overwrite"],
+                    inject=o["inject"],
+                )
+        except Exception as exc:
+            result = getattr(exc, "result", None)  # the rounds a stopped run completed
+            bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
+            if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
+                _fail(exc, 2 if bad_args else 1, as_json, err)  # nothing ran: as a single run would
+            if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
+                raise  # a bug: its traceback (the finished runs' records are in their run dirs)
+            err.print(f"[red]error:[/red] {escape(r['spec'])}: {escape(str(exc))}", highlight=False)
+            errors[i] = f"{type(exc).__name__}: {exc}"
+        finally:
+            finish()
+        results.append(result)
+        if result is not None:
+            err.print(f"records in {escape(str(result.run_dir))}", highlight=False)
+
+    rows = comparison_rows(runs, results, errors)
+    written, plot_error = [], None
+    if pngs is not None and any(res is not None for res in results):
+        try:  # before printing, so that the document names the files written; the records are saved
+            written = write_comparison_plots(runs, results, pngs)
+        except Exception as exc:  # noqa: BLE001 - a plot never loses the printed result
+            plot_error = f"plots not written to {plot}: {type(exc).__name__}: {exc}"
+    if as_json:
+        doc = {"schemes": specs, "rows": rows, "plots": [str(p) for p in written],
+               "runs": [dict(res.to_json(), scheme=r["spec"], exact=r["exact"]) if res is not None
+                        else {"scheme": r["spec"], "exact": r["exact"], "error": e}
+                        for r, res, e in zip(runs, results, errors)]}
+        emit(doc, as_json=True)
+    else:
+        columns = [c for c in rows[0] if any(row.get(c) is not None for row in rows)] if rows else None
+        emit({"rows": rows}, as_json=False, columns=columns,
+             title=f"gradcode train: {len(runs)} schemes, same data, seed and injected delays")
+    if o["fail"]:
+        for r, res in zip(runs, results):
+            if res is not None:
+                report_deaths(res, err, prefix=f"{r['spec']}: ")
+    for p in written:
+        err.print(f"wrote {p}", highlight=False)
+    if plot_error is not None:
+        err.print(f"[red]error:[/red] {escape(plot_error)}", highlight=False)
+    if any(errors) or plot_error is not None:
+        raise typer.Exit(1)
+
+
+def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]:
+    """One row per run (per model with ``--models``): :func:`summary_rows` named by the scheme as
+    given, with ``exact``, the speed-up over ``uncoded`` (the ratio of total times) when it ran, and
+    ``error`` (the kind of error that stopped a run)."""
+    rows = []
+    for r, res, e in zip(runs, results, errors):
+        if res is None:
+            rows.append({"scheme": r["spec"], "exact": "yes" if r["exact"] else "no (estimate)",
+                         "error": e.partition(":")[0] if e else None})
+            continue
+        for i, row in enumerate(summary_rows(res)):
+            suffix = f"/{i}" if len(res.params) > 1 else ""
+            row = {"scheme": r["spec"] + suffix, "exact": "yes" if r["exact"] else "no (estimate)", **{
+                k: v for k, v in row.items() if k != "scheme"}}
+            if res.error is not None:
+                row["error"] = res.error_type
+            rows.append(row)
+    base = next((row["time s"] for row in rows if row["scheme"] == "uncoded" and "time s" in row), None)
+    for row in rows:
+        if "time s" in row:
+            row["speedup"] = base / row["time s"] if base and row["time s"] > 0 else None
+    return rows
+
+
+def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -> list[Path]:
+    """Every run on the same axes: held-out loss and ROC AUC (accuracy where the problem has no
+    AUC) against wall-clock time (Tandon Figs. 6-7), and time per round against the round's largest
+    injected delay (Fig. 5). Inexact schemes are labelled so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    name = result.config["code"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for m in range(len(result.params)):
-        pts = [r for r in result.metrics if r["model"] == m]
-        if not pts:
-            continue
-        t = [r["elapsed"] for r in pts]
-        axes[0].plot(t, [r["loss"] for r in pts], marker=".", label=f"{name} model {m}")
-        if "roc_auc" in pts[0]:
-            axes[1].plot(t, [r["roc_auc"] for r in pts], marker=".", label=f"{name} model {m}")
+    from gradcode.experiments.cli_output import make_parents
+
+    make_parents(paths)
+    drawn = [(r["spec"] + ("" if r["exact"] else " (inexact)"), res) for r, res in zip(runs, results)
+             if res is not None]
+    score = next((k for k in ("roc_auc", "accuracy") if any(k in m for _, res in drawn for m in res.metrics)),
+                 None)
+    fig, axes = plt.subplots(1, 2 if score else 1, figsize=(11 if score else 5.5, 4), squeeze=False)
+    axes = axes[0]
+    for label, res in drawn:
+        for m in range(len(res.params)):
+            pts = [x for x in res.metrics if x["model"] == m]
+            if not pts:
+                continue
+            name = label + (f" model {m}" if len(res.params) > 1 else "")
+            t = [x["elapsed"] for x in pts]
+            (line,) = axes[0].plot(t, [x["loss"] for x in pts], marker=".", label=name)
+            if score and score in pts[0]:
+                axes[1].plot(t, [x[score] for x in pts], marker=".", color=line.get_color(), label=name)
     axes[0].set(xlabel="wall-clock time (s)", ylabel="held-out loss", title="loss vs time")
-    axes[1].set(xlabel="wall-clock time (s)", ylabel="held-out ROC AUC", title="AUC vs time")
+    if score:
+        what = "ROC AUC" if score == "roc_auc" else "accuracy"
+        axes[1].set(xlabel="wall-clock time (s)", ylabel=f"held-out {what}", title=f"{what} vs time")
     for ax in axes:
         ax.legend(fontsize="small")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    paths.append(directory / "loss_auc_vs_time.png")
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(paths[0], dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(5, 4))
-    injected = result.injected.max(axis=1)
-    ax.scatter(injected, result.round_times, s=12, label=name)
-    top = float(max(injected.max(initial=0.0), result.round_times.max(initial=0.0)))
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    top = 0.0
+    for label, res in drawn:
+        injected = res.injected.max(axis=1)
+        ax.scatter(injected, res.round_times, s=12, label=label)
+        top = max(top, float(injected.max(initial=0.0)), float(res.round_times.max(initial=0.0)))
     ax.plot([0, top], [0, top], "k--", lw=0.8, label="time = delay")
     ax.set(xlabel="largest injected delay in the round (s)", ylabel="time per round (s)",
            title="time per round vs injected delay")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    paths.append(directory / "round_time_vs_delay.png")
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(paths[1], dpi=120)
     plt.close(fig)
-    (directory / "train_summary.json").write_text(json.dumps(summary_rows(result), indent=1))
-    np.save(directory / "round_times.npy", result.round_times)
-    return paths
+    return list(paths)
