@@ -116,7 +116,7 @@ def test_train_several_schemes_side_by_side(ray_session, tmp_path):
     assert sum(map(sum, crc["injected"])) > 0
     np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)  # exact: same iterates
     assert all(len(r["round_times"]) == 3 for r in doc["runs"])
-    assert [r["exact"] for r in doc["rows"]] == ["yes", "yes", "no (estimate)"]
+    assert [r["gradient"] for r in doc["rows"]] == ["exact", "exact", "estimate"]
     assert doc["rows"][1]["speedup"] == 1.0
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["crc", "ignore", "uncoded"]
     assert all((tmp_path / "runs" / s / "result.json").exists() for s in doc["schemes"])
@@ -126,7 +126,7 @@ def test_train_several_schemes_side_by_side(ray_session, tmp_path):
                                                                               "--run-dir", str(tmp_path / "t")])
     assert table.exit_code == 0, table.output
     said = " ".join(table.stdout.split())
-    assert "2 schemes, same data, seed and injected delays" in said and "(estimate)" in said
+    assert "2 schemes, same data, seed and injected delays" in said and "│ estimate │" in said
 
 
 def test_a_planned_failure_is_reported_as_planned(ray_session, tmp_path):

@@ -489,17 +489,17 @@ def train_several(opts: dict) -> None:
 
 def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]:
     """One row per run (per model with ``--models``): :func:`summary_rows` named by the scheme as
-    given, with ``exact``, the speed-up over ``uncoded`` (the ratio of total times) when it ran, and
+    given, with ``gradient`` (``exact``, or ``estimate`` for ``ignore``), the speed-up over ``uncoded`` (the ratio of total times) when it ran, and
     ``error`` (the kind of error that stopped a run)."""
     rows = []
     for r, res, e in zip(runs, results, errors):
         if res is None:
-            rows.append({"scheme": r["spec"], "exact": "yes" if r["exact"] else "no (estimate)",
+            rows.append({"scheme": r["spec"], "gradient": "exact" if r["exact"] else "estimate",
                          "error": e.partition(":")[0] if e else None})
             continue
         for i, row in enumerate(summary_rows(res)):
             suffix = f"/{i}" if len(res.params) > 1 else ""
-            row = {"scheme": r["spec"] + suffix, "exact": "yes" if r["exact"] else "no (estimate)", **{
+            row = {"scheme": r["spec"] + suffix, "gradient": "exact" if r["exact"] else "estimate", **{
                 k: v for k, v in row.items() if k != "scheme"}}
             if res.error is not None:
                 row["error"] = res.error_type
