@@ -489,8 +489,9 @@ def train_several(opts: dict) -> None:
 
 def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]:
     """One row per run (per model with ``--models``): :func:`summary_rows` named by the scheme as
-    given, with ``gradient`` (``exact``, or ``estimate`` for ``ignore``), the speed-up over ``uncoded`` (the ratio of total times) when it ran, and
-    ``error`` (the kind of error that stopped a run)."""
+    given, with ``gradient`` (``exact``, or ``estimate`` for ``ignore``), the speed-up over
+    ``uncoded`` (the ratio of total times) when it ran, and ``error`` (the kind of error that
+    stopped a run)."""
     rows = []
     for r, res, e in zip(runs, results, errors):
         if res is None:
