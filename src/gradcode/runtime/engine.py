@@ -12,17 +12,21 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
   partition row indices, so a restarted actor has its data back, and keeps only its partitions' rows
   (:meth:`~gradcode.runtime.worker.ProblemSpec.build_partitions`). A task that was running when the
   process died is *not* retried (the master decides what to do with it);
-* ``ray.wait`` counts a failed reference (dead actor) as ready, so :meth:`RayEngine.poll` waits for
-  one generator at a time (``num_returns=1``) and reads what it holds: a message, the end of the
-  stream, or the error of a worker that died. A dead worker becomes an event, never an exception;
+* ``ray.wait`` counts a failed reference (dead actor) as ready, so :meth:`RayEngine.poll` reads
+  each ready reference for what it holds: a message, the end of a stream, or the error of a worker
+  that died. A dead worker becomes an event, never an exception. One ``poll`` waits once
+  (``num_returns=1``, up to the timeout), then collects every other ready reference without
+  waiting and reads all their messages with one ``ray.get`` (issue 12: one wait per message was
+  most of a round's time on 16 cores);
 * ``ray.cancel`` does not stop a task running on a synchronous actor (measured: a 3 s sleep ran to
   its end), so the runtime never queues work behind an unfinished task (the master skips busy
   workers), and workers are *async* actors whose injected sleeps are ``await``-ed: :meth:`abort`
   (another coroutine) ends them at once (measured: the stream ends within ~4 ms). Compute runs
   inline in the coroutine; only sleeps yield the event loop;
-* a round's messages stream back through actor generators (``num_returns="streaming"``); for one
-  message per worker they cost no more than plain calls (measured: 15 ms per round for 8 workers
-  and d = 1e3, 52 ms streaming vs 91 ms plain at d = 1e6, on 2 shared cores);
+* tasks of several messages stream back through actor generators (``num_returns="streaming"``);
+  a task of one message (every single-message code) is a plain actor call returning it
+  (:meth:`_RayWorker.run_one`), which saves the stream's end marker and a wait per worker; a
+  message is read zero-copy from the object store (a read-only array the master never writes);
 * Ray 2.60 turns token authentication on by default: a local cluster started here sets
   ``RAY_AUTH_MODE=disabled`` unless the user set it; Ray's temp dir goes under the run's folder when
   that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``, removed at
@@ -64,7 +68,7 @@ import ray
 
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.worker import ProblemSpec, WireTask, build_core
+from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, task_messages
 
 try:
     import fcntl
@@ -106,6 +110,19 @@ class _RayWorker:
                     return
             else:
                 yield item
+
+    async def run_one(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+        """A round whose tasks send one message: a plain call returning it (None when aborted
+        during its injected sleep). No generator: one object and one wait instead of a stream's
+        item and end marker."""
+        out = None
+        for item in self.core.steps(t, tasks, params, sleeps, fail):
+            if isinstance(item, float):
+                if not await self._sleep(t, item):
+                    return None
+            else:
+                out = item
+        return out
 
     async def _sleep(self, t: int, seconds: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -200,6 +217,13 @@ def reap_dead_temp_dirs(root: str = _TEMP_ROOT) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+class _Failed:
+    """A reference whose ``ray.get`` raised (kept apart from the messages read with it)."""
+
+    def __init__(self, exc):
+        self.exc = exc
 
 
 class IgnoredOptionWarning(RuntimeWarning):
@@ -353,7 +377,8 @@ class RayEngine(Engine):
                               " and its session is used")
         self._actors: list[Any] = []
         self._run: list[Any] = []
-        self._running: dict[int, tuple[int, Any]] = {}  # worker -> (round, generator)
+        self._running: dict[int, tuple[int, Any, bool]] = {}  # worker -> (round, reference, streaming)
+        self._owner: dict[Any, int] = {}  # reference -> worker
 
     # ----------------------------------------------------------------- workers
     def spawn(self, specs: list[tuple[ProblemSpec, dict, int]], *, max_restarts: int = -1,
@@ -414,46 +439,85 @@ class RayEngine(Engine):
         return None if entry is None else entry[0]
 
     def submit(self, w: int, t: int, tasks: list[WireTask], params: list, sleeps=(), fail: bool = False) -> None:
-        """Start round ``t`` on worker ``w`` (which must be idle); messages come back via :meth:`poll`."""
+        """Start round ``t`` on worker ``w`` (which must be idle); messages come back via :meth:`poll`.
+        Tasks that send one message go as a plain call (:meth:`_RayWorker.run_one`), others as a
+        stream."""
         if w in self._running:
             raise RuntimeError(f"worker {w} is still busy with round {self._running[w][0]}")
-        gen = self._run[w].remote(
-            t, tasks, tuple(float(x) for x in sleeps), bool(fail), *params
-        )
-        self._running[w] = (t, gen)
+        args = (t, tasks, tuple(float(x) for x in sleeps), bool(fail), *params)
+        if task_messages(tasks) == 1:
+            ref = self._actors[w].run_one.remote(*args)
+            self._running[w] = (t, ref, False)
+        else:
+            ref = self._run[w].remote(*args)
+            self._running[w] = (t, ref, True)
+        self._owner[ref] = w
 
     def poll(self, timeout: float | None) -> list[Event]:
-        """The next thing any running worker delivered (a list of one event), or ``[]`` after
-        ``timeout`` seconds."""
+        """Everything the running workers delivered: one ``ray.wait`` for the first (up to
+        ``timeout`` seconds; ``[]`` if nothing came), a second without waiting for every other
+        that is ready, and one ``ray.get`` for all their messages. A failed reference (a dead
+        actor) counts as ready in ``ray.wait``: its error becomes a ``"failed"`` event."""
         if not self._running:
             if timeout:
                 time.sleep(timeout)
             return []
-        gens = [g for _, g in self._running.values()]
-        ready, _ = ray.wait(gens, num_returns=1, timeout=timeout)
+        pending = [entry[1] for entry in self._running.values()]
+        ready, rest = ray.wait(pending, num_returns=1, timeout=timeout)
         if not ready:
             return []
-        gen = ready[0]
-        w = next(w for w, (_, g) in self._running.items() if g is gen)
-        t = self._running[w][0]
-        try:
-            ref = next(gen)
-        except StopIteration:
-            del self._running[w]
-            return [Event(w, t, "done")]
-        except Exception as exc:  # the actor died before the stream started
-            del self._running[w]
-            return [Event(w, t, "failed", exc, lost=_lost(exc))]
-        try:
-            return [Event(w, t, "message", ray.get(ref))]
-        except Exception as exc:  # died mid-stream, or the task raised
-            del self._running[w]
-            return [Event(w, t, "failed", exc, lost=_lost(exc))]
+        if rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        events: list[Event] = []
+        fetch: list[tuple[int, int, Any]] = []  # (worker, round, message ref) to read at once
+        for ref in ready:
+            w = self._owner[ref]
+            t, _, streaming = self._running[w]
+            if not streaming:  # a plain call: its one return is the message (or None: aborted)
+                self._forget(w)
+                fetch.append((w, t, ref))
+                continue
+            try:
+                item = next(ref)
+            except StopIteration:
+                self._forget(w)
+                events.append(Event(w, t, "done"))
+                continue
+            except Exception as exc:  # the actor died before the stream started
+                self._forget(w)
+                events.append(Event(w, t, "failed", exc, lost=_lost(exc)))
+                continue
+            fetch.append((w, t, item))
+        if fetch:
+            try:
+                values = ray.get([ref for _, _, ref in fetch])
+            except Exception:  # one of them failed: read them one by one to tell which
+                values = []
+                for _, _, ref in fetch:
+                    try:
+                        values.append(ray.get(ref))
+                    except Exception as exc:
+                        values.append(_Failed(exc))
+            for (w, t, ref), value in zip(fetch, values):
+                if isinstance(value, _Failed):  # died mid-stream, or the task raised
+                    self._forget(w)
+                    events.append(Event(w, t, "failed", value.exc, lost=_lost(value.exc)))
+                elif value is None:  # a plain call aborted in its sleep: no message
+                    events.append(Event(w, t, "done"))
+                else:
+                    events.append(Event(w, t, "message", value))
+        return events
+
+    def _forget(self, w: int) -> None:
+        entry = self._running.pop(w, None)
+        if entry is not None:
+            self._owner.pop(entry[1], None)
 
     def release(self, w: int) -> None:
         """Forget worker ``w``'s stream: all its messages arrived, only its end marker is left, so
         it counts as idle (a new task queues behind nothing but that marker)."""
-        self._running.pop(w, None)
+        self._forget(w)
 
     def abort(self, w: int, t: int) -> None:
         """Tell worker ``w`` to stop its work of rounds ``<= t`` (its injected sleep ends at once)."""
@@ -476,6 +540,7 @@ class RayEngine(Engine):
         self._actors = []
         self._run = []
         self._running = {}
+        self._owner = {}
         if self._owned and ray.is_initialized():
             ray.shutdown()
             self._owned = False

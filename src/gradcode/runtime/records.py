@@ -183,12 +183,17 @@ def json_safe(value):
 
 
 def finite(a) -> bool:
-    """Whether an array (or number) holds no NaN or infinity; two reductions, no temporary."""
+    """Whether an array (or number) holds no NaN or infinity. One pass in the common case: a sum
+    is finite only if every term is (NaN and infinities propagate); a non-finite sum (also finite
+    values whose sum overflows) is settled by the exact test, two reductions, no temporary."""
     a = np.asarray(a)
     if a.size == 0:
         return True
     if not np.issubdtype(a.dtype, np.inexact):
         return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(a, axis=None)):
+            return True
     return bool(np.isfinite(a.min()) and np.isfinite(a.max()))
 
 
