@@ -1,6 +1,7 @@
-"""Benchmarks of the Ray runtime (issue 5, item 8). Prints medians; run from the repo root:
+"""Benchmarks of the Ray runtime (issue 5, item 8; issue 12). Prints medians; run from the repo root:
 
-    python benchmarks/bench_runtime.py [--quick] [--only overhead|delay|target]
+    python benchmarks/bench_runtime.py [--quick] [--only overhead|delay|target|scale]
+    python benchmarks/bench_runtime.py --only overhead --against REF [--repeats 3]
 
 (a) **Master overhead per round** for n = 8 and 32 workers and d = 1e3, 1e5, 1e6 parameters:
     the median time of a full training round (plan, one ``ray.put`` of the parameters, n streamed
@@ -18,6 +19,15 @@
     the exact codes and uncoded, SGD c1/(t + c2) for ignore-s (Tandon Sec. 5); the target is the
     training objective single-process Nesterov reaches after ``K`` steps.
 
+(d) **Round time against n** (``--only scale``): the overhead round of (a) at d = 1e5 for n = 8,
+    16, 32 and 64 workers (actors reserving no CPU, so 64 of them run on 2 cores), with the Ray
+    floor of each n.
+
+``--against REF`` measures (a) side by side for this working tree and the git revision ``REF``
+(its ``src/`` exported with ``git archive``): each measurement is a fresh process with its own
+Ray session, the two alternating ``--repeats`` times so that machine noise hits both alike; it
+prints each one's median round, the median Ray floor, and the ratios.
+
 All runs share one embedded Ray session (num_cpus=2; workers reserve no CPU). On a 2-core machine
 shared with other work the absolute numbers are noisy; the ratios measured side by side are what
 to read.
@@ -26,6 +36,10 @@ to read.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+#: where gradcode is imported from: this tree's src/, or another revision's (--against, via the env)
+SRC = os.environ.get("GRADCODE_BENCH_SRC") or str(ROOT / "src")
+sys.path.insert(0, SRC)
+
+#: (n, d) of the side-by-side comparison: the sizes of issue 12's target
+AGAINST_SIZES = ((8, 10**5), (8, 10**6), (32, 10**5), (32, 10**6))
 
 
 class ConstProblem:
@@ -108,21 +128,92 @@ def _memcpy_floor(n: int, d: int, reps: int) -> float:
     return float(np.median(times))
 
 
-def bench_overhead(tmp: Path, quick: bool) -> list[dict]:
+def overhead_round(tmp: Path, n: int, d: int, reps: int) -> float:
+    """Median seconds of a training round at ``n`` workers and ``d`` parameters (uncoded, the
+    gradient one write of d numbers), over ``reps`` rounds after 2 warm-up rounds."""
     from gradcode.runtime import train
 
+    res = train("uncoded", workers=n, data=ConstSpec(d), optimizer="gd", optimizer_params={"lr": 0.1},
+                rounds=reps + 2, eval_every=0, run_dir=tmp / f"oh-{n}-{d}-{time.monotonic_ns()}")
+    return float(np.median(res.round_times[2:]))  # first rounds warm caches
+
+
+def bench_overhead(tmp: Path, quick: bool) -> list[dict]:
     rows = []
     reps = 10 if quick else 20
     for n in ((8,) if quick else (8, 32)):
         for d in (10**3, 10**5, 10**6):
-            res = train("uncoded", workers=n, data=ConstSpec(d), optimizer="gd", optimizer_params={"lr": 0.1},
-                        rounds=reps + 2, eval_every=0, run_dir=tmp / f"oh-{n}-{d}")
-            master = float(np.median(res.round_times[2:]))  # first rounds warm caches
+            master = overhead_round(tmp, n, d, reps)
             ray_floor = _ray_floor(n, d, reps)
             mem = _memcpy_floor(n, d, reps)
             rows.append({"n": n, "d": d, "master ms": 1e3 * master, "ray floor ms": 1e3 * ray_floor,
                          "memcpy floor ms": 1e3 * mem, "master / ray floor": master / ray_floor})
             print(_fmt(rows[-1]), flush=True)
+    return rows
+
+
+def bench_scale(tmp: Path, quick: bool) -> list[dict]:
+    """Round time against the number of workers at d = 1e5 (workers reserve no CPU)."""
+    rows = []
+    reps = 10 if quick else 20
+    for n in (8, 16, 32, 64):
+        t0 = time.perf_counter()
+        master = overhead_round(tmp, n, 10**5, reps)
+        total = time.perf_counter() - t0
+        ray_floor = _ray_floor(n, 10**5, reps)
+        rows.append({"n": n, "d": 10**5, "master ms": 1e3 * master, "ray floor ms": 1e3 * ray_floor,
+                     "master / ray floor": master / ray_floor, "run incl. start s": total})
+        print(_fmt(rows[-1]), flush=True)
+    return rows
+
+
+def _child(sizes, reps: int) -> None:
+    """One side of --against: median round and Ray floor per size, as one JSON line."""
+    from gradcode.runtime.engine import init_ray
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="gcbench-") as tmp:
+        init_ray(num_cpus=2)
+        for n, d in sizes:
+            out.append({"n": n, "d": d, "master": overhead_round(Path(tmp), n, d, reps),
+                        "floor": _ray_floor(n, d, reps)})
+        import ray
+
+        ray.shutdown()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def bench_against(ref: str, repeats: int, quick: bool) -> list[dict]:
+    """(a) for this tree and for revision ``ref``, alternating fresh processes (see the module
+    docstring); medians over the repeats of each process's median round."""
+    reps = 10 if quick else 20
+    sizes = AGAINST_SIZES[:2] if quick else AGAINST_SIZES
+    with tempfile.TemporaryDirectory(prefix="gcref-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        sources = {"before": str(Path(tmp) / "src"), "after": str(ROOT / "src")}
+        got: dict[str, list] = {k: [] for k in sources}
+        for i in range(repeats):
+            for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
+                env = dict(os.environ, GRADCODE_BENCH_SRC=sources[name],
+                           PYTHONPATH=os.pathsep.join([sources[name], os.environ.get("PYTHONPATH", "")]))
+                proc = subprocess.run([sys.executable, __file__, "--child", json.dumps([list(s) for s in sizes]),
+                                       "--reps", str(reps)], env=env, capture_output=True, text=True, check=False)
+                line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                if proc.returncode or not line:
+                    raise RuntimeError(f"{name} run failed:\n{proc.stderr[-3000:]}")
+                got[name].append(json.loads(line[0][7:]))
+                print(f"  repeat {i} {name}: " + "  ".join(f"n={r['n']} d={r['d']:.0e} {1e3 * r['master']:.1f} ms"
+                                                          for r in got[name][-1]), flush=True)
+    rows = []
+    for k, (n, d) in enumerate(sizes):
+        before = statistics.median(run[k]["master"] for run in got["before"])
+        after = statistics.median(run[k]["master"] for run in got["after"])
+        floor = statistics.median([run[k]["floor"] for name in got for run in got[name]])
+        rows.append({"n": n, "d": d, "before ms": 1e3 * before, "after ms": 1e3 * after,
+                     "ray floor ms": 1e3 * floor, "after / before": after / before,
+                     "before / floor": before / floor, "after / floor": after / floor})
+        print(_fmt(rows[-1]), flush=True)
     return rows
 
 
@@ -201,8 +292,19 @@ def _fmt(row: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
-    ap.add_argument("--only", choices=["overhead", "delay", "target"], action="append")
+    ap.add_argument("--only", choices=["overhead", "delay", "target", "scale"], action="append")
+    ap.add_argument("--against", metavar="REF", help="compare (a) with git revision REF, side by side")
+    ap.add_argument("--repeats", type=int, default=3, help="alternations of --against (default 3)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=20, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        _child([tuple(s) for s in json.loads(args.child)], args.reps)
+        return
+    if args.against:
+        print(f"# (a) side by side: this tree (after) vs {args.against} (before); median ms per round")
+        bench_against(args.against, args.repeats, args.quick)
+        return
     from gradcode.runtime.engine import init_ray
 
     which = args.only or ["overhead", "delay", "target"]
@@ -218,6 +320,9 @@ def main(argv=None):
         if "target" in which:
             print("# (c) time to a target loss under injected stragglers; n=8, s=3, delay=0.2 s")
             bench_target(tmp, args.quick)
+        if "scale" in which:
+            print("# (d) round time against the number of workers; d=1e5, uncoded, workers reserve no CPU")
+            bench_scale(tmp, args.quick)
         import ray
 
         ray.shutdown()
