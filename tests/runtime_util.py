@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.schemes import Scheme
 
-from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
+#: the small logistic problem the runtime tests train (tandon-synthetic, 400 x 6) and its seed
+DATA = {"n_samples": 400, "n_features": 6}
+SEED = 3
 
 
 def gd_reference(data: dict, seed: int, steps: int, *, lr: float = 0.5, optimizer: str = "gd") -> np.ndarray:
@@ -155,3 +158,39 @@ class TwoMessages(Scheme):
 
     def stored_partitions(self, w):
         return self.placement[w]
+
+
+class _Poison:
+    """Wraps a problem: the partial gradient of the rows ``bad`` is ``value`` everywhere."""
+
+    def __init__(self, inner, bad, value):
+        self.inner, self.bad, self.value = inner, {int(r) for r in bad}, value
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def gradient(self, x, rows):
+        if len(rows) and int(rows[0]) in self.bad:
+            return np.full(self.inner.dim, self.value)
+        return self.inner.gradient(x, rows)
+
+
+class PoisonedWorker:
+    """Problem spec of :data:`DATA`: the worker that stores exactly the partitions ``parts``
+    computes ``value`` for partition ``bad`` (for all of its partitions when ``bad`` is None);
+    every other worker and the master compute the true gradients."""
+
+    def __init__(self, parts, value, bad=None):
+        self.parts, self.value, self.bad = tuple(parts), float(value), bad
+
+    def build(self):
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        return make_problem("logistic", ds), ds
+
+    def build_partitions(self, partitions):
+        problem, _ = self.build()
+        local = {int(j): np.asarray(r) for j, r in partitions.items()}
+        if set(local) == set(self.parts):
+            bad = np.concatenate([local[j] for j in (self.parts if self.bad is None else (self.bad,))])
+            problem = _Poison(problem, bad, self.value)
+        return problem, local

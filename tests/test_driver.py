@@ -18,7 +18,7 @@ import pytest
 import gradcode
 from gradcode.codes import make_code
 from gradcode.errors import GradcodeError
-from gradcode.problems import DataSpec, make_dataset, make_problem
+from gradcode.problems import DataSpec
 from gradcode.runtime import (
     CheckpointError,
     ClusterConfig,
@@ -34,10 +34,9 @@ from gradcode.runtime import (
     train,
 )
 from gradcode.stragglers import make_delay_model
-from runtime_util import REGISTRY_PARAMS, SkipsWorkers, SplitJobs, TwoMessages, gd_reference, rel
+from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
+                          gd_reference, rel)
 
-DATA = {"n_samples": 400, "n_features": 6}
-SEED = 3
 
 
 def reference(steps, *, lr=0.5):
@@ -182,37 +181,6 @@ def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(tmp_p
     assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
     assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
     assert rel(res.final_params, reference(3)) < 1e-9
-
-
-class _Poison:
-    def __init__(self, inner, bad, value):
-        self.inner, self.bad, self.value = inner, {int(r) for r in bad}, value
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def gradient(self, x, rows):
-        if len(rows) and int(rows[0]) in self.bad:
-            return np.full(self.inner.dim, self.value)
-        return self.inner.gradient(x, rows)
-
-
-class PoisonedWorker:
-    """The worker storing exactly ``parts`` computes ``value`` for all its partitions."""
-
-    def __init__(self, parts, value):
-        self.parts, self.value = tuple(parts), float(value)
-
-    def build(self):
-        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
-        return make_problem("logistic", ds), ds
-
-    def build_partitions(self, partitions):
-        problem, _ = self.build()
-        local = {int(j): np.asarray(r) for j, r in partitions.items()}
-        if set(local) == set(self.parts):
-            problem = _Poison(problem, np.concatenate(list(local.values())), self.value)
-        return problem, local
 
 
 def test_a_nan_result_is_a_straggler_and_verify_excludes_a_wrong_one(tmp_path):

@@ -21,9 +21,8 @@ from typer.testing import CliRunner
 
 from gradcode.cli import app
 from gradcode.codes import NonFiniteMessageError, make_code
-from gradcode.problems import DataSpec, make_dataset, make_problem
 from gradcode.runtime import CheckpointError, RoundTimeoutError, train
-from runtime_util import gd_reference, rel
+from runtime_util import DATA, SEED, PoisonedWorker, gd_reference, rel
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import ray.cloudpickle
@@ -32,8 +31,6 @@ try:  # workers cannot import this test module: ship its classes (problem specs)
 except ImportError:
     pass
 
-DATA = {"n_samples": 400, "n_features": 6}
-SEED = 3
 CLI_DATA = ["--data", "synthetic", "--data-param", "n_samples=400", "--data-param", "n_features=6", "--seed", "3"]
 
 
@@ -55,42 +52,6 @@ def delays(rounds, n, slow, seconds):
     d = np.zeros((rounds, n))
     d[:, list(slow)] = seconds
     return ("trace", {"delays": d})
-
-
-class _Poison:
-    """Wraps a problem: the partial gradient of the rows ``bad`` is ``value`` everywhere."""
-
-    def __init__(self, inner, bad, value):
-        self.inner, self.bad, self.value = inner, {int(r) for r in bad}, value
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def gradient(self, x, rows):
-        if len(rows) and int(rows[0]) in self.bad:
-            return np.full(self.inner.dim, self.value)
-        return self.inner.gradient(x, rows)
-
-
-class PoisonedWorker:
-    """Problem spec: the worker that stores exactly the partitions ``parts`` computes ``value``
-    for partition ``bad`` (for all of its partitions when ``bad`` is None); every other worker and
-    the master compute the true gradients."""
-
-    def __init__(self, parts, value, bad=None):
-        self.parts, self.value, self.bad = tuple(parts), float(value), bad
-
-    def build(self):
-        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
-        return make_problem("logistic", ds), ds
-
-    def build_partitions(self, partitions):
-        problem, _ = self.build()
-        local = {int(j): np.asarray(r) for j, r in partitions.items()}
-        if set(local) == set(self.parts):
-            bad = np.concatenate([local[j] for j in (self.parts if self.bad is None else (self.bad,))])
-            problem = _Poison(problem, bad, self.value)
-        return problem, local
 
 
 # ---------------------------------------------------------------- item 2: non-finite results
@@ -231,6 +192,25 @@ def test_an_unreachable_address_fails_within_the_start_timeout(tmp_path):
     assert "Traceback" not in out.stderr
     doc = strict_json(out.stdout)
     assert doc["rounds"] == 0 and doc["error_type"] == "GradcodeError" and address in doc["error"]
+
+
+def test_a_local_start_that_ray_gives_up_on_is_a_clear_error(tmp_path, monkeypatch):
+    """Under heavy load ray.init raised a bare ``Exception("The current node timed out during
+    startup")``, which init_ray let through as a traceback; now it is a GradcodeError like any
+    failed start (ray.init is stubbed: this session's Ray already runs)."""
+    from gradcode.errors import GradcodeError
+    from gradcode.runtime import engine as eng
+
+    def gives_up(**kw):
+        raise Exception("The current node timed out during startup. This could happen because some of the"
+                        " Ray processes failed to startup.")
+
+    monkeypatch.setattr(eng.ray, "init", gives_up)
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    with pytest.raises(GradcodeError, match="^could not start a local Ray cluster: Exception: The current node"
+                                            " timed out during startup"):
+        eng.init_ray(num_cpus=1, run_dir=run_dir)
 
 
 def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
