@@ -181,6 +181,15 @@ def test_train_splits_a_list_of_schemes_and_refuses_a_bad_one_before_running(tmp
     assert not (tmp_path / "r").exists()  # nothing started
 
 
+def test_train_refuses_a_scheme_n_that_contradicts_workers(tmp_path):
+    """--workers 6 --scheme crc:n=8 used to train quietly with n = 8: the scheme's own n won."""
+    for extra in (["--scheme", "crc:n=8"], ["--scheme", "crc", "--param", "n=8"]):
+        res = CliRunner().invoke(app, ["train", "--workers", "6", *extra, "--run-dir", str(tmp_path / "r")])
+        assert res.exit_code == 2, res.output
+        assert "crc's n=8 and --workers/-n 6 disagree: give one of them" in _said(res)
+    assert not (tmp_path / "r").exists()  # refused before anything started
+
+
 def test_ray_death_notices_are_left_out_only_around_planned_failures():
     import io
 

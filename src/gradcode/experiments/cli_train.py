@@ -65,7 +65,8 @@ def train_command(
                                help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`);"
                                " several, comma-separated (crc,frc,uncoded,ignore), train one after another on the"
                                " same data, seed and injected delays."),
-    workers: int = typer.Option(4, "--workers", "-n", help="Number of workers n."),
+    workers: int = typer.Option(None, "--workers", "-n", help="Number of workers n (default: 4, or the n"
+                                " that --scheme NAME:n=N or --param n=N sets)."),
     stragglers: int = typer.Option(0, "--stragglers", "-s", help="Workers delayed per round; tolerance s of codes that take one."),
     delay: float = typer.Option(0.0, "--delay", help="Seconds each delayed worker sleeps per round."),
     delay_model: str = typer.Option(None, "--delay-model", help="Another delay model instead of the fixed delays."),
@@ -109,7 +110,7 @@ def train_command(
     Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
     """
     if len(split_schemes(scheme)) > 1:  # first, while locals() holds just the options
-        return train_several(locals())
+        return train_several({**locals(), "workers": _DEFAULT_WORKERS if workers is None else workers})
     from gradcode.cli import emit, err
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
@@ -118,6 +119,10 @@ def train_command(
     try:
         scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
         code_params = {**parse_kv(code_param, "--param"), **inline}
+        if workers is None:
+            workers = _DEFAULT_WORKERS
+        elif "n" in code_params and code_params["n"] != workers:  # the scheme's own n would silently win
+            raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {workers} disagree: give one of them")
         if resume and run_dir is None:  # the default run dir is a new timestamped folder
             raise ValueError("--resume needs --run-dir: the folder of the run to continue")
         if plot is not None:  # a path that can hold no plot is found out now, not after training
@@ -174,6 +179,10 @@ def train_command(
             err.print(f"[red]error:[/red] plots not written to {plot}: {exc} (the run's records are in"
                       f" {result.run_dir})", highlight=False)
             raise typer.Exit(1) from None
+
+
+#: workers when neither --workers nor the scheme sets n
+_DEFAULT_WORKERS = 4
 
 
 def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:

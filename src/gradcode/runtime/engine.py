@@ -284,7 +284,7 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
         kwargs.update(address=address)
     try:
         ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+    except Exception as exc:  # Ray raises bare Exception too ("node timed out during startup")
         if temp_dir is not None:
             retire_temp_dir(temp_dir, run_dir)
         where = "start a local Ray cluster" if address is None else f"join the Ray cluster at {address!r}"
