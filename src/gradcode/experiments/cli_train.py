@@ -109,42 +109,24 @@ def train_command(
 
     Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
     """
-    if len(split_schemes(scheme)) > 1:  # first, while locals() holds just the options
-        return train_several({**locals(), "workers": _DEFAULT_WORKERS if workers is None else workers})
+    opts = dict(locals())  # first, while locals() holds just the options
+    if len(split_schemes(scheme)) > 1:
+        return train_several({**opts, "workers": _DEFAULT_WORKERS if workers is None else workers})
     from gradcode.cli import emit, err
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
-    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec, train
+    from gradcode.runtime import train
 
     try:
         scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
         code_params = {**parse_kv(code_param, "--param"), **inline}
         if workers is None:
-            workers = _DEFAULT_WORKERS
+            opts["workers"] = _DEFAULT_WORKERS
         elif "n" in code_params and code_params["n"] != workers:  # the scheme's own n would silently win
             raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {workers} disagree: give one of them")
-        if resume and run_dir is None:  # the default run dir is a new timestamped folder
-            raise ValueError("--resume needs --run-dir: the folder of the run to continue")
         if plot is not None:  # a path that can hold no plot is found out now, not after training
             plot_files(plot, PLOT_FIGURES)
-        data_name, data_params = _data_source(data, target, parse_kv(data_param, "--data-param"))
-        dm = None
-        if delay_model is not None:
-            dm = (delay_model, parse_kv(delay_param, "--delay-param"))
-        elif delay_param:
-            raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
-                             " add --delay-model NAME (gradcode models lists them)")
-        opt_params = parse_kv(opt_param, "--opt-param")
-        if lr is not None:
-            opt_params["lr"] = lr
-        spec = TrainSpec(scheme, workers=workers, stragglers=stragglers, delay=delay, delay_model=dm,
-                         code_params=code_params or None, data=data_name, data_params=data_params, problem=problem,
-                         optimizer=optimizer, optimizer_params=opt_params, models=models, seed=seed, verify=verify,
-                         inject=inject)
-        cluster = ClusterConfig(address=address, num_cpus=num_cpus, start_timeout=start_timeout)
-        faults = FaultConfig(fail=tuple(fail or ()), round_timeout=round_timeout)
-        run = RunConfig(rounds=rounds, checkpoint_every=checkpoint_every, run_dir=run_dir, eval_every=eval_every,
-                        resume=resume, overwrite=overwrite)
+        spec, cluster, faults, run = configs(opts, scheme, code_params)
         callback, finish = _progress(rounds, err, enabled=True)
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
@@ -183,6 +165,39 @@ def train_command(
 
 #: workers when neither --workers nor the scheme sets n
 _DEFAULT_WORKERS = 4
+
+
+def configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> tuple:
+    """The config objects ``(TrainSpec, ClusterConfig, FaultConfig, RunConfig)`` of
+    ``gradcode train``'s options ``o`` (its parameters by name) for the scheme ``code`` with
+    ``code_params``; ``run_dir`` (several schemes: each its subfolder) replaces ``--run-dir``.
+    Refuses the options that would otherwise be silently dropped."""
+    from gradcode.experiments.cli_sim import parse_kv
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+
+    if o["resume"] and o["run_dir"] is None:  # the default run dir is a new timestamped folder
+        raise ValueError("--resume needs --run-dir: the folder of the run to continue")
+    data_name, data_params = _data_source(o["data"], o["target"], parse_kv(o["data_param"], "--data-param"))
+    delay_model = None
+    if o["delay_model"] is not None:
+        delay_model = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
+    elif o["delay_param"]:
+        raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
+                         " add --delay-model NAME (gradcode models lists them)")
+    opt_params = parse_kv(o["opt_param"], "--opt-param")
+    if o["lr"] is not None:
+        opt_params["lr"] = o["lr"]
+    spec = TrainSpec(code, workers=o["workers"], stragglers=o["stragglers"], delay=o["delay"],
+                     delay_model=delay_model, code_params=code_params or None, data=data_name,
+                     data_params=data_params, problem=o["problem"], optimizer=o["optimizer"],
+                     optimizer_params=opt_params, models=o["models"], seed=o["seed"], verify=o["verify"],
+                     inject=o["inject"])
+    cluster = ClusterConfig(address=o["address"], num_cpus=o["num_cpus"], start_timeout=o["start_timeout"])
+    faults = FaultConfig(fail=tuple(o["fail"] or ()), round_timeout=o["round_timeout"])
+    run = RunConfig(rounds=o["rounds"], checkpoint_every=o["checkpoint_every"],
+                    run_dir=o["run_dir"] if run_dir is None else run_dir, eval_every=o["eval_every"],
+                    resume=o["resume"], overwrite=o["overwrite"])
+    return spec, cluster, faults, run
 
 
 def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:
@@ -404,21 +419,9 @@ def train_several(opts: dict) -> None:
     try:
         if len(set(specs)) < len(specs):
             raise ValueError(f"--scheme {o['scheme']} names a scheme twice")
-        if o["resume"] and run_dir is None:
-            raise ValueError("--resume needs --run-dir: the folder of the runs to continue")
         if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
             raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
         pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
-        data_name, data_params = _data_source(o["data"], o["target"], parse_kv(o["data_param"], "--data-param"))
-        dm = None
-        if o["delay_model"] is not None:
-            dm = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
-        elif o["delay_param"]:
-            raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
-                             " add --delay-model NAME (gradcode models lists them)")
-        opt_params = parse_kv(o["opt_param"], "--opt-param")
-        if o["lr"] is not None:
-            opt_params["lr"] = o["lr"]
         common = parse_kv(o["code_param"], "--param")
         runs, taken = [], set()
         for spec in specs:
@@ -430,9 +433,9 @@ def train_several(opts: dict) -> None:
                 raise ValueError(f"{spec} has n = {built.n} but --workers is {o['workers']}: the schemes are"
                                  " compared on the same workers; leave n to --workers")
             code = getattr(built, "static_code", None)
-            runs.append({"spec": spec, "name": name, "params": params,
-                         "exact": bool(getattr(code, "exact", True)) if code is not None else True,
-                         "run_dir": None if run_dir is None else run_dir / _subfolder(spec, taken)})
+            configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
+            runs.append({"spec": spec, "name": name, "params": params, "configs": configured,
+                         "exact": bool(getattr(code, "exact", True)) if code is not None else True})
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
         _fail(exc, 2, as_json, err)
 
@@ -442,16 +445,8 @@ def train_several(opts: dict) -> None:
         callback, finish = _progress(o["rounds"], err, enabled=True)
         try:
             with contextlib.redirect_stdout(ray_output(planned_failures=bool(o["fail"]))):
-                result = train(
-                    r["name"], workers=o["workers"], stragglers=o["stragglers"], delay=o["delay"], delay_model=dm,
-                    code_params=r["params"] or None, data=data_name, data_params=data_params, problem=o["problem"],
-                    optimizer=o["optimizer"], optimizer_params=opt_params, rounds=o["rounds"], models=o["models"],
-                    seed=o["seed"], fail=o["fail"] or (), checkpoint_every=o["checkpoint_every"],
-                    resume=o["resume"], run_dir=r["run_dir"], address=o["address"], num_cpus=o["num_cpus"],
-                    round_timeout=o["round_timeout"], start_timeout=o["start_timeout"],
-                    eval_every=o["eval_every"], callback=callback, verify=o["verify"], overwrite=o["overwrite"],
-                    inject=o["inject"],
-                )
+                spec_r, cluster, faults, run = r["configs"]
+                result = train(spec_r, cluster=cluster, faults=faults, run=run, callback=callback)
         except Exception as exc:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
