@@ -24,10 +24,11 @@ from gradcode.codes import NonFiniteMessageError, make_code
 from gradcode.runtime import CheckpointError, RoundTimeoutError, train
 from runtime_util import DATA, SEED, PoisonedWorker, gd_reference, rel
 
-try:  # workers cannot import this test module: ship its classes (problem specs) by value
+try:  # workers cannot import the test modules: ship their classes (problem specs) by value
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(sys.modules["runtime_util"])  # PoisonedWorker
 except ImportError:
     pass
 
