@@ -139,6 +139,15 @@ def test_n_comes_from_the_trace(trace):
     assert [r["scheme"] for r in json.loads(cmp.stdout)["rows"]][0] == "Uncoded n=8"
 
 
+def test_compare_with_the_traces_n_as_a_param_builds_the_uncoded_baseline_too(trace):
+    """-p n=8 on a trace of 8 workers: uncoded (which gets no --param) used to be left with no n
+    at all ("code 'uncoded' needs 'n'")."""
+    for schemes in ([], ["--scheme", "crc", "--scheme", "uncoded"]):
+        res = cli("compare", *schemes, "-p", "n=8", "-s", 1, "--rounds", 5, "--trace", trace, "--json")
+        assert res.exit_code == 0, res.output
+        assert {r["scheme"] for r in json.loads(res.stdout)["rows"]} >= {"Uncoded n=8", "CRC n=8 s=1"}
+
+
 @pytest.mark.parametrize("command", ["simulate", "compare"])
 def test_an_n_other_than_the_traces_is_refused(trace, command):
     """-n 6 on a trace of 8 workers used to drop the last two columns silently."""

@@ -583,12 +583,11 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     if unused:
         raise ValueError(f"--param {', '.join(unused)}: no compared scheme takes it")
     # each --param goes to the schemes that take it (e.g. seed to crc, not to frc or ignore)
-    codes = [
-        build_code(name, {**{k: v for k, v in extra.items() if k in takes[name]}, **p}
-                   if name != "uncoded" else p,
-                   trace_workers(given, dmodel, {**extra, **p}), stragglers if name != "uncoded" else None, jobs)
-        for name, p in specs
-    ]
+    passed = [({**{k: v for k, v in extra.items() if k in takes[name]}, **p} if name != "uncoded" else p)
+              for name, p in specs]
+    # n from the trace goes to each scheme that sets no n of its own in what it is given
+    codes = [build_code(name, q, trace_workers(given, dmodel, q), stragglers if name != "uncoded" else None, jobs)
+             for (name, _), q in zip(specs, passed)]
     if not any(c.name == "uncoded" for c in codes):
         n = codes[0].n
         codes.insert(0, build_code("uncoded", {"n": n}, None, None))
