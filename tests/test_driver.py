@@ -38,7 +38,6 @@ from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWork
                           gd_reference, rel)
 
 
-
 def reference(steps, *, lr=0.5):
     return gd_reference(DATA, SEED, steps, lr=lr)
 
@@ -242,7 +241,8 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_pat
         assert res.to_json()[key] == whole.to_json()[key], key
     lines = [json.loads(x) for x in (tmp_path / "cut" / "rounds.jsonl").read_text().splitlines()]
     assert [x["round"] for x in lines] == list(range(6))
-    longer = resume(tmp_path / "cut", rounds=8, engine=InProcessEngine())
+    # another round timeout keeps the planned failures without repeating them (fail="2@4" held)
+    longer = resume(tmp_path / "cut", rounds=8, faults=FaultConfig(round_timeout=100.0), engine=InProcessEngine())
     assert longer.resumed_from == 6 and longer.losses.shape == (8, 1)
     assert rel(longer.final_params, reference(8)) < 1e-9
 
@@ -258,8 +258,9 @@ def test_a_scheme_whose_jobs_span_rounds_resumes_exactly(tmp_path):
 
 
 def test_the_checkpoint_document_keeps_its_format(tmp_path):
-    """Checkpoints stay readable by earlier versions: version 2, the state a string-keyed dict;
-    the spec, run config and faults are extra keys (what resume(run_dir) reads)."""
+    """The checkpoint document keeps its layout: version 2, the state a string-keyed dict; the
+    spec, run config and faults are extra keys (what resume(run_dir) reads), and a checkpoint
+    without them (an earlier version's) still resumes through train()."""
     run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
     doc = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
     assert doc["version"] == 2 and {"config", "state", "scheme", "inflight"} <= set(doc)
@@ -383,3 +384,28 @@ def test_sixty_four_workers(tmp_path):
                 optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0, engine=InProcessEngine())
     assert res.arrivals.shape == (3, 64) and (res.arrivals < 0).sum(axis=1).tolist() == [4, 4, 4]
     assert rel(res.final_params, gd_reference(data, SEED, 3)) < 1e-9
+
+
+def test_train_several_rows_take_each_models_baseline_and_survive_a_run_stopped_in_round_0(tmp_path):
+    """gradcode train --scheme A,B's table (comparison_rows): with --models 2 the speed-up of each
+    model is over uncoded's same model (the rows are crc/0, uncoded:n=4/1, ...: no row is named
+    "uncoded", so there used to be no speed-up at all); a run that timed out in its first round
+    has no rounds and used to crash the table with an IndexError."""
+    from gradcode.experiments.cli_train import comparison_rows
+
+    kw = dict(stragglers=1, delay=0.5, rounds=3, models=2)
+    crc = run(tmp_path, "crc", code="crc", engine=InProcessEngine(compute_time=0.01), **kw)
+    unc = run(tmp_path, "unc", code="uncoded", engine=InProcessEngine(compute_time=0.01), **kw)
+    with pytest.raises(RoundTimeoutError) as info:
+        run(tmp_path, "stopped", code="uncoded", engine=InProcessEngine(compute_time=0.01), round_timeout=0.1, **kw)
+    stopped = info.value.result
+    assert stopped.round_times.size == 0
+    runs = [{"spec": "crc", "name": "crc", "exact": True}, {"spec": "uncoded:n=4", "name": "uncoded", "exact": True},
+            {"spec": "frc", "name": "frc", "exact": True}]
+    rows = comparison_rows(runs, [crc, unc, stopped], [None, None, f"RoundTimeoutError: {info.value}"])
+    assert [r["scheme"] for r in rows] == ["crc/0", "crc/1", "uncoded:n=4/0", "uncoded:n=4/1", "frc"]
+    for i in range(2):
+        assert rows[i]["speedup"] == pytest.approx(rows[2 + i]["time s"] / rows[i]["time s"])
+        assert rows[2 + i]["speedup"] == 1.0
+    assert rows[0]["speedup"] > 1.5  # crc does not wait for the delayed worker
+    assert rows[4] == {"scheme": "frc", "gradient": "exact", "error": "RoundTimeoutError"}

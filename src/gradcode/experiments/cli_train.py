@@ -111,7 +111,7 @@ def train_command(
     """
     opts = dict(locals())  # first, while locals() holds just the options
     if len(split_schemes(scheme)) > 1:
-        return train_several({**opts, "workers": _DEFAULT_WORKERS if workers is None else workers})
+        return train_several(opts)
     from gradcode.cli import emit, err
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
@@ -422,11 +422,16 @@ def train_several(opts: dict) -> None:
         if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
             raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
         pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
-        common = parse_kv(o["code_param"], "--param")
+        parsed = [parse_scheme(spec) for spec in specs]
+        params_of = _params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
+        if o["workers"] is None:  # n from the schemes that set one (they must agree), else the default
+            own = sorted({p["n"] for p in params_of if "n" in p})
+            if len(own) > 1:
+                raise ValueError(f"the schemes set different n ({', '.join(map(str, own))}); they are compared on"
+                                 " the same workers: give one -n")
+            o["workers"] = own[0] if own else _DEFAULT_WORKERS
         runs, taken = [], set()
-        for spec in specs:
-            name, inline = parse_scheme(spec)
-            params = {**common, **inline}
+        for spec, (name, _), params in zip(specs, parsed, params_of):
             built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
                                  code_params=params or None, verify=o["verify"])
             if built.n != o["workers"]:  # same injected delays need the same n
@@ -491,16 +496,29 @@ def train_several(opts: dict) -> None:
         raise typer.Exit(1)
 
 
+def _params_per_scheme(common: dict, parsed: list[tuple[str, dict]]) -> list[dict]:
+    """Each scheme's parameters: the ``--param`` values it takes (as ``compare`` does: ``seed`` to
+    ``crc``, not to ``frc``), then its inline ones. A ``--param`` no scheme takes is refused."""
+    from gradcode.experiments.cli_sim import code_info_params
+
+    takes = [set(code_info_params(name)) for name, _ in parsed]
+    unused = [k for k in common if not any(k in t for t in takes)]
+    if unused:
+        raise ValueError(f"--param {', '.join(unused)}: none of the schemes takes it")
+    return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
+
+
 def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]:
     """One row per run (per model with ``--models``): :func:`summary_rows` named by the scheme as
     given, with ``gradient`` (``exact``, or ``estimate`` for ``ignore``), the speed-up over
     ``uncoded`` (the ratio of total times) when it ran, and ``error`` (the kind of error that
     stopped a run)."""
-    rows = []
+    rows, model_of, base = [], [], {}
     for r, res, e in zip(runs, results, errors):
-        if res is None:
-            rows.append({"scheme": r["spec"], "gradient": "exact" if r["exact"] else "estimate",
-                         "error": e.partition(":")[0] if e else None})
+        if res is None or res.round_times.size == 0:  # nothing ran, or it stopped in its first round
+            error = e.partition(":")[0] if e else getattr(res, "error_type", None)
+            rows.append({"scheme": r["spec"], "gradient": "exact" if r["exact"] else "estimate", "error": error})
+            model_of.append(None)
             continue
         for i, row in enumerate(summary_rows(res)):
             suffix = f"/{i}" if len(res.params) > 1 else ""
@@ -508,11 +526,14 @@ def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]
                 k: v for k, v in row.items() if k != "scheme"}}
             if res.error is not None:
                 row["error"] = res.error_type
+            elif r["name"] == "uncoded":  # the baseline of model i: a run that stopped is none
+                base.setdefault(i, row["time s"])
             rows.append(row)
-    base = next((row["time s"] for row in rows if row["scheme"] == "uncoded" and "time s" in row), None)
-    for row in rows:
-        if "time s" in row:
-            row["speedup"] = base / row["time s"] if base and row["time s"] > 0 else None
+            model_of.append(i)
+    for row, i in zip(rows, model_of):
+        if i is not None:
+            b = base.get(i)
+            row["speedup"] = b / row["time s"] if b and row["time s"] > 0 else None
     return rows
 
 

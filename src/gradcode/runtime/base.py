@@ -46,7 +46,8 @@ class Event:
     ``"done"`` (the worker's task for round ``round`` ended) or ``"failed"`` (``payload`` is the
     exception). ``lost``: a failure because the worker's process died or is restarting (a
     straggler, and its task may be sent again), as opposed to an exception raised by the task
-    itself (a bug: the run stops)."""
+    itself (a bug: the run stops). An engine must set it on every death it reports: left at its
+    default, a dead worker stops the run instead of counting as a straggler."""
 
     worker: int
     round: int

@@ -54,6 +54,7 @@ class _Task:
     steps: Any = None  # the WorkerCore.steps iterator; None: the task fails (lost) when due
     error: Exception | None = None
     epoch: int = 0
+    computing: Any = None  # a message being computed, delivered when its compute_time is up
 
 
 @dataclass
@@ -72,8 +73,8 @@ class _Slot:
 class InProcessEngine(Engine):
     """Workers as plain objects in this process, on a virtual clock (see the module docstring).
 
-    ``compute_time``: virtual seconds each message takes to compute (0: messages of a round
-    arrive at their injected times exactly). ``death_report``: seconds between a worker's death
+    ``compute_time``: virtual seconds each message takes to compute, after its injected pause
+    (0: messages of a round arrive at their injected times exactly). ``death_report``: seconds between a worker's death
     and the failed event that reports it. ``restart_time``: seconds a restart takes.
     """
 
@@ -194,6 +195,10 @@ class InProcessEngine(Engine):
         if task.steps is None:
             slot.task = None
             return [Event(w, t, "failed", task.error, lost=True)]
+        if task.computing is not None:  # its compute_time is up: deliver it, go on at once
+            message, task.computing = task.computing, None
+            heapq.heappush(self._heap, (self._now, next(self._order), w, task.epoch))
+            return [Event(w, t, "message", message)]
         slot.sleeping = False
         try:
             item = next(task.steps)
@@ -209,7 +214,11 @@ class InProcessEngine(Engine):
             slot.sleeping = not aborted
             heapq.heappush(self._heap, (self._now + (0.0 if aborted else item), next(self._order), w, task.epoch))
             return []
-        heapq.heappush(self._heap, (self._now + self.compute_time, next(self._order), w, task.epoch))
+        if self.compute_time > 0:  # the message arrives compute_time after its pause
+            task.computing = item
+            heapq.heappush(self._heap, (self._now + self.compute_time, next(self._order), w, task.epoch))
+            return []
+        heapq.heappush(self._heap, (self._now, next(self._order), w, task.epoch))
         return [Event(w, t, "message", item)]
 
     def release(self, w: int) -> None:

@@ -416,7 +416,7 @@ def resume(
     was started with (kept in the checkpoint). ``rounds``: the run's total rounds (default: as
     started; more extends a finished run). ``cluster``: where to run now (default: the current Ray
     session or an embedded local cluster). ``faults``: another round timeout or restart limit
-    (its ``fail`` must be the run's). Same result as ``train(..., resume=True)`` with the original
+    (without ``fail`` it keeps the run's planned failures; with one, it must be the run's). Same result as ``train(..., resume=True)`` with the original
     arguments; a checkpoint written by a version without this entry point is refused with that
     advice."""
     path = Path(run_dir) / "checkpoint.pkl"
@@ -428,7 +428,10 @@ def resume(
             " did not pickle); continue it with train(..., resume=True) and the arguments it was started with"
         )
     saved_faults = saved.get("faults") or FaultConfig()
-    faults = saved_faults if faults is None else faults
+    if faults is None:
+        faults = saved_faults
+    elif not faults.fail:  # a new timeout or restart limit keeps the run's planned failures
+        faults = replace(faults, fail=saved_faults.fail)
     run = replace(run, run_dir=run_dir, resume=True, overwrite=False,
                   rounds=run.rounds if rounds is None else rounds)
     return run_training(spec, cluster=cluster or ClusterConfig(), faults=faults, run=run, engine=engine,

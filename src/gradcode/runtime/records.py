@@ -4,11 +4,12 @@
 The on-disk documents are those of every earlier version: ``result.json`` and the ``.npy`` arrays,
 ``rounds.jsonl`` (one strict-JSON line per completed round, flushed as the run goes), and
 ``checkpoint.pkl``, a pickled dict ``{"version": 2, "config", "state", "scheme", "inflight"}``
-whose ``state`` is the string-keyed dict :meth:`TrainState.to_dict` writes (so checkpoints of
-earlier runs resume, and earlier code reads new ones). A checkpoint also holds the run's
-:class:`~gradcode.runtime.config.TrainSpec` and :class:`~gradcode.runtime.config.RunConfig`
-(``"spec"``, ``"run"``) when they pickle, which is what :func:`gradcode.runtime.resume` needs to
-continue a run from its folder alone.
+whose ``state`` is the string-keyed dict :meth:`TrainState.to_dict` writes, so checkpoints of
+earlier runs resume (through ``train(..., resume=True)``). A checkpoint also holds the run's
+:class:`~gradcode.runtime.config.TrainSpec`, :class:`~gradcode.runtime.config.RunConfig` and
+:class:`~gradcode.runtime.config.FaultConfig` (``"spec"``, ``"run"``, ``"faults"``) when they
+pickle, which is what :func:`gradcode.runtime.resume` needs to continue a run from its folder
+alone; code from before these classes existed cannot unpickle such a checkpoint.
 """
 
 from __future__ import annotations
