@@ -80,6 +80,25 @@ def test_worker_core_tasks_of_several_jobs_in_one_round():
     np.testing.assert_allclose(got[2], 3 * g[1, 0])
 
 
+def test_worker_core_sends_a_unit_single_chunk_message_uncopied_and_later_messages_unchanged():
+    """A message that is one partial chunk with coefficient 1 is that chunk (no copy); the
+    messages after it in the same task, which reuse the partial, do not write into it."""
+    ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+    problem = make_problem("logistic", ds)
+    rows = {0: np.arange(0, 50), 1: np.arange(50, 120)}
+    core = WorkerCore(0, problem, rows, chunks=2)
+    x = np.full(problem.dim, 0.1)
+    E = np.array([[[1.0, 0.0], [0.0, 0.0]], [[2.0, 1.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 0.0]]])
+    first, second, third = core.run(0, [WireTask(0, (0, 1), E, 0)], [x])
+    m = -(-problem.dim // 2)
+    g0, g1 = (np.pad(problem.gradient(x, rows[j]), (0, 2 * m - problem.dim)).reshape(2, m) for j in (0, 1))
+    np.testing.assert_array_equal(first, g0[0])
+    np.testing.assert_array_equal(third, g0[0])
+    assert np.shares_memory(first, third)  # both the partial's chunk itself
+    np.testing.assert_allclose(second, 2 * g0[0] + g0[1] + g1[1])
+    assert not np.shares_memory(second, first)
+
+
 def test_worker_core_abort_stops_injected_sleep_and_refuses_unknown_partition():
     ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
     problem = make_problem("logistic", ds)
