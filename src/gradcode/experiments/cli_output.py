@@ -1,5 +1,5 @@
-"""What the commands share for people's outputs: where ``--plot`` writes, and the progress bar of
-long simulations.
+"""What the commands share for people's outputs: where ``--plot`` writes, the progress bar of
+long simulations, and warnings and notes on stderr (:func:`warn`, :func:`note`).
 
 ``--plot PATH`` (``simulate``, ``compare``, ``train``) follows one rule, :func:`plot_files`: a path
 ending in ``.png`` is the file the (main) figure is written to, and a command that draws more than
@@ -105,3 +105,21 @@ class RunProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def warn(message: str) -> None:
+    """``warning: message`` on stderr (rich markup in ``message`` is printed as text)."""
+    from rich.markup import escape
+
+    from gradcode.cli import err
+
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def note(message: str) -> None:
+    """``message`` on stderr, as is."""
+    from rich.markup import escape
+
+    from gradcode.cli import err
+
+    err.print(escape(message), highlight=False, soft_wrap=True)

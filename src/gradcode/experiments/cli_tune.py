@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
 
         from gradcode.cli import emit, err
         from gradcode.errors import GradcodeError
+        from gradcode.experiments.cli_output import note, warn
         from gradcode.schemes.sgc.tune import tune
         from gradcode.stragglers import load_trace
 
@@ -47,15 +48,15 @@ def register(app: typer.Typer) -> None:
             err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         for w in caught:
-            err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}", highlight=False, soft_wrap=True)
+            warn(str(w.message))
         doc = result.to_dict()
         if as_json:
             emit(doc, as_json=True)
             return
         warned = {str(w.message) for w in caught}
-        for note in doc["notes"]:
-            if note not in warned:  # a warning already printed above
-                err.print(escape(note), highlight=False, soft_wrap=True)
+        for text in doc["notes"]:
+            if text not in warned:  # a warning already printed above
+                note(text)
         rows = [_row(c, best=True) for c in doc["best"].values()]
         emit({"rows": rows}, as_json=False,
              title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"
