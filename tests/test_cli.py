@@ -217,3 +217,14 @@ def test_ray_death_notices_are_left_out_only_around_planned_failures():
     print(f"(raylet) {RAY_DEATH_NOTICE} [repeated 2x across cluster]", file=stream)
     print("", file=stream)
     assert sink.getvalue() == "(raylet) The node has been marked dead\n\n"
+
+
+def test_waitout_all_without_a_mu_deadline_is_refused(tmp_path):
+    """--waitout all waits out the mu-rule's deadline; without --close MU it used to be ignored."""
+    res = CliRunner().invoke(app, ["simulate", "-n", "4", "-s", "1", "--rounds", "5", "--waitout", "all"])
+    assert res.exit_code == 2 and "there is no deadline to wait out" in _said(res)
+    res = CliRunner().invoke(app, ["train", "--waitout", "all", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "there is no deadline to wait out" in _said(res)
+    res = CliRunner().invoke(app, ["train", "--close", "soon", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "--close must be 'decodable' or a number mu >= 0" in _said(res)
+    assert not (tmp_path / "r").exists()

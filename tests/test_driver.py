@@ -96,6 +96,56 @@ def test_round_times_and_stragglers_are_the_simulators(tmp_path, code):
     assert rel(res.final_params, reference(8)) < 1e-9
 
 
+@pytest.mark.parametrize("code,params,mu,waitout", [
+    ("crc", dict(n=4, s=1), 1.5, "decodable"),
+    ("crc", dict(n=4, s=1), 0.05, "all"),
+    ("uncoded", dict(n=4), 0.1, "decodable"),
+    ("agc", dict(n=4, d=3, L=2), 2.0, "all"),
+    ("m-sgc", dict(B=1, W=2, lam=1), 3.0, "all"),
+    ("sr-sgc", dict(B=1, W=2, lam=1), 0.5, "decodable"),
+])
+def test_the_mu_rule_closes_rounds_at_the_simulators_times(tmp_path, code, params, mu, waitout):
+    """close=mu (SGC Sec. 2) on the in-process engine: each round runs to (1 + mu) kappa (or until
+    every worker is in), is waited out exactly when the simulator's is, with its stragglers, and
+    the models reach the same parameters as under close='decodable' (the GD iterates)."""
+    model = make_delay_model("shifted-exp", **({"comm": 0.5} if code == "agc" else {}))
+    models = 3 if "sgc" in code else 1
+    res = run(tmp_path, code=code, code_params=params, rounds=12, delay_model=model, inject="full",
+              round_timeout=1e6, close=mu, waitout=waitout, models=models)
+    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, code_params=params), model, 12, seed=SEED,
+                            close=mu, waitout=waitout, records=True)
+    np.testing.assert_allclose(res.round_times, sim.round_times, rtol=1e-12)
+    np.testing.assert_array_equal(res.stragglers, sim.stragglers)
+    np.testing.assert_array_equal(res.waitouts, sim.waitout_rounds)
+    assert 0 < res.waitouts.sum() < 12 or code == "uncoded"  # rounds of both kinds (uncoded: every one waits)
+    # the closing rule changes when rounds end and who straggles, never the gradients
+    base = run(tmp_path, "decodable", code=code, code_params=params, rounds=12, delay_model=model, inject="full",
+               round_timeout=1e6, models=models)
+    for m in range(models):
+        assert rel(res.params[m], base.params[m]) < 1e-9
+    if models == 1:
+        assert rel(res.final_params, reference(12)) < 1e-9
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["waitout_rounds"] == int(res.waitouts.sum())
+
+
+def test_the_mu_rules_wait_for_all_does_not_wait_for_a_dead_worker(tmp_path):
+    """waitout='all' waits for every worker whose task has not failed: a worker that died for good
+    (no restarts) is not waited for; the round closes with the others and the run goes on."""
+    res = run(tmp_path, code="crc", code_params=dict(s=1), rounds=4, delay_model=delays(4, 4, [2], 3.0),
+              inject="full", close=0.0, waitout="all", fail=["1@1"], max_restarts=0, round_timeout=100.0)
+    assert res.round_times.size == 4 and rel(res.final_params, reference(4)) < 1e-9
+    assert res.stragglers[1:, 1].all() and not res.stragglers[1:, 2].any()  # 2 was waited for, 1 was not
+    assert res.waitouts[1:].all()  # two workers short at the deadline: each round waited out
+
+
+def test_the_closing_rule_is_checked_when_the_spec_is_built():
+    for bad, err in [({"close": "fast"}, ValueError), ({"close": True}, TypeError), ({"close": -1.0}, ValueError),
+                     ({"waitout": "some"}, ValueError), ({"waitout": "all"}, ValueError)]:
+        with pytest.raises(err):
+            TrainSpec(**bad)
+    assert TrainSpec(close=1, waitout="all").close == 1.0
+
+
 def test_a_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(tmp_path):
     """Worker 0 sleeps 30 s in round 0, worker 1 in round 1: round 0 closes at once without worker
     0 and aborts it, so worker 0 delivers in round 1 (which needs it) at once as well."""
@@ -265,15 +315,20 @@ def test_the_checkpoint_document_keeps_its_format(tmp_path):
     doc = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
     assert doc["version"] == 2 and {"config", "state", "scheme", "inflight"} <= set(doc)
     assert set(doc["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
-                                 "messages", "injected", "losses", "metrics", "failures"}
+                                 "messages", "injected", "losses", "waitouts", "metrics", "failures"}
     assert isinstance(doc["spec"], TrainSpec) and doc["run"].rounds == 2
-    # a checkpoint of an earlier version (no spec) resumes through train(), and resume() says so
+    # a checkpoint of an earlier version (no spec, no closing rule, no wait-out table) resumes
+    # through train(), and resume() says so
     for key in ("spec", "run", "faults"):
         doc.pop(key)
+    doc["state"].pop("waitouts")
+    doc["config"].pop("close")
+    doc["config"].pop("waitout")
     (tmp_path / "run" / "checkpoint.pkl").write_bytes(pickle.dumps(doc))
     with pytest.raises(CheckpointError, match="does not hold the run's spec"):
         resume(tmp_path / "run", engine=InProcessEngine())
-    assert run(tmp_path, code="crc", stragglers=1, rounds=3, checkpoint_every=2, resume=True).resumed_from == 2
+    res = run(tmp_path, code="crc", stragglers=1, rounds=3, checkpoint_every=2, resume=True)
+    assert res.resumed_from == 2 and res.waitouts.tolist() == [False] * 3
 
 
 def test_resume_refuses_another_configuration(tmp_path):

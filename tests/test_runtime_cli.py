@@ -136,3 +136,26 @@ def test_a_planned_failure_is_reported_as_planned(ray_session, tmp_path):
                                    "n_samples=150", "--data-param", "n_features=3", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "worker 1 died in round 1 (planned by --fail)" in " ".join(res.stderr.split())
+
+
+def test_train_closes_rounds_by_the_mu_rule_on_ray(ray_session, tmp_path):
+    """--close MU on Ray: worker 3 sleeps 1 s a round. CRC (s = 1) decodes at the deadline
+    (1 + mu) kappa without it: no wait-out, worker 3 a straggler. Uncoded cannot, so each round is
+    waited out (--waitout all) and lasts past worker 3's second."""
+    import numpy as np
+
+    delays = np.zeros((2, 4))
+    delays[:, 3] = 1.0
+    np.save(tmp_path / "trace.npy", delays)
+    base = ["train", "--workers", "4", "--rounds", "2", "--delay-model", "trace", "--delay-param",
+            f"path={tmp_path / 'trace.npy'}", "--close", "1", "--json"]
+    docs = {}
+    for scheme, extra in (("crc", ["--stragglers", "1"]), ("uncoded", ["--waitout", "all"])):
+        res = CliRunner().invoke(app, base + ["--scheme", scheme, *extra, "--run-dir", str(tmp_path / scheme)])
+        assert res.exit_code == 0, res.output
+        docs[scheme] = json.loads(res.stdout)
+    assert docs["crc"]["waitouts"] == [False, False] and all(a[3] < 0 for a in docs["crc"]["arrivals"])
+    assert docs["crc"]["config"]["close"] == 1.0
+    assert docs["uncoded"]["waitouts"] == [True, True] and docs["uncoded"]["waitout_rounds"] == 2
+    assert min(docs["uncoded"]["round_times"]) >= 1.0 > max(docs["crc"]["round_times"])
+    assert abs(docs["crc"]["final_loss"] - docs["uncoded"]["final_loss"]) < 1e-12  # both exact

@@ -98,6 +98,11 @@ def train_command(
                                " (a model without stragglers injects nothing), 'full' the model's whole time."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --run-dir (its checkpoint"
                                    " and records); without it such a run-dir is refused unless --resume."),
+    close: str = typer.Option("decodable", "--close", help="When a round ends: 'decodable' (as soon as it decodes)"
+                              " or a number mu, SGC's mu-rule (wait until (1 + mu) x the first whole result's time)."),
+    waitout: str = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
+                                " undecodable waits for: decodable (until it decodes) or all (every live worker:"
+                                " the SGC paper's rule)."),
     verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
                                 "them against each other: a worker whose result is wrong is named and left out."),
     plot: Path = typer.Option(None, "--plot", help="Draw held-out loss and AUC against wall-clock time"
@@ -172,7 +177,7 @@ def configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> tuple:
     ``gradcode train``'s options ``o`` (its parameters by name) for the scheme ``code`` with
     ``code_params``; ``run_dir`` (several schemes: each its subfolder) replaces ``--run-dir``.
     Refuses the options that would otherwise be silently dropped."""
-    from gradcode.experiments.cli_sim import parse_kv
+    from gradcode.experiments.cli_sim import parse_close, parse_kv
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 
     if o["resume"] and o["run_dir"] is None:  # the default run dir is a new timestamped folder
@@ -191,7 +196,7 @@ def configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> tuple:
                      delay_model=delay_model, code_params=code_params or None, data=data_name,
                      data_params=data_params, problem=o["problem"], optimizer=o["optimizer"],
                      optimizer_params=opt_params, models=o["models"], seed=o["seed"], verify=o["verify"],
-                     inject=o["inject"])
+                     inject=o["inject"], close=parse_close(o["close"]), waitout=o["waitout"])
     cluster = ClusterConfig(address=o["address"], num_cpus=o["num_cpus"], start_timeout=o["start_timeout"])
     faults = FaultConfig(fail=tuple(o["fail"] or ()), round_timeout=o["round_timeout"])
     run = RunConfig(rounds=o["rounds"], checkpoint_every=o["checkpoint_every"],
@@ -242,7 +247,8 @@ def _fail(exc: Exception, code: int, as_json: bool, err) -> None:
 def summary_rows(result) -> list[dict]:
     """One row per model: total training time, median round (ms), mean stragglers per round,
     faults (each worker death, non-finite or dropped result once, however many tasks it failed),
-    final training objective and the last held-out loss, accuracy and ROC AUC."""
+    the rounds waited out (``--close MU`` only), final training objective and the last held-out
+    loss, accuracy and ROC AUC."""
     import numpy as np
 
     rows = []
@@ -259,6 +265,8 @@ def summary_rows(result) -> list[dict]:
             "round ms": 1e3 * float(np.median(result.round_times)),
             "strag": float(strag.sum(axis=1).mean()),
             "fails": len(result.faults),
+            **({} if result.config.get("close", "decodable") == "decodable"
+               else {"wait-outs": int(result.waitouts.sum())}),
             "loss": float(result.losses[-1, m]),
             "test loss": met.get("loss"),
             "acc": met.get("accuracy"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from numbers import Real
 from typing import Any
 
 from gradcode._validation import check_choice, check_int, check_real
@@ -130,7 +131,9 @@ class TrainSpec:
     the data's task. ``optimizer_params``: one dict for every model or a list of ``models`` dicts.
     ``stragglers``/``delay``/``delay_model``/``inject``: the injected stragglers (also the
     tolerance ``s`` of codes that take one). ``verify``: rounds wait for two spare results and
-    check them against each other.
+    check them against each other. ``close``/``waitout``: the closing rule, ``"decodable"`` or the
+    ``mu >= 0`` of SGC's mu-rule, and what a round that rule leaves undecodable waits for
+    (``"decodable"`` or ``"all"``), as in :func:`gradcode.simulate`.
     """
 
     code: Any = "crc"
@@ -150,12 +153,24 @@ class TrainSpec:
     seed: int = 0
     verify: bool = False
     inject: str = "excess"
+    close: str | float = "decodable"
+    waitout: str = "decodable"
 
     def __post_init__(self):
         _set(self, "models", check_int("models", self.models, minimum=1))
         _set(self, "seed", check_int("seed", self.seed, minimum=0))
         _set(self, "delay", check_real("delay", self.delay, minimum=0.0))
         check_choice("inject", self.inject, ("excess", "full"))
+        check_choice("waitout", self.waitout, ("decodable", "all"))
+        if isinstance(self.close, str):
+            check_choice("close", self.close, ("decodable",))
+        elif isinstance(self.close, bool) or not isinstance(self.close, Real):
+            raise TypeError(f"close must be 'decodable' or a number mu >= 0 (SGC's mu-rule), got {self.close!r}")
+        else:
+            _set(self, "close", check_real("close (the mu of the mu-rule)", self.close, minimum=0.0))
+        if self.waitout == "all" and self.close == "decodable":
+            raise ValueError("waitout='all' is the wait-out of the mu-rule's deadline; with close='decodable'"
+                             " there is no deadline to wait out: give close=mu (a number >= 0) or drop waitout")
         for name in ("code_params", "data_params", "problem_params"):
             value = getattr(self, name)
             if value is not None:

@@ -15,6 +15,15 @@ Rules the loop follows (DESIGN.md "The runtime"):
 
 * **params once per job**: each job's parameters go to the object store once (``engine.put``) and
   every worker task of the job gets the same reference.
+* **closing rule** (``TrainSpec.close``): ``"decodable"`` closes a round at the first message
+  that makes its due jobs decode. A number ``mu`` is SGC's mu-rule as the simulator runs it
+  (:mod:`gradcode.sim.simulator`): with ``kappa`` the time the first worker delivered its whole
+  task result, the round runs until ``(1 + mu) kappa`` after its start (or until every worker
+  given a task is in, if sooner) and closes there if it decodes; otherwise it is waited out
+  (``waitout="decodable"``: until it decodes; ``"all"``: until every worker whose task has not
+  failed is in, then until it decodes) and ``waitouts[t]`` records it. On the in-process engine
+  with the model's whole time injected, rounds close at the simulator's times with its
+  stragglers under either rule.
 * **one wait for many**: the engine delivers every event that is ready in one ``poll``; the driver
   handles them one at a time and checks the scheme after each, so a round still closes at the
   first message that makes it decodable (the rest wait in a backlog, then count as late).
@@ -201,6 +210,12 @@ class RoundDriver:
         self.down: dict[int, dict] = {}
         self.fault_version = 0  # bumped on every change of state.failures (rounds.jsonl)
         self.close_error: str | None = None  # why the last close of the current round failed
+        close = setup.spec.close  # TrainSpec.close: "decodable" or the mu of the mu-rule
+        self.mu: float | None = None if isinstance(close, str) else float(close)
+        self.wait_all = setup.spec.waitout == "all"
+        self.first_done: dict[int, float] = {}  # round -> kappa: when its first whole result was in
+        self.done: set[tuple[int, int]] = set()  # (round, worker) whose whole result is in
+        self.lost: set[tuple[int, int]] = set()  # (round, worker) whose task failed (died)
 
     # -------------------------------------------------------------- the run
     def run(self, run: RunConfig, *, log: RoundLog | None = None, checkpoint: Callable[[], None] | None = None,
@@ -267,6 +282,10 @@ class RoundDriver:
             self._send(t, w, wire[w])
             unsent.discard(w)
         deadline = start + self.timeout
+        waited = False
+        if self.mu is not None:
+            waited = self._wait_mu_deadline(t, wire, unsent, retries, start, deadline)
+        self.state.waitouts[t] = waited
         while True:
             self._wait_ready(t, wire, unsent, retries, start, deadline)
             # the scheme can decode: close the round. Stragglers by the simulator's rule
@@ -313,14 +332,47 @@ class RoundDriver:
             self.expected.pop(key, None)
             self.last_times.pop(key, None)
         self.discarded = {k for k in self.discarded if k[0] > t}
+        self.done = {k for k in self.done if k[0] > t}
+        self.lost = {k for k in self.lost if k[0] > t}
+        self.first_done.pop(t, None)
         return losses
 
-    def _wait_ready(self, t, wire, unsent, retries, start, deadline) -> None:
-        """Handle events until the scheme is ready to close round ``t``: send late work to
-        workers that became idle, re-send (with back-off) the task of a worker that died, stop
-        the run when a task raises, and raise :class:`RoundTimeoutError` at ``deadline``."""
+    def _wait_mu_deadline(self, t, wire, unsent, retries, start, deadline) -> bool:
+        """The mu-rule's wait (module docstring): handle events until ``(1 + mu) kappa`` after the
+        round's start, or until every worker given a task is in; then, if the round does not
+        decode, its wait-out for every worker (``waitout="all"``; the decodable wait-out is
+        :meth:`_wait_ready`'s). Returns whether the round was waited out."""
+        tasked = [w for w in wire if wire[w][3] > 0]
+
+        def cutoff() -> float | None:
+            kappa = self.first_done.get(t)
+            return None if kappa is None else start + (1.0 + self.mu) * kappa
+
+        def in_by_cutoff() -> bool:
+            if all((t, w) in self.done for w in tasked):
+                return True
+            c = cutoff()
+            return c is not None and self.clock() >= c and not self.backlog
+
+        self._wait_ready(t, wire, unsent, retries, start, deadline, until=in_by_cutoff, wake=cutoff)
+        if self.scheme.ready(t):
+            return False
+        if self.wait_all:  # the paper's wait-out: every worker that can still send
+            self._wait_ready(t, wire, unsent, retries, start, deadline,
+                             until=lambda: all((t, w) in self.done or (t, w) in self.lost
+                                               or (t, w) in self.discarded for w in tasked))
+        return True
+
+    def _wait_ready(self, t, wire, unsent, retries, start, deadline, *, until=None, wake=None) -> None:
+        """Handle events until the scheme is ready to close round ``t`` (or until ``until()``):
+        send late work to workers that became idle, re-send (with back-off) the task of a worker
+        that died, stop the run when a task raises, and raise :class:`RoundTimeoutError` at
+        ``deadline``. ``wake()``: a time (or None) to look again at even if nothing arrives."""
         engine, scheme = self.engine, self.scheme
-        while not scheme.ready(t):
+        if until is None:
+            def until():
+                return scheme.ready(t)
+        while not until():
             now = self.clock()
             if now >= deadline:
                 raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
@@ -336,6 +388,9 @@ class RoundDriver:
                     self._send(t, w, wire[w], elapsed=now - start)
                     unsent.discard(w)
             waits = [nb for w, (nb, _) in retries.items() if w in unsent]
+            woken = None if wake is None else wake()
+            if woken is not None:
+                waits.append(woken)
             timeout = min([self.POLL, deadline - now] + [max(nb - now, 0.0) for nb in waits])
             if not self.backlog:
                 self.backlog.extend(engine.poll(max(timeout, 0.0)))
@@ -478,6 +533,8 @@ class RoundDriver:
             self.scheme.on_result(t, w, i, ev.payload, now)
             self.last_times[(t, w)] = now
             if i + 1 == self.expected.get((t, w)):
+                self.done.add((t, w))
+                self.first_done.setdefault(t, now)
                 self.state.arrivals[t, w] = now
                 self.engine.release(w)  # all its messages are in: free for the next round
         elif ev.kind == "failed":
@@ -485,6 +542,7 @@ class RoundDriver:
             if not ev.lost:  # the task raised: a bug, the run stops (_wait_ready raises)
                 self._fault(t, w, "raised", error)
                 return
+            self.lost.add((t, w))
             rec = self.down.get(w)
             if rec is None:  # a new death
                 self.down[w] = rec = self._fault(t, w, "died", error)

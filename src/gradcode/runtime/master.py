@@ -238,6 +238,8 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
         "delay": spec.delay,
         "delay_model": repr(dmodel) if dmodel is not None else None,
         "inject": spec.inject,
+        "close": spec.close,
+        "waitout": spec.waitout,
         "data": data_record,
         "problem": getattr(pspec, "problem", None),
         "problem_params": dict(spec.problem_params or {}),
@@ -316,6 +318,8 @@ def train(
     verify: bool = False,
     overwrite: bool = False,
     inject: str = "excess",
+    close: str | float = "decodable",
+    waitout: str = "decodable",
     cluster: ClusterConfig | None = None,
     faults: FaultConfig | None = None,
     run: RunConfig | None = None,
@@ -361,6 +365,14 @@ def train(
     stragglers (``bernoulli`` with ``p=0``) injects nothing, Tandon's ``fixed`` model exactly its
     delays, a shifted exponential its spread. ``"full"``: the model's whole time (workers whose
     real computation is negligible next to the modelled one).
+
+    ``close``: when a round ends. ``"decodable"`` (default): as soon as the due jobs decode.
+    A number ``mu >= 0``: SGC's mu-rule (Section 2, as :func:`gradcode.simulate` runs it): with
+    ``kappa`` the time the first worker delivers its whole task result, the round waits until
+    ``(1 + mu) kappa`` (or until every worker is in, if sooner), so that workers within ``mu`` of
+    the fastest are not stragglers; a round that cannot decode then waits it out (``waitout``:
+    ``"decodable"``, until it decodes; ``"all"``, the paper's, for every worker that has not
+    failed), and ``TrainResult.waitouts`` marks it.
 
     A ``run_dir`` that already holds a run (a checkpoint, a result or round records) is refused
     unless ``resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend a finished
@@ -487,6 +499,8 @@ def run_training(
         extra = _resume_record(spec, run, faults)
     if run.resume:
         saved = checkpoint if checkpoint is not None else read_checkpoint(ckpt_path)
+        # checkpoints written before the closing rule was configurable closed when decodable
+        saved["config"] = {"close": "decodable", "waitout": "decodable", **saved["config"]}
         # a code built from its name is fully described by the config (name, code_params, workers,
         # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
         check_checkpoint_config(saved, config, ignore=("rounds",) if isinstance(spec.code, str) else ("rounds", "scheme"))

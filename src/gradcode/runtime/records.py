@@ -51,6 +51,8 @@ class TrainResult:
     messages received before the round closed;
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
+    ``waitouts[t]``: round ``t`` could not decode at the mu-rule's deadline and was waited out
+    (always False under ``close="decodable"``);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
 
     ``failures``: one record per *fault* (not per failed task), in the order they happened::
@@ -90,6 +92,11 @@ class TrainResult:
     resumed_from: int | None = None
     error: str | None = None
     error_type: str | None = None
+    waitouts: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.waitouts is None:
+            self.waitouts = np.zeros(self.round_times.shape[0], dtype=bool)
 
     @property
     def final_params(self) -> np.ndarray:
@@ -135,6 +142,8 @@ class TrainResult:
             "arrivals": self.arrivals.tolist(),
             "messages": self.messages.tolist(),
             "injected": self.injected.tolist(),
+            "waitouts": self.waitouts.tolist(),
+            "waitout_rounds": int(self.waitouts.sum()),
             "metrics": self.metrics,
             "failures": self.failures,
             "faults": len(self.faults),
@@ -224,7 +233,8 @@ class TrainState:
     ``m``'s parameters, optimizer state and optimizer steps taken. The per-round tables have one
     row per round of the run (``rounds`` rows, filled up to ``next_round``): ``round_times``,
     ``arrivals`` and ``injected`` (``(rounds, n)`` seconds, ``-1`` for a straggler),
-    ``messages`` (``(rounds, n)`` counts) and ``losses`` (``(rounds, models)``). ``metrics`` and
+    ``messages`` (``(rounds, n)`` counts), ``losses`` (``(rounds, models)``) and ``waitouts``
+    (``rounds`` booleans). ``metrics`` and
     ``failures`` are the records :class:`TrainResult` documents.
     """
 
@@ -237,11 +247,13 @@ class TrainState:
     messages: np.ndarray
     injected: np.ndarray
     losses: np.ndarray
+    waitouts: np.ndarray
     metrics: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
     #: the per-round tables and the value of a row not yet run
-    TABLES = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan}
+    TABLES = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan,
+              "waitouts": False}
 
     @classmethod
     def fresh(cls, params: list, optimizers: Sequence, *, rounds: int, n: int) -> TrainState:
@@ -257,6 +269,7 @@ class TrainState:
             messages=np.zeros((rounds, n), dtype=np.int64),
             injected=np.zeros((rounds, n)),
             losses=np.full((rounds, models), np.nan),
+            waitouts=np.zeros(rounds, dtype=bool),
         )
 
     @property
@@ -280,13 +293,17 @@ class TrainState:
             "next_round": self.next_round, "params": self.params, "opt_states": self.opt_states,
             "steps": self.steps, "round_times": self.round_times, "arrivals": self.arrivals,
             "messages": self.messages, "injected": self.injected, "losses": self.losses,
-            "metrics": self.metrics, "failures": self.failures,
+            "waitouts": self.waitouts, "metrics": self.metrics, "failures": self.failures,
         }
 
     @classmethod
     def from_dict(cls, state: dict) -> TrainState:
-        """Undo :meth:`to_dict` (also for checkpoints written before this class existed)."""
-        return cls(**{key: state[key] for key in (
+        """Undo :meth:`to_dict` (also for checkpoints written before this class existed, or before
+        ``waitouts``: their rounds closed when decodable, so none was waited out)."""
+        waitouts = state.get("waitouts")
+        if waitouts is None:
+            waitouts = np.zeros(np.shape(state["round_times"])[0], dtype=bool)
+        return cls(waitouts=waitouts, **{key: state[key] for key in (
             "next_round", "params", "opt_states", "steps", "round_times", "arrivals", "messages", "injected",
             "losses", "metrics", "failures")})
 
@@ -302,6 +319,7 @@ class TrainState:
             messages=self.messages[:k],
             injected=self.injected[:k],
             losses=self.losses[:k],
+            waitouts=self.waitouts[:k],
             metrics=self.metrics,
             failures=self.failures,
             run_dir=None if run_dir is None else str(run_dir),
@@ -316,7 +334,8 @@ class TrainState:
 class RoundLog:
     """``run_dir/rounds.jsonl``: one strict-JSON line per completed round, appended and flushed as
     the run goes, so a driver that is killed (SIGKILL, OOM, a lost machine) still leaves every
-    round it completed on disk: its time, arrivals, messages, injected times, losses, metrics,
+    round it completed on disk: its time, arrivals, messages, injected times, losses, whether it was
+    waited out, metrics,
     and the fault records (all of them, on the lines where they changed; the last such line has
     their final state). A resumed run keeps the lines of the rounds before its checkpoint and
     writes the later rounds again."""
@@ -346,6 +365,7 @@ class RoundLog:
             "messages": state.messages[t],
             "injected": state.injected[t],
             "losses": state.losses[t],
+            "waited_out": bool(state.waitouts[t]),
             "metrics": record.get("metrics", []),
         }
         if fault_version != self.faults_seen:

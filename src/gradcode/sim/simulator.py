@@ -134,6 +134,9 @@ def simulate(
     rounds = check_int("rounds", rounds, minimum=1)
     mu = _check_close(close)
     check_choice("waitout", waitout, ("decodable", "all"))
+    if waitout == "all" and mu is None:
+        raise ValueError("waitout='all' is the wait-out of the mu-rule's deadline; with close='decodable'"
+                         " there is no deadline to wait out: give close=mu (a number >= 0) or drop waitout")
     wait_all = waitout == "all"
     check_choice("method", method, ("auto", "fast", "events"))
     if records is not None and not isinstance(records, (bool, np.bool_)):
