@@ -20,11 +20,13 @@ slept in full (``inject="full"``: the real gradient of the small problem takes m
 ``0.05 s + Exp(0.01 s)`` at the uncoded load 1/n, isolated straggling rounds (B = 1) of
 ``+0.3 s`` for one or two workers in 40 % of the rounds, and ``alpha = 0.4`` s per unit load, so
 that a worker computing all the data needs 0.4 s more than one computing 1/n of it. Rounds
-close as soon as the due job decodes (the runtime's rule). Reported: the total wall time of the
-J jobs (plan to close, summed over the rounds) and the median round, median over repeats.
+close as soon as the due job decodes, or with ``--close MU [--waitout all]`` by the paper's
+mu-rule (the same rule in the runtime and the simulator). Reported: the total wall time of the
+J jobs (plan to close, summed over the rounds), the median round and the rounds waited out,
+median over repeats, with the simulator's total of the same rounds under the same rule.
 
-Run: ``python benchmarks/bench_sgc.py [--quick] [--only round|tune|ray]``. Times are medians of
-wall time.
+Run: ``python benchmarks/bench_sgc.py [--quick] [--only round|tune|ray] [--close MU] [--waitout
+all]``. Times are medians of wall time.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def build(code, n, params):
     return make_scheme(code, n=n, **params) if code in SCHEMES else gradcode.make_code(code, n=n, **params)
 
 
-def bench_ray(repeats, jobs):
+def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
     import ray
 
     from gradcode.runtime import train
@@ -145,22 +147,28 @@ def bench_ray(repeats, jobs):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(tmp, "ray"))
     try:
-        print(f"\n(c) Ray, n = {n}, M = {M} models, J = {jobs} jobs, injected delays in full"
+        rule = "decodable" if close == "decodable" else f"mu = {close:g}, wait-out {waitout}"
+        print(f"\n(c) Ray, n = {n}, M = {M} models, J = {jobs} jobs, injected delays in full, close: {rule}"
               f" (ray {ray.__version__}; seconds, median of {repeats})")
-        print(f"{'scheme':16s} {'load':>6s} {'rounds':>6s} {'total':>7s} {'round':>7s} {'modelled':>8s}")
+        print(f"{'scheme':16s} {'load':>6s} {'rounds':>6s} {'total':>7s} {'round':>7s} {'waitouts':>8s}"
+              f" {'modelled':>8s} {'sim waitouts':>12s}")
         for name, (code, params) in runs.items():
             scheme = build(code, n, params)
             rounds = jobs + int(getattr(scheme, "delay", 0) or 0)
-            totals, medians = [], []
+            totals, medians, waits = [], [], []
             for r in range(repeats):
                 res = train(code, workers=n, code_params=params, delay_model=model, inject="full", models=M,
-                            rounds=rounds, eval_every=0, run_dir=os.path.join(tmp, f"{code}-{r}"), seed=0)
+                            rounds=rounds, eval_every=0, run_dir=os.path.join(tmp, f"{code}-{r}"), seed=0,
+                            close=close, waitout=waitout)
                 totals.append(float(np.sum(res.round_times)))
                 medians.append(float(np.median(res.round_times)))
-            # the simulator's time of the same rounds (decodable close, as the runtime closes)
-            sim = gradcode.simulate(build(code, n, params), model, rounds, seed=0)
+                waits.append(int(res.waitouts.sum()))
+            # the simulator's time of the same rounds under the same closing rule
+            sim = gradcode.simulate(build(code, n, params), model, rounds, seed=0, close=close,
+                                    **({} if close == "decodable" else {"waitout": waitout}))
             print(f"{name:16s} {scheme.load:6.3f} {rounds:6d} {statistics.median(totals):7.2f}"
-                  f" {statistics.median(medians):7.3f} {sim.total_time:8.2f}")
+                  f" {statistics.median(medians):7.3f} {statistics.median(waits):8g} {sim.total_time:8.2f}"
+                  f" {sim.waitouts:12d}")
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -170,6 +178,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["round", "tune", "ray"], action="append")
+    ap.add_argument("--close", type=float, default=None, help="(c): the mu of the mu-rule (default: decodable)")
+    ap.add_argument("--waitout", choices=["decodable", "all"], default="decodable", help="(c): with --close")
     args = ap.parse_args()
     which = args.only or ["round", "tune", "ray"]
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
@@ -178,7 +188,8 @@ def main():
     if "tune" in which:
         bench_tune(1, (4,) if args.quick else (4, 8))
     if "ray" in which:
-        bench_ray(1 if args.quick else 3, 12 if args.quick else 40)
+        bench_ray(1 if args.quick else 3, 12 if args.quick else 40,
+                  "decodable" if args.close is None else args.close, args.waitout)
 
 
 if __name__ == "__main__":
