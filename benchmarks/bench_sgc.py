@@ -182,6 +182,10 @@ def main():
     ap.add_argument("--waitout", choices=["decodable", "all"], default="decodable", help="(c): with --close")
     args = ap.parse_args()
     which = args.only or ["round", "tune", "ray"]
+    if (args.close is not None or args.waitout != "decodable") and "ray" not in which:
+        ap.error("--close and --waitout set the closing rule of (c) ray only")
+    if args.waitout == "all" and args.close is None:
+        ap.error("--waitout all waits out the mu-rule's deadline: give --close MU too")
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
     if "round" in which:
         bench_rounds(1 if args.quick else 3, 120 if args.quick else 480)

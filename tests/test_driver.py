@@ -46,8 +46,9 @@ def run(tmp_path, name="run", engine=None, **kw):
     kw.setdefault("workers", 4)
     kw.setdefault("rounds", 6)
     kw.setdefault("optimizer_params", {"lr": 0.5})
-    return train(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name, eval_every=0,
-                 engine=engine or InProcessEngine(), **kw)
+    if "data" not in kw:
+        kw.update(data="tandon-synthetic", data_params=DATA)
+    return train(seed=SEED, run_dir=tmp_path / name, eval_every=0, engine=engine or InProcessEngine(), **kw)
 
 
 def delays(rounds, n, slow, seconds):
@@ -126,16 +127,76 @@ def test_the_mu_rule_closes_rounds_at_the_simulators_times(tmp_path, code, param
     if models == 1:
         assert rel(res.final_params, reference(12)) < 1e-9
     assert json.loads((tmp_path / "run" / "result.json").read_text())["waitout_rounds"] == int(res.waitouts.sum())
+    lines = [json.loads(line) for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert [line["waited_out"] for line in lines] == res.waitouts.tolist()
 
 
-def test_the_mu_rules_wait_for_all_does_not_wait_for_a_dead_worker(tmp_path):
-    """waitout='all' waits for every worker whose task has not failed: a worker that died for good
-    (no restarts) is not waited for; the round closes with the others and the run goes on."""
-    res = run(tmp_path, code="crc", code_params=dict(s=1), rounds=4, delay_model=delays(4, 4, [2], 3.0),
-              inject="full", close=0.0, waitout="all", fail=["1@1"], max_restarts=0, round_timeout=100.0)
-    assert res.round_times.size == 4 and rel(res.final_params, reference(4)) < 1e-9
-    assert res.stragglers[1:, 1].all() and not res.stragglers[1:, 2].any()  # 2 was waited for, 1 was not
-    assert res.waitouts[1:].all()  # two workers short at the deadline: each round waited out
+def test_the_mu_rule_does_not_wait_for_a_dead_or_discarded_worker(tmp_path):
+    """The mu-rule's deadline and its wait for all (waitout='all') wait for the workers that can
+    still send: one dead for good (no restarts) or whose result held NaN is settled, so a round
+    closes when the others are in, not at (1 + mu) kappa, and is not waited out."""
+    ones = ("trace", {"delays": np.ones((4, 4))})
+    dead = run(tmp_path, "dead", code="crc", code_params=dict(s=1), rounds=4, delay_model=ones, inject="full",
+               close=1.0, waitout="all", fail=["1@1"], max_restarts=0, round_timeout=100.0)
+    np.testing.assert_allclose(dead.round_times, 1.0)
+    assert dead.stragglers[1:, 1].all() and not dead.waitouts.any()
+    assert rel(dead.final_params, reference(4)) < 1e-9
+    code = make_code("crc", n=4, s=1, seed=SEED)
+    nan = run(tmp_path, "nan", code="crc", code_params=dict(s=1), rounds=2, delay_model=ones, inject="full",
+              close=1.0, waitout="all", data=PoisonedWorker(code.placement[1], np.nan))
+    np.testing.assert_allclose(nan.round_times, 1.0)
+    assert nan.stragglers[:, 1].all() and rel(nan.final_params, reference(2)) < 1e-9
+    # a worker that is only slow is waited for under waitout='all': two workers short at the deadline
+    slow = run(tmp_path, "slow", code="crc", code_params=dict(s=1), rounds=2, delay_model=delays(2, 4, [2, 3], 3.0),
+               inject="full", close=0.0, waitout="all", round_timeout=100.0)
+    np.testing.assert_allclose(slow.round_times, 3.0)
+    assert slow.waitouts.all() and not slow.stragglers.any()
+
+
+def test_the_round_timeout_caps_the_mu_rules_wait_when_the_round_decodes(tmp_path):
+    """A deadline (1 + mu) kappa, or a wait for all, longer than round_timeout does not stop a
+    run whose round decodes: the round closes at the timeout. One that cannot decode still stops."""
+    d = np.ones((2, 4))
+    d[:, 3] = 100.0
+    long = run(tmp_path, "long", code="crc", code_params=dict(s=1), rounds=2, delay_model=("trace", {"delays": d}),
+               inject="full", close=200.0, round_timeout=50.0)
+    np.testing.assert_allclose(long.round_times, 50.0)
+    assert not long.waitouts.any() and long.stragglers[:, 3].all()
+    d[:, 2] = 2.0
+    wait_all = run(tmp_path, "all", code="crc", code_params=dict(s=1), rounds=2, delay_model=("trace", {"delays": d}),
+                   inject="full", close=0.0, waitout="all", round_timeout=50.0)
+    np.testing.assert_allclose(wait_all.round_times, 50.0)
+    assert wait_all.waitouts.all() and wait_all.stragglers[:, 3].all() and not wait_all.stragglers[:, 2].any()
+    with pytest.raises(RoundTimeoutError, match="could not be decoded within round_timeout=50"):
+        run(tmp_path, "uncoded", code="uncoded", rounds=1, delay_model=delays(1, 4, [3], 100.0), inject="full",
+            close=1.0, waitout="all", round_timeout=50.0)
+
+
+def test_messages_are_copies_as_ray_sends_them(tmp_path):
+    """A problem that writes every gradient into one buffer (a speed idiom nothing forbids) must
+    not change messages already sent: the in-process engine delivers copies, as Ray serializes
+    them on send (the worker no longer copies a single-chunk message itself)."""
+    res = run(tmp_path, code=TwoMessages(4), rounds=3, data=ReusingBuffer())
+    assert rel(res.final_params, reference(3)) < 1e-9
+
+
+class ReusingBuffer:
+    """Problem spec of :data:`DATA` whose gradient is written into one preallocated buffer."""
+
+    def build(self):
+        from gradcode.problems import make_dataset, make_problem
+
+        ds = make_dataset(DataSpec("tandon-synthetic", DATA, seed=SEED))
+        problem = make_problem("logistic", ds)
+        buffer = np.empty(problem.dim)
+        true_gradient = problem.gradient
+
+        def gradient(params, rows=None):
+            buffer[:] = true_gradient(params, rows)
+            return buffer
+
+        problem.gradient = gradient
+        return problem, ds
 
 
 def test_the_closing_rule_is_checked_when_the_spec_is_built():

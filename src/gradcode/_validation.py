@@ -52,6 +52,26 @@ def check_choice(name: str, value, choices) -> str:
     return value
 
 
+def check_closing_rule(close, waitout: str = "decodable") -> float | None:
+    """The ``mu`` of a closing rule (``None`` for ``close="decodable"``), the one check of the
+    simulator's and the runtime's ``close``/``waitout`` (SGC Section 2): ``close`` is
+    ``"decodable"`` or a number ``mu >= 0``; ``waitout`` is ``"decodable"`` or ``"all"``, and
+    ``"all"`` needs a ``mu`` (it waits out the mu-rule's deadline, which the decodable close has
+    not)."""
+    check_choice("waitout", waitout, ("decodable", "all"))
+    if isinstance(close, str):
+        check_choice("close", close, ("decodable",))
+        mu = None
+    elif isinstance(close, numbers.Real) and not isinstance(close, bool):
+        mu = check_real("close (the mu of the mu-tolerance rule)", close, minimum=0.0)
+    else:
+        raise TypeError(f"close must be 'decodable' or a number mu >= 0 (the SGC mu-rule), got {close!r}")
+    if waitout == "all" and mu is None:
+        raise ValueError("waitout='all' is the wait-out of the mu-rule's deadline; with close='decodable'"
+                         " there is no deadline to wait out: give close=mu (a number >= 0) or drop waitout")
+    return mu
+
+
 def as_generator(seed) -> np.random.Generator:
     """A ``numpy.random.Generator`` from a seed, a ``SeedSequence`` or a Generator (returned as is)."""
     if isinstance(seed, np.random.Generator):

@@ -22,10 +22,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from numbers import Real
 from typing import Any
 
-from gradcode._validation import check_choice, check_int, check_real
+from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
 
 __all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec"]
 
@@ -161,16 +160,9 @@ class TrainSpec:
         _set(self, "seed", check_int("seed", self.seed, minimum=0))
         _set(self, "delay", check_real("delay", self.delay, minimum=0.0))
         check_choice("inject", self.inject, ("excess", "full"))
-        check_choice("waitout", self.waitout, ("decodable", "all"))
-        if isinstance(self.close, str):
-            check_choice("close", self.close, ("decodable",))
-        elif isinstance(self.close, bool) or not isinstance(self.close, Real):
-            raise TypeError(f"close must be 'decodable' or a number mu >= 0 (SGC's mu-rule), got {self.close!r}")
-        else:
-            _set(self, "close", check_real("close (the mu of the mu-rule)", self.close, minimum=0.0))
-        if self.waitout == "all" and self.close == "decodable":
-            raise ValueError("waitout='all' is the wait-out of the mu-rule's deadline; with close='decodable'"
-                             " there is no deadline to wait out: give close=mu (a number >= 0) or drop waitout")
+        mu = check_closing_rule(self.close, self.waitout)
+        if mu is not None:
+            _set(self, "close", mu)
         for name in ("code_params", "data_params", "problem_params"):
             value = getattr(self, name)
             if value is not None:

@@ -19,11 +19,14 @@ Rules the loop follows (DESIGN.md "The runtime"):
   that makes its due jobs decode. A number ``mu`` is SGC's mu-rule as the simulator runs it
   (:mod:`gradcode.sim.simulator`): with ``kappa`` the time the first worker delivered its whole
   task result, the round runs until ``(1 + mu) kappa`` after its start (or until every worker
-  given a task is in, if sooner) and closes there if it decodes; otherwise it is waited out
-  (``waitout="decodable"``: until it decodes; ``"all"``: until every worker whose task has not
-  failed is in, then until it decodes) and ``waitouts[t]`` records it. On the in-process engine
-  with the model's whole time injected, rounds close at the simulator's times with its
-  stragglers under either rule.
+  given a task is settled, if sooner: its whole result in, its result discarded as non-finite,
+  or its task failed) and closes there if it decodes; otherwise it is waited out
+  (``waitout="decodable"``: until it decodes; ``"all"``: until every worker is settled, then
+  until it decodes) and ``waitouts[t]`` records it (also a round that decoded at the deadline
+  but whose close failed, e.g. verify dropping a worker, and waited on). ``round_timeout`` caps
+  the wait: a round that decodes when the timeout comes during the mu-rule's wait closes then
+  instead of stopping the run. On the in-process engine with the model's whole time injected,
+  rounds close at the simulator's times with its stragglers under either rule.
 * **one wait for many**: the engine delivers every event that is ready in one ``poll``; the driver
   handles them one at a time and checks the scheme after each, so a round still closes at the
   first message that makes it decodable (the rest wait in a backlog, then count as late).
@@ -214,7 +217,6 @@ class RoundDriver:
         self.mu: float | None = None if isinstance(close, str) else float(close)
         self.wait_all = setup.spec.waitout == "all"
         self.first_done: dict[int, float] = {}  # round -> kappa: when its first whole result was in
-        self.done: set[tuple[int, int]] = set()  # (round, worker) whose whole result is in
         self.lost: set[tuple[int, int]] = set()  # (round, worker) whose task failed (died)
 
     # -------------------------------------------------------------- the run
@@ -300,6 +302,8 @@ class RoundDriver:
                 finished = scheme.close(t, arrived)
                 break
             except NotDecodableError as exc:
+                if self.mu is not None:  # past the mu-rule's deadline: the round is waited out
+                    self.state.waitouts[t] = True
                 # the scheme dropped results it could not decode with (StaticScheme: non-finite
                 # values, or finite ones whose weighted sum overflows) and what is left does not
                 # decode: the round stays open (schemes/static.py) and, like any round short of
@@ -332,49 +336,57 @@ class RoundDriver:
             self.expected.pop(key, None)
             self.last_times.pop(key, None)
         self.discarded = {k for k in self.discarded if k[0] > t}
-        self.done = {k for k in self.done if k[0] > t}
         self.lost = {k for k in self.lost if k[0] > t}
         self.first_done.pop(t, None)
         return losses
 
     def _wait_mu_deadline(self, t, wire, unsent, retries, start, deadline) -> bool:
         """The mu-rule's wait (module docstring): handle events until ``(1 + mu) kappa`` after the
-        round's start, or until every worker given a task is in; then, if the round does not
+        round's start, or until every worker given a task is settled; then, if the round does not
         decode, its wait-out for every worker (``waitout="all"``; the decodable wait-out is
         :meth:`_wait_ready`'s). Returns whether the round was waited out."""
         tasked = [w for w in wire if wire[w][3] > 0]
+
+        def settled() -> bool:  # nothing more to wait for from any worker
+            return all(self._complete(t, w) or (t, w) in self.lost or (t, w) in self.discarded for w in tasked)
 
         def cutoff() -> float | None:
             kappa = self.first_done.get(t)
             return None if kappa is None else start + (1.0 + self.mu) * kappa
 
         def in_by_cutoff() -> bool:
-            if all((t, w) in self.done for w in tasked):
-                return True
             c = cutoff()
-            return c is not None and self.clock() >= c and not self.backlog
+            return settled() or (c is not None and self.clock() >= c and not self.backlog)
 
         self._wait_ready(t, wire, unsent, retries, start, deadline, until=in_by_cutoff, wake=cutoff)
         if self.scheme.ready(t):
             return False
         if self.wait_all:  # the paper's wait-out: every worker that can still send
-            self._wait_ready(t, wire, unsent, retries, start, deadline,
-                             until=lambda: all((t, w) in self.done or (t, w) in self.lost
-                                               or (t, w) in self.discarded for w in tasked))
+            self._wait_ready(t, wire, unsent, retries, start, deadline, until=settled)
         return True
+
+    def _complete(self, t: int, w: int) -> bool:
+        """Whether worker ``w``'s whole result of round ``t`` is in."""
+        expected = self.expected.get((t, w))
+        return expected is not None and self.counts.get((t, w), 0) >= expected
 
     def _wait_ready(self, t, wire, unsent, retries, start, deadline, *, until=None, wake=None) -> None:
         """Handle events until the scheme is ready to close round ``t`` (or until ``until()``):
         send late work to workers that became idle, re-send (with back-off) the task of a worker
         that died, stop the run when a task raises, and raise :class:`RoundTimeoutError` at
-        ``deadline``. ``wake()``: a time (or None) to look again at even if nothing arrives."""
+        ``deadline`` (with ``until``, the mu-rule's waits, only if the round cannot decode then:
+        the timeout caps them). ``wake()``: a time (or None) to look again at even if nothing
+        arrives."""
         engine, scheme = self.engine, self.scheme
+        capped = until is not None
         if until is None:
             def until():
                 return scheme.ready(t)
         while not until():
             now = self.clock()
             if now >= deadline:
+                if capped and scheme.ready(t):
+                    return
                 raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
             # late work: idle workers whose task this round still lacks
             for w in sorted(unsent):
@@ -533,7 +545,6 @@ class RoundDriver:
             self.scheme.on_result(t, w, i, ev.payload, now)
             self.last_times[(t, w)] = now
             if i + 1 == self.expected.get((t, w)):
-                self.done.add((t, w))
                 self.first_done.setdefault(t, now)
                 self.state.arrivals[t, w] = now
                 self.engine.release(w)  # all its messages are in: free for the next round

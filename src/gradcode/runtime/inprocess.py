@@ -12,6 +12,8 @@ A submitted task is :meth:`WorkerCore.steps` driven lazily: an injected sleep of
 schedules the worker's next step ``s`` virtual seconds later, a message is delivered at the
 instant it is computed (computation takes ``compute_time`` virtual seconds per message, 0 by
 default), and an abort ends a sleep at once, exactly as the Ray actor's interruptible sleep does.
+A message is delivered as a read-only copy, as Ray serializes it when the worker sends it: what
+the worker's problem does with its buffers afterwards cannot change a message the driver holds.
 ``poll(timeout)`` jumps the clock to the next due step (or by ``timeout`` when none is due
 before), so events come in virtual-time order; ties are broken by submission order, so a run is
 reproducible bit for bit.
@@ -208,6 +210,9 @@ class InProcessEngine(Engine):
         except Exception as exc:  # the task raised: a bug, not a straggler
             slot.task = None
             return [Event(w, t, "failed", exc, lost=False)]
+        if not isinstance(item, float):  # sent: a read-only copy, as Ray's object store gives the driver
+            item = np.array(item, dtype=np.float64)
+            item.flags.writeable = False
         if isinstance(item, float):
             # a sleep of an aborted round ends at once (as the actor's interruptible sleep does)
             aborted = slot.core._aborted >= t

@@ -209,8 +209,9 @@ class WorkerCore:
         product: a single-partition message (uncoded, FRC) costs one pass over ``m`` numbers
         instead of three (zero fill, product temporary, add), which is most of a worker's time
         when the gradient itself is cheap. A message that is one partial chunk with coefficient 1
-        (uncoded, FRC, group codes) is that chunk itself, not a copy: engines serialize a message
-        when it is sent and nothing here writes to a partial after computing it."""
+        (uncoded, FRC, group codes) is that chunk itself, not a copy: every engine copies a message
+        when it is sent (Ray serializes it, the in-process engine copies it), and nothing here writes
+        to a partial after computing it."""
         terms = [(pos, c) for pos in partials for c in np.flatnonzero(E[pos])]
         if len(terms) == 1 and E[terms[0]] == 1.0:
             pos, c = terms[0]

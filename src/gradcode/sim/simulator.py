@@ -71,11 +71,9 @@ the two could only differ on a code whose decoding is that badly conditioned.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from gradcode._validation import as_generator, check_choice, check_int, check_real
+from gradcode._validation import as_generator, check_choice, check_closing_rule, check_int
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, as_scheme
@@ -132,11 +130,7 @@ def simulate(
     :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
     """
     rounds = check_int("rounds", rounds, minimum=1)
-    mu = _check_close(close)
-    check_choice("waitout", waitout, ("decodable", "all"))
-    if waitout == "all" and mu is None:
-        raise ValueError("waitout='all' is the wait-out of the mu-rule's deadline; with close='decodable'"
-                         " there is no deadline to wait out: give close=mu (a number >= 0) or drop waitout")
+    mu = check_closing_rule(close, waitout)
     wait_all = waitout == "all"
     check_choice("method", method, ("auto", "fast", "events"))
     if records is not None and not isinstance(records, (bool, np.bool_)):
@@ -164,15 +158,6 @@ def simulate(
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def _check_close(close) -> float | None:
-    if isinstance(close, str):
-        check_choice("close", close, ("decodable",))
-        return None
-    if isinstance(close, numbers.Real) and not isinstance(close, bool):
-        return check_real("close (the mu of the mu-tolerance rule)", close, minimum=0.0)
-    raise TypeError(f"close must be 'decodable' or a number mu >= 0 (the SGC mu-rule), got {close!r}")
 
 
 def _as_model(model):
