@@ -100,6 +100,7 @@ def reproduce_command(
     from rich.markup import escape
 
     from gradcode.errors import GradcodeError
+    from gradcode.experiments.cli_output import error
     from gradcode.experiments.cli_sim import parse_kv
     from gradcode.experiments.reproduce import available_reproductions, run_reproduction
 
@@ -114,7 +115,7 @@ def reproduce_command(
                 params[key] = value
         doc = run_reproduction(name, **params)
     except (ValueError, TypeError, OSError, GradcodeError) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        error(str(exc))
         raise typer.Exit(2) from None
     emit(doc, as_json=as_json, title=doc.get("title", name) if isinstance(doc, dict) else name)
     if not as_json and isinstance(doc, dict):  # what the reproduction says of its rows (e.g. why some differ)

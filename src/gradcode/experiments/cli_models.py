@@ -40,12 +40,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """List the straggler delay models and their parameters (defaults in the table)."""
-        from gradcode.cli import emit, err
+        from gradcode.cli import emit
+        from gradcode.experiments.cli_output import error
 
         try:
             doc = models_rows(name)
         except ValueError as exc:
-            err.print(f"[red]error:[/red] {exc}")
+            error(str(exc))
             raise typer.Exit(2) from None
         if as_json:
             emit(doc, as_json=True)

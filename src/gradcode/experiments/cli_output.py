@@ -1,5 +1,6 @@
 """What the commands share for people's outputs: where ``--plot`` writes, the progress bar of
-long simulations, and warnings and notes on stderr (:func:`warn`, :func:`note`).
+long simulations, and errors, warnings and notes on stderr (:func:`error`, :func:`warn`,
+:func:`note`).
 
 ``--plot PATH`` (``simulate``, ``compare``, ``train``) follows one rule, :func:`plot_files`: a path
 ending in ``.png`` is the file the (main) figure is written to, and a command that draws more than
@@ -105,6 +106,15 @@ class RunProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def error(message: str) -> None:
+    """``error: message`` on stderr (rich markup in ``message`` is printed as text)."""
+    from rich.markup import escape
+
+    from gradcode.cli import err
+
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:

@@ -45,7 +45,7 @@ import numpy as np
 import typer
 
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import warn
+from gradcode.experiments.cli_output import error, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 
@@ -261,14 +261,10 @@ def run_repeats(built, model, rounds, repeats, seed, close, method, progress=Non
 
 
 def _fail(exc: Exception):
-    from rich.markup import escape
-
-    from gradcode.cli import err
-
     text = str(exc)
     if isinstance(exc, MemoryError):  # numpy says how much it tried to allocate
         text = f"not enough memory for this run ({text or 'allocation failed'}): use fewer workers (-n) or rounds"
-    err.print(f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True)
+    error(text)
     raise typer.Exit(2) from None
 
 

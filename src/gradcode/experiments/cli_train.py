@@ -51,7 +51,7 @@ from pathlib import Path
 
 import typer
 
-from gradcode.experiments.cli_output import PLOT_HELP
+from gradcode.experiments.cli_output import PLOT_HELP, error
 
 DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
 
@@ -163,8 +163,7 @@ def train_command(
             for path in write_plots(result, plot):
                 err.print(f"wrote {path}")
         except OSError as exc:
-            err.print(f"[red]error:[/red] plots not written to {plot}: {exc} (the run's records are in"
-                      f" {result.run_dir})", highlight=False)
+            error(f"plots not written to {plot}: {exc} (the run's records are in {result.run_dir})")
             raise typer.Exit(1) from None
 
 
@@ -233,7 +232,7 @@ def _fail(exc: Exception, code: int, as_json: bool, err) -> None:
 
     from gradcode.cli import emit
 
-    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+    error(str(exc))
     result = getattr(exc, "result", None)
     if result is not None:
         err.print(f"{result.round_times.size} completed round(s) kept in {escape(str(result.run_dir))}",
@@ -467,7 +466,7 @@ def train_several(opts: dict) -> None:
                 _fail(exc, 2 if bad_args else 1, as_json, err)  # nothing ran: as a single run would
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
-            err.print(f"[red]error:[/red] {escape(r['spec'])}: {escape(str(exc))}", highlight=False)
+            error(f"{r['spec']}: {exc}")
             errors[i] = f"{type(exc).__name__}: {exc}"
         finally:
             finish()
@@ -499,7 +498,7 @@ def train_several(opts: dict) -> None:
     for p in written:
         err.print(f"wrote {p}", highlight=False)
     if plot_error is not None:
-        err.print(f"[red]error:[/red] {escape(plot_error)}", highlight=False)
+        error(plot_error)
     if any(errors) or plot_error is not None:
         raise typer.Exit(1)
 

@@ -29,11 +29,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
-        from rich.markup import escape
-
-        from gradcode.cli import emit, err
+        from gradcode.cli import emit
         from gradcode.errors import GradcodeError
-        from gradcode.experiments.cli_output import note, warn
+        from gradcode.experiments.cli_output import error, note, warn
         from gradcode.schemes.sgc.tune import tune
         from gradcode.stragglers import load_trace
 
@@ -45,7 +43,7 @@ def register(app: typer.Typer) -> None:
                 result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, loads=loads,
                               alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w)
         except (ValueError, TypeError, OSError, GradcodeError) as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            error(str(exc))
             raise typer.Exit(2) from None
         for w in caught:
             warn(str(w.message))
