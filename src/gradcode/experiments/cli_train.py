@@ -412,44 +412,64 @@ def train_several(opts: dict) -> None:
     own ``D/<scheme>``. Every scheme is built before the first run starts, so a bad name or
     parameter is refused up front; a run that stops (round timeout, a cluster error) is reported
     in its row and the others still run (exit status 1)."""
-    from rich.markup import escape
-
-    from gradcode.cli import emit, err
+    from gradcode.cli import err
     from gradcode.errors import GradcodeError
-    from gradcode.experiments.cli_output import plot_files
-    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
-    from gradcode.runtime import build_scheme, train
 
     o = dict(opts)
-    as_json, plot, run_dir = o["as_json"], o["plot"], o["run_dir"]
-    specs = split_schemes(o["scheme"])
     try:
-        if len(set(specs)) < len(specs):
-            raise ValueError(f"--scheme {o['scheme']} names a scheme twice")
-        if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
-            raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
-        pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
-        parsed = [parse_scheme(spec) for spec in specs]
-        params_of = _params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
-        if o["workers"] is None:  # n from the schemes that set one (they must agree), else the default
-            own = sorted({p["n"] for p in params_of if "n" in p})
-            if len(own) > 1:
-                raise ValueError(f"the schemes set different n ({', '.join(map(str, own))}); they are compared on"
-                                 " the same workers: give one -n")
-            o["workers"] = own[0] if own else _DEFAULT_WORKERS
-        runs, taken = [], set()
-        for spec, (name, _), params in zip(specs, parsed, params_of):
-            built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
-                                 code_params=params or None, verify=o["verify"])
-            if built.n != o["workers"]:  # same injected delays need the same n
-                raise ValueError(f"{spec} has n = {built.n} but --workers is {o['workers']}: the schemes are"
-                                 " compared on the same workers; leave n to --workers")
-            code = getattr(built, "static_code", None)
-            configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
-            runs.append({"spec": spec, "name": name, "params": params, "configs": configured,
-                         "exact": bool(getattr(code, "exact", True)) if code is not None else True})
+        runs, pngs = _plan_runs(o)
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
-        _fail(exc, 2, as_json, err)
+        _fail(exc, 2, o["as_json"], err)
+    results, errors = _run_each(runs, o)
+    _report_several(runs, results, errors, pngs, o)
+
+
+def _plan_runs(o: dict) -> tuple[list[dict], list[Path] | None]:
+    """The runs of ``train_several``, each scheme built and its config objects made (so that a bad
+    one is refused before anything runs), and the plot files; ``o["workers"]`` is set to the n the
+    schemes share when ``-n`` is absent."""
+    from gradcode.experiments.cli_output import plot_files
+    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
+    from gradcode.runtime import build_scheme
+
+    plot, run_dir = o["plot"], o["run_dir"]
+    specs = split_schemes(o["scheme"])
+    if len(set(specs)) < len(specs):
+        raise ValueError(f"--scheme {o['scheme']} names a scheme twice")
+    if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
+    pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
+    parsed = [parse_scheme(spec) for spec in specs]
+    params_of = _params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
+    if o["workers"] is None:  # n from the schemes that set one (they must agree), else the default
+        own = sorted({p["n"] for p in params_of if "n" in p})
+        if len(own) > 1:
+            raise ValueError(f"the schemes set different n ({', '.join(map(str, own))}); they are compared on"
+                             " the same workers: give one -n")
+        o["workers"] = own[0] if own else _DEFAULT_WORKERS
+    runs, taken = [], set()
+    for spec, (name, _), params in zip(specs, parsed, params_of):
+        built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
+                             code_params=params or None, verify=o["verify"])
+        if built.n != o["workers"]:  # same injected delays need the same n
+            raise ValueError(f"{spec} has n = {built.n} but --workers is {o['workers']}: the schemes are"
+                             " compared on the same workers; leave n to --workers")
+        code = getattr(built, "static_code", None)
+        configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
+        runs.append({"spec": spec, "name": name, "params": params, "configs": configured,
+                     "exact": bool(getattr(code, "exact", True)) if code is not None else True})
+    return runs, pngs
+
+
+def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
+    """Train each run in turn: ``(results, errors)``, a result (``None`` when nothing ran) and an
+    error text (``None`` when it finished) per run. A run that stops is reported and the next one
+    starts; when the first run fails before any round, the command stops as a single run would."""
+    from rich.markup import escape
+
+    from gradcode.cli import err
+    from gradcode.errors import GradcodeError
+    from gradcode.runtime import train
 
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
@@ -463,7 +483,7 @@ def train_several(opts: dict) -> None:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
             if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
-                _fail(exc, 2 if bad_args else 1, as_json, err)  # nothing ran: as a single run would
+                _fail(exc, 2 if bad_args else 1, o["as_json"], err)  # nothing ran: as a single run would
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
             error(f"{r['spec']}: {exc}")
@@ -473,6 +493,13 @@ def train_several(opts: dict) -> None:
         results.append(result)
         if result is not None:
             err.print(f"records in {escape(str(result.run_dir))}", highlight=False)
+    return results, errors
+
+
+def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: dict) -> None:
+    """The table (or ``--json`` document) of ``train_several``, the planned deaths, the plots;
+    exit status 1 when a run stopped or the plots could not be written."""
+    from gradcode.cli import emit, err
 
     rows = comparison_rows(runs, results, errors)
     written, plot_error = [], None
@@ -480,9 +507,9 @@ def train_several(opts: dict) -> None:
         try:  # before printing, so that the document names the files written; the records are saved
             written = write_comparison_plots(runs, results, pngs)
         except Exception as exc:  # noqa: BLE001 - a plot never loses the printed result
-            plot_error = f"plots not written to {plot}: {type(exc).__name__}: {exc}"
-    if as_json:
-        doc = {"schemes": specs, "rows": rows, "plots": [str(p) for p in written],
+            plot_error = f"plots not written to {o['plot']}: {type(exc).__name__}: {exc}"
+    if o["as_json"]:
+        doc = {"schemes": [r["spec"] for r in runs], "rows": rows, "plots": [str(p) for p in written],
                "runs": [dict(res.to_json(), scheme=r["spec"], exact=r["exact"]) if res is not None
                         else {"scheme": r["spec"], "exact": r["exact"], "error": e}
                         for r, res, e in zip(runs, results, errors)]}
