@@ -243,3 +243,24 @@ def test_job_completion_times_are_the_ends_of_the_rounds_that_decode_them():
     (times,) = job_completions([res])
     ends = np.cumsum(res.round_times)
     np.testing.assert_allclose(times, ends[1:])
+
+
+def test_a_smaller_n_replays_the_traces_first_workers_only_when_asked(tmp_path):
+    """-n below the trace's workers is refused (it would drop their times); -M subset=true asks
+    for the first n workers, as TraceDelays(subset=True) does in Python."""
+    import json
+
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    trace = np.ones((20, 6))
+    trace[:, 5] = 9.0  # the slow worker a 4-worker replay leaves out
+    np.save(tmp_path / "t.npy", trace)
+    base = ["simulate", "--scheme", "uncoded", "--trace", str(tmp_path / "t.npy"), "-n", "4", "--json"]
+    refused = CliRunner().invoke(app, base)
+    assert refused.exit_code == 2 and "-M subset=true" in " ".join(refused.output.split())
+    res = CliRunner().invoke(app, base + ["-M", "subset=true"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["summary"]["mean"] == 1.0

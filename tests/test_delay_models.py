@@ -274,7 +274,11 @@ def test_trace_replay_and_load_rules():
     arr = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     m = make_delay_model("trace", delays=arr)
     np.testing.assert_array_equal(m.sample(2, 3, None, load=0.7), arr)  # replayed as is
-    np.testing.assert_array_equal(m.sample(2, 2, None), arr[:, :2])  # first n workers
+    with pytest.raises(ValueError, match="would drop the times of its last 1 workers"):
+        m.sample(2, 2, None)  # never a silent subset of the recorded workers
+    first = make_delay_model("trace", delays=arr, subset=True)
+    np.testing.assert_array_equal(first.sample(2, 2, None), arr[:, :2])  # first n workers, asked for
+    assert first != m and "subset=True" in repr(first)
     with pytest.raises(ValueError, match="3 workers"):
         m.sample(2, 4, None)
     with pytest.raises(ValueError, match="wrap"):

@@ -113,15 +113,15 @@ def trace_workers(workers: int | None, model, params: dict | None = None) -> int
 
 def check_trace_width(built, model) -> None:
     """A trace of ``W`` workers replays a scheme of exactly ``n = W`` workers: a smaller ``n``
-    would drop the times of the trace's other workers (their stragglers with them), and a trace
-    has no times for workers it did not record."""
+    would drop the times of the trace's other workers (their stragglers with them) unless asked
+    for (``-M subset=true``), and a trace has no times for workers it did not record."""
     if not is_trace(model):
         return
     W, n = int(model.delays.shape[1]), built.n
-    if n < W:
+    if n < W and not model.subset:
         raise ValueError(f"the trace has {W} workers but {built.label} has n = {n}: replaying it would drop the"
-                         f" times of its last {W - n} workers; leave out -n (n is then taken from the trace) or"
-                         f" give a trace of {n} workers")
+                         f" times of its last {W - n} workers; leave out -n (n is then taken from the trace),"
+                         f" give a trace of {n} workers, or -M subset=true to replay its first {n} workers")
     if n > W:
         raise ValueError(f"the trace has {W} workers, fewer than n = {n} of {built.label}: it has no times for the"
                          f" other {n - W}; leave out -n to take n = {W} from the trace")

@@ -1085,8 +1085,10 @@ class TraceDelays(DelayModel):
     """Replay a ``(rounds, workers)`` array of seconds (a measured delay profile).
 
     Round ``t`` of a draw is row ``offset + t`` of the trace (modulo its length when ``wrap``),
-    and the first ``n`` columns are the ``n`` workers (the trace must have at least ``n``). The
-    randomness argument is ignored: a trace is deterministic.
+    and its columns are the ``n`` workers: a trace of ``W`` workers replays ``n = W`` exactly (a
+    smaller ``n`` would drop the other workers' times, and with them their stragglers, SGC Sec. 2),
+    unless ``subset=True`` asks for its first ``n`` columns. The randomness argument is ignored: a
+    trace is deterministic.
 
     Load: with ``trace_load=None`` the recorded times are replayed as they are, whatever the load
     asked for. With ``trace_load = L0`` (the load the trace was recorded at, ``>= 0``; SGC records
@@ -1115,6 +1117,7 @@ class TraceDelays(DelayModel):
         "load_rule": "'additive' (SGC App. J, needs load_slope) or 'proportional' (delay * L / trace_load)",
         "offset": "trace row replayed in round 0",
         "wrap": "start over at the first row when the trace runs out (otherwise an error)",
+        "subset": "replay the first n workers of a wider trace (otherwise n must be its number of workers)",
     }
 
     delays: Any = None
@@ -1124,6 +1127,7 @@ class TraceDelays(DelayModel):
     load_rule: str = "additive"
     offset: int = 0
     wrap: bool = False
+    subset: bool = False
 
     def __post_init__(self):
         from gradcode.errors import TraceError
@@ -1163,7 +1167,8 @@ class TraceDelays(DelayModel):
                 " (gradcode.stragglers.fit_load_slope; simulate/compare: --trace F1 --trace-load L1 --trace F2"
                 " --trace-load L2), or pass load_rule='proportional' to scale delays by L / trace_load instead")
         self._set(delays=arr, path=source, trace_load=trace_load, load_slope=load_slope, load_rule=rule,
-                  offset=check_int("offset", self.offset, minimum=0), wrap=_check_bool("wrap", self.wrap))
+                  offset=check_int("offset", self.offset, minimum=0), wrap=_check_bool("wrap", self.wrap),
+                  subset=_check_bool("subset", self.subset))
 
     @property
     def params(self) -> dict[str, Any]:
@@ -1174,7 +1179,7 @@ class TraceDelays(DelayModel):
         return p
 
     def _load_rule(self) -> tuple:
-        return (self.trace_load, self.load_slope, self.load_rule, self.offset, self.wrap)
+        return (self.trace_load, self.load_slope, self.load_rule, self.offset, self.wrap, self.subset)
 
     def __eq__(self, other):
         if type(other) is not type(self):
@@ -1200,7 +1205,7 @@ class TraceDelays(DelayModel):
         trace over just those rows with the same load rule; ``None`` (so the whole draw raises its
         own error) when the trace is too short or too narrow."""
         T, W = self.delays.shape
-        if n > W or (not self.wrap and self.offset + rounds > T):
+        if n > W or (n < W and not self.subset) or (not self.wrap and self.offset + rounds > T):
             return None
 
         def blocks():
@@ -1217,6 +1222,10 @@ class TraceDelays(DelayModel):
         T, W = self.delays.shape
         if n > W:
             raise ValueError(f"the trace has {W} workers, fewer than the n={n} asked for")
+        if n < W and not self.subset:
+            raise ValueError(f"the trace has {W} workers but n={n} was asked for: replaying it would drop the"
+                             f" times of its last {W - n} workers; use a trace of {n} workers, or pass subset=True"
+                             f" to replay its first {n}")
         if not self.wrap and self.offset + rounds > T:
             raise ValueError(
                 f"the trace has {T} rounds; rounds={rounds} from offset={self.offset} needs"
