@@ -76,8 +76,9 @@ class InProcessEngine(Engine):
     """Workers as plain objects in this process, on a virtual clock (see the module docstring).
 
     ``compute_time``: virtual seconds each message takes to compute, after its injected pause
-    (0: messages of a round arrive at their injected times exactly). ``death_report``: seconds between a worker's death
-    and the failed event that reports it. ``restart_time``: seconds a restart takes.
+    (0: messages of a round arrive at their injected times exactly). ``death_report``: seconds
+    between a worker's death and the failed event that reports it. ``restart_time``: seconds a
+    restart takes.
     """
 
     def __init__(self, *, compute_time: float = 0.0, death_report: float = 0.0, restart_time: float = 1.0):

@@ -369,10 +369,11 @@ def train(
     ``close``: when a round ends. ``"decodable"`` (default): as soon as the due jobs decode.
     A number ``mu >= 0``: SGC's mu-rule (Section 2, as :func:`gradcode.simulate` runs it): with
     ``kappa`` the time the first worker delivers its whole task result, the round waits until
-    ``(1 + mu) kappa`` (or until every worker is in, if sooner), so that workers within ``mu`` of
-    the fastest are not stragglers; a round that cannot decode then waits it out (``waitout``:
-    ``"decodable"``, until it decodes; ``"all"``, the paper's, for every worker that has not
-    failed), and ``TrainResult.waitouts`` marks it.
+    ``(1 + mu) kappa`` (or until every worker is in or has failed, if sooner), so that workers
+    within ``mu`` of the fastest are not stragglers; a round that cannot decode then waits it out
+    (``waitout``: ``"decodable"``, until it decodes; ``"all"``, the paper's, for every worker
+    that has not failed), and ``TrainResult.waitouts`` marks it. ``round_timeout`` caps these
+    waits: a round that decodes when it comes closes then.
 
     A ``run_dir`` that already holds a run (a checkpoint, a result or round records) is refused
     unless ``resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend a finished
@@ -428,9 +429,9 @@ def resume(
     was started with (kept in the checkpoint). ``rounds``: the run's total rounds (default: as
     started; more extends a finished run). ``cluster``: where to run now (default: the current Ray
     session or an embedded local cluster). ``faults``: another round timeout or restart limit
-    (without ``fail`` it keeps the run's planned failures; with one, it must be the run's). Same result as ``train(..., resume=True)`` with the original
-    arguments; a checkpoint written by a version without this entry point is refused with that
-    advice."""
+    (without ``fail`` it keeps the run's planned failures; with one, it must be the run's). Same
+    result as ``train(..., resume=True)`` with the original arguments; a checkpoint written by a
+    version without this entry point is refused with that advice."""
     path = Path(run_dir) / "checkpoint.pkl"
     saved = read_checkpoint(path)
     spec, run = saved.get("spec"), saved.get("run")

@@ -51,7 +51,7 @@ class TrainResult:
     messages received before the round closed;
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
-    ``waitouts[t]``: round ``t`` could not decode at the mu-rule's deadline and was waited out
+    ``waitouts[t]``: round ``t`` could not close at the mu-rule's deadline and was waited out
     (always False under ``close="decodable"``);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
 
