@@ -193,9 +193,9 @@ def test_train_refuses_a_scheme_n_that_contradicts_workers(tmp_path):
 def test_train_several_sends_each_param_where_it_applies_and_takes_n_from_the_schemes(tmp_path):
     """--scheme crc,frc -p seed=3 used to fail ("frc does not take seed"); with no -n, the n the
     schemes set is the run's n (it used to be 4, refused against crc:n=8), if they agree."""
-    from gradcode.experiments.cli_train import _params_per_scheme
+    from gradcode.experiments.cli_sim import params_per_scheme
 
-    assert _params_per_scheme({"seed": 3}, [("crc", {}), ("frc", {"s": 1})]) == [{"seed": 3}, {"s": 1}]
+    assert params_per_scheme({"seed": 3}, [("crc", {}), ("frc", {"s": 1})]) == [{"seed": 3}, {"s": 1}]
     res = CliRunner().invoke(app, ["train", "--scheme", "crc,frc", "-p", "bogus=1", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "--param bogus: none of the schemes takes it" in _said(res)
     res = CliRunner().invoke(app, ["train", "--scheme", "crc:n=5,frc:n=6", "--run-dir", str(tmp_path / "r")])

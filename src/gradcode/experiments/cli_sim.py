@@ -39,13 +39,14 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import typer
 
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import error, warn
+from gradcode.experiments.cli_output import PLOT_HELP, error, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 
@@ -239,24 +240,69 @@ def label(code) -> str:
     return repr(code).strip("<>")
 
 
-def run_repeats(built, model, rounds, repeats, seed, close, method, progress=None, records=None, waitout="decodable"):
-    """``built``: a :class:`Built` (a fresh scheme per repeat) or a code. ``records``: keep the
+@dataclass(frozen=True)
+class RunOptions:
+    """What a ``simulate`` or ``compare`` run is, besides its schemes: the delay model (``model``
+    with ``model_params``, or ``trace`` files with ``trace_loads`` and ``load_slope``,
+    :func:`build_model`), its length (``rounds``, or the ``J + T`` rounds of ``jobs``), ``repeats``
+    with seeds ``seed, seed + 1, ...``, the closing rule (``close`` as given on the command line,
+    ``waitout``), the simulator's ``method``, ``records`` (keep per-round tables: True for
+    ``--records`` and ``--plot``; None, while small) and ``progress`` (a bar on a terminal)."""
+
+    model: str = "shifted-exp"
+    model_params: list | None = None
+    trace: list | None = None
+    trace_loads: list | None = None
+    load_slope: float | None = None
+    rounds: int | None = None
+    jobs: int | None = None
+    repeats: int = 1
+    seed: int = 0
+    close: str = "decodable"
+    waitout: str = "decodable"
+    method: str = "auto"
+    records: bool | None = None
+    progress: bool = False
+
+    def __post_init__(self):
+        from gradcode._validation import check_closing_rule
+
+        if self.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {self.repeats}")
+        check_closing_rule(parse_close(self.close), self.waitout)  # refused before anything runs
+
+    def delay_model(self):
+        """``(model, trace_info)`` of :func:`build_model`."""
+        return build_model(self.model, self.model_params, self.trace, self.trace_loads, self.load_slope)
+
+    def bar(self, rounds: int):
+        """The progress bar over ``rounds`` rounds in all (a no-op context without ``progress``)."""
+        from gradcode.experiments.cli_output import RunProgress
+
+        return RunProgress(rounds) if self.progress else contextlib.nullcontext()
+
+
+def run_repeats(built, model, rounds: int, run: RunOptions, progress=None):
+    """``run.repeats`` runs of ``built`` (a :class:`Built`: a fresh scheme per repeat, or a code)
+    under ``model`` for ``rounds`` rounds with seeds ``run.seed + i``. ``run.records``: keep the
     per-round tables (True: for --records files and --plot); by default only while small, so long
     runs keep summaries in bounded memory (see gradcode.simulate). A scheme family (no static
     code) runs on the simulator's event path, which ``method="auto"`` picks by itself.
-    ``progress``: as :func:`gradcode.simulate` takes it, or a
-    :class:`~gradcode.experiments.cli_output.RunProgress` that every repeat advances."""
+    ``progress``: a :class:`~gradcode.experiments.cli_output.RunProgress` that every repeat
+    advances, or None."""
     from gradcode.sim import simulate
 
+    close = parse_close(run.close)
+
     def bar():
-        if hasattr(progress, "run"):
+        if progress is not None:
             return progress.run(built.label if isinstance(built, Built) else label(built), rounds)
-        return progress
+        return None
 
     return [
-        simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=seed + i,
-                 close=close, method=method, progress=bar(), records=records, waitout=waitout)
-        for i in range(repeats)
+        simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=run.seed + i,
+                 close=close, method=run.method, progress=bar(), records=run.records, waitout=run.waitout)
+        for i in range(run.repeats)
     ]
 
 
@@ -360,37 +406,31 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray], compl
 # ---------------------------------------------------------------------------------- commands
 
 
-def simulate_doc(scheme, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                 seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
-                 jobs=None, progress=False) -> tuple[dict, list]:
+def simulate_doc(scheme: str, params: dict, workers, stragglers, run: RunOptions) -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
-    ``records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
-    (and then must match it); ``jobs``: run ``J + T`` rounds (``rounds`` otherwise). ``progress``:
-    one bar over the repeats on a terminal's stderr (:class:`~gradcode.experiments.cli_output.RunProgress`)."""
-    from gradcode.experiments.cli_output import RunProgress
+    ``run.records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
+    (and then must match it); ``run.jobs``: run ``J + T`` rounds (``run.rounds`` otherwise)."""
     from gradcode.sim import pooled_stats
 
     name, inline = parse_scheme(scheme)
-    dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
+    dmodel, trace_info = run.delay_model()
     code = build_code(name, {**params, **inline}, trace_workers(workers, dmodel, {**params, **inline}), stragglers,
-                      jobs)
+                      run.jobs)
     check_trace_width(code, dmodel)
-    rounds = run_rounds(rounds, jobs, code, dmodel)
-    close = parse_close(close)
-    with RunProgress(rounds * repeats) if progress else contextlib.nullcontext() as bar:
-        results = run_repeats(code, dmodel, rounds, repeats, seed, close, method, records=records,
-                              waitout=waitout, progress=bar)
+    rounds = run_rounds(run.rounds, run.jobs, code, dmodel)
+    with run.bar(rounds * run.repeats) as bar:
+        results = run_repeats(code, dmodel, rounds, run, progress=bar)
     rows = []
     for i, res in enumerate(results):
         s = res.summary()
         rows.append({
-            "repeat": i, "seed": seed + i, "jobs": s["jobs_done"], "total_time": s["total_time"], "mean": s["mean"],
-            "median": s["median"], "p95": s["p95"], "stragglers/round": s["stragglers_per_round"],
-            "waitouts": s["waitouts"],
+            "repeat": i, "seed": run.seed + i, "jobs": s["jobs_done"], "total_time": s["total_time"],
+            "mean": s["mean"], "median": s["median"], "p95": s["p95"],
+            "stragglers/round": s["stragglers_per_round"], "waitouts": s["waitouts"],
         })
     summary = {
         "scheme": code.label, "kind": code.kind, "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
-        "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": repeats, "load": code.load,
+        "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": run.repeats, "load": code.load,
         "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
     }
@@ -405,35 +445,32 @@ def _jobs_done(results) -> int | float:
     return done[0] if len(set(done)) == 1 else float(np.mean(done))
 
 
-def compare_doc(schemes, params, workers, stragglers, model, model_params, trace, rounds, repeats,
-                seed, close, method, records=None, waitout="decodable", trace_loads=None, load_slope=None,
-                jobs=None, progress=False) -> tuple[dict, list[str], list[np.ndarray | None], list]:
-    """The document ``gradcode compare`` prints, the scheme labels, their pooled round times and
-    the clock times their runs finished their jobs (:func:`job_completions`; ``None`` for a scheme
-    whose runs kept no per-round records: pass ``records=True`` to plot). ``jobs``: every scheme
-    runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run ``rounds``.
-    ``progress``: one bar over every scheme's runs on a terminal's stderr."""
-    from gradcode.experiments.cli_output import RunProgress
-    from gradcode.sim import pooled_stats
-
-    dmodel, trace_info = build_model(model, model_params, trace, trace_loads, load_slope)
-    given = workers
-    workers = trace_workers(workers, dmodel)
-    specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(workers, stragglers)
-    extra = parse_kv(params, "--param")
-    takes = {name: set(code_info_params(name)) for name, _ in specs}
-    unused = [k for k in extra if not any(k in t for name, t in takes.items() if name != "uncoded")]
+def params_per_scheme(common: dict, parsed: list[tuple[str, dict]], *, none_takes: str = "none of the schemes",
+                      skip: tuple[str, ...] = ()) -> list[dict]:
+    """Each scheme's parameters: the ``--param`` values it takes (``seed`` to ``crc``, not to
+    ``frc`` or ``ignore``), then its inline ones; schemes named in ``skip`` (compare's ``uncoded``
+    baseline) get their inline ones only. A ``--param`` no scheme takes is refused
+    (``"--param K: {none_takes} takes it"``)."""
+    takes = [set() if name in skip else set(code_info_params(name)) for name, _ in parsed]
+    unused = [k for k in common if not any(k in t for t in takes)]
     if unused:
-        raise ValueError(f"--param {', '.join(unused)}: no compared scheme takes it")
-    # each --param goes to the schemes that take it (e.g. seed to crc, not to frc or ignore)
-    passed = [({**{k: v for k, v in extra.items() if k in takes[name]}, **p} if name != "uncoded" else p)
-              for name, p in specs]
+        raise ValueError(f"--param {', '.join(unused)}: {none_takes} takes it")
+    return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
+
+
+def compare_codes(specs: list[tuple[str, dict]], params: list[str] | None, workers, stragglers, dmodel,
+                  jobs) -> list:
+    """The :class:`Built` schemes ``compare`` runs: each of ``specs`` with the ``--param`` values
+    it takes (:func:`params_per_scheme`; none to the ``uncoded`` baseline) and ``n`` from
+    ``workers`` or the trace, plus ``uncoded`` first when not named; all must share one ``n``,
+    which a trace must have (:func:`check_trace_width`). Warns when a trace replays the same times
+    for schemes of different loads."""
+    passed = params_per_scheme(parse_kv(params, "--param"), specs, none_takes="no compared scheme", skip=("uncoded",))
     # n from the trace goes to each scheme that sets no n of its own in what it is given
-    codes = [build_code(name, q, trace_workers(given, dmodel, q), stragglers if name != "uncoded" else None, jobs)
+    codes = [build_code(name, q, trace_workers(workers, dmodel, q), stragglers if name != "uncoded" else None, jobs)
              for (name, _), q in zip(specs, passed)]
     if not any(c.name == "uncoded" for c in codes):
-        n = codes[0].n
-        codes.insert(0, build_code("uncoded", {"n": n}, None, None))
+        codes.insert(0, build_code("uncoded", {"n": codes[0].n}, None, None))
     ns = {c.n for c in codes}
     if len(ns) > 1:
         raise ValueError(f"compare needs one number of workers for every scheme, got {sorted(ns)}")
@@ -442,20 +479,34 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     loads = {round(c.load, 12) for c in codes if c.load is not None}
     if is_trace(dmodel) and dmodel.trace_load is None and len(loads) > 1:
         warn("the trace replays its recorded times for every scheme whatever its load, so the codes' extra"
-              " computation is not charged; pass --load-slope A (seconds per unit load; the trace is then taken"
-              f" as recorded uncoded, at 1/n = {1 / codes[0].n:.4g}, unless --trace-load says otherwise), or fit"
-              " the slope from traces at several loads: --trace F1 --trace-load L1 --trace F2 --trace-load L2")
-    plan = [run_rounds(rounds, jobs, code, dmodel) for code in codes]
-    if jobs is None and len({n - delay_of(c) for n, c in zip(plan, codes)}) > 1:
+             " computation is not charged; pass --load-slope A (seconds per unit load; the trace is then taken"
+             f" as recorded uncoded, at 1/n = {1 / codes[0].n:.4g}, unless --trace-load says otherwise), or fit"
+             " the slope from traces at several loads: --trace F1 --trace-load L1 --trace F2 --trace-load L2")
+    return codes
+
+
+def compare_doc(schemes: list[str] | None, params: list[str] | None, workers, stragglers,
+                run: RunOptions) -> tuple[dict, list[str], list[np.ndarray | None], list]:
+    """The document ``gradcode compare`` prints, the scheme labels, their pooled round times and
+    the clock times their runs finished their jobs (:func:`job_completions`; ``None`` for a scheme
+    whose runs kept no per-round records: pass ``records=True`` to plot). ``run.jobs``: every
+    scheme runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run
+    ``run.rounds``. The speed-up is the uncoded run's total time over each scheme's."""
+    from gradcode.sim import pooled_stats
+
+    dmodel, trace_info = run.delay_model()
+    specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(trace_workers(workers, dmodel),
+                                                                             stragglers)
+    codes = compare_codes(specs, params, workers, stragglers, dmodel, run.jobs)
+    plan = [run_rounds(run.rounds, run.jobs, code, dmodel) for code in codes]
+    if run.jobs is None and len({n - delay_of(c) for n, c in zip(plan, codes)}) > 1:
         warn(f"in {plan[0]} rounds a scheme with delay T finishes {plan[0]} - T jobs, so the schemes' totals"
-              " cover different numbers of jobs; pass --jobs J to time the same J jobs for every scheme"
-              " (J + T rounds each)")
-    close = parse_close(close)
+             " cover different numbers of jobs; pass --jobs J to time the same J jobs for every scheme"
+             " (J + T rounds each)")
     names, pooled, curves, rows = [], [], [], []
-    with RunProgress(sum(plan) * repeats) if progress else contextlib.nullcontext() as bar:
+    with run.bar(sum(plan) * run.repeats) as bar:
         for code, n_rounds in zip(codes, plan):
-            results = run_repeats(code, dmodel, n_rounds, repeats, seed, close, method, records=records,
-                                  waitout=waitout, progress=bar)
+            results = run_repeats(code, dmodel, n_rounds, run, progress=bar)
             label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
             names.append(label)
             kept = all(r.has_records for r in results)
@@ -476,8 +527,8 @@ def compare_doc(schemes, params, workers, stragglers, model, model_params, trace
     # the fastest exact scheme: an inexact baseline (ignore) is faster by not computing the gradient
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
-    doc = {"model": repr(dmodel), "close": close, "rounds": plan[0] if len(set(plan)) == 1 else None,
-           "jobs": jobs, "repeats": repeats, "seed": seed, "fastest_exact": best, "rows": rows}
+    doc = {"model": repr(dmodel), "close": parse_close(run.close), "rounds": plan[0] if len(set(plan)) == 1 else None,
+           "jobs": run.jobs, "repeats": run.repeats, "seed": run.seed, "fastest_exact": best, "rows": rows}
     if trace_info is not None:
         doc["trace"] = trace_info
     return doc, names, pooled, curves
@@ -492,130 +543,127 @@ def _default_specs(workers, stragglers):
     return specs
 
 
+_SCHEME_OPT = typer.Option("crc", "--scheme", help="Code or scheme family to run, NAME or NAME:key=value,..."
+                           " (see `gradcode codes`).")
+_WORKERS_OPT = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
+_STRAG_OPT = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
+_PARAM_OPT = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
+_MODEL_OPT = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
+_MPARAM_OPT = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
+_TRACE_OPT = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
+                          " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
+_TRACE_LOAD_OPT = typer.Option(None, "--trace-load", help="Load each --trace was recorded at (one per trace;"
+                               " default 1/n, uncoded, when --load-slope is given).")
+_LOAD_SLOPE_OPT = typer.Option(None, "--load-slope", help="Seconds per unit load: a trace is adjusted to a"
+                               " scheme's load L by adding (L - trace load) * slope (SGC App. J); fitted from"
+                               " the traces when several are given. Without it one trace replays as recorded.")
+_ROUNDS_OPT = typer.Option(None, "--rounds", "-r", help="Rounds per run (default: 1000, or the trace's length).")
+_JOBS_OPT = typer.Option(None, "--jobs", "-J", min=1, help="Run J jobs instead of --rounds: J + T rounds for a"
+                         " scheme of delay T, so that every scheme's total time is that of the same J jobs.")
+_REPEATS_OPT = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
+_SEED_OPT = typer.Option(0, "--seed", help="Seed of the first run.")
+_CLOSE_OPT = typer.Option("decodable", "--close", help=_CLOSE_HELP)
+_WAITOUT_OPT = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
+                            " unresolved waits for: decodable (first decodable instant) or all (every worker:"
+                            " the SGC paper's replay rule).")
+_METHOD_OPT = typer.Option("auto", "--method", help="auto | fast (vectorized) | events (protocol path).")
+_JSON_OPT = typer.Option(False, "--json", help="Print one JSON document.")
+
+
+def simulate_command(
+    scheme: str = _SCHEME_OPT,
+    workers: int = _WORKERS_OPT,
+    stragglers: int = _STRAG_OPT,
+    param: list[str] = _PARAM_OPT,
+    model: str = _MODEL_OPT,
+    model_param: list[str] = _MPARAM_OPT,
+    trace: list[Path] = _TRACE_OPT,
+    trace_load: list[float] = _TRACE_LOAD_OPT,
+    load_slope: float = _LOAD_SLOPE_OPT,
+    rounds: int | None = _ROUNDS_OPT,
+    jobs: int | None = _JOBS_OPT,
+    repeats: int = _REPEATS_OPT,
+    seed: int = _SEED_OPT,
+    close: str = _CLOSE_OPT,
+    waitout: str = _WAITOUT_OPT,
+    method: str = _METHOD_OPT,
+    records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
+    plot: Path = typer.Option(None, "--plot", help="Draw the jobs completed against time (SGC Fig. 2a;"
+                              " mean over the repeats): simulate_jobs.png. " + PLOT_HELP),
+    as_json: bool = _JSON_OPT,
+):
+    """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
+    from gradcode.cli import emit
+    from gradcode.experiments.cli_output import make_parents, plot_files
+
+    try:
+        pngs = plot_files(plot, ["simulate_jobs"]) if plot is not None else None  # refused before the run
+        run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
+                         waitout, method, records=True if records is not None or plot is not None else None,
+                         progress=True)
+        doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, run)
+        if records is not None:
+            rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
+            _write_records(records, rows)
+        if plot is not None:
+            make_parents(pngs)
+            plot_jobs(pngs[0], [doc["summary"]["scheme"]], [job_completions(results)])
+            doc["plot"] = str(pngs[0])
+    except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
+        _fail(exc)
+    s = doc["summary"]
+    title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
+             f" {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
+             f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
+    emit(doc, as_json=as_json, title=title)
+
+
+def compare_command(
+    scheme: list[str] = typer.Option(
+        None, "--scheme", help="NAME or NAME:key=value,... (repeatable); default: uncoded, ignore, frc, crc."),
+    workers: int = _WORKERS_OPT,
+    stragglers: int = _STRAG_OPT,
+    param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
+    model: str = _MODEL_OPT,
+    model_param: list[str] = _MPARAM_OPT,
+    trace: list[Path] = _TRACE_OPT,
+    trace_load: list[float] = _TRACE_LOAD_OPT,
+    load_slope: float = _LOAD_SLOPE_OPT,
+    rounds: int | None = _ROUNDS_OPT,
+    jobs: int | None = _JOBS_OPT,
+    repeats: int = _REPEATS_OPT,
+    seed: int = _SEED_OPT,
+    close: str = _CLOSE_OPT,
+    waitout: str = _WAITOUT_OPT,
+    method: str = _METHOD_OPT,
+    plot: Path = typer.Option(None, "--plot", help="Draw the mean round time per scheme, the CDF and the"
+                              " jobs completed against time (SGC Fig. 2a): compare.png. " + PLOT_HELP),
+    as_json: bool = _JSON_OPT,
+):
+    """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
+    from gradcode.cli import emit
+    from gradcode.experiments.cli_output import make_parents, plot_files
+
+    try:
+        pngs = plot_files(plot, ["compare"]) if plot is not None else None  # refused before the run
+        # the plot's CDF needs every round time: keep the records only then
+        run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
+                         waitout, method, records=True if plot is not None else None, progress=True)
+        doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, run)
+        if plot is not None:
+            make_parents(pngs)
+            plot_comparison(pngs[0], names, pooled, curves)
+            doc["plot"] = str(pngs[0])
+    except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
+        _fail(exc)
+    length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
+    emit(doc, as_json=as_json,
+         title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"
+               f" scheme); fastest exact: {doc['fastest_exact']}",
+         columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers/round",
+                  "waitouts"])
+
+
 def register(app: typer.Typer) -> None:
-    from gradcode.experiments.cli_output import PLOT_HELP, make_parents, plot_files
-
-    scheme_opt = typer.Option("crc", "--scheme", help="Code or scheme family to run, NAME or NAME:key=value,..."
-                              " (see `gradcode codes`).")
-    workers_opt = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
-    strag_opt = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
-    param_opt = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
-    model_opt = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
-    mparam_opt = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
-    trace_opt = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
-                             " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
-    trace_load_opt = typer.Option(None, "--trace-load", help="Load each --trace was recorded at (one per trace;"
-                                  " default 1/n, uncoded, when --load-slope is given).")
-    load_slope_opt = typer.Option(None, "--load-slope", help="Seconds per unit load: a trace is adjusted to a"
-                                  " scheme's load L by adding (L - trace load) * slope (SGC App. J); fitted from"
-                                  " the traces when several are given. Without it one trace replays as recorded.")
-    rounds_opt = typer.Option(None, "--rounds", "-r", help="Rounds per run (default: 1000, or the trace's length).")
-    jobs_opt = typer.Option(None, "--jobs", "-J", min=1, help="Run J jobs instead of --rounds: J + T rounds for a"
-                            " scheme of delay T, so that every scheme's total time is that of the same J jobs.")
-    repeats_opt = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
-    seed_opt = typer.Option(0, "--seed", help="Seed of the first run.")
-    close_opt = typer.Option("decodable", "--close", help=_CLOSE_HELP)
-    waitout_opt = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
-                               " unresolved waits for: decodable (first decodable instant) or all (every worker:"
-                               " the SGC paper's replay rule).")
-    method_opt = typer.Option("auto", "--method", help="auto | fast (vectorized) | events (protocol path).")
-    json_opt = typer.Option(False, "--json", help="Print one JSON document.")
-
-    @app.command("simulate")
-    def simulate_command(
-        scheme: str = scheme_opt,
-        workers: int = workers_opt,
-        stragglers: int = strag_opt,
-        param: list[str] = param_opt,
-        model: str = model_opt,
-        model_param: list[str] = mparam_opt,
-        trace: list[Path] = trace_opt,
-        trace_load: list[float] = trace_load_opt,
-        load_slope: float = load_slope_opt,
-        rounds: int | None = rounds_opt,
-        jobs: int | None = jobs_opt,
-        repeats: int = repeats_opt,
-        seed: int = seed_opt,
-        close: str = close_opt,
-        waitout: str = waitout_opt,
-        method: str = method_opt,
-        records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
-        plot: Path = typer.Option(None, "--plot", help="Draw the jobs completed against time (SGC Fig. 2a;"
-                                  " mean over the repeats): simulate_jobs.png. " + PLOT_HELP),
-        as_json: bool = json_opt,
-    ):
-        """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
-        from gradcode.cli import emit
-
-        try:
-            if repeats < 1:
-                raise ValueError(f"--repeats must be >= 1, got {repeats}")
-            keep = records is not None or plot is not None
-            pngs = plot_files(plot, ["simulate_jobs"]) if plot is not None else None  # refused before the run
-            doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, model,
-                                        model_param, trace, rounds, repeats, seed, close, method,
-                                        records=True if keep else None, waitout=waitout, trace_loads=trace_load,
-                                        load_slope=load_slope, jobs=jobs, progress=True)
-            if records is not None:
-                rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
-                _write_records(records, rows)
-            if plot is not None:
-                make_parents(pngs)
-                plot_jobs(pngs[0], [doc["summary"]["scheme"]], [job_completions(results)])
-                doc["plot"] = str(pngs[0])
-        except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-            _fail(exc)
-        s = doc["summary"]
-        title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
-                 f" {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
-                 f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
-        emit(doc, as_json=as_json, title=title)
-
-    @app.command("compare")
-    def compare_command(
-        scheme: list[str] = typer.Option(
-            None, "--scheme", help="NAME or NAME:key=value,... (repeatable); default: uncoded, ignore, frc, crc."),
-        workers: int = workers_opt,
-        stragglers: int = strag_opt,
-        param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
-        model: str = model_opt,
-        model_param: list[str] = mparam_opt,
-        trace: list[Path] = trace_opt,
-        trace_load: list[float] = trace_load_opt,
-        load_slope: float = load_slope_opt,
-        rounds: int | None = rounds_opt,
-        jobs: int | None = jobs_opt,
-        repeats: int = repeats_opt,
-        seed: int = seed_opt,
-        close: str = close_opt,
-        waitout: str = waitout_opt,
-        method: str = method_opt,
-        plot: Path = typer.Option(None, "--plot", help="Draw the mean round time per scheme, the CDF and the"
-                                  " jobs completed against time (SGC Fig. 2a): compare.png. " + PLOT_HELP),
-        as_json: bool = json_opt,
-    ):
-        """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
-        from gradcode.cli import emit
-
-        try:
-            if repeats < 1:
-                raise ValueError(f"--repeats must be >= 1, got {repeats}")
-            pngs = plot_files(plot, ["compare"]) if plot is not None else None  # refused before the run
-            # the plot's CDF needs every round time: keep the records only then
-            doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, model, model_param, trace,
-                                                     rounds, repeats, seed, close, method,
-                                                     records=True if plot is not None else None, waitout=waitout,
-                                                     trace_loads=trace_load, load_slope=load_slope, jobs=jobs,
-                                                     progress=True)
-            if plot is not None:
-                make_parents(pngs)
-                plot_comparison(pngs[0], names, pooled, curves)
-                doc["plot"] = str(pngs[0])
-        except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-            _fail(exc)
-        length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
-        emit(doc, as_json=as_json,
-             title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"
-                   f" scheme); fastest exact: {doc['fastest_exact']}",
-             columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers/round",
-                      "waitouts"])
+    app.command("simulate")(simulate_command)
+    app.command("compare")(compare_command)

@@ -429,7 +429,7 @@ def _plan_runs(o: dict) -> tuple[list[dict], list[Path] | None]:
     one is refused before anything runs), and the plot files; ``o["workers"]`` is set to the n the
     schemes share when ``-n`` is absent."""
     from gradcode.experiments.cli_output import plot_files
-    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
+    from gradcode.experiments.cli_sim import params_per_scheme, parse_kv, parse_scheme
     from gradcode.runtime import build_scheme
 
     plot, run_dir = o["plot"], o["run_dir"]
@@ -440,7 +440,7 @@ def _plan_runs(o: dict) -> tuple[list[dict], list[Path] | None]:
         raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
     pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
     parsed = [parse_scheme(spec) for spec in specs]
-    params_of = _params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
+    params_of = params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
     if o["workers"] is None:  # n from the schemes that set one (they must agree), else the default
         own = sorted({p["n"] for p in params_of if "n" in p})
         if len(own) > 1:
@@ -528,18 +528,6 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
         error(plot_error)
     if any(errors) or plot_error is not None:
         raise typer.Exit(1)
-
-
-def _params_per_scheme(common: dict, parsed: list[tuple[str, dict]]) -> list[dict]:
-    """Each scheme's parameters: the ``--param`` values it takes (as ``compare`` does: ``seed`` to
-    ``crc``, not to ``frc``), then its inline ones. A ``--param`` no scheme takes is refused."""
-    from gradcode.experiments.cli_sim import code_info_params
-
-    takes = [set(code_info_params(name)) for name, _ in parsed]
-    unused = [k for k in common if not any(k in t for t in takes)]
-    if unused:
-        raise ValueError(f"--param {', '.join(unused)}: none of the schemes takes it")
-    return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
 
 
 def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]:
