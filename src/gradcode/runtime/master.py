@@ -465,53 +465,16 @@ def run_training(
     run, set up its folder and state (fresh or from the checkpoint), start the workers, drive the
     rounds, save the records. ``checkpoint``: the checkpoint document already read (resume)."""
     setup = prepare(spec, rounds=run.rounds, faults=faults)
-    config, scheme = setup.config, setup.scheme
-
-    run_dir = Path(run.run_dir) if run.run_dir is not None else Path("gradcode-runs") / (
-        f"{config['code']}-n{setup.n}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
-    )
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run_dir {str(run_dir)!r} is a file, not a folder; pass a folder for the run's records")
-    held = [name for name in RUN_FILES if (run_dir / name).exists()]
-    if held and not run.resume:
-        if not run.overwrite:
-            raise RunDirInUseError(
-                f"run_dir {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with"
-                " resume=True (--resume) or replace it with overwrite=True (--overwrite)"
-            )
-        for name in held:
-            (run_dir / name).unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    # ---- state (fresh or from a checkpoint)
-    state = initial_state(setup)
-    resumed_from = None
+    config = setup.config
+    run_dir = _open_run_dir(run, config, setup.n)
     ckpt_path = run_dir / "checkpoint.pkl"
-    inflight = None
-    extra = None
-    if run.checkpoint_every:
-        try:
-            pickle.dumps(scheme)
-        except Exception as exc:
-            raise ValueError(
-                f"checkpoint_every needs a scheme that pickles (checkpoints hold it); {scheme!r} does not:"
-                f" {type(exc).__name__}: {exc}"
-            ) from None
-        extra = _resume_record(spec, run, faults)
+    extra = _checkpoint_extra(spec, run, faults, setup.scheme) if run.checkpoint_every else None
     if run.resume:
         saved = checkpoint if checkpoint is not None else read_checkpoint(ckpt_path)
-        # checkpoints written before the closing rule was configurable closed when decodable
-        saved["config"] = {"close": "decodable", "waitout": "decodable", **saved["config"]}
-        # a code built from its name is fully described by the config (name, code_params, workers,
-        # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
-        check_checkpoint_config(saved, config, ignore=("rounds",) if isinstance(spec.code, str) else ("rounds", "scheme"))
-        state, scheme, inflight = TrainState.from_dict(saved["state"]), saved["scheme"], saved["inflight"]
-        setup.scheme = scheme
+        state, inflight = _restore(saved, setup, run)
         resumed_from = state.next_round
-        if run.rounds < resumed_from:
-            raise ValueError(f"resume: the checkpoint has {resumed_from} rounds done; rounds must be at least"
-                             f" that, got {run.rounds}")
-        state.grow(run.rounds)
+    else:
+        state, inflight, resumed_from = initial_state(setup), None, None
     atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
 
     # ---- engine, workers and rounds
@@ -552,6 +515,60 @@ def run_training(
     result = state.result(config, run_dir, resumed_from)
     result.save(run_dir)
     return result
+
+
+def _open_run_dir(run: RunConfig, config: dict, n: int) -> Path:
+    """The run's folder, made if missing (default ``./gradcode-runs/<code>-n<n>-<time>``). One that
+    holds a run is refused unless ``run.resume`` (continue it) or ``run.overwrite`` (its run files
+    are removed first)."""
+    run_dir = Path(run.run_dir) if run.run_dir is not None else Path("gradcode-runs") / (
+        f"{config['code']}-n{n}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run_dir {str(run_dir)!r} is a file, not a folder; pass a folder for the run's records")
+    held = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if held and not run.resume:
+        if not run.overwrite:
+            raise RunDirInUseError(
+                f"run_dir {str(run_dir)!r} already holds a run ({', '.join(held)}); continue it with"
+                " resume=True (--resume) or replace it with overwrite=True (--overwrite)"
+            )
+        for name in held:
+            (run_dir / name).unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def _checkpoint_extra(spec: TrainSpec, run: RunConfig, faults: FaultConfig, scheme) -> dict:
+    """What checkpoints add for :func:`resume` (:func:`_resume_record`), after refusing up front a
+    scheme that does not pickle (a checkpoint holds it)."""
+    try:
+        pickle.dumps(scheme)
+    except Exception as exc:
+        raise ValueError(
+            f"checkpoint_every needs a scheme that pickles (checkpoints hold it); {scheme!r} does not:"
+            f" {type(exc).__name__}: {exc}"
+        ) from None
+    return _resume_record(spec, run, faults)
+
+
+def _restore(saved: dict, setup: RunSetup, run: RunConfig) -> tuple[TrainState, dict]:
+    """The state and in-flight jobs of the checkpoint ``saved``, after checking it is this run's
+    configuration; ``setup.scheme`` becomes the checkpointed scheme (its history kept) and the
+    state's tables grow to ``run.rounds``."""
+    # checkpoints written before the closing rule was configurable closed when decodable
+    saved["config"] = {"close": "decodable", "waitout": "decodable", **saved["config"]}
+    # a code built from its name is fully described by the config (name, code_params, workers,
+    # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
+    ignore = ("rounds",) if isinstance(setup.spec.code, str) else ("rounds", "scheme")
+    check_checkpoint_config(saved, setup.config, ignore=ignore)
+    state = TrainState.from_dict(saved["state"])
+    setup.scheme = saved["scheme"]
+    if run.rounds < state.next_round:
+        raise ValueError(f"resume: the checkpoint has {state.next_round} rounds done; rounds must be at least"
+                         f" that, got {run.rounds}")
+    state.grow(run.rounds)
+    return state, saved["inflight"]
 
 
 def _resume_record(spec: TrainSpec, run: RunConfig, faults: FaultConfig) -> dict:
