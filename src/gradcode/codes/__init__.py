@@ -19,13 +19,18 @@ Importing this package registers every code family; ``make_code(name, **params)`
 from gradcode.codes.base import (
     CODES,
     DEFAULT_MAX_CONDITION,
+    DEFAULT_RTOL,
+    UNIT_ROUNDOFF,
+    Decoded,
     Decoding,
+    ImpreciseDecodeError,
     LinearCode,
     NonFiniteMessageError,
     available_codes,
     code_info,
     make_code,
     register,
+    wire_precision,
 )
 from gradcode.codes.verify import InconsistentMessagesError, Verification
 from gradcode.errors import NotDecodableError
@@ -38,7 +43,11 @@ from gradcode.codes import commfr, adaptive  # noqa: E402,F401  commfr; cgc, agc
 __all__ = [
     "CODES",
     "DEFAULT_MAX_CONDITION",
+    "DEFAULT_RTOL",
+    "UNIT_ROUNDOFF",
+    "Decoded",
     "Decoding",
+    "ImpreciseDecodeError",
     "InconsistentMessagesError",
     "LinearCode",
     "NonFiniteMessageError",
@@ -48,4 +57,5 @@ __all__ = [
     "code_info",
     "make_code",
     "register",
+    "wire_precision",
 ]

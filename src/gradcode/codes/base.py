@@ -29,8 +29,32 @@ received rows ``B_F`` of the encoders (``LinearCode._check_answer``): the residu
 the encoder rows. A structured answer that fails falls back to the generic solve; a generic
 answer that fails is refused. A structured decoder may always refuse on its own.
 
-Coefficients are always computed in float64; messages may be float32 or float64, and the decoded
-gradient is float64.
+Coefficients are always computed in float64; messages may be float64, float32, float16 or
+bfloat16 (``ml_dtypes.bfloat16`` arrays), and the decoded gradient is float64.
+
+Precision of what arrived (:meth:`LinearCode.decode_report`). The checks above are of the
+*pattern*; each decode is also checked against the *data* it sums. Message ``i`` carries a
+rounding error ``||delta_i|| <= u ||m_i|| + nnz_i u_c S_i``: ``u`` the unit roundoff of the
+precision the messages crossed the wire in (``2^-53``, ``2^-24``, ``2^-11``, ``2^-8`` for float64,
+float32, float16, bfloat16), for the cast to it; ``nnz_i`` the terms of the worker's weighted sum,
+``S_i`` what they add up to in norm (:meth:`LinearCode.message_scales`, sent by the worker; without
+it ``||m_i||``, which assumes its terms do not cancel among themselves) and ``u_c`` the roundoff
+it was computed in (the wire's, or float32's if that is finer: 16-bit messages are computed in
+float32 and cast, as torch's autocast accumulates). The coefficients themselves are a float64
+solve: ``A B_F - T`` is not exactly 0, and the decode adds ``(A B_F - T) g``, bounded with
+``||g_j[c]|| <= S_i / |B_i[jc]|`` from any received row ``i`` that holds coordinate ``jc``. The decoded chunk
+``c`` is ``sum_i A[c, i] m_i``, so its error is at most ``e_c = sum_i |A[c, i]| ||delta_i||`` plus
+the master's float64 sum, and
+
+    error_bound = sqrt(sum_c e_c^2)          (chunks are disjoint coordinates of the gradient)
+
+is relative to *what was summed* (the received messages, weighted by the decoding coefficients),
+not to the answer. Near an optimum the partial gradients cancel: the answer is far smaller than
+what was summed, and ``error_bound / ||decoded||`` grows although the pattern is well
+conditioned. A decode whose relative bound exceeds ``rtol`` (default :data:`DEFAULT_RTOL` by
+precision: 1e-5 for float64, 1e-3 for float32, 5e-2 for float16, 2e-1 for bfloat16) raises
+:class:`ImpreciseDecodeError` instead of returning a gradient off by more than that; more
+received rows give smaller coefficients (a runtime driver waits for more workers and tries again).
 """
 
 from __future__ import annotations
@@ -51,19 +75,28 @@ from scipy.linalg import blas
 from gradcode._validation import check_int, check_real
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
 from gradcode.codes.rules import DecodeRule, GenericRule
-from gradcode.errors import NotDecodableError
+from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.registry import Registry
 
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
 _EPS = float(np.finfo(np.float64).eps)
+#: unit roundoff of each wire precision messages may arrive in
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: default acceptance tolerance on a decode's error bound relative to the decoded gradient, by the
+#: precision of the messages: float64 keeps the README's 1e-5. The bound is a worst case (errors
+#: of all rows aligned; a typical error is about sqrt(rows) smaller), so for 16-bit types, whose
+#: own roundoff is 5e-4 (float16) and 4e-3 (bfloat16), a coded decode of n = 40 workers already
+#: bounds at a few percent: 5e-2 and 2e-1 accept those (still inside a mini-batch's noise) and
+#: refuse what is off by its own size
+DEFAULT_RTOL = {"float64": 1e-5, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
 #: Element block of the fused weighted sum: small enough to stay in L2 cache.
 _BLOCK = 1 << 14
 
 Pattern = tuple[tuple[int, int], ...]
 
 
-class NonFiniteMessageError(ValueError):
+class NonFiniteMessageError(GradcodeError, ValueError):
     """A received message holds NaN or infinity; ``workers`` names the senders at fault.
 
     Drivers treat those workers as stragglers for the round and decode without them."""
@@ -71,6 +104,52 @@ class NonFiniteMessageError(ValueError):
     def __init__(self, message: str, workers: tuple[int, ...]):
         super().__init__(message)
         self.workers = workers
+
+
+class ImpreciseDecodeError(NotDecodableError):
+    """A decode whose rounding-error bound, relative to the decoded gradient, exceeds ``rtol``
+    (module docstring, "Precision of what arrived"). ``relative_bound``, ``precision`` and ``rtol``
+    say by how much; more received rows (smaller coefficients), a wider wire type or a code with a
+    smaller amplification decode it."""
+
+    def __init__(self, message: str, *, relative_bound: float, precision: str, rtol: float):
+        super().__init__(message)
+        self.relative_bound, self.precision, self.rtol = relative_bound, precision, rtol
+
+
+def wire_precision(dtype) -> str:
+    """The name (a key of :data:`UNIT_ROUNDOFF`) of the precision of ``dtype``: a numpy dtype or
+    anything ``np.dtype`` takes, ``ml_dtypes.bfloat16``, or one of the names; integers are exact
+    (``"float64"``). ``ValueError`` for anything else."""
+    if isinstance(dtype, str) and dtype in UNIT_ROUNDOFF:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got {dtype!r}") from None
+    if dt.name in UNIT_ROUNDOFF:
+        return dt.name
+    if dt.kind in "iub":
+        return "float64"
+    if dt.kind == "f" and dt.itemsize > 8:  # long double: at least float64's precision
+        return "float64"
+    raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got {dt}")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decode and its checked error (:meth:`LinearCode.decode_report`): ``gradient`` (float64,
+    length ``dim``); ``error_bound``, a bound on ``||gradient - sum_j g_j||_2`` from the messages'
+    rounding in ``precision``; ``relative_bound = error_bound / ||gradient||``; ``summed``, the
+    norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
+    ||gradient||`` is how much the terms cancelled); ``decoding``, the coefficients used."""
+
+    gradient: np.ndarray
+    error_bound: float
+    relative_bound: float
+    summed: float
+    precision: str
+    decoding: Decoding
 
 
 @dataclass(frozen=True)
@@ -92,6 +171,14 @@ class Decoding:
     #: decoded gradient's relative error is at most about ``amplification * eps`` of the
     #: messages' float type
     amplification: float = 1.0
+    #: terms of each received row's weighted sum at its worker (non-zero encoder coefficients):
+    #: the factor of that row's own rounding in the decode's error bound
+    row_terms: np.ndarray | None = None
+    #: index of each received row among all encoder rows (workers' rows in order)
+    row_ids: np.ndarray | None = None
+    #: ``|A B_F - T|`` (``(L, k L)``) of an exact code: the coefficients' own error, which the
+    #: decode's bound multiplies by the partial gradients' norms
+    residual: np.ndarray | None = None
 
     @property
     def max_coefficient(self) -> float:
@@ -380,9 +467,24 @@ class LinearCode:
             raise NotDecodableError(sol.reason)
         return sol
 
-    def decode(self, messages, *, dim: int) -> np.ndarray:
+    def decode(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> np.ndarray:
         """The full gradient ``sum_j g_j`` (length ``dim``) from ``{w: msgs_w}``, ``msgs_w`` of shape
-        ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``."""
+        ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``. Refuses
+        (:class:`ImpreciseDecodeError`) a decode whose rounding-error bound exceeds ``rtol`` of the
+        result; see :meth:`decode_report` for ``precision`` and ``rtol``."""
+        return self.decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales).gradient
+
+    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> Decoded:
+        """:meth:`decode` with its checked error bound (:class:`Decoded`; module docstring,
+        "Precision of what arrived").
+
+        ``precision``: the type the messages crossed the wire in (a name of
+        :data:`UNIT_ROUNDOFF` or a dtype); by default the coarsest dtype among the arrays given
+        (float16 arrays decode as float16; pass ``"bfloat16"`` for bfloat16 values held in wider
+        arrays), never finer than that. ``rtol``: the largest accepted ``error_bound /
+        ||gradient||`` (default :data:`DEFAULT_RTOL` of the precision). ``scales``: ``{w: (r_w,)}``,
+        what each message summed at its worker (:meth:`message_scales`); without them a message's
+        own norm stands for it, which assumes a worker's terms do not cancel among themselves."""
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
         arrays = {}
@@ -400,12 +502,20 @@ class LinearCode:
                 raise ValueError(
                     f"worker {w} sends at most {self.messages_of(w)} messages, got {msgs.shape[0]}"
                 )
-            if not (np.issubdtype(msgs.dtype, np.floating) or np.issubdtype(msgs.dtype, np.integer)):
+            if msgs.dtype.name != "bfloat16" and not (
+                np.issubdtype(msgs.dtype, np.floating) or np.issubdtype(msgs.dtype, np.integer)
+            ):
                 raise TypeError(f"messages of worker {w} must be real numbers, got dtype {msgs.dtype}")
             if msgs.shape[0]:
                 arrays[w] = msgs
+        prec = max((wire_precision(a.dtype) for a in arrays.values()), key=UNIT_ROUNDOFF.get, default="float64")
+        if precision is not None:
+            prec = max(prec, wire_precision(precision), key=UNIT_ROUNDOFF.get)
+        tol = DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
         sol = self.decoding({w: a.shape[0] for w, a in arrays.items()})
-        out = _combine(sol, arrays, self._chunks, m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out, norms = _combine(sol, arrays, self._chunks, m)
+        sums = norms if scales is None else np.maximum(norms, self._received_scales(sol, scales, arrays))
         if not np.isfinite(out).all():
             # the senders of non-finite messages, and of finite messages whose scaled contribution
             # |A[c, i]| * |message_i| reaches max / (rows used): below that bound for every row
@@ -415,8 +525,8 @@ class LinearCode:
             limit = np.finfo(np.float64).max / max(int(np.count_nonzero(peak)), 1)
             with np.errstate(over="ignore", invalid="ignore"):
                 bad = tuple(sorted(
-                    {w for w, r in sol.pattern if not np.isfinite(arrays[w][:r]).all()}
-                    | {w for (w, r), a in zip(sol.rows, peak) if a and not a * np.abs(arrays[w][r]).max() < limit}
+                    {w for w, r in sol.pattern if not np.isfinite(arrays[w][:r].astype(np.float64)).all()}
+                    | {w for (w, r), a in zip(sol.rows, peak) if a and not a * np.abs(arrays[w][r].astype(np.float64)).max() < limit}
                 ))
             raise NonFiniteMessageError(
                 f"messages from workers {list(bad)} hold non-finite values (NaN or infinity) or values"
@@ -424,7 +534,88 @@ class LinearCode:
                 "treat them as stragglers and decode without them",
                 bad,
             )
-        return out[:d]
+        gradient = out[:d]
+        return self._bounded(sol, gradient, norms, sums, prec, tol)
+
+    def message_scales(self, w: int, partials) -> np.ndarray:
+        """What each message of worker ``w`` sums: ``sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``,
+        shape ``(R_w,)``; sent beside the messages, it makes :meth:`decode_report`'s bound hold
+        whatever the data (its terms may cancel)."""
+        w = self.check_worker(w)
+        partials = np.asarray(partials, dtype=np.float64)
+        p, L = len(self._placement[w]), self._chunks
+        if partials.ndim != 2 or partials.shape[0] != p:
+            raise ValueError(f"partials of worker {w} must have shape ({p}, d); got {partials.shape}")
+        d = partials.shape[1]
+        m = math.ceil(d / L)
+        padded = np.zeros((p, L * m))
+        padded[:, :d] = partials
+        chunk_norms = np.linalg.norm(padded.reshape(p, L, m), axis=2)  # (p, L)
+        return np.einsum("rjc,jc->r", np.abs(self._encoders[w]), chunk_norms)
+
+    def _received_scales(self, sol: Decoding, scales, arrays) -> np.ndarray:
+        """``scales`` (``{w: (r_w,)}``) of the rows ``sol`` uses, validated."""
+        table = {}
+        for w, v in _items(scales, "scales"):
+            w = self.check_worker(w)
+            v = np.asarray(v, dtype=np.float64).reshape(-1)
+            if w in arrays and (v.size < arrays[w].shape[0] or not (np.isfinite(v) & (v >= 0)).all()):
+                raise ValueError(
+                    f"scales of worker {w} must be {arrays[w].shape[0]} finite numbers >= 0, one per"
+                    f" message; got {v.size} values"
+                )
+            table[w] = v
+        missing = sorted({w for w, _ in sol.rows} - set(table))
+        if missing:
+            raise ValueError(f"scales must cover every worker whose messages are decoded; missing {missing}")
+        return np.array([table[w][r] for w, r in sol.rows])
+
+    def _partial_bounds(self, ids: np.ndarray, sums: np.ndarray) -> np.ndarray:
+        """A bound on ``||g_j[c]||`` for every (partition, chunk) coordinate: row ``i`` sums
+        ``|B_i[jc]| ||g_j[c]||`` to at most ``S_i``, so ``||g_j[c]|| <= S_i / |B_i[jc]|`` for each
+        received row that holds it (infinite for coordinates no received row holds; ``A B_F - T``
+        is 0 there)."""
+        B = self._sparse_rows()[4][ids]
+        per_nz = np.repeat(sums, np.diff(B.indptr)) / np.abs(B.data)
+        out = np.full(B.shape[1], np.inf)
+        np.minimum.at(out, B.indices, per_nz)
+        out[~np.isfinite(out)] = 0.0
+        return out
+
+    def _bounded(self, sol: Decoding, gradient, norms, sums, prec: str, tol: float) -> Decoded:
+        """The error bound of a decode (module docstring) and its acceptance at ``tol``: row ``i``
+        errs by at most ``u ||m_i|| + nnz_i u_c S_i`` (the cast to the wire type; the worker's
+        sum, in ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``) plus the master's
+        float64 sum, and chunk ``c`` by ``sum_i |A[c, i]|`` times that."""
+        u = UNIT_ROUNDOFF[prec]
+        u_c = min(u, UNIT_ROUNDOFF["float32"])
+        absA = np.abs(sol.coefficients)
+        terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
+        with np.errstate(over="ignore", invalid="ignore"):
+            row_error = (u + absA.shape[1] * _EPS) * norms + u_c * terms * sums
+            per_chunk = absA @ row_error
+            if sol.residual is not None and sol.row_ids is not None:
+                per_chunk = per_chunk + sol.residual @ self._partial_bounds(sol.row_ids, sums)
+            bound = float(np.sqrt(per_chunk @ per_chunk))
+            summed = float(np.linalg.norm(absA @ sums))
+            size = float(np.linalg.norm(gradient))
+        if size > 0:
+            rel = bound / size
+        else:
+            rel = 0.0 if bound == 0 else math.inf
+        if not rel <= tol:
+            cancel = summed / size if size > 0 else math.inf
+            wider = [p for p in ("float32", "float64") if UNIT_ROUNDOFF[p] < u]
+            raise ImpreciseDecodeError(
+                f"decoded gradient not trusted in {prec}: its rounding-error bound is {rel:.1e} of its norm"
+                f" (> rtol={tol:g}); the decoding coefficients amplify the messages' rounding"
+                f" {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was summed over"
+                f" the result's norm). Decode with more workers' messages (smaller coefficients)"
+                + (f", send messages as {' or '.join(wider)}" if wider else "")
+                + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
+                relative_bound=rel, precision=prec, rtol=tol,
+            )
+        return Decoded(gradient, bound, rel, summed, prec, sol)
 
     def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
         """Decode after checking the received messages' consistency with the code's spare
@@ -488,9 +679,9 @@ class LinearCode:
             raise NotDecodableError("no messages received")
         fast = self._fast_solve(pattern)
         if fast is not None:
-            amplification, problem = self._check_answer(fast)
+            amplification, problem, residual = self._check_answer(fast)
             if problem is None:
-                return replace(fast, amplification=amplification)
+                return self._accepted(fast, amplification, residual)
             fast_problem = f"the {fast.method} decoder's answer failed its check: {problem}"
         try:
             sol = self._generic_solve(pattern)
@@ -498,13 +689,26 @@ class LinearCode:
             if fast is None:
                 raise
             raise NotDecodableError(f"{fast_problem}; the least-squares solve: {exc}") from None
-        amplification, problem = self._check_answer(sol)
+        amplification, problem, residual = self._check_answer(sol)
         if problem is not None:
             reasons = ([fast_problem] if fast is not None else []) + [f"the least-squares solve: {problem}"]
             raise NotDecodableError("; ".join(reasons))
-        return replace(sol, amplification=amplification)
+        return self._accepted(sol, amplification, residual)
 
-    def _check_answer(self, sol: Decoding) -> tuple[float, str | None]:
+    def _accepted(self, sol: Decoding, amplification: float, residual) -> Decoding:
+        """``sol`` with what its decodes' error bounds need: the amplification, the received rows'
+        indices and numbers of terms, and ``|A B_F - T|``."""
+        _, row_start, _, row_nnz, _ = self._sparse_rows()
+        ids = self._row_ids(sol, row_start)
+        terms = np.maximum(row_nnz[ids], 1).astype(np.float64)
+        return replace(sol, amplification=amplification, row_terms=terms, row_ids=ids, residual=residual)
+
+    @staticmethod
+    def _row_ids(sol: Decoding, row_start: np.ndarray) -> np.ndarray:
+        flat = np.fromiter(itertools.chain.from_iterable(sol.rows), dtype=np.intp, count=2 * len(sol.rows))
+        return row_start[flat[0::2]] + flat[1::2]
+
+    def _check_answer(self, sol: Decoding) -> tuple[float, str | None, np.ndarray | None]:
         """Check decoding coefficients ``A`` against the real received encoder rows ``B_F``.
 
         * residual: ``||A B_F - T||_F / ||T||_F <= RESIDUAL_TOL`` (exact codes only; the
@@ -519,12 +723,13 @@ class LinearCode:
           in ``E`` while the entries of ``M`` grow geometrically with ``L``. Refused above
           ``max_condition`` (relative error ~1e-6 in float64 at the default ``1e10``).
 
-        Returns ``(amplification, None)`` when the answer can be trusted, else ``(amplification,
-        reason)``. Costs one sparse product over the received rows."""
-        BT, row_start, row_l1 = self._sparse_rows()
-        flat = np.fromiter(itertools.chain.from_iterable(sol.rows), dtype=np.intp, count=2 * len(sol.rows))
-        ids = row_start[flat[0::2]] + flat[1::2]
+        Returns ``(amplification, None, |A B_F - T|)`` when the answer can be trusted (the last is
+        ``(L, k L)``, None for inexact codes), else ``(amplification, reason, None)``. Costs one
+        sparse product over the received rows."""
+        BT, row_start, row_l1, _, _ = self._sparse_rows()
+        ids = self._row_ids(sol, row_start)
         A = sol.coefficients
+        off = None
         with np.errstate(over="ignore", invalid="ignore"):
             amplification = float((np.abs(A) @ row_l1[ids]).max()) / self._k
             if self._exact:
@@ -539,18 +744,19 @@ class LinearCode:
                     return amplification, (
                         f"A B_F differs from the target by a relative residual {residual:.2e}"
                         f" (> {RESIDUAL_TOL:.0e})"
-                    )
+                    ), None
+                off = np.abs(AB).reshape(L, self._k * L)
         if not amplification <= self._max_condition:
             return amplification, (
                 f"its coefficients amplify rounding errors by {amplification:.2e} (> max_condition="
                 f"{self._max_condition:.1e}): relative error up to ~{amplification * _EPS:.0e} in float64"
-            )
-        return amplification, None
+            ), None
+        return amplification, None, off
 
     def _sparse_rows(self):
         """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T``; the
-        index of each worker's first row; and the rows' 1-norms. Built on first use (verification
-        of fresh patterns only)."""
+        index of each worker's first row; the rows' 1-norms and their numbers of non-zeros; ``B``
+        itself (CSR). Built on first use (fresh patterns and error bounds only)."""
         if self._rows_cache is None:
             L = self._chunks
             indptr, indices, data = [0], [], []
@@ -568,7 +774,7 @@ class LinearCode:
             )
             row_start = np.concatenate([[0], np.cumsum(self._messages)[:-1]]).astype(np.intp)
             row_l1 = np.asarray(abs(B).sum(axis=1)).ravel()
-            self._rows_cache = (B.T.tocsr(), row_start, row_l1)
+            self._rows_cache = (B.T.tocsr(), row_start, row_l1, np.diff(B.indptr), B)
         return self._rows_cache
 
     def decode_rule(self) -> DecodeRule:
@@ -649,16 +855,18 @@ def _items(obj, what: str):
     return pairs
 
 
-def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) -> np.ndarray:
-    """``sum_i A[:, i] * message_i`` over the received rows, in float64.
+def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_i A[:, i] * message_i`` over the received rows, in float64, and the 2-norm of each
+    received row (0 for rows whose coefficients are all zero: they are not read).
 
     For single-chunk codes this is a fused, cache-blocked weighted sum (each message is read once,
-    the output block stays in cache), which is what brings decoding close to the memory floor of
-    summing the received messages once."""
+    the output block stays in cache, and the row norms are accumulated from the same block), which
+    is what brings decoding close to the memory floor of summing the received messages once."""
     A = sol.coefficients
     if L == 1:
         vecs = [arrays[w][r] for w, r in sol.rows]
         coefs = [float(c) for c in A[0]]
+        sumsq = [0.0] * len(vecs)
         out = np.empty(m, dtype=np.float64)
         tmp = np.empty(min(m, _BLOCK), dtype=np.float64)
         axpy = blas.daxpy
@@ -666,21 +874,27 @@ def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) ->
             stop = min(start + _BLOCK, m)
             blk = out[start:stop]
             first = True
-            for c, v in zip(coefs, vecs):
+            for i, (c, v) in enumerate(zip(coefs, vecs)):
                 if c == 0.0:
                     continue
                 seg = v[start:stop]
-                if first:
-                    np.multiply(seg, np.float64(c), out=blk)
-                    first = False
-                elif seg.dtype == np.float64:
-                    axpy(seg, blk, a=c)
+                if seg.dtype == np.float64:
+                    sumsq[i] += float(np.dot(seg, seg))
+                    if first:
+                        np.multiply(seg, c, out=blk)
+                    else:
+                        axpy(seg, blk, a=c)
                 else:
                     t = tmp[: stop - start]
                     np.multiply(seg, np.float64(c), out=t)
-                    blk += t
+                    sumsq[i] += float(np.dot(t, t)) / (c * c)
+                    if first:
+                        blk[:] = t
+                    else:
+                        blk += t
+                first = False
             if first:
                 blk[:] = 0.0
-        return out
+        return out, np.sqrt(np.asarray(sumsq))
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
-    return (A @ stacked).reshape(L * m)
+    return (A @ stacked).reshape(L * m), np.linalg.norm(stacked, axis=1)

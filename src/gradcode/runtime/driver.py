@@ -105,6 +105,7 @@ from typing import Any
 
 import numpy as np
 
+from gradcode.codes.base import ImpreciseDecodeError
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import FaultConfig, RunConfig, TrainSpec
@@ -309,6 +310,10 @@ class RoundDriver:
                 # decode: the round stays open (schemes/static.py) and, like any round short of
                 # results, waits for the workers still computing, re-sends, or times out
                 self.close_error = str(exc)
+                if isinstance(exc, ImpreciseDecodeError) and self._settled(t, wire):
+                    raise GradcodeError(
+                        f"round {t}: every worker's result is in and the decoded gradient is still not"
+                        f" accurate enough: {exc}") from exc
                 if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
                     raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
         dropped = self._dropped_by_scheme(t, arrived)
@@ -345,10 +350,8 @@ class RoundDriver:
         round's start, or until every worker given a task is settled; then, if the round does not
         decode, its wait-out for every worker (``waitout="all"``; the decodable wait-out is
         :meth:`_wait_ready`'s). Returns whether the round was waited out."""
-        tasked = [w for w in wire if wire[w][3] > 0]
-
-        def settled() -> bool:  # nothing more to wait for from any worker
-            return all(self._complete(t, w) or (t, w) in self.lost or (t, w) in self.discarded for w in tasked)
+        def settled() -> bool:
+            return self._settled(t, wire)
 
         def cutoff() -> float | None:
             kappa = self.first_done.get(t)
@@ -364,6 +367,12 @@ class RoundDriver:
         if self.wait_all:  # the paper's wait-out: every worker that can still send
             self._wait_ready(t, wire, unsent, retries, start, deadline, until=settled)
         return True
+
+    def _settled(self, t: int, wire) -> bool:
+        """Nothing more to wait for in round ``t``: every worker given a task has its whole result
+        in, its result discarded as non-finite, or its task failed."""
+        return all(self._complete(t, w) or (t, w) in self.lost or (t, w) in self.discarded
+                   for w in wire if wire[w][3] > 0)
 
     def _complete(self, t: int, w: int) -> bool:
         """Whether worker ``w``'s whole result of round ``t`` is in."""

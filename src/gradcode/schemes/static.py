@@ -24,6 +24,10 @@ Message rules (what the master does with what it receives), tested in tests/test
   messages are ignored) and decodes without them. If what is left does not decode, ``close``
   raises :class:`~gradcode.errors.NotDecodableError` and the round stays open: ``ready`` is then
   False and a runtime driver may wait for more workers and call ``close`` again.
+* **imprecise decodes**: a decode whose rounding-error bound exceeds its tolerance
+  (:class:`~gradcode.codes.ImpreciseDecodeError`: the messages' precision, amplified by the
+  coefficients, against a gradient whose partial sums cancel) raises from ``close`` with the round
+  open; ``ready`` is False until more messages arrive, whose rows give smaller coefficients.
 * payloads are all arrays (runtime: ``close`` returns the decoded gradient) or all ``None``
   (simulator: ``close`` returns ``(t, None)``); mixing them in one round is a ProtocolError.
 
@@ -68,7 +72,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gradcode.codes.base import LinearCode, NonFiniteMessageError
+from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessageError
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, Scheme, Task
@@ -125,7 +129,7 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "dropped", "real")
+    __slots__ = ("counts", "payloads", "times", "dropped", "real", "imprecise_at")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
@@ -133,6 +137,8 @@ class _Round:
         self.times: dict[int, list[float]] = {}
         self.dropped: set[int] = set()
         self.real: bool | None = None
+        #: messages held when a decode was refused as imprecise: not ready again until more arrive
+        self.imprecise_at: int | None = None
 
 
 class StaticScheme(Scheme):
@@ -233,6 +239,8 @@ class StaticScheme(Scheme):
         if state is None:
             return False
         counts = self._usable(state)
+        if state.imprecise_at is not None and int(counts.sum()) <= state.imprecise_at:
+            return False
         if not self.rule.satisfied(counts):
             return False
         if self.verify and not self._enough_to_locate(counts):
@@ -290,6 +298,10 @@ class StaticScheme(Scheme):
                 else:
                     gradient = self.code.decode(msgs, dim=dim)
                 break
+            except ImpreciseDecodeError:
+                # the data cancel too much for these coefficients: more rows give smaller ones
+                state.imprecise_at = int(counts.sum())
+                raise
             except NonFiniteMessageError as exc:
                 if not set(exc.workers) - state.dropped:  # overflow from finite messages
                     raise NotDecodableError(f"round {t}: {exc}") from None
