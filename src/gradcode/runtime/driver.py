@@ -446,7 +446,7 @@ class RoundDriver:
     def restore(self, inflight: dict) -> None:
         """Undo :meth:`inflight` on a resumed run (parameters go to the object store again)."""
         for job, x in inflight["jobs"].items():
-            x = np.array(x, dtype=np.float64)
+            x = np.array(x)
             x.flags.writeable = False
             self.job_params[job] = (x, self.engine.put(x))
         self.pending_job.update(inflight["pending_job"])
@@ -482,7 +482,7 @@ class RoundDriver:
                 f"job {job} of model {m} starts before job {prev} of the same model finished: train"
                 f" more models than the scheme's delay ({self.scheme.delay})"
             )
-        x = np.array(self.state.params[m], dtype=np.float64)
+        x = np.array(self.state.params[m])  # a copy in the model's own dtype (float32: torch)
         x.flags.writeable = False
         self.job_params[job] = (x, self.engine.put(x))
         self.pending_job[m] = job

@@ -206,16 +206,23 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
 
     # ---- optimizers
     optimizer_params = spec.optimizer_params
-    if optimizer_params is None or isinstance(optimizer_params, Mapping):
+    if not isinstance(spec.optimizer, str):  # optimizer objects, one per model (gradcode.torch)
+        optimizers = list(spec.optimizer)
+        if len(optimizers) != models or not all(hasattr(o, "init") and hasattr(o, "step") for o in optimizers):
+            raise ValueError(f"optimizer must be a name or {models} optimizer objects (init, step), one per model;"
+                             f" got {spec.optimizer!r}")
+        opt_params, opt_names = [{} for _ in optimizers], [repr(o) for o in optimizers]
+    elif optimizer_params is None or isinstance(optimizer_params, Mapping):
         opt_params = [dict(optimizer_params or {})] * models
     else:
         opt_params = [dict(p) for p in optimizer_params]
         if len(opt_params) != models:
             raise ValueError(f"optimizer_params lists {len(opt_params)} dicts; give one per model ({models})")
-    opt_params = [_default_steps(spec.optimizer, p, master_problem) for p in opt_params]
-    optimizers = [make_optimizer(spec.optimizer, **p) for p in opt_params]
-    opt_names = [f"{spec.optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
-                                                  for k, v in p.items()) + ")" for p in opt_params]
+    if isinstance(spec.optimizer, str):
+        opt_params = [_default_steps(spec.optimizer, p, master_problem) for p in opt_params]
+        optimizers = [make_optimizer(spec.optimizer, **p) for p in opt_params]
+        opt_names = [f"{spec.optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
+                                                      for k, v in p.items()) + ")" for p in opt_params]
 
     # ---- stragglers and failures
     dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
@@ -243,7 +250,7 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
         "data": data_record,
         "problem": getattr(pspec, "problem", None),
         "problem_params": dict(spec.problem_params or {}),
-        "optimizer": spec.optimizer,
+        "optimizer": spec.optimizer if isinstance(spec.optimizer, str) else opt_names,
         "optimizer_params": opt_params,
         "rounds": rounds,
         "models": models,
@@ -266,13 +273,16 @@ def _scheme_name(code) -> str:
     return repr(code) if type(code).__repr__ is not object.__repr__ else type(code).__qualname__
 
 
-def initial_state(setup: RunSetup) -> TrainState:
-    """The state before round 0: each model's initial parameters from its own stream of
-    ``SeedSequence(seed)`` (so adding a model does not change the others')."""
-    streams = np.random.SeedSequence(setup.spec.seed).spawn(2)  # [unused, initial parameters]
-    init_rngs = [np.random.default_rng(s) for s in streams[1].spawn(setup.models)]
-    params = [setup.problem.init_params(r) for r in init_rngs]
-    return TrainState.fresh(params, setup.optimizers, rounds=setup.rounds, n=setup.n)
+def initial_state(setup: RunSetup, params: list | None = None) -> TrainState:
+    """The state before round 0: each model's initial parameters (``params``, or from its own
+    stream of ``SeedSequence(seed)``, so adding a model does not change the others')."""
+    if params is None:
+        streams = np.random.SeedSequence(setup.spec.seed).spawn(2)  # [unused, initial parameters]
+        init_rngs = [np.random.default_rng(s) for s in streams[1].spawn(setup.models)]
+        params = [setup.problem.init_params(r) for r in init_rngs]
+    elif len(params) != setup.models:
+        raise ValueError(f"initial_params lists {len(params)} vectors; give one per model ({setup.models})")
+    return TrainState.fresh(list(params), setup.optimizers, rounds=setup.rounds, n=setup.n)
 
 
 # ----------------------------------------------------------------------------------------- train
@@ -460,10 +470,13 @@ def run_training(
     engine: Engine | None = None,
     callback: Callable[[dict], None] | None = None,
     checkpoint: dict | None = None,
+    initial_params: list | None = None,
 ) -> TrainResult:
     """What :func:`train` and :func:`resume` do once the config objects are built: prepare the
     run, set up its folder and state (fresh or from the checkpoint), start the workers, drive the
-    rounds, save the records. ``checkpoint``: the checkpoint document already read (resume)."""
+    rounds, save the records. ``checkpoint``: the checkpoint document already read (resume);
+    ``initial_params``: each model's parameters before round 0 (default: the problem's
+    ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights)."""
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     config = setup.config
     run_dir = _open_run_dir(run, config, setup.n)
@@ -474,7 +487,7 @@ def run_training(
         state, inflight = _restore(saved, setup, run)
         resumed_from = state.next_round
     else:
-        state, inflight, resumed_from = initial_state(setup), None, None
+        state, inflight, resumed_from = initial_state(setup, initial_params), None, None
     atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
 
     # ---- engine, workers and rounds

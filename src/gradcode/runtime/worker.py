@@ -23,6 +23,11 @@ simulator assumes. The worker sleeps before each message, then computes. Sleeps 
 once the master closes the round it aborts the worker, which stops at once and sends nothing more.
 Real computation is never interrupted mid-message.
 
+Mini-batches and wire types: a problem with ``batch_rows(job, j, rows)`` computes partition
+``j``'s partial gradient of a job on the rows that method picks (every worker holding ``j`` picks
+the same ones: :mod:`gradcode.torch`), and one with ``wire_dtype`` has its messages cast to that
+type before they are sent (float16, ``ml_dtypes.bfloat16``).
+
 Failure injection: a task with ``fail=True`` makes the worker's process exit (``os._exit``) before
 it sends anything, as a crashed machine would.
 """
@@ -107,6 +112,9 @@ class WorkerCore:
         self.problem = problem
         self.partitions = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
         self.chunks = check_int("chunks", chunks, minimum=1)
+        self._batch_rows = getattr(problem, "batch_rows", None)
+        #: the type messages are sent in (the problem's ``wire_dtype``; None: as computed)
+        self.wire_dtype = getattr(problem, "wire_dtype", None)
         self._aborted = -1
         self._wake = threading.Event()
 
@@ -169,8 +177,9 @@ class WorkerCore:
                 if self._aborted >= t:
                     return
                 for pos in needed:
-                    partials[pos] = self._partial(x, task.partitions[pos], m)
-                yield self._combine(task.coefficients[r], partials, m)
+                    partials[pos] = self._partial(x, task.job, task.partitions[pos], m)
+                msg = self._combine(task.coefficients[r], partials, m)
+                yield msg if self.wire_dtype is None else msg.astype(self.wire_dtype)
                 i += 1
 
     def _message_plan(self, task: WireTask) -> list[list[int]]:
@@ -195,10 +204,18 @@ class WorkerCore:
             out.append([int(p) for p in needed])
         return out
 
-    def _partial(self, x: np.ndarray, j: int, m: int) -> np.ndarray:
-        g = np.asarray(self.problem.gradient(x, self.partitions[j]), dtype=np.float64).ravel()
+    def _partial(self, x: np.ndarray, job: int, j: int, m: int) -> np.ndarray:
+        """Partial gradient of partition ``j`` for ``job``, cut into chunks, in the problem's
+        float dtype (float64 for the numpy problems, float32 for torch models). A problem with
+        ``batch_rows(job, j, rows)`` (mini-batches) computes on the rows it picks for the job."""
+        rows = self.partitions[j]
+        if self._batch_rows is not None:
+            rows = self._batch_rows(job, j, rows)
+        g = np.asarray(self.problem.gradient(x, rows)).ravel()
+        if g.dtype.kind != "f":
+            g = g.astype(np.float64)
         if self.chunks > 1 and g.size != m * self.chunks:
-            g = np.concatenate([g, np.zeros(m * self.chunks - g.size)])
+            g = np.concatenate([g, np.zeros(m * self.chunks - g.size, dtype=g.dtype)])
         return g.reshape(self.chunks, m)
 
     @staticmethod
@@ -220,14 +237,14 @@ class WorkerCore:
         for pos, G in partials.items():
             coeff = E[pos]
             for c in np.flatnonzero(coeff):
-                a = coeff[c]
+                a = float(coeff[c])  # a Python float keeps float32 partials float32 (NEP 50)
                 if out is None:
                     out = G[c].copy() if a == 1.0 else np.multiply(G[c], a)
                 elif a == 1.0:
                     out += G[c]
                 else:
                     out += a * G[c]
-        return np.zeros(m) if out is None else out
+        return np.zeros(m, dtype=next(iter(partials.values())).dtype if partials else np.float64) if out is None else out
 
 
 def build_core(worker: int, spec, partitions: Mapping[int, np.ndarray], chunks: int) -> WorkerCore:

@@ -1,0 +1,329 @@
+""":func:`fit`: train a user's own PyTorch model with gradient coding, on Ray or in process.
+
+Every round the master asks for one job per model: a batch of ``batch_size`` samples split into
+the code's ``k`` partitions (AGC Sec. VII's set-up: partition ``j`` of the data set contributes
+``b_j = batch_size * size_j`` samples), each worker holding partition ``j`` computes on the same
+samples (:meth:`~gradcode.torch.problem.TorchSpec.batch_rows`), sends coded float32 (or 16-bit)
+messages, and the master decodes the batch's exact summed gradient in float64 from whichever
+workers suffice, then steps a ``torch.optim`` optimizer with the mean. The rounds are driven by the
+same :class:`~gradcode.runtime.driver.RoundDriver` and scheme objects as every gradcode run, so
+stragglers, deaths, the mu-rule, non-finite workers and every scheme (static codes, multi-message
+codes, GC-DC, SR-SGC and M-SGC with ``models=M``) work unchanged. See
+:mod:`gradcode.torch.problem` for the vector that travels, reductions and BatchNorm.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gradcode._validation import check_choice, check_int
+from gradcode.errors import GradcodeError
+from gradcode.torch.problem import (
+    ModelLayout,
+    TorchOptimizer,
+    TorchSpec,
+    copy_factory,
+    fetch,
+    seeded_factory,
+)
+
+__all__ = ["FitResult", "fit"]
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` returns. ``model``: the trained module (the user's class, weights and
+    buffers loaded; ``models`` all of them with ``models=M``); ``history``: one dict per round
+    (``round``, ``time``: the round's duration in seconds, ``elapsed``, ``loss``: the mean batch
+    loss of the job the round finished, ``stragglers``, and ``metrics`` on evaluation rounds);
+    ``result``: the runtime's :class:`~gradcode.runtime.TrainResult` (arrivals, faults, records
+    under ``run_dir``)."""
+
+    model: nn.Module
+    models: list
+    history: list = field(default_factory=list)
+    result: Any = None
+    run_dir: str | None = None
+
+    @property
+    def losses(self) -> list[float]:
+        return [h["loss"] for h in self.history]
+
+
+def fit(
+    model,
+    data,
+    *,
+    loss: Callable | None = None,
+    optimizer: str | type | Callable = "sgd",
+    optimizer_params: Mapping | None = None,
+    scheduler: Callable | None = None,
+    batch_size: int | None = 64,
+    code="crc",
+    workers: int | None = None,
+    stragglers: int = 0,
+    delay: float = 0.0,
+    delay_model=None,
+    code_params: Mapping | None = None,
+    rounds: int | None = None,
+    epochs: float | None = None,
+    models: int = 1,
+    seed: int = 0,
+    engine: str = "ray",
+    address: str | None = None,
+    num_cpus: int | None = None,
+    wire_dtype: str = "float32",
+    loss_reduction: str = "mean",
+    eval_data=None,
+    eval_every: int = 0,
+    metrics: Mapping[str, Callable] | None = None,
+    callback: Callable[[dict], None] | None = None,
+    close: str | float = "decodable",
+    waitout: str = "decodable",
+    fail: Sequence = (),
+    round_timeout: float = 120.0,
+    run_dir=None,
+    overwrite: bool = False,
+) -> FitResult:
+    """Train ``model`` on ``data`` with gradient code ``code`` on ``workers`` workers.
+
+    ``model``: an ``nn.Module`` (its own initialisation is kept and copied to the workers) or a
+    zero-argument factory (called once under ``torch.manual_seed(seed)``; with ``models=M`` each
+    model is its own call). ``data``: a map-style ``Dataset`` of ``(input, target)`` pairs (a
+    ``DataLoader`` gives its dataset and batch size), or ``(X, y)`` tensors or arrays.
+    ``loss(output, target)``: a scalar; default cross-entropy for integer targets, mean squared
+    error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
+    ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
+    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
+    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``) or a factory ``params ->
+    Optimizer``; it steps on the master with the decoded gradient. ``scheduler``: a factory
+    ``optimizer -> LR scheduler``, stepped after every optimizer step.
+
+    ``batch_size``: samples per job (None: full batch). ``rounds`` or ``epochs`` (default one
+    epoch of ``N / batch_size`` jobs per model). ``code``, ``workers``, ``stragglers``, ``delay``,
+    ``delay_model``, ``code_params``, ``close``, ``waitout``, ``fail``, ``round_timeout``: as
+    :func:`gradcode.train` (``stragglers`` random workers a round sleep ``delay`` seconds).
+    ``engine``: ``"ray"`` (an embedded local cluster, or ``address``) or ``"inprocess"`` (the
+    workers in this process on a virtual clock: exact training, simulated time).
+
+    ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
+    ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
+    refuses a decode whose error bound in that precision exceeds its tolerance
+    (:class:`~gradcode.codes.ImpreciseDecodeError`; the run says which wider type or code to use).
+    ``eval_data``: held-out data as ``data``; loss, accuracy and ``metrics`` (``name ->
+    fn(output, target)``) every ``eval_every`` rounds and after the last. ``callback(record)``
+    after every round. ``run_dir``: where the run's records go (default a new temporary folder).
+    """
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+    from gradcode.runtime.master import build_scheme, run_training
+
+    seed = check_int("seed", seed, minimum=0)
+    models = check_int("models", models, minimum=1)
+    check_choice("engine", engine, ("ray", "inprocess"))
+    check_choice("loss_reduction", loss_reduction, ("mean", "sum"))
+    check_choice("wire_dtype", wire_dtype, WIRE_DTYPES)
+    samples, loader_batch = as_samples(data, "data")
+    if batch_size is None and loader_batch is not None:
+        batch_size = loader_batch
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+    eval_samples = None if eval_data is None else as_samples(eval_data, "eval_data")[0]
+    N = _length(samples)
+    if batch_size is not None and N < batch_size:
+        raise ValueError(f"data has {N} samples, fewer than one batch (batch_size={batch_size})")
+    factories = _model_factories(model, models, seed)
+    loss = _default_loss(samples) if loss is None else loss
+    if not callable(loss):
+        raise TypeError(f"loss must be a callable loss(output, target), got {type(loss).__name__}")
+
+    scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
+                          code_params=code_params)
+    sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
+    if N < sizes.size:
+        raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
+    order = np.random.default_rng([seed, 0]).permutation(N)
+    spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=loss_reduction, batch_size=batch_size,
+                     sizes=sizes, seed=seed, wire_dtype=_numpy_dtype(wire_dtype), eval_samples=eval_samples,
+                     metrics=metrics)
+    spec = TorchSpec(model=factories[0], **spec_args)
+    _probe(spec)
+    opt_factory = _optimizer_factory(optimizer, optimizer_params)
+    optimizers = [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, scheduler) for f in factories]
+    if rounds is None:
+        steps = int(min(spec.shards // np.maximum(spec.per_job, 1))) if batch_size is not None else 1
+        rounds = max(1, math.ceil((1.0 if epochs is None else float(epochs)) * max(steps, 1) * models))
+    elif epochs is not None:
+        raise ValueError("give rounds or epochs, not both")
+    rounds = check_int("rounds", rounds, minimum=1)
+
+    if engine == "ray":
+        _check_picklable(spec)
+        run_engine = None
+    else:
+        from gradcode.runtime.inprocess import InProcessEngine
+
+        run_engine = InProcessEngine()
+    tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
+                      data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout)
+    run = RunConfig(rounds=rounds, eval_every=eval_every,
+                    run_dir=run_dir if run_dir is not None else tempfile.mkdtemp(prefix="gradcode-fit-"),
+                    overwrite=overwrite)
+    history: list[dict] = []
+
+    def record(rec: dict) -> None:
+        history.append(rec)
+        if callback is not None:
+            callback(rec)
+
+    initial = [opt.layout.flatten(opt.module) for opt in optimizers]
+    result = run_training(tspec, cluster=ClusterConfig(address=address, num_cpus=num_cpus),
+                          faults=FaultConfig(fail=tuple(fail), round_timeout=round_timeout), run=run,
+                          engine=run_engine, callback=record, initial_params=initial)
+    trained = []
+    for opt, x in zip(optimizers, result.params):
+        opt.layout.load(opt.module, x)
+        opt.module.train()
+        trained.append(opt.module)
+    return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir))
+
+
+# ----------------------------------------------------------------------------------- inputs
+
+
+def as_samples(data, name: str):
+    """``(samples, batch size of a DataLoader or None)``: ``(X, y)`` tensors, or a map-style
+    ``Dataset`` kept as is (read item by item where needed)."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    if isinstance(data, DataLoader):
+        return as_samples(data.dataset, name)[0], data.batch_size
+    if isinstance(data, IterableDataset):
+        raise TypeError(f"{name} must be a map-style Dataset (indexable) or (X, y); an IterableDataset cannot"
+                        " give every worker holding a partition the same samples")
+    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
+        X, y = (torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a) for a in data)
+        if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
+            raise ValueError(f"{name} must be (X, y) with as many targets as inputs; got shapes"
+                             f" {tuple(X.shape)} and {tuple(y.shape)}")
+        if X.shape[0] == 0:
+            raise ValueError(f"{name} holds no samples")
+        if X.is_floating_point():
+            X = X.float()
+        if y.is_floating_point():
+            y = y.float()
+        elif y.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
+            y = y.long()
+        return (X, y), None
+    if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+        if len(data) == 0:
+            raise ValueError(f"{name} holds no samples")
+        return data, None
+    raise TypeError(f"{name} must be a map-style torch Dataset, a DataLoader or (X, y) tensors/arrays;"
+                    f" got {type(data).__name__}")
+
+
+def _length(samples) -> int:
+    return int(samples[0].shape[0]) if isinstance(samples, tuple) else len(samples)
+
+
+def _default_loss(samples):
+    _, y = fetch(samples, np.arange(1))
+    if y.is_floating_point():
+        return torch.nn.functional.mse_loss
+    return torch.nn.functional.cross_entropy
+
+
+def _model_factories(model, models: int, seed: int) -> list:
+    if isinstance(model, nn.Module):
+        return [copy_factory(model)] * models
+    if callable(model):
+        return [seeded_factory(model, seed + m) for m in range(models)]
+    raise TypeError(f"model must be an nn.Module or a zero-argument factory returning one, got {type(model).__name__}")
+
+
+def _optimizer_factory(optimizer, params: Mapping | None) -> Callable:
+    params = dict(params or {})
+    if isinstance(optimizer, str):
+        check_choice("optimizer", optimizer, tuple(OPTIMIZERS))
+        optimizer = OPTIMIZERS[optimizer]
+        if optimizer is torch.optim.SGD:
+            params.setdefault("lr", 0.01)
+    if isinstance(optimizer, type):
+        if not issubclass(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer class, got {optimizer.__name__}")
+        cls = optimizer
+        return lambda p: cls(p, **params)
+    if callable(optimizer):
+        if params:
+            raise TypeError("optimizer_params go with an optimizer class or name, not with a factory")
+        return optimizer
+    raise TypeError(f"optimizer must be 'sgd', 'adam', 'adamw', a torch.optim class or a factory; got {optimizer!r}")
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes comes with gradcode[torch]
+            raise ImportError("wire_dtype='bfloat16' needs ml_dtypes: pip install ml_dtypes") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _probe(spec: TorchSpec) -> None:
+    """One forward and backward pass on the smallest partition's share of a batch, on a copy of
+    the model, before any worker starts: a model, loss or target that does not work is a clear
+    error naming the argument, not a worker that raises in round 0."""
+    b = int(max(1, spec.per_job.min()))
+    X, y = fetch(spec.samples, spec.order[:b])
+    module = spec.model()
+    module.train()
+    try:
+        out = module(X)
+    except Exception as exc:
+        raise GradcodeError(f"model: the forward pass failed on {b} samples of data (inputs {tuple(X.shape)},"
+                            f" {X.dtype}): {type(exc).__name__}: {exc}") from exc
+    try:
+        value = spec.loss(out, y)
+    except Exception as exc:
+        raise GradcodeError(f"loss(output, target) failed on the model's output {tuple(out.shape)} and targets"
+                            f" {tuple(y.shape)} ({y.dtype}): {type(exc).__name__}: {exc}; check the targets' dtype"
+                            " (class indices: int64; regression: float)") from exc
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise GradcodeError(f"loss must return a scalar (reduction 'mean' or 'sum'), got {shape}")
+    if not value.requires_grad:
+        raise GradcodeError("loss: its value does not depend on the model's parameters (no gradient)")
+    value.backward()
+    if ModelLayout(module).d_params == 0:
+        raise GradcodeError("model has no parameters to train")
+
+
+def _check_picklable(spec: TorchSpec) -> None:
+    """Ray ships the spec to every worker: user code travels by value (a script's or a test's
+    classes cannot be imported on the workers), and what cannot be pickled is refused here."""
+    import ray.cloudpickle as cloudpickle
+
+    for obj in (spec.model, spec.loss, *spec.metrics.values()):
+        target = getattr(obj, "module", obj)
+        mod = sys.modules.get(type(target).__module__ if not isinstance(target, type) else target.__module__)
+        for m in {mod, sys.modules.get(getattr(obj, "__module__", "") or "")}:
+            if m is not None and m.__name__.split(".")[0] not in ("torch", "gradcode", "builtins", "numpy", "__main__"):
+                cloudpickle.register_pickle_by_value(m)
+    try:
+        cloudpickle.dumps(spec)
+    except Exception as exc:
+        raise GradcodeError(f"model, loss or data cannot be pickled for Ray's workers: {type(exc).__name__}: {exc}"
+                            " (use engine='inprocess', or define them at module level)") from exc

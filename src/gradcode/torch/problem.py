@@ -1,0 +1,398 @@
+"""A user's ``nn.Module`` as a gradient-coding problem: what the workers compute and what the master
+steps (the machinery behind :func:`gradcode.torch.fit`).
+
+The vector that travels. A model with parameters ``theta`` (``d_p`` numbers, ``module.parameters()``
+order) and floating-point buffers ``beta`` (``d_b``: BatchNorm running statistics) is the float32
+vector ``x = [theta | beta | loss]`` of length ``d = d_p + d_b + 1``; the last slot holds the batch
+loss of the step that produced ``x`` (what :meth:`TorchMaster.objective` reports; workers ignore
+it). Worker ``w``'s partial for partition ``j`` of job ``t`` is, over the ``b_j`` samples
+:meth:`TorchSpec.batch_rows` picks for ``(t, j)``,
+
+    g_j = [ grad_theta sum_i l_i  |  b_j (beta_j' - beta)  |  sum_i l_i ]
+
+a *sum* over samples like every partial gradient in gradcode, so the code decodes ``sum_j g_j``
+exactly: the batch's summed gradient, the sample-weighted sum of the partitions' buffer updates and
+the batch's summed loss, all through the same code (stragglers bias none of them). The master
+divides by the batch size ``B = sum_j b_j``.
+
+Reductions: ``loss(output, target)`` must return a scalar. With ``loss_reduction="mean"`` (the
+default, as torch's losses) it is the mean over the samples it is given and is multiplied by
+``b_j``; with ``"sum"`` it is used as is. Either way the decoded gradient divided by ``B`` is the
+gradient of the batch's mean loss.
+
+Buffers (BatchNorm). Each partition's forward pass runs in train mode on its own ``b_j`` samples,
+so BatchNorm normalises over each partition's samples: ghost batch normalisation (Hoffer et al.
+2017), which is what data-parallel training without synchronised BatchNorm computes (DDP, each
+worker over its local batch). The exact reference is therefore the sum over partitions of each
+partition's gradient (``tests/test_torch.py`` computes it in one process). Running statistics: the
+master applies ``beta += (1/B) sum_j b_j (beta_j' - beta)``, the sample-weighted average of the
+partitions' own momentum updates, and counts ``num_batches_tracked`` once per step. Integer
+buffers other than that counter are not trained.
+
+Randomness: each partition's forward and backward run under ``torch.manual_seed`` of
+``(seed, job, j)``, so every worker holding partition ``j`` draws the same dropout masks and the
+copies agree exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gradcode.errors import GradcodeError
+
+__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The rows of partition ``j`` a worker computes on for ``job`` (local indices)."""
+
+    rows: np.ndarray
+    job: int
+    partition: int
+
+
+class ModelLayout:
+    """Where a module's parameters and floating buffers sit in the flat vector (module docstring)."""
+
+    def __init__(self, module: nn.Module):
+        self.params = [p for p in module.parameters()]
+        self.buffers = [(name, b) for name, b in module.named_buffers() if b.is_floating_point()]
+        self.counters = [(name, b) for name, b in module.named_buffers() if name.endswith("num_batches_tracked")]
+        self.d_params = int(sum(p.numel() for p in self.params))
+        self.d_buffers = int(sum(b.numel() for _, b in self.buffers))
+        self.dim = self.d_params + self.d_buffers + 1
+
+    def flatten(self, module: nn.Module, loss: float = math.nan) -> np.ndarray:
+        with torch.no_grad():
+            parts = [p.detach().reshape(-1).float() for p in module.parameters()]
+            parts += [b.detach().reshape(-1).float() for _, b in self._buffers_of(module)]
+            parts.append(torch.tensor([loss], dtype=torch.float32))
+            return torch.cat(parts).numpy().copy()
+
+    @staticmethod
+    def _buffers_of(module: nn.Module):
+        return [(name, b) for name, b in module.named_buffers() if b.is_floating_point()]
+
+    def load(self, module: nn.Module, x: np.ndarray, *, params: bool = True) -> None:
+        """Copy ``x`` into ``module``'s parameters (unless ``params=False``) and floating buffers."""
+        with warnings.catch_warnings():  # x may be read-only (Ray's object store): it is only read here
+            warnings.simplefilter("ignore", UserWarning)
+            vec = torch.from_numpy(np.asarray(x, dtype=np.float32))
+        with torch.no_grad():
+            off = 0
+            for p in module.parameters():
+                k = p.numel()
+                if params:
+                    p.copy_(vec[off: off + k].view_as(p))
+                off += k
+            for _, b in self._buffers_of(module):
+                k = b.numel()
+                b.copy_(vec[off: off + k].view_as(b))
+                off += k
+
+
+class TorchSpec:
+    """What the master and every worker build their side of a torch run from (picklable: Ray
+    ships it to each worker; cloudpickle carries the model's class by value where needed).
+
+    ``model``: a zero-argument factory returning the module (the user's instance is wrapped in one
+    that returns a copy, keeping its initialisation). ``samples``: ``(X, y)`` tensors or a
+    map-style ``Dataset``; ``order``: the training order (a seeded permutation of the samples) whose
+    contiguous ranges the code's partitions are. ``batch_size``: samples per job (None: every
+    sample of every partition, full-batch). ``eval_samples``: held-out ``(X, y)`` tensors or a
+    ``Dataset``, for metrics. ``wire_dtype``: the numpy dtype messages are sent in.
+    """
+
+    problem = "torch"
+
+    def __init__(self, *, model: Callable[[], nn.Module], samples, order: np.ndarray, loss: Callable,
+                 loss_reduction: str, batch_size: int | None, sizes: np.ndarray, seed: int, wire_dtype,
+                 eval_samples=None, eval_batch: int = 1024, metrics: Mapping[str, Callable] | None = None):
+        self.model, self.samples, self.order = model, samples, np.asarray(order, dtype=np.int64)
+        self.loss, self.loss_reduction = loss, loss_reduction
+        self.batch_size, self.seed, self.wire_dtype = batch_size, int(seed), wire_dtype
+        self.eval_samples, self.eval_batch, self.metrics = eval_samples, int(eval_batch), dict(metrics or {})
+        self.sizes = np.asarray(sizes, dtype=np.float64)
+        self.shards = _shard_lengths(len(self.order), self.sizes)
+        self.per_job = _per_job(self.shards, self.sizes, batch_size)
+
+    @property
+    def n_train(self) -> int:
+        return len(self.order)
+
+    @property
+    def samples_per_job(self) -> int:
+        """``B = sum_j b_j``: the samples one job's decoded sums are over."""
+        return int(self.per_job.sum())
+
+    def to_dict(self) -> dict:
+        return {"kind": "torch", "samples": self.n_train, "batch_size": self.batch_size,
+                "samples_per_job": self.samples_per_job, "loss": _name(self.loss),
+                "loss_reduction": self.loss_reduction, "wire_dtype": np.dtype(self.wire_dtype).name,
+                "eval_samples": None if self.eval_samples is None else _length(self.eval_samples)}
+
+    def build(self):
+        """``(master problem, None)``, as :class:`~gradcode.runtime.ProblemSpec` builds."""
+        return TorchMaster(self), None
+
+    def build_partitions(self, partitions: Mapping[int, np.ndarray]):
+        """``(worker problem, {j: local rows})``: the worker keeps only its partitions' samples,
+        fetched once and stacked (the full data set is dropped once this returns)."""
+        rows = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
+        keep = np.unique(np.concatenate(list(rows.values()))) if rows else np.zeros(0, dtype=np.int64)
+        X, y = fetch(self.samples, self.order[keep])
+        local = {j: np.searchsorted(keep, r) for j, r in rows.items()}
+        return TorchWorkerProblem(self, X, y), local
+
+    def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
+        """Partition ``j``'s samples for ``job``: epochs over the partition, each a permutation
+        drawn from ``(seed, epoch, j)``, cut into consecutive runs of ``b_j`` samples (so a job's
+        batch is the same on every worker, and an epoch sees each sample once)."""
+        b = int(self.per_job[j])
+        if self.batch_size is None or b >= rows.size:
+            return Batch(rows, job, j)
+        steps = rows.size // b
+        epoch, step = divmod(int(job), steps)
+        perm = np.random.default_rng([self.seed, 1, epoch, j]).permutation(rows.size)
+        return Batch(rows[perm[step * b: (step + 1) * b]], int(job), j)
+
+
+class TorchWorkerProblem:
+    """A worker's side: the module, its partitions' samples, :meth:`gradient` (module docstring)."""
+
+    def __init__(self, spec: TorchSpec, X, y):
+        self.spec = spec
+        self.module = spec.model()
+        self.module.train()
+        self.layout = ModelLayout(self.module)
+        self.dim = self.layout.dim
+        self.X, self.y = X, y
+        self.wire_dtype = np.dtype(spec.wire_dtype)
+        self._loaded = None
+
+    def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
+        return self.spec.batch_rows(job, j, rows)
+
+    def gradient(self, x: np.ndarray, batch: Batch) -> np.ndarray:
+        """``g_j`` of the module docstring, float32, for the samples of ``batch`` at ``x``."""
+        module, layout = self.module, self.layout
+        layout.load(module, x, params=self._loaded is not x)  # buffers always: a forward moved them
+        self._loaded = x
+        before = [b.detach().clone() for _, b in layout.buffers]
+        idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64))
+        X, y = self.X[idx], self.y[idx]
+        count = int(idx.numel())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_seed(self.spec.seed, batch.job, batch.partition))
+            out = module(X)
+            loss = self.spec.loss(out, y)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise TypeError(f"loss must return a scalar tensor, got {type(loss).__name__}"
+                                f"{'' if not isinstance(loss, torch.Tensor) else f' of shape {tuple(loss.shape)}'}")
+            total = loss.reshape(()) * count if self.spec.loss_reduction == "mean" else loss.reshape(())
+            grads = torch.autograd.grad(total, layout.params, allow_unused=True)
+        parts = [(g if g is not None else torch.zeros_like(p)).reshape(-1).float() for g, p in zip(grads, layout.params)]
+        with torch.no_grad():
+            parts += [((b - b0) * count).reshape(-1).float() for (_, b), b0 in zip(layout.buffers, before)]
+            parts.append(total.detach().float().reshape(1))
+        return torch.cat(parts).numpy()
+
+
+class TorchMaster:
+    """The master's side of a torch run: the vector's size, the initial model, the batch loss it
+    carries (:meth:`objective`) and held-out metrics."""
+
+    def __init__(self, spec: TorchSpec):
+        self.spec = spec
+        self.module = spec.model()
+        self.layout = ModelLayout(self.module)
+        self.dim = self.layout.dim
+        self.n_train = spec.n_train
+
+    def init_params(self, rng=None) -> np.ndarray:
+        """The module's own initial weights (the factory's; ``rng`` is not used)."""
+        return self.layout.flatten(self.module)
+
+    def full_gradient(self, x, g):
+        return g  # the sums over the batch; TorchOptimizer divides by the batch size
+
+    def objective(self, x) -> float:
+        """The batch loss of the step that produced ``x`` (NaN before the first step)."""
+        return float(np.asarray(x)[-1])
+
+    def metrics(self, x) -> dict:
+        """Loss and accuracy (integer targets) on the held-out samples, the module in eval mode;
+        plus each of ``metrics(output, target) -> float``; ``{}`` without held-out data."""
+        if self.spec.eval_samples is None:
+            return {}
+        return evaluate(self.module, self.layout, x, self.spec)
+
+
+class TorchOptimizer:
+    """A ``torch.optim`` optimizer on the master as gradcode's optimizer interface (``init``,
+    ``step``): ``step`` divides the decoded sums by the batch size, sets the parameters' ``.grad``,
+    steps the torch optimizer (and the LR scheduler), applies the buffer update and counts BatchNorm's
+    batches. The torch optimizer keeps its own state (momentum, Adam's moments)."""
+
+    def __init__(self, spec: TorchSpec, factory: Callable, scheduler: Callable | None = None):
+        self.spec, self.factory, self.scheduler_factory = spec, factory, scheduler
+        self.module = spec.model()
+        self.layout = ModelLayout(self.module)
+        self.optimizer = factory(self.module.parameters())
+        if not isinstance(self.optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim class or a factory params -> Optimizer; it made"
+                            f" {type(self.optimizer).__name__}")
+        self.scheduler = scheduler(self.optimizer) if scheduler is not None else None
+        self._current = None
+
+    def __repr__(self) -> str:
+        return f"{type(self.optimizer).__name__}(lr={self.optimizer.param_groups[0].get('lr')})"
+
+    def init(self, x):
+        self.layout.load(self.module, x)
+        self._current = None
+        return None
+
+    def step(self, x, g, state, t):
+        layout, module = self.layout, self.module
+        if self._current is not x:  # x is what the last step returned unless a run restarted
+            layout.load(module, x)
+        B = float(self.spec.samples_per_job)
+        g = np.asarray(g, dtype=np.float64)
+        grad = torch.from_numpy((g[: layout.d_params] / B).astype(np.float32))
+        off = 0
+        for p in layout.params:
+            k = p.numel()
+            p.grad = grad[off: off + k].view_as(p).clone()
+            off += k
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        with torch.no_grad():
+            delta = torch.from_numpy((g[layout.d_params: layout.d_params + layout.d_buffers] / B).astype(np.float32))
+            off = 0
+            for _, b in layout.buffers:
+                k = b.numel()
+                b.add_(delta[off: off + k].view_as(b))
+                off += k
+            for _, c in layout.counters:
+                c.add_(1)
+        out = layout.flatten(module, loss=float(g[-1] / B))
+        self._current = out
+        return out, state
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict:
+    """Held-out loss (mean), accuracy for integer targets and the user's metrics at ``x``."""
+    layout.load(module, x)
+    module.eval()
+    total, correct, count, outs, targets, classify = 0.0, 0, 0, [], [], True
+    n = _length(spec.eval_samples)
+    with torch.no_grad():
+        for start in range(0, n, spec.eval_batch):
+            X, y = fetch(spec.eval_samples, np.arange(start, min(start + spec.eval_batch, n)))
+            out = module(X)
+            loss = spec.loss(out, y)
+            b = int(y.shape[0])
+            total += float(loss) * (b if spec.loss_reduction == "mean" else 1)
+            count += b
+            classify = classify and not y.is_floating_point() and out.ndim == 2
+            if classify:
+                correct += int((out.argmax(dim=1) == y).sum())
+            if spec.metrics:
+                outs.append(out)
+                targets.append(y)
+    module.train()
+    res = {"test_loss": total / max(count, 1)}
+    if classify:
+        res["accuracy"] = correct / max(count, 1)
+    if spec.metrics:
+        out, y = torch.cat(outs), torch.cat(targets)
+        for name, fn in spec.metrics.items():
+            res[name] = float(fn(out, y))
+    return res
+
+
+def fetch(samples, index: np.ndarray):
+    """Stacked ``(X, y)`` tensors of ``samples[index]`` (tensors are indexed; a ``Dataset`` is read
+    item by item)."""
+    if isinstance(samples, tuple):
+        idx = torch.from_numpy(np.asarray(index, dtype=np.int64))
+        return samples[0][idx], samples[1][idx]
+    xs, ys = [], []
+    for i in np.asarray(index).tolist():
+        item = samples[i]
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
+        xs.append(torch.as_tensor(item[0]))
+        ys.append(torch.as_tensor(item[1]))
+    if not xs:
+        raise GradcodeError("no samples to fetch")
+    return torch.stack(xs), torch.stack(ys)
+
+
+def _length(samples) -> int:
+    return int(samples[0].shape[0]) if isinstance(samples, tuple) else len(samples)
+
+
+def _shard_lengths(N: int, sizes: np.ndarray) -> np.ndarray:
+    from gradcode.problems import partition_rows
+
+    return np.array([len(r) for r in partition_rows(N, sizes)], dtype=np.int64)
+
+
+def _per_job(shards: np.ndarray, sizes: np.ndarray, batch_size: int | None) -> np.ndarray:
+    """``b_j``: a partition's share of the batch, proportional to its data fraction (at least 1),
+    or the whole shard (full batch)."""
+    if batch_size is None:
+        return shards.copy()
+    b = np.maximum(np.rint(batch_size * sizes).astype(np.int64), 1)
+    return np.minimum(b, shards)
+
+
+def _seed(seed: int, job: int, j: int) -> int:
+    return int(np.random.SeedSequence([seed, 2, int(job), int(j)]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def copy_factory(module: nn.Module) -> Callable[[], nn.Module]:
+    """A zero-argument factory returning copies of ``module`` (its weights included)."""
+    return _Copier(copy.deepcopy(module))
+
+
+class _Copier:
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def __call__(self) -> nn.Module:
+        return copy.deepcopy(self.module)
+
+    def __repr__(self) -> str:
+        return type(self.module).__name__
+
+
+def seeded_factory(factory: Callable[[], Any], seed: int) -> Callable[[], nn.Module]:
+    """``factory`` called once under ``torch.manual_seed(seed)`` (so its initialisation is seeded),
+    its module then copied wherever it is needed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"model factory must return an nn.Module, got {type(module).__name__}")
+    return copy_factory(module)
