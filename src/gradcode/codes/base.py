@@ -237,7 +237,8 @@ class LinearCode:
     #: what may change after construction: the decoding caches, their counters, lazily built
     #: solvers, and the ``max_condition`` threshold (whose setter clears the cache)
     _MUTABLE: ClassVar[frozenset] = frozenset(
-        {"_cache", "_rows_cache", "_solver", "cache_hits", "cache_misses", "max_condition", "_max_condition", "_lock"}
+        {"_cache", "_rows_cache", "_solver", "cache_hits", "cache_misses", "max_condition", "_max_condition", "_lock",
+         "decode_rtol", "_decode_rtol"}
     )
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
@@ -348,6 +349,16 @@ class LinearCode:
         for sub in self.subcodes:
             sub.max_condition = value
         self.clear_cache()
+
+    @property
+    def decode_rtol(self) -> float | None:
+        """The tolerance :meth:`decode_report` applies when called without ``rtol`` (None: the
+        precision's :data:`DEFAULT_RTOL`). A run sets it to accept a looser worst-case bound."""
+        return getattr(self, "_decode_rtol", None)
+
+    @decode_rtol.setter
+    def decode_rtol(self, value: float | None) -> None:
+        self._decode_rtol = None if value is None else check_real("decode_rtol", value, minimum=0.0, strict_min=True)
 
     @property
     def straggler_prefix(self) -> int:
@@ -511,6 +522,8 @@ class LinearCode:
         prec = max((wire_precision(a.dtype) for a in arrays.values()), key=UNIT_ROUNDOFF.get, default="float64")
         if precision is not None:
             prec = max(prec, wire_precision(precision), key=UNIT_ROUNDOFF.get)
+        if rtol is None:
+            rtol = self.decode_rtol
         tol = DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
         sol = self.decoding({w: a.shape[0] for w, a in arrays.items()})
         with np.errstate(over="ignore", invalid="ignore"):

@@ -212,7 +212,7 @@ class InProcessEngine(Engine):
             slot.task = None
             return [Event(w, t, "failed", exc, lost=False)]
         if not isinstance(item, float):  # sent: a read-only copy, as Ray's object store gives the driver
-            item = np.array(item, dtype=np.float64)
+            item = np.array(item)  # in the dtype it was sent in (float32, float16: the wire type)
             item.flags.writeable = False
         if isinstance(item, float):
             # a sleep of an aborted round ends at once (as the actor's interruptible sleep does)

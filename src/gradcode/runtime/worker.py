@@ -114,7 +114,8 @@ class WorkerCore:
         self.chunks = check_int("chunks", chunks, minimum=1)
         self._batch_rows = getattr(problem, "batch_rows", None)
         #: the type messages are sent in (the problem's ``wire_dtype``; None: as computed)
-        self.wire_dtype = getattr(problem, "wire_dtype", None)
+        wire = getattr(problem, "wire_dtype", None)
+        self.wire_dtype = None if wire is None else np.dtype(wire)
         self._aborted = -1
         self._wake = threading.Event()
 
@@ -214,6 +215,8 @@ class WorkerCore:
         g = np.asarray(self.problem.gradient(x, rows)).ravel()
         if g.dtype.kind != "f":
             g = g.astype(np.float64)
+        if self.wire_dtype is not None and self.wire_dtype.kind == "f" and self.wire_dtype.itemsize > g.dtype.itemsize:
+            g = g.astype(self.wire_dtype)  # a wider wire type: the coded sums are formed in it too
         if self.chunks > 1 and g.size != m * self.chunks:
             g = np.concatenate([g, np.zeros(m * self.chunks - g.size, dtype=g.dtype)])
         return g.reshape(self.chunks, m)

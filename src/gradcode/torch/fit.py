@@ -49,13 +49,15 @@ class FitResult:
     (``round``, ``time``: the round's duration in seconds, ``elapsed``, ``loss``: the mean batch
     loss of the job the round finished, ``stragglers``, and ``metrics`` on evaluation rounds);
     ``result``: the runtime's :class:`~gradcode.runtime.TrainResult` (arrivals, faults, records
-    under ``run_dir``)."""
+    under ``run_dir``); ``spec``: the run's :class:`~gradcode.torch.problem.TorchSpec` (which
+    samples each job's partitions used: ``spec.batch_indices(job, j)``)."""
 
     model: nn.Module
     models: list
     history: list = field(default_factory=list)
     result: Any = None
     run_dir: str | None = None
+    spec: Any = None
 
     @property
     def losses(self) -> list[float]:
@@ -85,6 +87,7 @@ def fit(
     address: str | None = None,
     num_cpus: int | None = None,
     wire_dtype: str = "float32",
+    decode_rtol: float | None = None,
     loss_reduction: str = "mean",
     eval_data=None,
     eval_every: int = 0,
@@ -122,6 +125,10 @@ def fit(
     ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
     refuses a decode whose error bound in that precision exceeds its tolerance
     (:class:`~gradcode.codes.ImpreciseDecodeError`; the run says which wider type or code to use).
+    ``decode_rtol``: that tolerance (default by precision, :data:`gradcode.codes.DEFAULT_RTOL`:
+    1e-3 for float32, 5e-2 for float16). The bound is a worst case, typically far above the real
+    error; codes with large coefficients (AGC with L >= 6, Vandermonde CGC) need float64 messages
+    or a looser ``decode_rtol`` in float32.
     ``eval_data``: held-out data as ``data``; loss, accuracy and ``metrics`` (``name ->
     fn(output, target)``) every ``eval_every`` rounds and after the last. ``callback(record)``
     after every round. ``run_dir``: where the run's records go (default a new temporary folder).
@@ -150,6 +157,8 @@ def fit(
 
     scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
                           code_params=code_params)
+    for c in _codes_in(scheme):
+        c.decode_rtol = decode_rtol
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     if N < sizes.size:
         raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
@@ -196,7 +205,8 @@ def fit(
         opt.layout.load(opt.module, x)
         opt.module.train()
         trained.append(opt.module)
-    return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir))
+    return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir),
+                     spec=spec)
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -213,7 +223,10 @@ def as_samples(data, name: str):
         raise TypeError(f"{name} must be a map-style Dataset (indexable) or (X, y); an IterableDataset cannot"
                         " give every worker holding a partition the same samples")
     if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
-        X, y = (torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a) for a in data)
+        try:
+            X, y = (a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in data)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{name} must be (X, y) tensors or arrays (or a Dataset); {exc}") from None
         if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
             raise ValueError(f"{name} must be (X, y) with as many targets as inputs; got shapes"
                              f" {tuple(X.shape)} and {tuple(y.shape)}")
@@ -238,6 +251,23 @@ def _length(samples) -> int:
     return int(samples[0].shape[0]) if isinstance(samples, tuple) else len(samples)
 
 
+def _codes_in(scheme) -> list:
+    """The codes a scheme decodes with (a static code, GC-DC's clusters' code, the sequential codes'
+    base code)."""
+    from gradcode.codes import LinearCode
+
+    found, stack = [], [scheme]
+    while stack:
+        obj = stack.pop()
+        for name in ("code", "gc"):
+            sub = getattr(obj, name, None)
+            if isinstance(sub, LinearCode):
+                found.append(sub)
+            elif sub is not None and sub is not obj:
+                stack.append(sub)
+    return found
+
+
 def _default_loss(samples):
     _, y = fetch(samples, np.arange(1))
     if y.is_floating_point():
@@ -247,7 +277,11 @@ def _default_loss(samples):
 
 def _model_factories(model, models: int, seed: int) -> list:
     if isinstance(model, nn.Module):
-        return [copy_factory(model)] * models
+        try:
+            return [copy_factory(model)] * models
+        except Exception as exc:
+            raise TypeError(f"model cannot be copied to the workers (copy.deepcopy, pickling for Ray):"
+                            f" {type(exc).__name__}: {exc}") from None
     if callable(model):
         return [seeded_factory(model, seed + m) for m in range(models)]
     raise TypeError(f"model must be an nn.Module or a zero-argument factory returning one, got {type(model).__name__}")

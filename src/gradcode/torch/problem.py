@@ -154,6 +154,18 @@ class TorchSpec:
         local = {j: np.searchsorted(keep, r) for j, r in rows.items()}
         return TorchWorkerProblem(self, X, y), local
 
+    def partition_samples(self, j: int) -> np.ndarray:
+        """Indices into the data set of partition ``j``'s samples (its shard of the training order)."""
+        from gradcode.problems import partition_rows
+
+        return self.order[partition_rows(self.n_train, self.sizes)[j]]
+
+    def batch_indices(self, job: int, j: int) -> np.ndarray:
+        """Indices into the data set of the samples partition ``j`` contributes to ``job``: what
+        every worker holding ``j`` computes on (for checking a run against one process)."""
+        shard = self.partition_samples(j)
+        return shard[self.batch_rows(job, j, np.arange(shard.size)).rows]
+
     def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
         """Partition ``j``'s samples for ``job``: epochs over the partition, each a permutation
         drawn from ``(seed, epoch, j)``, cut into consecutive runs of ``b_j`` samples (so a job's
