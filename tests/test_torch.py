@@ -89,8 +89,9 @@ def test_crc_with_stragglers_reaches_the_uncoded_weights(digits, engine, request
     net = LNBNNet()
     kw = dict(optimizer=torch.optim.Adam, optimizer_params={"lr": 1e-2}, rounds=8 if engine == "ray" else 20,
               engine=engine, eval_data=digits[1])
-    coded = fit(net, digits[0], code="crc", stragglers=2, delay=0.05 if engine == "ray" else 1.0, **kw)
-    plain = fit(net, digits[0], code="uncoded", **kw)
+    delays = dict(stragglers=2, delay=0.05 if engine == "ray" else 1.0)  # the same injected delays
+    coded = fit(net, digits[0], code="crc", **delays, **kw)
+    plain = fit(net, digits[0], code="uncoded", **delays, **kw)
     assert type(coded.model) is LNBNNet
     assert torch.allclose(flat(coded.model), flat(plain.model), rtol=1e-4, atol=1e-5)
     assert torch.allclose(coded.model.bn.running_mean, plain.model.bn.running_mean, rtol=1e-4, atol=1e-5)
@@ -99,7 +100,7 @@ def test_crc_with_stragglers_reaches_the_uncoded_weights(digits, engine, request
     assert coded.losses[-1] < coded.losses[0]
     assert "accuracy" in coded.history[-1]["metrics"][0]
     if engine == "inprocess":  # the coded rounds never waited for the injected stragglers
-        assert coded.history[-1]["elapsed"] < plain.history[-1]["elapsed"] + 1e-9
+        assert coded.history[-1]["elapsed"] < kw["rounds"] * 1.0 < plain.history[-1]["elapsed"]
         assert sum(h["stragglers"] for h in coded.history) == 2 * kw["rounds"]
 
 
@@ -180,15 +181,18 @@ def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):
     net = LNBNNet()
     loose = fit(net, digits[0], decode_rtol=0.5, **kw)
     exact = fit(net, digits[0], wire_dtype="float64", **kw)
-    assert torch.allclose(flat(loose.model), flat(exact.model), rtol=1e-3, atol=1e-3)
+    # the worst-case bound is not far from the real error here: weights off by up to ~3e-3 relative
+    assert float((flat(loose.model) - flat(exact.model)).norm()) < 1e-2 * float(flat(exact.model).norm())
 
 
 def test_an_imprecise_code_for_the_wire_type_is_refused_with_a_safer_choice(digits):
-    """Vandermonde CGC amplifies rounding by ~1e9: float16 messages cannot be decoded, and the run
-    says so (and which types or codes would do) instead of training on a wrong gradient."""
-    with pytest.raises(GradcodeError, match="float32 or float64"):
-        fit(LNBNNet(), digits[0], code="cgc", code_params={"n": 8, "d": 4, "m": 2}, workers=None, stragglers=2,
+    """AGC's decoding amplifies rounding by ~1e5: float16 messages cannot be decoded whichever
+    workers arrive, and the run says so (and which types or codes would do) instead of training on a
+    wrong gradient."""
+    with pytest.raises(GradcodeError, match="float32 or float64") as info:
+        fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 6}, stragglers=1, delay=1.0,
             wire_dtype="float16", rounds=2)
+    assert "frc, uncoded" in str(info.value)  # (the later messages overflow float16: non-finite, dropped)
 
 
 # ------------------------------------------------------------------------ bad input
@@ -283,3 +287,51 @@ def test_load_data_names_what_it_takes(tmp_path):
     assert train[0].shape[1:] == (1, 8, 8)
     with pytest.raises(ValueError, match="mnist:DIR"):
         gt.load_data("imagenet")
+
+
+# ------------------------------------------------------------------------ command line
+
+
+def test_cli_trains_a_model_file_side_by_side(tmp_path):
+    """gradcode train --model FILE.py:NAME: crc with stragglers and uncoded, the same weights."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    model_file = Path(__file__).with_name("torch_util.py")
+    res = CliRunner().invoke(app, [
+        "train", "--model", f"{model_file}:LNBNNet", "--scheme", "crc,uncoded", "--workers", "6", "--stragglers",
+        "2", "--delay", "0.5", "--rounds", "6", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "60",
+        "--engine", "inprocess", "--run-dir", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    crc, plain = doc["runs"]
+    assert crc["config"]["code"] == "crc" and crc["config"]["data"]["batch_size"] == 60
+    assert np.allclose(crc["final_params"], plain["final_params"], rtol=1e-4, atol=1e-5)
+    assert doc["rows"][0]["speedup"] > 1
+
+
+def test_cli_builtin_model_and_refusals(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "--model", "cnn", "--rounds", "2", "--engine", "inprocess", "--wire-dtype",
+                              "bfloat16", "--run-dir", str(tmp_path / "a"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["data"]["wire_dtype"] == "bfloat16"
+    for args, text in ((["--batch-size", "32"], "go with --model"),
+                       (["--model", "cnn", "--resume", "--run-dir", str(tmp_path / "b")], "cannot be used with --model"),
+                       (["--model", "transformer"], "unknown model"),
+                       (["--model", "nowhere.py:Net"], "no such file"),
+                       (["--model", "cnn", "--data", "mnist:" + str(tmp_path)], "never downloaded")):
+        res = runner.invoke(app, ["train", "--engine", "inprocess", "--rounds", "1", *args]
+                            if "--model" in args else ["train", "--rounds", "1", *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert text in res.output, (args, res.output)

@@ -77,8 +77,18 @@ def train_command(
     target: str = typer.Option(None, "--target", help="CSV files: the column to predict."),
     data_param: list[str] = typer.Option(None, "--data-param", help="key=value dataset parameter (repeatable)."),
     problem: str = typer.Option(None, "--problem", help="logistic, linear, softmax, mlp, cnn (default: by task)."),
-    optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd."),
-    lr: float = typer.Option(None, "--lr", help="Learning rate of gd/nesterov (default 1/L)."),
+    model: str = typer.Option(None, "--model", help="A PyTorch model: FILE.py:NAME, package.module:NAME or a built-in"
+                              " (mlp, cnn, resnet18); mini-batch training with torch optimizers (--data digits,"
+                              " mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz)."),
+    batch_size: int = typer.Option(64, "--batch-size", help="--model: samples per job, split over the partitions."),
+    wire_dtype: str = typer.Option("float32", "--wire-dtype", help="--model: float32, float64, float16 or bfloat16"
+                                   " messages."),
+    momentum: float = typer.Option(None, "--momentum", help="--model: SGD momentum."),
+    weight_decay: float = typer.Option(None, "--weight-decay", help="--model: weight decay."),
+    engine: str = typer.Option("ray", "--engine", help="--model: ray, or inprocess (virtual clock, no processes)."),
+    optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd; with --model sgd, adam or adamw."),
+    lr: float = typer.Option(None, "--lr", help="Learning rate of gd/nesterov (default 1/L); --model: sgd 0.1,"
+                             " adam 1e-3."),
     opt_param: list[str] = typer.Option(None, "--opt-param", help="key=value optimizer parameter (repeatable)."),
     rounds: int = typer.Option(100, "--rounds", help="Training rounds (of each scheme)."),
     models: int = typer.Option(1, "--models", help="Models trained at once (round j serves model j mod M)."),
@@ -120,7 +130,6 @@ def train_command(
     from gradcode.cli import emit, err
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
-    from gradcode.runtime import train
 
     try:
         scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
@@ -131,13 +140,13 @@ def train_command(
             raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {workers} disagree: give one of them")
         if plot is not None:  # a path that can hold no plot is found out now, not after training
             plot_files(plot, PLOT_FIGURES)
-        spec, cluster, faults, run = configs(opts, scheme, code_params)
+        configured = configs(opts, scheme, code_params)
         callback, finish = _progress(rounds, err, enabled=True)
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
             # stdout for the one JSON document / table
             with contextlib.redirect_stdout(ray_output(planned_failures=bool(fail))):
-                result = train(spec, cluster=cluster, faults=faults, run=run, callback=callback)
+                result = run_configured(configured, callback)
         finally:
             finish()
     except Exception as exc:
@@ -171,14 +180,34 @@ def train_command(
 _DEFAULT_WORKERS = 4
 
 
-def configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> tuple:
+def run_configured(configured, callback):
+    """Run what :func:`configs` made: the runtime's config objects through :func:`gradcode.train`,
+    or a torch model's :func:`gradcode.torch.fit` keywords; returns the run's ``TrainResult``."""
+    if isinstance(configured, dict):
+        from gradcode.torch import fit
+
+        return fit(**configured, callback=callback).result
+    from gradcode.runtime import train
+
+    spec, cluster, faults, run = configured
+    return train(spec, cluster=cluster, faults=faults, run=run, callback=callback)
+
+
+def configs(o: dict, code: str, code_params: dict, *, run_dir=None):
     """The config objects ``(TrainSpec, ClusterConfig, FaultConfig, RunConfig)`` of
     ``gradcode train``'s options ``o`` (its parameters by name) for the scheme ``code`` with
-    ``code_params``; ``run_dir`` (several schemes: each its subfolder) replaces ``--run-dir``.
-    Refuses the options that would otherwise be silently dropped."""
+    ``code_params``, or with ``--model`` the keywords of :func:`gradcode.torch.fit`
+    (:func:`torch_configs`); ``run_dir`` (several schemes: each its subfolder) replaces
+    ``--run-dir``. Refuses the options that would otherwise be silently dropped."""
     from gradcode.experiments.cli_sim import parse_close, parse_kv
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 
+    if o["model"] is not None:
+        return torch_configs(o, code, code_params, run_dir=run_dir)
+    torch_only = [flag for flag, key, default in TORCH_ONLY if o[key] != default]
+    if torch_only:
+        raise ValueError(f"{', '.join(torch_only)} go with --model (a PyTorch model); the built-in problems train"
+                         " full-batch with --optimizer gd|nesterov|sgd")
     if o["resume"] and o["run_dir"] is None:  # the default run dir is a new timestamped folder
         raise ValueError("--resume needs --run-dir: the folder of the run to continue")
     data_name, data_params = _data_source(o["data"], o["target"], parse_kv(o["data_param"], "--data-param"))
@@ -202,6 +231,94 @@ def configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> tuple:
                     run_dir=o["run_dir"] if run_dir is None else run_dir, eval_every=o["eval_every"],
                     resume=o["resume"], overwrite=o["overwrite"])
     return spec, cluster, faults, run
+
+
+#: options that only a torch model takes: (flag, option name, default)
+TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
+              ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
+              ("--engine", "engine", "ray"))
+
+
+def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dict:
+    """``gradcode train --model M``: the keywords of :func:`gradcode.torch.fit`. ``--data`` is
+    ``digits`` (the default ``synthetic`` means it here), ``mnist:DIR``, ``cifar10:DIR``,
+    ``cifar100:DIR`` or an ``.npz`` of ``X`` and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain
+    SGD, ``nesterov`` SGD with Nesterov momentum 0.9), ``adam`` or ``adamw``."""
+    from gradcode.experiments.cli_sim import parse_close, parse_kv
+    from gradcode.torch import load_data
+
+    refused = [flag for flag, key, default in (("--checkpoint-every", "checkpoint_every", 0), ("--resume", "resume", False),
+                                               ("--verify", "verify", False), ("--problem", "problem", None),
+                                               ("--target", "target", None), ("--inject", "inject", "excess"),
+                                               ("--data-param", "data_param", None))
+               if o[key] not in (default, [], ())]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} cannot be used with --model yet (torch models train from the"
+                         " options --data, --batch-size, --optimizer, --lr, --momentum, --weight-decay, --wire-dtype)")
+    data = "digits" if o["data"] == "synthetic" else o["data"]
+    train_data, test_data = load_data(data, seed=o["seed"])
+    name = {"gd": "sgd", "nesterov": "sgd"}.get(o["optimizer"], o["optimizer"])
+    opt_params = parse_kv(o["opt_param"], "--opt-param")
+    opt_params.setdefault("lr", o["lr"] if o["lr"] is not None else (0.1 if name == "sgd" else 1e-3))
+    if o["optimizer"] == "nesterov":
+        opt_params.update(nesterov=True, momentum=o["momentum"] if o["momentum"] is not None else 0.9)
+    elif o["momentum"] is not None:
+        if name != "sgd":
+            raise ValueError(f"--momentum is SGD's; --optimizer {o['optimizer']} has its own betas (--opt-param)")
+        opt_params["momentum"] = o["momentum"]
+    if o["weight_decay"] is not None:
+        opt_params["weight_decay"] = o["weight_decay"]
+    delay_model = None
+    if o["delay_model"] is not None:
+        delay_model = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
+    return dict(
+        model=resolve_model(o["model"], train_data), data=train_data, eval_data=test_data, optimizer=name,
+        optimizer_params=opt_params, batch_size=o["batch_size"], code=code, workers=o["workers"],
+        stragglers=o["stragglers"], delay=o["delay"], delay_model=delay_model, code_params=code_params or None,
+        rounds=o["rounds"], models=o["models"], seed=o["seed"], engine=o["engine"], address=o["address"],
+        num_cpus=o["num_cpus"], wire_dtype=o["wire_dtype"], eval_every=o["eval_every"],
+        close=parse_close(o["close"]), waitout=o["waitout"], fail=tuple(o["fail"] or ()),
+        round_timeout=o["round_timeout"], run_dir=o["run_dir"] if run_dir is None else run_dir,
+        overwrite=o["overwrite"],
+    )
+
+
+def resolve_model(spec: str, train_data):
+    """``--model``: a built-in name (sized from the data: inputs, image shape, classes), or
+    ``FILE.py:NAME`` / ``package.module:NAME`` naming an ``nn.Module`` class or a factory, called
+    with no arguments."""
+    import functools
+    import importlib
+    import importlib.util
+    import os
+
+    from gradcode.torch import make_model
+
+    X, y = train_data
+    if ":" not in spec:
+        n_out = int(y.max()) + 1 if not y.is_floating_point() else (1 if y.ndim == 1 else int(y.shape[1]))
+        image_shape = tuple(X.shape[1:]) if X.ndim == 4 else None
+        make_model(spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)  # a bad name, now
+        # a factory: fit builds it under the run's seed, so every scheme starts from the same weights
+        return functools.partial(make_model, spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)
+    where, _, name = spec.rpartition(":")
+    if where.endswith(".py"):
+        if not os.path.isfile(where):
+            raise ValueError(f"--model {spec}: no such file {where}")
+        mod_name = f"gradcode_user_model_{abs(hash(os.path.abspath(where)))}"
+        loader = importlib.util.spec_from_file_location(mod_name, where)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
+        loader.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise ValueError(f"--model {spec}: cannot import {where}: {exc}") from None
+    factory = getattr(module, name, None)
+    if factory is None or not callable(factory):
+        raise ValueError(f"--model {spec}: {where} has no class or function {name!r}")
+    return factory
 
 
 def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:
@@ -469,7 +586,6 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
 
     from gradcode.cli import err
     from gradcode.errors import GradcodeError
-    from gradcode.runtime import train
 
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
@@ -477,8 +593,7 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
         callback, finish = _progress(o["rounds"], err, enabled=True)
         try:
             with contextlib.redirect_stdout(ray_output(planned_failures=bool(o["fail"]))):
-                spec_r, cluster, faults, run = r["configs"]
-                result = train(spec_r, cluster=cluster, faults=faults, run=run, callback=callback)
+                result = run_configured(r["configs"], callback)
         except Exception as exc:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))

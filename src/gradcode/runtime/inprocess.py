@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,13 +77,17 @@ class InProcessEngine(Engine):
     """Workers as plain objects in this process, on a virtual clock (see the module docstring).
 
     ``compute_time``: virtual seconds each message takes to compute, after its injected pause
-    (0: messages of a round arrive at their injected times exactly). ``death_report``: seconds
+    (0: messages of a round arrive at their injected times exactly; ``"measured"``: the wall time
+    its computation took in this process, so a worker computing more partitions is slower). ``death_report``: seconds
     between a worker's death and the failed event that reports it. ``restart_time``: seconds a
     restart takes.
     """
 
-    def __init__(self, *, compute_time: float = 0.0, death_report: float = 0.0, restart_time: float = 1.0):
-        self.compute_time = float(compute_time)
+    def __init__(self, *, compute_time: float | str = 0.0, death_report: float = 0.0, restart_time: float = 1.0):
+        #: "measured": each message takes the wall time its computation really took here (the
+        #: workers' real cost on a virtual clock: torch models, where compute is not negligible)
+        self.measured = compute_time == "measured"
+        self.compute_time = 0.0 if self.measured else float(compute_time)
         self.death_report = float(death_report)
         self.restart_time = float(restart_time)
         self._now = 0.0
@@ -203,6 +208,7 @@ class InProcessEngine(Engine):
             heapq.heappush(self._heap, (self._now, next(self._order), w, task.epoch))
             return [Event(w, t, "message", message)]
         slot.sleeping = False
+        began = time.perf_counter()
         try:
             item = next(task.steps)
         except StopIteration:
@@ -220,9 +226,10 @@ class InProcessEngine(Engine):
             slot.sleeping = not aborted
             heapq.heappush(self._heap, (self._now + (0.0 if aborted else item), next(self._order), w, task.epoch))
             return []
-        if self.compute_time > 0:  # the message arrives compute_time after its pause
+        took = time.perf_counter() - began if self.measured else self.compute_time
+        if took > 0:  # the message arrives compute_time (or its measured time) after its pause
             task.computing = item
-            heapq.heappush(self._heap, (self._now + self.compute_time, next(self._order), w, task.epoch))
+            heapq.heappush(self._heap, (self._now + took, next(self._order), w, task.epoch))
             return []
         heapq.heappush(self._heap, (self._now, next(self._order), w, task.epoch))
         return [Event(w, t, "message", item)]

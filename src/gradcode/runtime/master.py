@@ -90,7 +90,7 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         params.setdefault("n", check_int("workers", workers, minimum=1))
         if "seed" in takes:
             params.setdefault("seed", seed)
-        return make_scheme(code, dim=dim, **params)
+        return _labelled(make_scheme(code, dim=dim, **params), code)
     if code not in _available_codes():
         make_scheme(code)  # raises, listing the scheme families and the codes
     info = code_info(code)
@@ -102,7 +102,13 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
     if "seed" in takes:
         params.setdefault("seed", seed)
-    return StaticScheme(make_code(code, **params), dim=dim, verify=verify)
+    return _labelled(StaticScheme(make_code(code, **params), dim=dim, verify=verify), code)
+
+
+def _labelled(scheme, name: str):
+    """``scheme`` with ``label = name``: the records name a scheme built from a name by it."""
+    scheme.label = name
+    return scheme
 
 
 def _available_codes():
@@ -270,6 +276,8 @@ def _scheme_name(code) -> str:
     resumption of it look like another configuration)."""
     if isinstance(code, str):
         return code
+    if isinstance(getattr(code, "label", None), str):  # a scheme build_scheme made from a name
+        return code.label
     return repr(code) if type(code).__repr__ is not object.__repr__ else type(code).__qualname__
 
 

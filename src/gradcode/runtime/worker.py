@@ -180,7 +180,10 @@ class WorkerCore:
                 for pos in needed:
                     partials[pos] = self._partial(x, task.job, task.partitions[pos], m)
                 msg = self._combine(task.coefficients[r], partials, m)
-                yield msg if self.wire_dtype is None else msg.astype(self.wire_dtype)
+                if self.wire_dtype is not None:
+                    with np.errstate(over="ignore"):  # an overflow is non-finite: the driver drops it
+                        msg = msg.astype(self.wire_dtype)
+                yield msg
                 i += 1
 
     def _message_plan(self, task: WireTask) -> list[list[int]]:

@@ -119,7 +119,8 @@ def fit(
     ``delay_model``, ``code_params``, ``close``, ``waitout``, ``fail``, ``round_timeout``: as
     :func:`gradcode.train` (``stragglers`` random workers a round sleep ``delay`` seconds).
     ``engine``: ``"ray"`` (an embedded local cluster, or ``address``) or ``"inprocess"`` (the
-    workers in this process on a virtual clock: exact training, simulated time).
+    workers in this process on a virtual clock: exact training; each message takes the time its
+    computation took here, one worker after another, plus the injected delays).
 
     ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
     ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
@@ -183,7 +184,7 @@ def fit(
     else:
         from gradcode.runtime.inprocess import InProcessEngine
 
-        run_engine = InProcessEngine()
+        run_engine = InProcessEngine(compute_time="measured")
     tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
                       data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout)
     run = RunConfig(rounds=rounds, eval_every=eval_every,

@@ -243,7 +243,7 @@ class TorchMaster:
         return float(np.asarray(x)[-1])
 
     def metrics(self, x) -> dict:
-        """Loss and accuracy (integer targets) on the held-out samples, the module in eval mode;
+        """Loss (``loss``) and ``accuracy`` (integer targets) on the held-out samples, the module in eval mode;
         plus each of ``metrics(output, target) -> float``; ``{}`` without held-out data."""
         if self.spec.eval_samples is None:
             return {}
@@ -328,7 +328,7 @@ def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict
                 outs.append(out)
                 targets.append(y)
     module.train()
-    res = {"test_loss": total / max(count, 1)}
+    res = {"loss": total / max(count, 1)}
     if classify:
         res["accuracy"] = correct / max(count, 1)
     if spec.metrics:
