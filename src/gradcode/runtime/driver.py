@@ -482,7 +482,11 @@ class RoundDriver:
                 f"job {job} of model {m} starts before job {prev} of the same model finished: train"
                 f" more models than the scheme's delay ({self.scheme.delay})"
             )
-        x = np.array(self.state.params[m])  # a copy in the model's own dtype (float32: torch)
+        x = self.state.params[m]
+        if not isinstance(x, np.ndarray) or x.base is not None or not x.flags.owndata:
+            x = np.array(x)  # a copy in the model's own dtype (float32: torch)
+        # optimizers return new arrays (never step in place), so the model's own array is frozen
+        # and sent as it is: no copy of an 11 M-parameter model per job
         x.flags.writeable = False
         self.job_params[job] = (x, self.engine.put(x))
         self.pending_job[m] = job

@@ -199,7 +199,7 @@ def finite(a) -> bool:
     a = np.asarray(a)
     if a.size == 0:
         return True
-    if not np.issubdtype(a.dtype, np.inexact):
+    if not np.issubdtype(a.dtype, np.inexact) and a.dtype.name != "bfloat16":  # ml_dtypes' bfloat16 too
         return True
     with np.errstate(over="ignore", invalid="ignore"):
         if np.isfinite(np.add.reduce(a, axis=None)):
