@@ -11,7 +11,13 @@ others), decode random Gaussian partial gradients, and report:
   lifted, so the amplification that caused a refusal is shown;
 * ``worst_err``: the worst relative error of an accepted decode (the contract: below 1e-5).
 
-Run: ``python benchmarks/stability_ranges.py [--samples 30]``.
+``--wire float32|float16|bfloat16``: the partial gradients are float32 (as a torch worker's) and
+the messages cross in that type; accepted decodes must then stay within the checked bound's
+tolerance of that precision (``gradcode.codes.DEFAULT_RTOL``), and ``worst_bound`` is the largest
+relative bound an accepted decode reported. ``--cancel``: the partial gradients sum to almost
+nothing (``g -= g.mean(0)``, plus 1e-6 noise), as near an optimum.
+
+Run: ``python benchmarks/stability_ranges.py [--samples 30] [--wire float32] [--cancel]``.
 """
 
 from __future__ import annotations
@@ -55,16 +61,35 @@ def pattern_for(code, stragglers):
     return {w: c for w, c in out.items() if c}
 
 
-def measure(name, params, samples, rng):
+WIRE = {"float64": np.float64, "float32": np.float32, "float16": np.float16}
+
+
+def measure(name, params, samples, rng, wire="float64", cancel=False):
     code = gradcode.make_code(name, **params)
     free = copy.deepcopy(code)
     free.max_condition = 1e300
     s = code.tolerance
     d = 4 * code.chunks + 1
     g = rng.standard_normal((code.k, d))
-    truth = g.sum(axis=0)
-    msgs = {w: code.encode(w, g[list(code.placement[w])]) for w in range(code.n)}
-    accepted, worst_amp, worst_err = 0, 0.0, 0.0
+    if cancel:
+        g -= g.mean(axis=0)
+        g[0] += 1e-6 * rng.standard_normal(d)
+    if wire != "float64":
+        g = g.astype(np.float32)
+    truth = g.astype(np.float64).sum(axis=0)
+    if wire == "bfloat16":
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+    else:
+        dtype = WIRE[wire]
+    try:
+        with np.errstate(over="ignore"):
+            msgs = {w: code.encode(w, g[list(code.placement[w])]).astype(dtype) for w in range(code.n)}
+    except ValueError:  # the encoder's coefficients overflow the partials' float32
+        return dict(code=repr(code), s=s, accepted="overflow", worst_amp=math.nan, worst_err=math.nan,
+                    worst_bound=math.nan)
+    accepted, worst_amp, worst_err, worst_bound = 0, 0.0, 0.0, 0.0
     for _ in range(samples):
         S = set(rng.choice(code.n, size=s, replace=False).tolist())
         pattern = pattern_for(code, S)
@@ -73,29 +98,34 @@ def measure(name, params, samples, rng):
         except NotDecodableError:
             worst_amp = math.inf
         try:
-            out = code.decode({w: msgs[w][:r] for w, r in pattern.items()}, dim=d)
-        except NotDecodableError:
+            rep = code.decode_report({w: msgs[w][:r] for w, r in pattern.items()}, dim=d)
+        except (NotDecodableError, ValueError):  # refused, or a 16-bit message overflowed
             continue
         accepted += 1
-        worst_err = max(worst_err, float(np.linalg.norm(out - truth) / np.linalg.norm(truth)))
+        worst_err = max(worst_err, float(np.linalg.norm(rep.gradient - truth) / np.linalg.norm(truth)))
+        worst_bound = max(worst_bound, rep.relative_bound)
     return dict(code=repr(code), s=s, accepted=f"{accepted}/{samples}", worst_amp=worst_amp,
-                worst_err=worst_err if accepted else math.nan)
+                worst_err=worst_err if accepted else math.nan, worst_bound=worst_bound if accepted else math.nan)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=30, help="straggler sets per parameter point")
     ap.add_argument("--only", default=None, help="one family")
+    ap.add_argument("--wire", default="float64", choices=("float64", "float32", "float16", "bfloat16"))
+    ap.add_argument("--cancel", action="store_true", help="partial gradients that cancel (near an optimum)")
     args = ap.parse_args()
-    print(f"# {platform.node()} {platform.machine()}, numpy {np.__version__}, {time.strftime('%Y-%m-%d')}")
-    print("code | s | accepted | worst_amp | worst_err")
+    print(f"# {platform.node()} {platform.machine()}, numpy {np.__version__}, {time.strftime('%Y-%m-%d')},"
+          f" wire {args.wire}{', cancelling gradients' if args.cancel else ''}")
+    print("code | s | accepted | worst_amp | worst_err | worst_bound")
     rng = np.random.default_rng(0)
     for name, grid in GRID:
         if args.only and name != args.only:
             continue
         for params in grid:
-            r = measure(name, params, args.samples, rng)
-            print(f"{r['code']} | {r['s']} | {r['accepted']} | {r['worst_amp']:.2g} | {r['worst_err']:.1e}", flush=True)
+            r = measure(name, params, args.samples, rng, args.wire, args.cancel)
+            print(f"{r['code']} | {r['s']} | {r['accepted']} | {r['worst_amp']:.2g} | {r['worst_err']:.1e}"
+                  f" | {r['worst_bound']:.1e}", flush=True)
 
 
 if __name__ == "__main__":
