@@ -327,7 +327,7 @@ def test_cli_builtin_model_and_refusals(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["config"]["data"]["wire_dtype"] == "bfloat16"
     for args, text in ((["--batch-size", "32"], "go with --model"),
-                       (["--model", "cnn", "--resume", "--run-dir", str(tmp_path / "b")], "cannot be used with --model"),
+                       (["--model", "cnn", "--verify"], "cannot be used with --model"),
                        (["--model", "transformer"], "unknown model"),
                        (["--model", "nowhere.py:Net"], "no such file"),
                        (["--model", "cnn", "--data", "mnist:" + str(tmp_path)], "never downloaded")):
@@ -335,3 +335,19 @@ def test_cli_builtin_model_and_refusals(tmp_path):
                             if "--model" in args else ["train", "--rounds", "1", *args])
         assert res.exit_code == 2, (args, res.output)
         assert text in res.output, (args, res.output)
+
+
+def test_checkpoint_and_resume_reach_the_uninterrupted_weights(digits, tmp_path):
+    """Adam's moments, a step LR scheduler and BatchNorm's counters survive a resume: 4 rounds,
+    then resumed to 8, equal 8 rounds straight."""
+    torch.manual_seed(6)
+    net = LNBNNet()
+    kw = dict(code="crc", stragglers=1, delay=1.0, optimizer="adam", optimizer_params={"lr": 1e-2},
+              scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5))
+    straight = fit(net, digits[0], rounds=8, **kw)
+    fit(net, digits[0], rounds=4, checkpoint_every=2, run_dir=tmp_path, **kw)
+    resumed = fit(net, digits[0], rounds=8, checkpoint_every=2, run_dir=tmp_path, resume=True, **kw)
+    assert resumed.result.resumed_from == 4 and len(resumed.history) == 4
+    assert torch.allclose(flat(resumed.model), flat(straight.model), rtol=1e-5, atol=1e-6)
+    assert int(resumed.model.bn.num_batches_tracked) == 8
+    assert torch.allclose(resumed.model.bn.running_var, straight.model.bn.running_var, rtol=1e-5)

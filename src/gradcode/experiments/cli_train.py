@@ -247,8 +247,7 @@ def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dic
     from gradcode.experiments.cli_sim import parse_close, parse_kv
     from gradcode.torch import load_data
 
-    refused = [flag for flag, key, default in (("--checkpoint-every", "checkpoint_every", 0), ("--resume", "resume", False),
-                                               ("--verify", "verify", False), ("--problem", "problem", None),
+    refused = [flag for flag, key, default in (("--verify", "verify", False), ("--problem", "problem", None),
                                                ("--target", "target", None), ("--inject", "inject", "excess"),
                                                ("--data-param", "data_param", None))
                if o[key] not in (default, [], ())]
@@ -279,7 +278,7 @@ def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dic
         num_cpus=o["num_cpus"], wire_dtype=o["wire_dtype"], eval_every=o["eval_every"],
         close=parse_close(o["close"]), waitout=o["waitout"], fail=tuple(o["fail"] or ()),
         round_timeout=o["round_timeout"], run_dir=o["run_dir"] if run_dir is None else run_dir,
-        overwrite=o["overwrite"],
+        overwrite=o["overwrite"], checkpoint_every=o["checkpoint_every"], resume=o["resume"],
     )
 
 

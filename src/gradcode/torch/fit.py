@@ -99,6 +99,8 @@ def fit(
     round_timeout: float = 120.0,
     run_dir=None,
     overwrite: bool = False,
+    checkpoint_every: int = 0,
+    resume: bool = False,
 ) -> FitResult:
     """Train ``model`` on ``data`` with gradient code ``code`` on ``workers`` workers.
 
@@ -133,6 +135,9 @@ def fit(
     ``eval_data``: held-out data as ``data``; loss, accuracy and ``metrics`` (``name ->
     fn(output, target)``) every ``eval_every`` rounds and after the last. ``callback(record)``
     after every round. ``run_dir``: where the run's records go (default a new temporary folder).
+    ``checkpoint_every``: the models, the torch optimizers' and schedulers' states and the scheme
+    go to ``run_dir`` every K rounds; ``resume=True`` (with the same arguments and ``run_dir``)
+    continues from there, ``rounds`` being the total.
     """
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
     from gradcode.runtime.master import build_scheme, run_training
@@ -187,7 +192,9 @@ def fit(
         run_engine = InProcessEngine(compute_time="measured")
     tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
                       data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout)
-    run = RunConfig(rounds=rounds, eval_every=eval_every,
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs run_dir: the folder of the run to continue")
+    run = RunConfig(rounds=rounds, eval_every=eval_every, checkpoint_every=checkpoint_every, resume=resume,
                     run_dir=run_dir if run_dir is not None else tempfile.mkdtemp(prefix="gradcode-fit-"),
                     overwrite=overwrite)
     history: list[dict] = []

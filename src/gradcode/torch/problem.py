@@ -254,7 +254,9 @@ class TorchOptimizer:
     """A ``torch.optim`` optimizer on the master as gradcode's optimizer interface (``init``,
     ``step``): ``step`` divides the decoded sums by the batch size, sets the parameters' ``.grad``,
     steps the torch optimizer (and the LR scheduler), applies the buffer update and counts BatchNorm's
-    batches. The torch optimizer keeps its own state (momentum, Adam's moments)."""
+    batches. The state it returns is the torch optimizer's and scheduler's ``state_dict`` and the
+    batch counters (references, pickled only when a checkpoint is written); a step handed a state
+    other than the one it returned last (a resumed run) loads it first."""
 
     def __init__(self, spec: TorchSpec, factory: Callable, scheduler: Callable | None = None):
         self.spec, self.factory, self.scheduler_factory = spec, factory, scheduler
@@ -265,18 +267,39 @@ class TorchOptimizer:
             raise TypeError(f"optimizer must be a torch.optim class or a factory params -> Optimizer; it made"
                             f" {type(self.optimizer).__name__}")
         self.scheduler = scheduler(self.optimizer) if scheduler is not None else None
+        # the name as configured (a scheduler changes the live lr; a resumed run must match this)
+        self._name = f"{type(self.optimizer).__name__}(lr={self.optimizer.param_groups[0].get('lr')})"
         self._current = None
+        self._state = None
 
     def __repr__(self) -> str:
-        return f"{type(self.optimizer).__name__}(lr={self.optimizer.param_groups[0].get('lr')})"
+        return self._name
+
+    def _snapshot(self) -> dict:
+        self._state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "counters": [int(c) for _, c in self.layout.counters],
+        }
+        return self._state
 
     def init(self, x):
         self.layout.load(self.module, x)
         self._current = None
-        return None
+        return self._snapshot()
+
+    def _restore(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        with torch.no_grad():
+            for (_, c), v in zip(self.layout.counters, state.get("counters", ())):
+                c.fill_(int(v))
 
     def step(self, x, g, state, t):
         layout, module = self.layout, self.module
+        if state is not None and state is not self._state:  # a resumed run's checkpointed state
+            self._restore(state)
         if self._current is not x:  # x is what the last step returned unless a run restarted
             layout.load(module, x)
         B = float(self.spec.samples_per_job)
@@ -301,7 +324,7 @@ class TorchOptimizer:
                 c.add_(1)
         out = layout.flatten(module, loss=float(g[-1] / B))
         self._current = out
-        return out, state
+        return out, self._snapshot()
 
 
 # ----------------------------------------------------------------------------------- helpers
