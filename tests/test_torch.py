@@ -351,3 +351,17 @@ def test_checkpoint_and_resume_reach_the_uninterrupted_weights(digits, tmp_path)
     assert torch.allclose(flat(resumed.model), flat(straight.model), rtol=1e-5, atol=1e-6)
     assert int(resumed.model.bn.num_batches_tracked) == 8
     assert torch.allclose(resumed.model.bn.running_var, straight.model.bn.running_var, rtol=1e-5)
+
+
+def test_a_resnet_with_batchnorm_trains():
+    """The CIFAR ResNet-18 (narrow, for CI) on small random images: BatchNorm everywhere, the
+    running statistics move, the loss is finite and the weights equal uncoded's."""
+    torch.manual_seed(7)
+    X, y = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
+    net = gt.ResNet18(10, width=4)
+    kw = dict(workers=4, batch_size=16, rounds=2, optimizer="sgd", optimizer_params={"lr": 0.05, "momentum": 0.9})
+    coded = fit(net, (X, y), code="crc", stragglers=1, delay=1.0, **kw)
+    plain = fit(net, (X, y), code="uncoded", **kw)
+    assert all(np.isfinite(h["loss"]) for h in coded.history)
+    assert not torch.equal(coded.model.stem[1].running_mean, net.stem[1].running_mean)
+    assert torch.allclose(flat(coded.model), flat(plain.model), rtol=1e-4, atol=1e-5)
