@@ -139,16 +139,18 @@ def test_a_planned_failure_is_reported_as_planned(ray_session, tmp_path):
 
 
 def test_train_closes_rounds_by_the_mu_rule_on_ray(ray_session, tmp_path):
-    """--close MU on Ray: worker 3 sleeps 1 s a round. CRC (s = 1) decodes at the deadline
-    (1 + mu) kappa without it: no wait-out, worker 3 a straggler. Uncoded cannot, so each round is
-    waited out (--waitout all) and lasts past worker 3's second."""
+    """--close MU on Ray: workers 0-2 sleep 0.3 s a round, worker 3 1.3 s (--inject full). CRC
+    (s = 1) decodes at the deadline (1 + mu) kappa ~ 0.6 s without it: no wait-out, worker 3 a
+    straggler. Uncoded cannot, so each round is waited out (--waitout all) and lasts past worker
+    3's 1.3 s. (The fast workers' 0.3 s keeps kappa well above a loaded machine's jitter: with
+    kappa ~ 5 ms a late fast worker made the round a wait-out.)"""
     import numpy as np
 
-    delays = np.zeros((2, 4))
-    delays[:, 3] = 1.0
+    delays = np.full((2, 4), 0.3)
+    delays[:, 3] = 1.3
     np.save(tmp_path / "trace.npy", delays)
     base = ["train", "--workers", "4", "--rounds", "2", "--delay-model", "trace", "--delay-param",
-            f"path={tmp_path / 'trace.npy'}", "--close", "1", "--json"]
+            f"path={tmp_path / 'trace.npy'}", "--inject", "full", "--close", "1", "--json"]
     docs = {}
     for scheme, extra in (("crc", ["--stragglers", "1"]), ("uncoded", ["--waitout", "all"])):
         res = CliRunner().invoke(app, base + ["--scheme", scheme, *extra, "--run-dir", str(tmp_path / scheme)])
