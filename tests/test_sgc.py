@@ -471,3 +471,45 @@ def test_tune_bad_input():
     assert res.skipped > 0 and all(c.delay <= 1 for c in res.candidates)
     with pytest.raises(ValueError, match="waitout"):
         tune(X, jobs=5, alpha=1.0, waitout="some")
+
+
+@pytest.mark.parametrize("name", ["sr-sgc", "m-sgc"])
+def test_a_refused_decode_leaves_the_round_open_and_the_scheme_unchanged(name, monkeypatch):
+    """A decode refused as imprecise (the runtime then waits for more results) raises from close
+    before the straggler history or the conformance tracks change, so closing again later gives
+    exactly what an undisturbed run gives."""
+    from gradcode.codes import ImpreciseDecodeError
+
+    rng = np.random.default_rng(5)
+    rounds, d = 8, 4
+    S = np.zeros((rounds, 6), dtype=bool)
+    ref = make_scheme(name, n=6, B=1, W=2, lam=2, seed=0, dim=d)
+    G = partials_for(rng, rounds, len(ref.partition_sizes), d)
+    _, _, expected = drive(ref, S, rounds, G)
+    scheme = make_scheme(name, n=6, B=1, W=2, lam=2, seed=0, dim=d)
+    real_decode, refused = type(scheme)._decode, []
+
+    def flaky(self, u):
+        if u == 2 and not refused:
+            refused.append(u)
+            raise ImpreciseDecodeError("test", relative_bound=1.0, precision="float32", rtol=1e-3)
+        return real_decode(self, u)
+
+    monkeypatch.setattr(type(scheme), "_decode", flaky)
+    grads = {}
+    for t in range(rounds):
+        plan = scheme.plan(t)
+        for w in plan:
+            for i, task in enumerate(plan[w]):
+                scheme.on_result(t, w, i, message(task, G), 0.0)
+        history = scheme.stragglers.copy()
+        try:
+            out = scheme.close(t, frozenset(plan))
+        except ImpreciseDecodeError:
+            assert np.array_equal(scheme.stragglers, history)  # nothing recorded
+            out = scheme.close(t, frozenset(plan))  # closed again, as the driver does
+        grads.update(out)
+    assert refused == [2]
+    assert grads.keys() == expected.keys()
+    for job, g in expected.items():
+        np.testing.assert_allclose(grads[job], g, rtol=1e-12)

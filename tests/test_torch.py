@@ -59,7 +59,7 @@ def test_decoded_step_is_the_batch_gradient(digits):
 
     for j in range(spec.sizes.size):
         idx = torch.from_numpy(spec.batch_indices(0, j))
-        torch.manual_seed(_seed(spec.seed, 0, j))
+        torch.manual_seed(_seed(spec.seed, 2, 0, j))
         loss = nn.functional.cross_entropy(ref(X[idx]), y[idx]) * idx.numel()
         grads = torch.autograd.grad(loss, list(ref.parameters()))
         g = torch.cat([t.reshape(-1) for t in grads])
@@ -186,13 +186,13 @@ def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):
 
 
 def test_an_imprecise_code_for_the_wire_type_is_refused_with_a_safer_choice(digits):
-    """AGC's decoding amplifies rounding by ~1e5: float16 messages cannot be decoded whichever
-    workers arrive, and the run says so (and which types or codes would do) instead of training on a
-    wrong gradient."""
+    """AGC's coefficients grow with L: its float16 messages overflow (non-finite, so their workers
+    are stragglers) and no round can decode; the run says why and which types or codes would do,
+    instead of training on a wrong gradient."""
     with pytest.raises(GradcodeError, match="float32 or float64") as info:
         fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 6}, stragglers=1, delay=1.0,
             wire_dtype="float16", rounds=2)
-    assert "frc, uncoded" in str(info.value)  # (the later messages overflow float16: non-finite, dropped)
+    assert "65504" in str(info.value)
 
 
 # ------------------------------------------------------------------------ bad input
@@ -365,3 +365,72 @@ def test_a_resnet_with_batchnorm_trains():
     assert all(np.isfinite(h["loss"]) for h in coded.history)
     assert not torch.equal(coded.model.stem[1].running_mean, net.stem[1].running_mean)
     assert torch.allclose(flat(coded.model), flat(plain.model), rtol=1e-4, atol=1e-5)
+
+
+def test_each_pipelined_model_has_its_own_epochs(digits):
+    spec = fit(LNBNNet(), digits[0], code="uncoded", rounds=1, models=2).spec
+    steps = int(spec.shards[0] // spec.per_job[0])
+    for model in range(2):
+        seen = np.concatenate([spec.batch_indices(model + 2 * step, 0) for step in range(steps)])
+        assert np.unique(seen).size == seen.size == steps * spec.per_job[0]
+
+
+class _Augmented(torch.utils.data.Dataset):
+    """A data set with a random transform, as torchvision's RandomCrop."""
+
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.X[i] + 0.1 * torch.randn_like(self.X[i]), self.y[i]
+
+
+def test_random_transforms_give_every_copy_of_a_partition_the_same_samples(digits):
+    X, y = digits[0]
+    res = fit(LNBNNet(), _Augmented(X[:120], y[:120]), code="crc", stragglers=2, rounds=1, batch_size=None)
+    parts = {0: np.arange(0, 20)}
+    a, _ = res.spec.build_partitions(parts)
+    torch.randn(100)  # the global generator moved on
+    b, _ = res.spec.build_partitions(parts)
+    assert torch.equal(a.X, b.X)
+
+
+def test_unsupported_models_are_refused_up_front(digits):
+    with pytest.raises(GradcodeError, match="float32"):
+        fit(LNBNNet().double(), digits[0], rounds=1)
+    net = LNBNNet()
+    net.bn.momentum = None
+    with pytest.raises(GradcodeError, match="momentum=None"):
+        fit(net, digits[0], rounds=1)
+
+
+def test_the_callers_code_object_is_not_changed(digits):
+    import gradcode
+
+    code = gradcode.make_code("crc", n=4, s=1, seed=0)
+    fit(LNBNNet(), digits[0], code=code, workers=None, stragglers=1, rounds=1, decode_rtol=0.5)
+    assert code.decode_rtol is None
+
+
+def test_only_user_code_travels_by_value_and_only_during_the_run(digits):
+    """A loss from the standard library pickles by reference (registering functools by value broke
+    it); the test module's class goes by value while the run lasts, then the registration is undone."""
+    import functools
+
+    pytest.importorskip("ray")
+    import ray.cloudpickle as cloudpickle
+    from ray.cloudpickle import cloudpickle as impl
+
+    import torch_util
+    from gradcode.torch.fit import _user_code_by_value
+
+    res = fit(LNBNNet(), digits[0], code="uncoded", rounds=1,
+              loss=functools.partial(nn.functional.cross_entropy, label_smoothing=0.1))
+    with _user_code_by_value(res.spec):
+        assert torch_util.__name__ in impl._PICKLE_BY_VALUE_MODULES
+        assert "functools" not in impl._PICKLE_BY_VALUE_MODULES
+        cloudpickle.dumps(res.spec)
+    assert torch_util.__name__ not in impl._PICKLE_BY_VALUE_MODULES

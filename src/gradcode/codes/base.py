@@ -36,11 +36,12 @@ Precision of what arrived (:meth:`LinearCode.decode_report`). The checks above a
 *pattern*; each decode is also checked against the *data* it sums. Message ``i`` carries a
 rounding error ``||delta_i|| <= u ||m_i|| + nnz_i u_c S_i``: ``u`` the unit roundoff of the
 precision the messages crossed the wire in (``2^-53``, ``2^-24``, ``2^-11``, ``2^-8`` for float64,
-float32, float16, bfloat16), for the cast to it; ``nnz_i`` the terms of the worker's weighted sum,
-``S_i`` what they add up to in norm (:meth:`LinearCode.message_scales`, sent by the worker; without
-it ``||m_i||``, which assumes its terms do not cancel among themselves) and ``u_c`` the roundoff
-it was computed in (the wire's, or float32's if that is finer: 16-bit messages are computed in
-float32 and cast, as torch's autocast accumulates). The coefficients themselves are a float64
+float32, float16, bfloat16), for the cast to it; ``nnz_i`` the terms of the worker's weighted sum
+(plus one: its coefficients are rounded to the partials' type), ``S_i`` what they add up to in
+norm (:meth:`LinearCode.message_scales`, passed as ``scales=``; without them ``||m_i||`` stands
+in, which assumes a worker's terms do not cancel among themselves: the runtime's workers do not
+send scales yet) and ``u_c`` the roundoff it was computed in (the wire's, or float32's if that is
+finer: 16-bit messages are computed in float32 and cast, as torch's autocast accumulates). The coefficients themselves are a float64
 solve: ``A B_F - T`` is not exactly 0, and the decode adds ``(A B_F - T) g``, bounded with
 ``||g_j[c]|| <= S_i / |B_i[jc]|`` from any received row ``i`` that holds coordinate ``jc``. The decoded chunk
 ``c`` is ``sum_i A[c, i] m_i``, so its error is at most ``e_c = sum_i |A[c, i]| ||delta_i||`` plus
@@ -51,10 +52,12 @@ the master's float64 sum, and
 is relative to *what was summed* (the received messages, weighted by the decoding coefficients),
 not to the answer. Near an optimum the partial gradients cancel: the answer is far smaller than
 what was summed, and ``error_bound / ||decoded||`` grows although the pattern is well
-conditioned. A decode whose relative bound exceeds ``rtol`` (default :data:`DEFAULT_RTOL` by
-precision: 1e-5 for float64, 1e-3 for float32, 5e-2 for float16, 2e-1 for bfloat16) raises
-:class:`ImpreciseDecodeError` instead of returning a gradient off by more than that; more
-received rows give smaller coefficients (a runtime driver waits for more workers and tries again).
+conditioned. A decode is refused (:class:`ImpreciseDecodeError`) when its bound exceeds both
+``rtol`` of the result (default :data:`DEFAULT_RTOL` by precision: 1e-5 for float64, 1e-3 for
+float32, 5e-2 for float16, 2e-1 for bfloat16) and :data:`PLAIN_SUM_SLACK` times the error of a
+plain sum of the same partial gradients in that precision: what no method could beat is accepted
+(an uncoded sum near an optimum), what the code's coefficients add beyond it is not. More received
+rows give smaller coefficients (a runtime driver waits for more workers and tries again).
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ DEFAULT_MAX_CONDITION = 1e10
 _EPS = float(np.finfo(np.float64).eps)
 #: unit roundoff of each wire precision messages may arrive in
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: a decode within this many times the error of a plain sum of the partial gradients is accepted
+#: whatever its relative bound (:meth:`LinearCode._bounded`)
+PLAIN_SUM_SLACK = 4.0
 #: default acceptance tolerance on a decode's error bound relative to the decoded gradient, by the
 #: precision of the messages: float64 keeps the README's 1e-5. The bound is a worst case (errors
 #: of all rows aligned; a typical error is about sqrt(rows) smaller), so for 16-bit types, whose
@@ -142,12 +148,15 @@ class Decoded:
     length ``dim``); ``error_bound``, a bound on ``||gradient - sum_j g_j||_2`` from the messages'
     rounding in ``precision``; ``relative_bound = error_bound / ||gradient||``; ``summed``, the
     norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
-    ||gradient||`` is how much the terms cancelled); ``decoding``, the coefficients used."""
+    ||gradient||`` is how much the terms cancelled); ``plain_bound``, the error of adding the
+    partial gradients themselves in ``precision`` (the floor any method has); ``decoding``, the
+    coefficients used."""
 
     gradient: np.ndarray
     error_bound: float
     relative_bound: float
     summed: float
+    plain_bound: float
     precision: str
     decoding: Decoding
 
@@ -596,19 +605,33 @@ class LinearCode:
         return out
 
     def _bounded(self, sol: Decoding, gradient, norms, sums, prec: str, tol: float) -> Decoded:
-        """The error bound of a decode (module docstring) and its acceptance at ``tol``: row ``i``
-        errs by at most ``u ||m_i|| + nnz_i u_c S_i`` (the cast to the wire type; the worker's
-        sum, in ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``) plus the master's
-        float64 sum, and chunk ``c`` by ``sum_i |A[c, i]|`` times that."""
+        """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
+        most ``u ||m_i|| + (nnz_i + 1) u_c S_i`` (the cast to the wire type; the worker's sum, in
+        ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``, its coefficients rounded
+        to that type too) plus the master's float64 sum; chunk ``c`` by ``sum_i |A[c, i]|`` times
+        that, plus the coefficients' residual times the partial gradients' bounded norms. Accepted
+        when the bound is at most ``tol`` of the result, or at most :data:`PLAIN_SUM_SLACK` times
+        ``plain_bound``, the same bound for adding the partial gradients themselves in this
+        precision (from the same bounded norms ``||g_j||``): a decode is never refused for being as
+        good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
+        too, and its relative error grows for any method)."""
         u = UNIT_ROUNDOFF[prec]
         u_c = min(u, UNIT_ROUNDOFF["float32"])
         absA = np.abs(sol.coefficients)
         terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
+        L = self._chunks
         with np.errstate(over="ignore", invalid="ignore"):
-            row_error = (u + absA.shape[1] * _EPS) * norms + u_c * terms * sums
+            row_error = (u + absA.shape[1] * _EPS) * norms + u_c * (terms + 1) * sums
             per_chunk = absA @ row_error
-            if sol.residual is not None and sol.row_ids is not None:
-                per_chunk = per_chunk + sol.residual @ self._partial_bounds(sol.row_ids, sums)
+            plain = 0.0
+            if sol.row_ids is not None:
+                gb = self._partial_bounds(sol.row_ids, sums)  # ||g_j[c]|| bounds, (k L,)
+                if sol.residual is not None:
+                    per_chunk = per_chunk + sol.residual @ gb
+                # the same bound for a plain sum of the k partials: each cast, summed by the master,
+                # its one term (and unit coefficient) rounded at the worker
+                per_partial = u + self._k * _EPS + 2 * u_c
+                plain = per_partial * float(np.linalg.norm(gb.reshape(self._k, L).sum(axis=0)))
             bound = float(np.sqrt(per_chunk @ per_chunk))
             summed = float(np.linalg.norm(absA @ sums))
             size = float(np.linalg.norm(gradient))
@@ -616,19 +639,20 @@ class LinearCode:
             rel = bound / size
         else:
             rel = 0.0 if bound == 0 else math.inf
-        if not rel <= tol:
+        if not (rel <= tol or bound <= PLAIN_SUM_SLACK * plain):
             cancel = summed / size if size > 0 else math.inf
             wider = [p for p in ("float32", "float64") if UNIT_ROUNDOFF[p] < u]
             raise ImpreciseDecodeError(
                 f"decoded gradient not trusted in {prec}: its rounding-error bound is {rel:.1e} of its norm"
-                f" (> rtol={tol:g}); the decoding coefficients amplify the messages' rounding"
-                f" {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was summed over"
-                f" the result's norm). Decode with more workers' messages (smaller coefficients)"
-                + (f", send messages as {' or '.join(wider)}" if wider else "")
+                f" (> rtol={tol:g}) and {bound / plain if plain else math.inf:.2g}x the error of adding the"
+                f" partial gradients themselves in {prec}; the decoding coefficients amplify the messages'"
+                f" rounding {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was"
+                f" summed over the result's norm). Decode with more workers' messages (smaller"
+                f" coefficients)" + (f", send messages as {' or '.join(wider)}" if wider else "")
                 + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
                 relative_bound=rel, precision=prec, rtol=tol,
             )
-        return Decoded(gradient, bound, rel, summed, prec, sol)
+        return Decoded(gradient, bound, rel, summed, plain, prec, sol)
 
     def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
         """Decode after checking the received messages' consistency with the code's spare

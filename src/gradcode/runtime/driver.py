@@ -203,6 +203,7 @@ class RoundDriver:
         self.expected: dict[tuple[int, int], int] = {}
         self.last_times: dict[tuple[int, int], float] = {}  # (round, worker) -> its latest message
         self.discarded: set[tuple[int, int]] = set()  # (round, worker) whose result held NaN/inf
+        self.overflowed: set[tuple[int, int]] = set()  # of those, float16 messages (an overflow)
         self.starts: dict[int, float] = {}
         self.current = 0
         self.stale_messages = 0
@@ -310,10 +311,17 @@ class RoundDriver:
                 # decode: the round stays open (schemes/static.py) and, like any round short of
                 # results, waits for the workers still computing, re-sends, or times out
                 self.close_error = str(exc)
-                if isinstance(exc, ImpreciseDecodeError) and self._settled(t, wire):
-                    raise GradcodeError(
-                        f"round {t}: every worker's result is in and the decoded gradient is still not"
-                        f" accurate enough: {exc}") from exc
+                if isinstance(exc, ImpreciseDecodeError):
+                    # more rows give smaller coefficients: wait for the next message of the round
+                    # (or, with nothing more to come, stop: the data cancel too much for the code)
+                    held = self._received(t)
+                    self._wait_ready(t, wire, unsent, retries, start, deadline,
+                                     until=lambda: self._received(t) > held or self._settled(t, wire))
+                    if self._received(t) == held:
+                        raise GradcodeError(
+                            f"round {t}: every worker's result is in and the decoded gradient is still not"
+                            f" accurate enough: {exc}") from exc
+                    continue
                 if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
                     raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
         dropped = self._dropped_by_scheme(t, arrived)
@@ -341,6 +349,7 @@ class RoundDriver:
             self.expected.pop(key, None)
             self.last_times.pop(key, None)
         self.discarded = {k for k in self.discarded if k[0] > t}
+        self.overflowed = {k for k in self.overflowed if k[0] > t}
         self.lost = {k for k in self.lost if k[0] > t}
         self.first_done.pop(t, None)
         return losses
@@ -367,6 +376,10 @@ class RoundDriver:
         if self.wait_all:  # the paper's wait-out: every worker that can still send
             self._wait_ready(t, wire, unsent, retries, start, deadline, until=settled)
         return True
+
+    def _received(self, t: int) -> int:
+        """Messages of round ``t`` handed to the scheme so far."""
+        return sum(c for (r, _), c in self.counts.items() if r == t)
 
     def _settled(self, t: int, wire) -> bool:
         """Nothing more to wait for in round ``t``: every worker given a task has its whole result
@@ -549,7 +562,12 @@ class RoundDriver:
                 # a gradient: its messages of the round are withheld from the scheme (which holds
                 # the finite prefix before them) and the round waits for the others
                 self.discarded.add((t, w))
-                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity; the"
+                overflow = ""
+                if getattr(ev.payload, "dtype", None) == np.float16:
+                    overflow = (" (float16 messages overflow above 65504: send float32 or float64, or use a code"
+                                " with smaller coefficients)")
+                    self.overflowed.add((t, w))
+                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity{overflow}; the"
                             " worker's result for the round was discarded")
                 self.engine.abort(w, t)
                 return
@@ -647,7 +665,9 @@ class RoundDriver:
             inj = float(self.state.injected[t, w])
             running = self.engine.running_round(w)
             if (t, w) in self.discarded:
-                why = "its result held NaN or infinity and was discarded"
+                why = "its result held NaN or infinity and was discarded" + (
+                    " (a float16 message overflowed above 65504: send float32 or float64, or use a code with"
+                    " smaller coefficients)" if (t, w) in self.overflowed else "")
             elif w in self.down:
                 rec = self.down[w]
                 restarts = (" Ray does not restart it (max_restarts=0)" if self.max_restarts == 0 else

@@ -596,6 +596,8 @@ def _resume_record(spec: TrainSpec, run: RunConfig, faults: FaultConfig) -> dict
     """What a checkpoint keeps for :func:`resume`: the spec, run config and faults, when they
     pickle (a spec holding an object that does not is still checkpointed, for ``train(...,
     resume=True)``; :func:`resume` then says it cannot)."""
+    if not getattr(spec.data, "checkpoint_record", True):  # e.g. a torch run: no copy of its data set
+        return {}
     record = {"spec": spec, "run": replace(run, resume=False, overwrite=False), "faults": faults}
     try:
         pickle.dumps(record)

@@ -14,8 +14,11 @@ codes, GC-DC, SR-SGC and M-SGC with ``models=M``) work unchanged. See
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ from gradcode.torch.problem import (
     TorchSpec,
     copy_factory,
     fetch,
+    length,
     seeded_factory,
 )
 
@@ -121,8 +125,9 @@ def fit(
     ``delay_model``, ``code_params``, ``close``, ``waitout``, ``fail``, ``round_timeout``: as
     :func:`gradcode.train` (``stragglers`` random workers a round sleep ``delay`` seconds).
     ``engine``: ``"ray"`` (an embedded local cluster, or ``address``) or ``"inprocess"`` (the
-    workers in this process on a virtual clock: exact training; each message takes the time its
-    computation took here, one worker after another, plus the injected delays).
+    workers in this process on a virtual clock: each message takes the time its computation took
+    here, plus the injected delays; which workers a round decodes from can therefore vary between
+    two runs, and the weights with it, by float32 rounding).
 
     ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
     ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
@@ -153,7 +158,7 @@ def fit(
     if batch_size is not None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
     eval_samples = None if eval_data is None else as_samples(eval_data, "eval_data")[0]
-    N = _length(samples)
+    N = length(samples)
     if batch_size is not None and N < batch_size:
         raise ValueError(f"data has {N} samples, fewer than one batch (batch_size={batch_size})")
     factories = _model_factories(model, models, seed)
@@ -161,6 +166,8 @@ def fit(
     if not callable(loss):
         raise TypeError(f"loss must be a callable loss(output, target), got {type(loss).__name__}")
 
+    if not isinstance(code, str):  # decode_rtol is set on the run's own copy, never on the caller's code
+        code = copy.deepcopy(code)
     scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
                           code_params=code_params)
     for c in _codes_in(scheme):
@@ -171,7 +178,7 @@ def fit(
     order = np.random.default_rng([seed, 0]).permutation(N)
     spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=loss_reduction, batch_size=batch_size,
                      sizes=sizes, seed=seed, wire_dtype=_numpy_dtype(wire_dtype), eval_samples=eval_samples,
-                     metrics=metrics)
+                     metrics=metrics, models=models)
     spec = TorchSpec(model=factories[0], **spec_args)
     _probe(spec)
     opt_factory = _optimizer_factory(optimizer, optimizer_params)
@@ -184,9 +191,10 @@ def fit(
     rounds = check_int("rounds", rounds, minimum=1)
 
     if engine == "ray":
-        _check_picklable(spec)
+        shipping = _user_code_by_value(spec)
         run_engine = None
     else:
+        shipping = contextlib.nullcontext()
         from gradcode.runtime.inprocess import InProcessEngine
 
         run_engine = InProcessEngine(compute_time="measured")
@@ -205,9 +213,10 @@ def fit(
             callback(rec)
 
     initial = [opt.layout.flatten(opt.module) for opt in optimizers]
-    result = run_training(tspec, cluster=ClusterConfig(address=address, num_cpus=num_cpus),
-                          faults=FaultConfig(fail=tuple(fail), round_timeout=round_timeout), run=run,
-                          engine=run_engine, callback=record, initial_params=initial)
+    with shipping:
+        result = run_training(tspec, cluster=ClusterConfig(address=address, num_cpus=num_cpus),
+                              faults=FaultConfig(fail=tuple(fail), round_timeout=round_timeout), run=run,
+                              engine=run_engine, callback=record, initial_params=initial)
     trained = []
     for opt, x in zip(optimizers, result.params):
         opt.layout.load(opt.module, x)
@@ -253,10 +262,6 @@ def as_samples(data, name: str):
         return data, None
     raise TypeError(f"{name} must be a map-style torch Dataset, a DataLoader or (X, y) tensors/arrays;"
                     f" got {type(data).__name__}")
-
-
-def _length(samples) -> int:
-    return int(samples[0].shape[0]) if isinstance(samples, tuple) else len(samples)
 
 
 def _codes_in(scheme) -> list:
@@ -329,9 +334,19 @@ def _probe(spec: TorchSpec) -> None:
     the model, before any worker starts: a model, loss or target that does not work is a clear
     error naming the argument, not a worker that raises in round 0."""
     b = int(max(1, spec.per_job.min()))
-    X, y = fetch(spec.samples, spec.order[:b])
+    X, y = fetch(spec.samples, spec.order[:b], seed=spec.seed)
     module = spec.model()
     module.train()
+    wrong = sorted({str(p.dtype) for p in module.parameters() if p.dtype != torch.float32})
+    if wrong:
+        raise GradcodeError(f"model: parameters must be float32 (the workers compute in float32 and send"
+                            f" wire_dtype); got {', '.join(wrong)}: call .float() on the model")
+    cumulative = [name for name, m in module.named_modules()
+                  if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.momentum is None]
+    if cumulative:
+        raise GradcodeError(f"model: BatchNorm with momentum=None (a cumulative average) in {cumulative} is not"
+                            " supported: its update depends on each worker's own count of forward passes; give"
+                            " it a momentum")
     try:
         out = module(X)
     except Exception as exc:
@@ -353,19 +368,35 @@ def _probe(spec: TorchSpec) -> None:
         raise GradcodeError("model has no parameters to train")
 
 
-def _check_picklable(spec: TorchSpec) -> None:
-    """Ray ships the spec to every worker: user code travels by value (a script's or a test's
-    classes cannot be imported on the workers), and what cannot be pickled is refused here."""
+@contextlib.contextmanager
+def _user_code_by_value(spec: TorchSpec):
+    """While a Ray run lasts, the user's own modules (those of the model's class, the loss and the
+    metrics that are not installed packages or the standard library: a script's, a test's, a
+    ``--model FILE.py``) travel to the workers by value, since the workers cannot import them; what
+    cannot be pickled is refused up front, naming it. Cloudpickle's registration is global, so it
+    is undone when the run ends."""
     import ray.cloudpickle as cloudpickle
 
+    installed = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    registered = []
     for obj in (spec.model, spec.loss, *spec.metrics.values()):
-        target = getattr(obj, "module", obj)
-        mod = sys.modules.get(type(target).__module__ if not isinstance(target, type) else target.__module__)
-        for m in {mod, sys.modules.get(getattr(obj, "__module__", "") or "")}:
-            if m is not None and m.__name__.split(".")[0] not in ("torch", "gradcode", "builtins", "numpy", "__main__"):
-                cloudpickle.register_pickle_by_value(m)
+        target = getattr(obj, "module", obj)  # a copy factory holds the user's module
+        for name in {type(target).__module__, getattr(target, "__module__", None), getattr(obj, "__module__", None)}:
+            mod = sys.modules.get(name or "")
+            path = getattr(mod, "__file__", None)
+            if mod is None or name == "__main__" or path is None or name.split(".")[0] in ("gradcode", "torch"):
+                continue
+            if any(str(path).startswith(root) for root in installed) or mod in registered:
+                continue
+            cloudpickle.register_pickle_by_value(mod)
+            registered.append(mod)
     try:
-        cloudpickle.dumps(spec)
-    except Exception as exc:
-        raise GradcodeError(f"model, loss or data cannot be pickled for Ray's workers: {type(exc).__name__}: {exc}"
-                            " (use engine='inprocess', or define them at module level)") from exc
+        try:
+            cloudpickle.dumps(spec)
+        except Exception as exc:
+            raise GradcodeError(f"model, loss or data cannot be pickled for Ray's workers: {type(exc).__name__}:"
+                                f" {exc} (use engine='inprocess', or define them at module level)") from exc
+        yield
+    finally:
+        for mod in registered:
+            cloudpickle.unregister_pickle_by_value(mod)

@@ -109,20 +109,27 @@ class TorchSpec:
     that returns a copy, keeping its initialisation). ``samples``: ``(X, y)`` tensors or a
     map-style ``Dataset``; ``order``: the training order (a seeded permutation of the samples) whose
     contiguous ranges the code's partitions are. ``batch_size``: samples per job (None: every
-    sample of every partition, full-batch). ``eval_samples``: held-out ``(X, y)`` tensors or a
+    sample of every partition, full-batch); ``models``: models trained at once (job ``t`` is model
+    ``t mod models``'s step ``t // models``, each model with its own epochs). ``eval_samples``: held-out ``(X, y)`` tensors or a
     ``Dataset``, for metrics. ``wire_dtype``: the numpy dtype messages are sent in.
     """
 
     problem = "torch"
 
+    #: checkpoints do not copy the data set into their resume record (continue a torch run with
+    #: ``fit(..., resume=True)`` and the same arguments)
+    checkpoint_record = False
+
     def __init__(self, *, model: Callable[[], nn.Module], samples, order: np.ndarray, loss: Callable,
                  loss_reduction: str, batch_size: int | None, sizes: np.ndarray, seed: int, wire_dtype,
-                 eval_samples=None, eval_batch: int = 1024, metrics: Mapping[str, Callable] | None = None):
+                 eval_samples=None, eval_batch: int = 1024, metrics: Mapping[str, Callable] | None = None,
+                 models: int = 1):
         self.model, self.samples, self.order = model, samples, np.asarray(order, dtype=np.int64)
         self.loss, self.loss_reduction = loss, loss_reduction
         self.batch_size, self.seed, self.wire_dtype = batch_size, int(seed), wire_dtype
         self.eval_samples, self.eval_batch, self.metrics = eval_samples, int(eval_batch), dict(metrics or {})
         self.sizes = np.asarray(sizes, dtype=np.float64)
+        self.models = int(models)
         self.shards = _shard_lengths(len(self.order), self.sizes)
         self.per_job = _per_job(self.shards, self.sizes, batch_size)
 
@@ -139,7 +146,7 @@ class TorchSpec:
         return {"kind": "torch", "samples": self.n_train, "batch_size": self.batch_size,
                 "samples_per_job": self.samples_per_job, "loss": _name(self.loss),
                 "loss_reduction": self.loss_reduction, "wire_dtype": np.dtype(self.wire_dtype).name,
-                "eval_samples": None if self.eval_samples is None else _length(self.eval_samples)}
+                "eval_samples": None if self.eval_samples is None else length(self.eval_samples)}
 
     def build(self):
         """``(master problem, None)``, as :class:`~gradcode.runtime.ProblemSpec` builds."""
@@ -150,7 +157,7 @@ class TorchSpec:
         fetched once and stacked (the full data set is dropped once this returns)."""
         rows = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
         keep = np.unique(np.concatenate(list(rows.values()))) if rows else np.zeros(0, dtype=np.int64)
-        X, y = fetch(self.samples, self.order[keep])
+        X, y = fetch(self.samples, self.order[keep], seed=self.seed)
         local = {j: np.searchsorted(keep, r) for j, r in rows.items()}
         return TorchWorkerProblem(self, X, y), local
 
@@ -167,15 +174,17 @@ class TorchSpec:
         return shard[self.batch_rows(job, j, np.arange(shard.size)).rows]
 
     def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
-        """Partition ``j``'s samples for ``job``: epochs over the partition, each a permutation
-        drawn from ``(seed, epoch, j)``, cut into consecutive runs of ``b_j`` samples (so a job's
-        batch is the same on every worker, and an epoch sees each sample once)."""
+        """Partition ``j``'s samples for ``job`` (model ``m = job mod models``, its step ``job //
+        models``): the model's epochs over the partition, each a permutation drawn from ``(seed, m,
+        epoch, j)``, cut into consecutive runs of ``b_j`` samples (so a job's batch is the same on
+        every worker, and each model's epoch sees each sample once)."""
         b = int(self.per_job[j])
         if self.batch_size is None or b >= rows.size:
             return Batch(rows, job, j)
         steps = rows.size // b
-        epoch, step = divmod(int(job), steps)
-        perm = np.random.default_rng([self.seed, 1, epoch, j]).permutation(rows.size)
+        model, own = divmod(int(job), self.models)[::-1]
+        epoch, step = divmod(own, steps)
+        perm = np.random.default_rng([self.seed, 1, model, epoch, j]).permutation(rows.size)
         return Batch(rows[perm[step * b: (step + 1) * b]], int(job), j)
 
 
@@ -205,7 +214,7 @@ class TorchWorkerProblem:
         X, y = self.X[idx], self.y[idx]
         count = int(idx.numel())
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_seed(self.spec.seed, batch.job, batch.partition))
+            torch.manual_seed(_seed(self.spec.seed, 2, batch.job, batch.partition))
             out = module(X)
             loss = self.spec.loss(out, y)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -335,7 +344,7 @@ def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict
     layout.load(module, x)
     module.eval()
     total, correct, count, outs, targets, classify = 0.0, 0, 0, [], [], True
-    n = _length(spec.eval_samples)
+    n = length(spec.eval_samples)
     with torch.no_grad():
         for start in range(0, n, spec.eval_batch):
             X, y = fetch(spec.eval_samples, np.arange(start, min(start + spec.eval_batch, n)))
@@ -361,25 +370,30 @@ def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict
     return res
 
 
-def fetch(samples, index: np.ndarray):
+def fetch(samples, index: np.ndarray, seed: int = 0):
     """Stacked ``(X, y)`` tensors of ``samples[index]`` (tensors are indexed; a ``Dataset`` is read
-    item by item)."""
+    item by item, item ``i`` under ``torch.manual_seed`` of ``(seed, i)``: a random transform, such
+    as torchvision's crops and flips, gives every worker holding the sample the same input. It is
+    drawn once per sample for the run: augmentation does not change between epochs)."""
     if isinstance(samples, tuple):
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64))
         return samples[0][idx], samples[1][idx]
     xs, ys = [], []
-    for i in np.asarray(index).tolist():
-        item = samples[i]
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
-        xs.append(torch.as_tensor(item[0]))
-        ys.append(torch.as_tensor(item[1]))
+    with torch.random.fork_rng(devices=[]):
+        for i in np.asarray(index).tolist():
+            torch.manual_seed(_seed(seed, 3, i))
+            item = samples[i]
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
+            xs.append(torch.as_tensor(item[0]))
+            ys.append(torch.as_tensor(item[1]))
     if not xs:
         raise GradcodeError("no samples to fetch")
     return torch.stack(xs), torch.stack(ys)
 
 
-def _length(samples) -> int:
+def length(samples) -> int:
+    """Samples in ``(X, y)`` tensors or a ``Dataset``."""
     return int(samples[0].shape[0]) if isinstance(samples, tuple) else len(samples)
 
 
@@ -398,8 +412,10 @@ def _per_job(shards: np.ndarray, sizes: np.ndarray, batch_size: int | None) -> n
     return np.minimum(b, shards)
 
 
-def _seed(seed: int, job: int, j: int) -> int:
-    return int(np.random.SeedSequence([seed, 2, int(job), int(j)]).generate_state(1, dtype=np.uint64)[0] >> 1)
+def _seed(seed: int, *key: int) -> int:
+    """A torch seed from ``(seed, *key)``; keys start with a tag: ``(2, job, j)`` partition ``j``'s
+    forward pass of ``job``, ``(3, i)`` reading sample ``i``."""
+    return int(np.random.SeedSequence([seed, *map(int, key)]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def _name(fn) -> str:

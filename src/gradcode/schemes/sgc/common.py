@@ -402,15 +402,14 @@ class SequentialScheme(Scheme):
         row = np.array(r.planned) > 0
         if arrived:
             row[list(arrived)] = False
+        lo = max(0, t - self._T)
+        # decode first: a decode that is refused (ImpreciseDecodeError) leaves the round open and
+        # the scheme's state as it was, so that the driver can wait for more results and close again
+        out = [(u, self._decode(u) if self._real else None) for u in range(lo, t + 1)
+               if self._job_range(u) and u not in self._finished and self._decodable(u)]
         self._record(t, row)
         self.conformance.commit(row, self._ending_tracks(t))
-        out = []
-        lo = max(0, t - self._T)
-        for u in range(lo, t + 1):
-            if self._job_range(u) and u not in self._finished and self._decodable(u):
-                g = self._decode(u) if self._real else None
-                self._finished.add(u)
-                out.append((u, g))
+        self._finished.update(u for u, _ in out)
         if lo - 1 in self._finished:  # job t - T - 1 left the window: forget it
             self._finished.discard(lo - 1)
             self._forget(lo - 1)
