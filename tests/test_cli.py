@@ -6,10 +6,11 @@ from gradcode.cli import app
 
 
 def test_a_run_too_large_for_memory_is_refused_with_its_size():
-    """gradcode simulate -n 1000000 used to end in a MemoryError traceback (a dense 7 TiB matrix)."""
+    """gradcode simulate -n 1000000 used to end in a MemoryError traceback (a dense 7 TiB matrix);
+    now CRC refuses it before allocating, saying how much it needs."""
     res = CliRunner().invoke(app, ["simulate", "-n", "1000000", "-s", "2", "--rounds", "1"])
     said = " ".join(res.output.split())
-    assert res.exit_code == 2 and "not enough memory" in said and "TiB" in said and "Traceback" not in said
+    assert res.exit_code == 2 and "needs" in said and "TiB of memory" in said and "Traceback" not in said
 
 
 def test_tune_prints_the_best_of_each_family(tmp_path):

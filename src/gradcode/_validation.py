@@ -23,6 +23,28 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
     return value
 
 
+def check_memory(what: str, nbytes: float) -> None:
+    """Refuse, before allocating, what needs more memory than this machine has (``ValueError``
+    saying how much ``what`` needs): a clear error instead of a ``MemoryError`` or a swapping
+    machine."""
+    import os
+
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system: nothing to compare with
+        return
+    if nbytes > total:
+        raise ValueError(f"{what} needs {_size(nbytes)} of memory; this machine has {_size(total)}")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if nbytes < 1024 or unit == "PiB":
+            return f"{nbytes:.3g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.3g} PiB"
+
+
 def check_real(
     name: str,
     value,

@@ -100,7 +100,7 @@ def reproduce_command(
     from rich.markup import escape
 
     from gradcode.errors import GradcodeError
-    from gradcode.experiments.cli_output import error
+    from gradcode.experiments.cli_output import exit_code_of, fail
     from gradcode.experiments.cli_sim import parse_kv
     from gradcode.experiments.reproduce import available_reproductions, run_reproduction
 
@@ -115,8 +115,7 @@ def reproduce_command(
                 params[key] = value
         doc = run_reproduction(name, **params)
     except (ValueError, TypeError, OSError, GradcodeError) as exc:
-        error(str(exc))
-        raise typer.Exit(2) from None
+        fail(exc, exit_code_of(exc), as_json=as_json)
     emit(doc, as_json=as_json, title=doc.get("title", name) if isinstance(doc, dict) else name)
     if not as_json and isinstance(doc, dict):  # what the reproduction says of its rows (e.g. why some differ)
         for note in doc.get("notes") or ():
@@ -131,8 +130,29 @@ def _register_all() -> None:
 _register_all()
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """``gradcode``: the commands, with one failure rule (:func:`gradcode.experiments.cli_output.fail`)
+    also for what the argument parser refuses (an unknown option, a bad value: exit 2) and for SIGINT
+    outside a run (exit 130): with ``--json`` each prints one JSON document with ``"error"``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in args
+    try:
+        code = app(args=args, standalone_mode=False)  # a command's typer.Exit comes back as its code
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except typer.Exit as exc:  # the command already said why
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # the parser's usage errors: unknown option, bad value
+        code = getattr(exc, "exit_code", 2)
+        if as_json and hasattr(exc, "format_message"):
+            emit({"error": exc.format_message(), "error_type": type(exc).__name__, "exit_code": code}, as_json=True)
+        exc.show()
+        sys.exit(code)
+    except (typer.Abort, KeyboardInterrupt):
+        if as_json:
+            emit({"error": "interrupted", "error_type": "KeyboardInterrupt", "exit_code": 130}, as_json=True)
+        err.print("[red]error:[/red] interrupted")
+        sys.exit(130)
 
 
 if __name__ == "__main__":

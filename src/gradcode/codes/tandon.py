@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from gradcode._validation import as_generator, check_choice, check_int, check_real
+from gradcode._validation import as_generator, check_choice, check_int, check_memory, check_real
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
 from gradcode.codes.compose import SequentialCode
 from gradcode.codes.linalg import NullspaceSolver
@@ -177,6 +177,8 @@ class CRC(LinearCode):
 
     def __init__(self, n: int, s: int, seed=0):
         n, s = _check_n_s(n, s)
+        # B and its SVD (the null-space decoder) are dense n x n: refused up front when too large
+        check_memory(f"crc with n={n} (dense n x n matrices)", 4 * 8.0 * n * n)
         rng = as_generator(seed)
         B = cyclic_repetition_matrix(n, s, rng)
         B.flags.writeable = False

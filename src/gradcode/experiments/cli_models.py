@@ -41,13 +41,12 @@ def register(app: typer.Typer) -> None:
     ):
         """List the straggler delay models and their parameters (defaults in the table)."""
         from gradcode.cli import emit
-        from gradcode.experiments.cli_output import error
+        from gradcode.experiments.cli_output import EXIT_USAGE, fail
 
         try:
             doc = models_rows(name)
         except ValueError as exc:
-            error(str(exc))
-            raise typer.Exit(2) from None
+            fail(exc, EXIT_USAGE, as_json=as_json)
         if as_json:
             emit(doc, as_json=True)
             return

@@ -117,6 +117,42 @@ def error(message: str) -> None:
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+#: exit statuses: bad arguments (refused before any work), a run or computation that failed, SIGINT
+EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """:data:`EXIT_USAGE` for bad arguments or input (``ValueError``, ``TypeError``, a missing
+    file or extra), :data:`EXIT_INTERRUPTED` for SIGINT, :data:`EXIT_FAILED` for the rest."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError, MemoryError)):  # too large a request
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def fail(exc: BaseException | str, code: int, *, as_json: bool, doc: dict | None = None):
+    """The one way a command fails: ``error: ...`` on stderr and, with ``--json``, one JSON
+    document on stdout holding ``"error"``, ``"error_type"`` and ``"exit_code"`` (``doc``, e.g.
+    the records of the rounds a run completed, gets them added); then exit with ``code``
+    (:data:`EXIT_USAGE` for bad arguments, :data:`EXIT_FAILED` for a run that failed,
+    :data:`EXIT_INTERRUPTED` after SIGINT)."""
+    import typer
+
+    from gradcode.cli import emit
+
+    text = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
+    if isinstance(exc, MemoryError):  # numpy says how much it tried to allocate
+        text = f"not enough memory for this run ({text or 'allocation failed'}): use fewer workers (-n) or rounds"
+    if isinstance(exc, KeyboardInterrupt):
+        text = "interrupted"
+    error(text)
+    if as_json:
+        kind = "error" if isinstance(exc, str) else type(exc).__name__
+        emit({**(doc or {}), "error": text, "error_type": kind, "exit_code": code}, as_json=True)
+    raise typer.Exit(code)
+
+
 def warn(message: str) -> None:
     """``warning: message`` on stderr (rich markup in ``message`` is printed as text)."""
     from rich.markup import escape

@@ -46,7 +46,7 @@ import numpy as np
 import typer
 
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import PLOT_HELP, error, warn
+from gradcode.experiments.cli_output import PLOT_HELP, error, exit_code_of, fail, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 
@@ -201,6 +201,10 @@ def _available_codes():
     return available_codes()
 
 
+#: the delay model simulate and compare use when neither --model nor --trace is given
+DEFAULT_MODEL = "shifted-exp"
+
+
 def build_model(model: str, model_params: list[str] | None, trace, trace_loads=None, load_slope=None):
     """The delay model: ``--model`` with its ``--model-param``s, or the trace(s) of ``--trace``
     load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
@@ -210,6 +214,9 @@ def build_model(model: str, model_params: list[str] | None, trace, trace_loads=N
     params = parse_kv(model_params, "--model-param")
     traces = [] if trace is None else [trace] if isinstance(trace, (str, Path)) else list(trace)
     if traces:
+        if model not in (DEFAULT_MODEL, "trace"):
+            raise ValueError(f"--trace replays the file in place of a delay model; --model {model} would be ignored:"
+                             " give one of them")
         return build_trace_model(traces, trace_loads, load_slope, params)
     if trace_loads or load_slope is not None:
         raise ValueError("--trace-load and --load-slope adjust a trace to a scheme's load: they need --trace FILE")
@@ -304,14 +311,6 @@ def run_repeats(built, model, rounds: int, run: RunOptions, progress=None):
                  close=close, method=run.method, progress=bar(), records=run.records, waitout=run.waitout)
         for i in range(run.repeats)
     ]
-
-
-def _fail(exc: Exception):
-    text = str(exc)
-    if isinstance(exc, MemoryError):  # numpy says how much it tried to allocate
-        text = f"not enough memory for this run ({text or 'allocation failed'}): use fewer workers (-n) or rounds"
-    error(text)
-    raise typer.Exit(2) from None
 
 
 def _write_records(path: Path, rows: list[dict]) -> None:
@@ -548,7 +547,7 @@ _SCHEME_OPT = typer.Option("crc", "--scheme", help="Code or scheme family to run
 _WORKERS_OPT = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
 _STRAG_OPT = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
 _PARAM_OPT = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
-_MODEL_OPT = typer.Option("shifted-exp", "--model", "-m", help="Delay model (see `gradcode models`).")
+_MODEL_OPT = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Delay model (see `gradcode models`).")
 _MPARAM_OPT = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
 _TRACE_OPT = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
                           " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
@@ -610,7 +609,7 @@ def simulate_command(
             plot_jobs(pngs[0], [doc["summary"]["scheme"]], [job_completions(results)])
             doc["plot"] = str(pngs[0])
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-        _fail(exc)
+        fail(exc, exit_code_of(exc), as_json=as_json)
     s = doc["summary"]
     title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
              f" {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
@@ -655,7 +654,7 @@ def compare_command(
             plot_comparison(pngs[0], names, pooled, curves)
             doc["plot"] = str(pngs[0])
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-        _fail(exc)
+        fail(exc, exit_code_of(exc), as_json=as_json)
     length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
     emit(doc, as_json=as_json,
          title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"

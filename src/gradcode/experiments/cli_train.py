@@ -51,7 +51,7 @@ from pathlib import Path
 
 import typer
 
-from gradcode.experiments.cli_output import PLOT_HELP, error
+from gradcode.experiments.cli_output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, error, fail
 
 DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
 
@@ -149,14 +149,16 @@ def train_command(
                 result = run_configured(configured, callback)
         finally:
             finish()
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
         from gradcode.errors import GradcodeError
 
         started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
+        if isinstance(exc, KeyboardInterrupt):  # SIGINT: what was done, then exit 130
+            _fail(exc, EXIT_INTERRUPTED, as_json, err)
         if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError)) and not started:
-            _fail(exc, 2, as_json, err)  # refused before the run started: bad arguments, a missing extra
+            _fail(exc, EXIT_USAGE, as_json, err)  # refused before the run started: bad arguments, a missing extra
         if isinstance(exc, GradcodeError):  # round timeout, divergence, cluster, checkpoint...
-            _fail(exc, 1, as_json, err)
+            _fail(exc, EXIT_FAILED, as_json, err)
         if as_json and started:  # a bug: its traceback, after the run's records
             emit(exc.result.to_json(), as_json=True)
         raise
@@ -340,23 +342,17 @@ def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict
     return DATA_ALIASES.get(data, data), params
 
 
-def _fail(exc: Exception, code: int, as_json: bool, err) -> None:
-    """Report a run that could not start or stopped, and exit with ``code``: the message on
-    stderr and, with ``--json``, one JSON document on stdout (the records of the completed rounds
-    when the run started, else just the error)."""
+def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
+    """Report a run that could not start, stopped or was interrupted, and exit with ``code``
+    (:func:`~gradcode.experiments.cli_output.fail`): with ``--json`` the document holds the records
+    of the completed rounds when the run started, else just the error."""
     from rich.markup import escape
 
-    from gradcode.cli import emit
-
-    error(str(exc))
     result = getattr(exc, "result", None)
     if result is not None:
         err.print(f"{result.round_times.size} completed round(s) kept in {escape(str(result.run_dir))}",
                   highlight=False)
-    if as_json:
-        doc = result.to_json() if result is not None else {"error": str(exc), "error_type": type(exc).__name__}
-        emit(doc, as_json=True)
-    raise typer.Exit(code) from None
+    fail(exc, code, as_json=as_json, doc=result.to_json() if result is not None else None)
 
 
 def summary_rows(result) -> list[dict]:
@@ -535,7 +531,7 @@ def train_several(opts: dict) -> None:
     try:
         runs, pngs = _plan_runs(o)
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
-        _fail(exc, 2, o["as_json"], err)
+        _fail(exc, EXIT_USAGE, o["as_json"], err)
     results, errors = _run_each(runs, o)
     _report_several(runs, results, errors, pngs, o)
 
@@ -597,7 +593,7 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
             if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
-                _fail(exc, 2 if bad_args else 1, o["as_json"], err)  # nothing ran: as a single run would
+                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o["as_json"], err)  # nothing ran: as a single run would
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
             error(f"{r['spec']}: {exc}")

@@ -25,13 +25,13 @@ def register(app: typer.Typer) -> None:
         waitout: str = typer.Option("all", "--waitout", help="'all' (the paper's: wait for every worker when the"
                                     " deadline leaves a round unresolved) or 'decodable'."),
         max_w: int = typer.Option(8, "--max-w", help="Largest W searched for SR-SGC and M-SGC."),
-        top: int = typer.Option(10, "--top", help="Candidates listed in the table (all of them with --json)."),
+        top: int = typer.Option(10, "--top", min=1, help="Candidates listed in the table (all of them with --json)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
         from gradcode.cli import emit
         from gradcode.errors import GradcodeError
-        from gradcode.experiments.cli_output import error, note, warn
+        from gradcode.experiments.cli_output import exit_code_of, fail, note, warn
         from gradcode.schemes.sgc.tune import tune
         from gradcode.stragglers import load_trace
 
@@ -43,8 +43,7 @@ def register(app: typer.Typer) -> None:
                 result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, loads=loads,
                               alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w)
         except (ValueError, TypeError, OSError, GradcodeError) as exc:
-            error(str(exc))
-            raise typer.Exit(2) from None
+            fail(exc, exit_code_of(exc), as_json=as_json)
         for w in caught:
             warn(str(w.message))
         doc = result.to_dict()

@@ -31,13 +31,22 @@ MAX_CLASSES = 100
 def read_csv(path: str, target: str, categorical=()):
     """``(X, y, columns)`` from a CSV file with a header; ``categorical`` columns are one-hot
     encoded (scikit-learn's ``OneHotEncoder``), every other feature column must be numeric."""
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path}: the file is empty") from None
-        rows = [r for r in reader if any(cell.strip() for cell in r)]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            try:
+                header = [h.strip() for h in next(reader)]
+            except StopIteration:
+                raise ValueError(f"{path}: the file is empty") from None
+            rows = [r for r in reader if any(cell.strip() for cell in r)]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start});"
+                         " save the CSV as UTF-8") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise ValueError(f"{path}: column name(s) {', '.join(map(repr, repeated))} appear more than once in the header")
     if target not in header:
         raise ValueError(f"{path}: no column {target!r} (--target); the columns are {', '.join(header)}")
     unknown = [c for c in categorical if c not in header]
@@ -90,12 +99,17 @@ def _is_number(text: str) -> bool:
 
 def read_npz(path: str):
     """``(X, y)`` from an ``.npz`` holding arrays ``X`` (2-D) and ``y`` (1-D, as many rows)."""
-    with np.load(path, allow_pickle=False) as data:
-        missing = [k for k in ("X", "y") if k not in data.files]
-        if missing:
-            raise ValueError(f"{path}: needs arrays X and y; it lacks {', '.join(missing)} (it has"
-                             f" {', '.join(data.files) or 'none'})")
-        X, y = np.asarray(data["X"], dtype=np.float64), np.asarray(data["y"], dtype=np.float64)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [k for k in ("X", "y") if k not in data.files]
+            if missing:
+                raise ValueError(f"{path}: needs arrays X and y; it lacks {', '.join(missing)} (it has"
+                                 f" {', '.join(data.files) or 'none'})")
+            X, y = np.asarray(data["X"], dtype=np.float64), np.asarray(data["y"], dtype=np.float64)
+    except ValueError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: BadZipFile, EOFError, OSError, ...
+        raise ValueError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
         raise ValueError(f"{path}: X must be (rows, features) and y (rows,); got {X.shape} and {y.shape}")
     if X.shape[0] == 0:
@@ -113,8 +127,8 @@ def read_svmlight(path: str):
         raise ValueError(f"{path}: the file is empty")
     try:
         X, y = load_svmlight_file(path, dtype=np.float64)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not a valid LibSVM/svmlight file: {exc}") from None
+    except (ValueError, OverflowError, UnicodeDecodeError) as exc:  # OverflowError: a feature index >= 2^31
+        raise ValueError(f"{path}: not a valid LibSVM/svmlight file: {type(exc).__name__}: {exc}") from None
     return X.tocsr(), np.asarray(y, dtype=np.float64)
 
 
@@ -155,6 +169,10 @@ def _file(rng, test_fraction, path: str | None = None, target: str | None = None
         X, y = read_npz(path) if fmt == "npz" else read_svmlight(path)
     task = infer_task(y) if task is None else task
     check_choice("task", task, ("binary", "multiclass", "regression"))
+    if X.shape[0] < 2:
+        raise ValueError(f"{path}: {X.shape[0]} row: training needs at least 2 (and a held-out split)")
+    if task != "regression" and np.unique(y).size < 2:
+        raise ValueError(f"{path}: every label is {y[0]:g}: a classifier needs at least two classes")
     if task == "multiclass":
         y = y.astype(np.int64)
     tr, te = shuffle_split(X.shape[0], rng, test_fraction)

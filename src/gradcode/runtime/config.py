@@ -124,7 +124,8 @@ class TrainSpec:
     """What is trained (see :func:`gradcode.runtime.train` for each field's meaning).
 
     ``code``: a code name, a :class:`~gradcode.LinearCode` or a :class:`~gradcode.schemes.Scheme`
-    (with ``workers``, ``stragglers``, ``seed`` and ``code_params`` for a name); ``data`` a
+    (with ``workers`` (default 4), ``stragglers``, ``seed`` and ``code_params`` for a name; a code
+    or scheme object brings its own ``n``, and a ``workers`` that differs is refused); ``data`` a
     dataset name (with ``data_params`` and ``test_fraction``), a ``DataSpec``, or a problem spec
     (anything picklable whose ``build()`` returns ``(problem, dataset)``); ``problem`` defaults to
     the data's task. ``optimizer_params``: one dict for every model or a list of ``models`` dicts.
@@ -136,7 +137,7 @@ class TrainSpec:
     """
 
     code: Any = "crc"
-    workers: int = 4
+    workers: int | None = None
     stragglers: int = 0
     delay: float = 0.0
     delay_model: Any = None

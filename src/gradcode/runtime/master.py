@@ -48,6 +48,9 @@ __all__ = ["CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainRes
 
 # ----------------------------------------------------------------------------------------- helpers
 
+#: workers of a code or scheme given by name when ``workers`` is not given
+DEFAULT_WORKERS = 4
+
 
 def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: int) -> frozenset[tuple[int, int]]:
     """``["W@R", ...]`` (or ``(W, R)`` pairs): worker ``W``'s process exits during round ``R``."""
@@ -206,9 +209,13 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
         data_record = dspec.to_dict()
 
     code = spec.code
-    scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, seed=seed,
-                          code_params=spec.code_params, dim=int(master_problem.dim), verify=spec.verify)
+    scheme = build_scheme(code, workers=spec.workers if spec.workers is not None else DEFAULT_WORKERS,
+                          stragglers=spec.stragglers, seed=seed, code_params=spec.code_params,
+                          dim=int(master_problem.dim), verify=spec.verify)
     n = scheme.n
+    if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
+        raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
+                         " object brings its own n) or build the code for that many")
 
     # ---- optimizers
     optimizer_params = spec.optimizer_params
@@ -307,7 +314,7 @@ _GROUPS = (
 def train(
     code="crc",
     *,
-    workers: int = 4,
+    workers: int | None = None,
     stragglers: int = 0,
     delay: float = 0.0,
     delay_model=None,
@@ -487,6 +494,7 @@ def run_training(
     ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights)."""
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     config = setup.config
+    worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
     run_dir = _open_run_dir(run, config, setup.n)
     ckpt_path = run_dir / "checkpoint.pkl"
     extra = _checkpoint_extra(spec, run, faults, setup.scheme) if run.checkpoint_every else None
@@ -507,7 +515,7 @@ def run_training(
 
             engine = RayEngine(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
                                worker_cpus=cluster.worker_cpus, start_timeout=cluster.start_timeout)
-        engine.spawn(setup.worker_specs(), max_restarts=faults.max_restarts, start_timeout=cluster.start_timeout)
+        engine.spawn(worker_specs, max_restarts=faults.max_restarts, start_timeout=cluster.start_timeout)
         driver = RoundDriver(setup, engine, state, faults=faults)
         if inflight is not None:
             driver.restore(inflight)
@@ -526,8 +534,8 @@ def run_training(
         except OSError:  # a full disk must not hide the error that stopped the run
             pass
         log.close()
-        if isinstance(exc, Exception):
-            exc.result = partial  # for callers (the CLI prints it with --json)
+        if isinstance(exc, (Exception, KeyboardInterrupt)):
+            exc.result = partial  # for callers (the CLI prints it with --json, also after SIGINT)
         raise
     finally:
         if engine is not None:

@@ -95,6 +95,10 @@ _FAST_PROGRESS = 20_000_000
 _EVENT_PROGRESS = 2_000
 
 
+#: the most rounds one simulation takes (about 20 minutes at the fast path's best rate)
+MAX_ROUNDS = 10**9
+
+
 def simulate(
     scheme_or_code,
     model,
@@ -130,6 +134,9 @@ def simulate(
     :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
     """
     rounds = check_int("rounds", rounds, minimum=1)
+    if rounds > MAX_ROUNDS:
+        raise ValueError(f"rounds must be at most {MAX_ROUNDS:.0e}, got {rounds:.3g}: at the simulator's ~1e6 rounds a"
+                         f" second at best, that run would take {rounds / 1e6 / 86400:.3g} days")
     mu = check_closing_rule(close, waitout)
     wait_all = waitout == "all"
     check_choice("method", method, ("auto", "fast", "events"))

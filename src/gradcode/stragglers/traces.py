@@ -161,8 +161,10 @@ def _read_csv(path: Path) -> np.ndarray:
         try:
             values = [float(f) for f in fields]
         except ValueError:
-            if first:  # a header line
+            # a header names every column: a first line with numbers in it is a broken row, not a header
+            if first and not any(_is_float(f) for f in fields):
                 first = False
+                width = len(fields)
                 continue
             bad = next(f for f in fields if not _is_float(f))
             raise TraceError(f"{path}: line {lineno}: {bad.strip()!r} is not a number") from None
@@ -171,7 +173,8 @@ def _read_csv(path: Path) -> np.ndarray:
             width = len(values)
         elif len(values) != width:
             raise TraceError(
-                f"{path}: ragged rows: line {lineno} has {len(values)} values, earlier rows have {width}"
+                f"{path}: ragged rows: line {lineno} has {len(values)} values, earlier rows (or the header)"
+                f" have {width}"
             )
         rows.append(values)
     if not rows:

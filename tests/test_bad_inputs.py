@@ -1,0 +1,116 @@
+"""Bad input gets a clear error, one rule for every command (issue 20, items 5-8).
+
+The table: each case through ``gradcode.cli.main`` with ``--json`` prints exactly one JSON
+document with ``"error"`` on stdout and exits 2 (bad arguments or input, refused before any work)
+with the expected text; nothing ends in a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.cli import main
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    np.savez(d / "ok.npz", X=np.random.default_rng(0).random((50, 3)), y=np.arange(50) % 2)
+    raw = (d / "ok.npz").read_bytes()
+    (d / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+    (d / "big.svm").write_text("1 1:0.5 4000000000:1\n0 2:0.3\n1 1:0.1\n0 3:1\n")
+    (d / "latin.csv").write_bytes("a,b,label\n1,2,0\n3,4,1\n5,\xe9,0\n".encode("latin-1"))
+    (d / "one.csv").write_text("a,b,label\n1,2,0\n")
+    (d / "dup.csv").write_text("a,a,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n")
+    (d / "single.csv").write_text("a,b,label\n1,2,0\n3,4,0\n5,6,0\n7,8,0\n")
+    (d / "ragged.csv").write_text("1,2,x\n3,4\n")
+    (d / "trace.npy").write_bytes(b"")
+    np.save(d / "trace.npy", np.ones((20, 4)))
+    return d
+
+
+CASES = [
+    # (name, argv with {d} for the files' folder, text the error must hold)
+    ("truncated npz", ["train", "--data", "{d}/trunc.npz", "--rounds", "1"], "trunc.npz: not a readable .npz file"),
+    ("svmlight index 4e9", ["train", "--data", "{d}/big.svm", "--rounds", "1"], "big.svm: not a valid LibSVM"),
+    ("non-UTF-8 csv", ["train", "--data", "{d}/latin.csv", "--target", "label", "--rounds", "1"],
+     "latin.csv: not UTF-8 text"),
+    ("one-row csv", ["train", "--data", "{d}/one.csv", "--target", "label", "--rounds", "1"], "one.csv: 1 row"),
+    ("duplicate columns", ["train", "--data", "{d}/dup.csv", "--target", "label", "--rounds", "1"],
+     "'a' appear more than once"),
+    ("single class", ["train", "--data", "{d}/single.csv", "--target", "label", "--rounds", "1"],
+     "at least two classes"),
+    ("ragged trace", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/ragged.csv"], "line 1: 'x' is not a number"),
+    ("trace and a model", ["simulate", "-s", "1", "--trace", "{d}/trace.npy", "-m", "fixed"],
+     "--model fixed would be ignored"),
+    ("tune --top -1", ["tune", "--trace", "{d}/trace.npy", "-J", "5", "--top", "-1"], "--top"),
+    ("10^13 rounds", ["simulate", "-n", "8", "-s", "2", "--rounds", "10000000000000"], "at most 1e+09"),
+    ("crc n = 10^6", ["simulate", "-n", "1000000", "-s", "2", "--rounds", "1"], "TiB of memory"),
+    ("unknown option", ["simulate", "--bogus"], "No such option: --bogus"),
+    ("compare: bad scheme", ["compare", "--scheme", "nope"], "nope"),
+    ("reproduce: unknown name", ["reproduce", "nothing"], "nothing"),
+    ("models: unknown model", ["models", "nothing"], "nothing"),
+]
+
+
+@pytest.mark.parametrize("name, argv, text", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_json_error_and_exit_2(files, capsys, name, argv, text):
+    with pytest.raises(SystemExit) as info:
+        main([a.format(d=files) for a in argv] + ["--json"])
+    assert info.value.code == 2, name
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # exactly one document
+    assert text in doc["error"], doc
+    assert doc["exit_code"] == 2 and doc["error_type"]
+
+
+def test_the_api_names_the_file_too(files):
+    with pytest.raises(ValueError, match="latin.csv: not UTF-8"):
+        gradcode.make_dataset(gradcode.DataSpec("file", {"path": str(files / "latin.csv"), "target": "label"}))
+    with pytest.raises(ValueError, match="needs 29.1 TiB"):
+        gradcode.make_code("crc", n=10**6, s=2)
+
+
+def test_a_code_object_with_other_workers_is_refused():
+    from gradcode.runtime.inprocess import InProcessEngine
+
+    with pytest.raises(ValueError, match="workers=4 but the code <CRC n=6 s=1> has n=6"):
+        gradcode.train(code=gradcode.make_code("crc", n=6, s=1), workers=4, rounds=1, engine=InProcessEngine())
+
+
+def test_a_run_that_fails_after_starting_exits_1_with_its_records(tmp_path, capsys):
+    """A runtime failure is exit 1, and the JSON holds the completed rounds: a torch model whose
+    step size makes it diverge (in process, no Ray) stops when no worker's gradient is finite."""
+    pytest.importorskip("torch")
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--model", "mlp", "--engine", "inprocess", "--scheme", "uncoded", "--rounds", "6", "--lr",
+              "1e30", "--run-dir", str(tmp_path / "r"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert info.value.code == 1 and doc["exit_code"] == 1
+    assert doc["error_type"] in ("RoundTimeoutError", "GradcodeError") and doc["rounds"] >= 1
+
+
+def test_sigint_during_train_prints_what_was_done_and_exits_130(tmp_path, capsys):
+    """Ctrl-C during a run: exit 130 and, with --json, the records of the rounds completed."""
+    pytest.importorskip("torch")
+    (tmp_path / "net.py").write_text(
+        "import torch\n"
+        "calls = [0]\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n"
+        "        calls[0] += 1\n"
+        "        if calls[0] > 12:  # the probe, then 4 workers x 2 rounds and a bit: a Ctrl-C in round 2\n"
+        "            raise KeyboardInterrupt\n"
+        "        return self.fc(x.reshape(x.shape[0], -1))\n")
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--model", f"{tmp_path / 'net.py'}:Net", "--engine", "inprocess", "--scheme", "uncoded",
+              "--rounds", "5", "--run-dir", str(tmp_path / "r"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert info.value.code == 130 and doc["exit_code"] == 130 and doc["error_type"] == "KeyboardInterrupt"
+    assert doc["rounds"] >= 1
