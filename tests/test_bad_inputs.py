@@ -114,3 +114,9 @@ def test_sigint_during_train_prints_what_was_done_and_exits_130(tmp_path, capsys
     doc = json.loads(capsys.readouterr().out)
     assert info.value.code == 130 and doc["exit_code"] == 130 and doc["error_type"] == "KeyboardInterrupt"
     assert doc["rounds"] >= 1
+
+
+def test_auto_needs_a_torch_model(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--scheme", "auto", "--rounds", "3", "--json"])
+    assert info.value.code == 2 and "--model" in json.loads(capsys.readouterr().out)["error"]

@@ -434,3 +434,68 @@ def test_only_user_code_travels_by_value_and_only_during_the_run(digits):
         assert "functools" not in impl._PICKLE_BY_VALUE_MODULES
         cloudpickle.dumps(res.spec)
     assert torch_util.__name__ not in impl._PICKLE_BY_VALUE_MODULES
+
+
+# ------------------------------------------------------------------------ code="auto" (SGC App. K)
+
+
+def test_auto_probes_uncoded_then_switches_without_losing_a_job(digits):
+    """Uncoded for the probe, then the scheme the paper's search predicts fastest; every job is
+    decoded exactly through the switch (CRC keeps the probe's partitions: the weights are
+    uncoded's), the rounds after the switch no longer wait for the stragglers, and the report
+    says what was chosen and why."""
+    torch.manual_seed(8)
+    net = LNBNNet()
+    kw = dict(optimizer="sgd", optimizer_params={"lr": 0.1}, rounds=14, stragglers=2, delay=1.0)
+    auto = fit(net, digits[0], code="auto", probe=6, **kw)
+    plain = fit(net, digits[0], code="uncoded", **kw)
+    report = auto.auto
+    assert report["probe_rounds"] == 6 and report["jobs"] == 8 and report["chosen"]["family"] == "gc"
+    assert report["chosen"]["params"]["s"] >= 2  # tolerates the two injected stragglers
+    assert [c["scheme"] for c in report["candidates"]] == ["gc", "none"]  # one model: no sequential codes
+    assert report["candidates"][0]["time"] < report["candidates"][1]["time"]
+    assert auto.result.config["auto"]["chosen"] == report["chosen"]
+    assert torch.allclose(flat(auto.model), flat(plain.model), rtol=1e-4, atol=1e-5)
+    probe, after = auto.history[:6], auto.history[6:]
+    assert min(h["time"] for h in probe) >= 1.0 > max(h["time"] for h in after)
+
+
+def test_auto_with_pipelined_models_can_switch_to_other_partitions(digits, monkeypatch):
+    """A switch to M-SGC changes the partitions (unequal sizes): tasks carry the layout, workers
+    hold every sample, and the master divides by the decoded batch size."""
+    from gradcode.schemes import make_scheme
+    from gradcode.schemes import switch
+
+    def to_msgc(times, **kw):
+        return make_scheme("m-sgc", n=times.shape[1], B=1, W=2, lam=2), {"chosen": {"family": "m-sgc"}}
+
+    monkeypatch.setattr(switch, "choose_after_probe", to_msgc)
+    res = fit(LNBNNet(), digits[0], code="auto", probe=3, models=3, rounds=15, stragglers=1, delay=1.0,
+              optimizer="sgd", optimizer_params={"lr": 0.1})
+    assert res.auto["chosen"]["family"] == "m-sgc"
+    losses = [h["loss"] for h in res.history]
+    assert len(losses) == 15 and np.isfinite(losses[-1]).all()  # (NaN: a model before its first step)
+    assert np.mean(losses[-1]) < np.mean(losses[3])
+
+
+def test_choose_after_probe_follows_the_measurements():
+    from gradcode.schemes.switch import choose_after_probe
+
+    rng = np.random.default_rng(0)
+    calm = 1.0 + 0.01 * rng.random((20, 8))  # every worker alike, computing is all the time
+    _, report = choose_after_probe(calm, jobs=30)
+    assert report["chosen"]["family"] == "none" or report["chosen"]["params"] == {"s": 0}
+    stormy = 0.1 + 0.01 * rng.random((20, 8))
+    stormy[np.arange(20), rng.integers(0, 8, 20)] += 2.0  # one slow worker a round
+    scheme, report = choose_after_probe(stormy, jobs=30)
+    assert report["chosen"]["family"] == "gc" and report["chosen"]["params"]["s"] >= 1
+    _, with_models = choose_after_probe(stormy, jobs=30, models=4)
+    assert {c["scheme"] for c in with_models["candidates"]} >= {"sr-sgc", "m-sgc"}
+    assert all(c["delay"] < 4 for c in with_models["candidates"])
+
+
+def test_auto_refusals(digits):
+    with pytest.raises(ValueError, match="probe and load_slope go with code='auto'"):
+        fit(LNBNNet(), digits[0], code="crc", probe=5, rounds=2)
+    with pytest.raises(ValueError, match="needs more rounds"):
+        fit(LNBNNet(), digits[0], code="auto", probe=5, rounds=5)

@@ -86,6 +86,8 @@ def train_command(
     momentum: float = typer.Option(None, "--momentum", help="--model: SGD momentum."),
     weight_decay: float = typer.Option(None, "--weight-decay", help="--model: weight decay."),
     engine: str = typer.Option("ray", "--engine", help="--model: ray, or inprocess (virtual clock, no processes)."),
+    probe: int = typer.Option(None, "--probe", help="--scheme auto: rounds trained uncoded to measure the workers"
+                              " before switching to the scheme predicted fastest (default 20; SGC App. K)."),
     optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd; with --model sgd, adam or adamw."),
     lr: float = typer.Option(None, "--lr", help="Learning rate of gd/nesterov (default 1/L); --model: sgd 0.1,"
                              " adam 1e-3."),
@@ -186,9 +188,17 @@ def run_configured(configured, callback):
     """Run what :func:`configs` made: the runtime's config objects through :func:`gradcode.train`,
     or a torch model's :func:`gradcode.torch.fit` keywords; returns the run's ``TrainResult``."""
     if isinstance(configured, dict):
+        from gradcode.experiments.cli_output import note
         from gradcode.torch import fit
 
-        return fit(**configured, callback=callback).result
+        res = fit(**configured, callback=callback)
+        if res.auto is not None:
+            c = res.auto["chosen"]
+            note(f"auto: after {res.auto['probe_rounds']} uncoded rounds switched to {c['scheme']} (predicted"
+                 f" {c['predicted_total']:.3g} s for the {res.auto['jobs']} jobs left; candidates: "
+                 + ", ".join(f"{x['scheme']} {x['params']} {x['time']:.3g} s" for x in res.auto["candidates"][:4])
+                 + f"; search {1e3 * res.auto['search_seconds']:.3g} ms)")
+        return res.result
     from gradcode.runtime import train
 
     spec, cluster, faults, run = configured
@@ -206,6 +216,10 @@ def configs(o: dict, code: str, code_params: dict, *, run_dir=None):
 
     if o["model"] is not None:
         return torch_configs(o, code, code_params, run_dir=run_dir)
+    if code == "auto":
+        raise ValueError("--scheme auto switches the workers' partitions mid-run, which needs every worker to hold"
+                         " the whole data set: it trains torch models (--model); the built-in problems keep"
+                         " only their partitions")
     torch_only = [flag for flag, key, default in TORCH_ONLY if o[key] != default]
     if torch_only:
         raise ValueError(f"{', '.join(torch_only)} go with --model (a PyTorch model); the built-in problems train"
@@ -238,7 +252,7 @@ def configs(o: dict, code: str, code_params: dict, *, run_dir=None):
 #: options that only a torch model takes: (flag, option name, default)
 TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
               ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
-              ("--engine", "engine", "ray"))
+              ("--engine", "engine", "ray"), ("--probe", "probe", None))
 
 
 def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dict:
@@ -281,6 +295,7 @@ def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dic
         close=parse_close(o["close"]), waitout=o["waitout"], fail=tuple(o["fail"] or ()),
         round_timeout=o["round_timeout"], run_dir=o["run_dir"] if run_dir is None else run_dir,
         overwrite=o["overwrite"], checkpoint_every=o["checkpoint_every"], resume=o["resume"],
+        probe=o["probe"] if code == "auto" else None,
     )
 
 
@@ -561,6 +576,10 @@ def _plan_runs(o: dict) -> tuple[list[dict], list[Path] | None]:
         o["workers"] = own[0] if own else _DEFAULT_WORKERS
     runs, taken = [], set()
     for spec, (name, _), params in zip(specs, parsed, params_of):
+        if name == "auto":  # chosen during the run (torch models): refused below without --model
+            configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
+            runs.append({"spec": spec, "name": name, "params": params, "configs": configured, "exact": True})
+            continue
         built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
                              code_params=params or None, verify=o["verify"])
         if built.n != o["workers"]:  # same injected delays need the same n

@@ -195,7 +195,6 @@ class RoundDriver:
         self.fired: set[tuple[int, int]] = {
             (rec["worker"], rec["planned_round"]) for rec in state.failures if rec.get("injected") and rec.get("fired")
         }
-        self.sizes = np.asarray(self.scheme.partition_sizes, dtype=np.float64)
         self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
         self.pending_job: dict[int, int] = {}  # model -> job in flight
         self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages delivered
@@ -327,6 +326,9 @@ class RoundDriver:
         dropped = self._dropped_by_scheme(t, arrived)
         for w in wire:
             self.state.arrivals[t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
+        observe = getattr(scheme, "observe_times", None)  # schemes that adapt to measured times
+        if observe is not None:
+            observe(t, self.state.arrivals[t].copy())
         for w in sorted(dropped):
             self._fault(t, w, "dropped", self.close_error or (
                 "the scheme dropped its result: decoding with it gave non-finite values, or (verify)"
@@ -472,17 +474,20 @@ class RoundDriver:
         :func:`task_schedule`), plus the model's message time per message."""
         slots: dict[int, int] = {}
         out = []
+        sizes = np.asarray(self.scheme.partition_sizes, dtype=np.float64)  # the scheme's current partitions
+        layout = tuple(sizes.tolist()) if getattr(self.scheme, "changes_layout", False) else None
         for task in tasks:
             job = int(task.job)
             if job not in slots:
                 slots[job] = len(slots)
                 self._ensure_job(job)
-            out.append(WireTask(job, tuple(task.partitions), np.asarray(task.coefficients, dtype=np.float64), slots[job]))
+            out.append(WireTask(job, tuple(task.partitions), np.asarray(task.coefficients, dtype=np.float64), slots[job],
+                                layout))
         refs = [self.job_params[job][1] for job in slots]
         total = sum(task.messages for task in tasks)
         if self.draw is None:
             return out, refs, np.zeros(total), total
-        prefix, _ = task_schedule(tasks, self.sizes)
+        prefix, _ = task_schedule(tasks, sizes)
         return out, refs, message_arrivals(self.draw.intercept[t, w], self.draw.slope[t, w], prefix, self.comm), total
 
     def _ensure_job(self, job: int) -> None:

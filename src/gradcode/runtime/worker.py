@@ -98,6 +98,9 @@ class WireTask:
     partitions: tuple[int, ...]
     coefficients: np.ndarray
     param_slot: int
+    #: the partitions' data fractions, for a scheme whose partitions change during the run (the
+    #: worker then holds the whole data set and its problem maps partitions to rows: ``rows_of``)
+    sizes: tuple | None = None
 
 
 class WorkerCore:
@@ -178,7 +181,7 @@ class WorkerCore:
                 if self._aborted >= t:
                     return
                 for pos in needed:
-                    partials[pos] = self._partial(x, task.job, task.partitions[pos], m)
+                    partials[pos] = self._partial(x, task, task.partitions[pos], m)
                 msg = self._combine(task.coefficients[r], partials, m)
                 if self.wire_dtype is not None:
                     with np.errstate(over="ignore"):  # an overflow is non-finite: the driver drops it
@@ -188,8 +191,11 @@ class WorkerCore:
 
     def _message_plan(self, task: WireTask) -> list[list[int]]:
         """For each message of ``task``: the positions of the partitions it computes first."""
+        if task.sizes is not None and not hasattr(self.problem, "rows_of"):
+            raise ValueError(f"worker {self.worker}: the scheme changes its partitions during the run, which this"
+                             " problem cannot follow (it keeps only its partitions' rows); torch models can")
         for j in task.partitions:
-            if j not in self.partitions:
+            if task.sizes is None and j not in self.partitions:
                 raise ValueError(
                     f"worker {self.worker} was asked for partition {j} but stores only "
                     f"{sorted(self.partitions)}"
@@ -208,13 +214,14 @@ class WorkerCore:
             out.append([int(p) for p in needed])
         return out
 
-    def _partial(self, x: np.ndarray, job: int, j: int, m: int) -> np.ndarray:
-        """Partial gradient of partition ``j`` for ``job``, cut into chunks, in the problem's
-        float dtype (float64 for the numpy problems, float32 for torch models). A problem with
-        ``batch_rows(job, j, rows)`` (mini-batches) computes on the rows it picks for the job."""
-        rows = self.partitions[j]
+    def _partial(self, x: np.ndarray, task: WireTask, j: int, m: int) -> np.ndarray:
+        """Partial gradient of partition ``j`` for ``task``'s job, cut into chunks, in the
+        problem's float dtype (float64 for the numpy problems, float32 for torch models). A problem
+        with ``batch_rows(job, j, rows, sizes)`` (mini-batches) computes on the rows it picks for
+        the job; a task that carries ``sizes`` names partitions of that layout (``rows_of``)."""
+        rows = self.partitions[j] if task.sizes is None else self.problem.rows_of(task.sizes, j)
         if self._batch_rows is not None:
-            rows = self._batch_rows(job, j, rows)
+            rows = self._batch_rows(task.job, j, rows, task.sizes)
         g = np.asarray(self.problem.gradient(x, rows)).ravel()
         if g.dtype.kind != "f":
             g = g.astype(np.float64)

@@ -81,6 +81,9 @@ class Scheme(ABC):
     delay: int = 0
     #: data fraction of each partition index that Tasks name (drivers time a task by its sizes)
     partition_sizes: np.ndarray
+    #: whether the partitions (``partition_sizes``) change during a run: a runtime driver then
+    #: sends each task with the current sizes and the workers hold the whole data set
+    changes_layout: bool = False
 
     @property
     def static_code(self):
@@ -155,6 +158,12 @@ class Scheme(ABC):
             if rates.shape != (self.n,):
                 raise ValueError(f"rates must have shape ({self.n},), got {rates.shape}")
         self._observe_states(t, straggling, rates)
+
+    def observe_times(self, t: int, times) -> None:
+        """After round ``t`` closed, a driver hands over its measured times: ``times[w]`` seconds
+        after the round started at which worker ``w`` delivered its result, ``-1`` for a
+        straggler. Schemes that adapt to measured times (:class:`~gradcode.schemes.switch.ProbeThenSwitch`)
+        use them; others ignore them."""
 
     @property
     def stragglers(self) -> np.ndarray:

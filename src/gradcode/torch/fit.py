@@ -30,6 +30,7 @@ from torch import nn
 
 from gradcode._validation import check_choice, check_int
 from gradcode.errors import GradcodeError
+from gradcode.schemes.switch import ProbeThenSwitch, set_decode_rtol
 from gradcode.torch.problem import (
     ModelLayout,
     TorchOptimizer,
@@ -62,6 +63,8 @@ class FitResult:
     result: Any = None
     run_dir: str | None = None
     spec: Any = None
+    #: with ``code="auto"``: what the probe measured, the candidates' predicted totals, the choice
+    auto: dict | None = None
 
     @property
     def losses(self) -> list[float]:
@@ -92,6 +95,8 @@ def fit(
     num_cpus: int | None = None,
     wire_dtype: str = "float32",
     decode_rtol: float | None = None,
+    probe: int | None = None,
+    load_slope: float | None = None,
     loss_reduction: str = "mean",
     eval_data=None,
     eval_every: int = 0,
@@ -119,6 +124,12 @@ def fit(
     ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``) or a factory ``params ->
     Optimizer``; it steps on the master with the decoded gradient. ``scheduler``: a factory
     ``optimizer -> LR scheduler``, stepped after every optimizer step.
+
+    ``code="auto"``: train uncoded for ``probe`` rounds (default 20), measure the workers, then
+    switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC parameters that the
+    paper's search predicts fastest for the rounds left (SGC App. K;
+    :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
+    estimated from the probe when not given); ``FitResult.auto`` says what was chosen and why.
 
     ``batch_size``: samples per job (None: full batch). ``rounds`` or ``epochs`` (default one
     epoch of ``N / batch_size`` jobs per model). ``code``, ``workers``, ``stragglers``, ``delay``,
@@ -166,12 +177,20 @@ def fit(
     if not callable(loss):
         raise TypeError(f"loss must be a callable loss(output, target), got {type(loss).__name__}")
 
+    auto = isinstance(code, str) and code == "auto"
     if not isinstance(code, str):  # decode_rtol is set on the run's own copy, never on the caller's code
         code = copy.deepcopy(code)
-    scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
-                          code_params=code_params)
-    for c in _codes_in(scheme):
-        c.decode_rtol = decode_rtol
+    if auto:  # uncoded for the probe (the scheme is made once the rounds are known)
+        if code_params:
+            raise ValueError("code='auto' chooses its own parameters; code_params go with a named code")
+        n = check_int("workers", workers if workers is not None else 4, minimum=2)
+        scheme = build_scheme("uncoded", workers=n)
+    else:
+        if probe is not None or load_slope is not None:
+            raise ValueError("probe and load_slope go with code='auto' (start uncoded, measure, switch)")
+        scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
+                              code_params=code_params)
+        set_decode_rtol(scheme, decode_rtol)
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     if N < sizes.size:
         raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
@@ -189,6 +208,13 @@ def fit(
     elif epochs is not None:
         raise ValueError("give rounds or epochs, not both")
     rounds = check_int("rounds", rounds, minimum=1)
+    if auto:
+        probe = check_int("probe", 20 if probe is None else probe, minimum=1)
+        if rounds <= probe:
+            raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
+        scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=models, close=close, waitout=waitout,
+                                 load_slope=load_slope, seed=seed, decode_rtol=decode_rtol)
+        spec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
 
     if engine == "ray":
         shipping = _user_code_by_value(spec)
@@ -217,13 +243,16 @@ def fit(
         result = run_training(tspec, cluster=ClusterConfig(address=address, num_cpus=num_cpus),
                               faults=FaultConfig(fail=tuple(fail), round_timeout=round_timeout), run=run,
                               engine=run_engine, callback=record, initial_params=initial)
+    if auto:  # what was chosen and why, in the records too
+        result.config["auto"] = scheme.report
+        result.save(run.run_dir)
     trained = []
     for opt, x in zip(optimizers, result.params):
         opt.layout.load(opt.module, x)
         opt.module.train()
         trained.append(opt.module)
     return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir),
-                     spec=spec)
+                     spec=spec, auto=scheme.report if auto else None)
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -262,23 +291,6 @@ def as_samples(data, name: str):
         return data, None
     raise TypeError(f"{name} must be a map-style torch Dataset, a DataLoader or (X, y) tensors/arrays;"
                     f" got {type(data).__name__}")
-
-
-def _codes_in(scheme) -> list:
-    """The codes a scheme decodes with (a static code, GC-DC's clusters' code, the sequential codes'
-    base code)."""
-    from gradcode.codes import LinearCode
-
-    found, stack = [], [scheme]
-    while stack:
-        obj = stack.pop()
-        for name in ("code", "gc"):
-            sub = getattr(obj, name, None)
-            if isinstance(sub, LinearCode):
-                found.append(sub)
-            elif sub is not None and sub is not obj:
-                stack.append(sub)
-    return found
 
 
 def _default_loss(samples):

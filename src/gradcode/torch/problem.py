@@ -3,17 +3,18 @@ steps (the machinery behind :func:`gradcode.torch.fit`).
 
 The vector that travels. A model with parameters ``theta`` (``d_p`` numbers, ``module.parameters()``
 order) and floating-point buffers ``beta`` (``d_b``: BatchNorm running statistics) is the float32
-vector ``x = [theta | beta | loss]`` of length ``d = d_p + d_b + 1``; the last slot holds the batch
-loss of the step that produced ``x`` (what :meth:`TorchMaster.objective` reports; workers ignore
-it). Worker ``w``'s partial for partition ``j`` of job ``t`` is, over the ``b_j`` samples
-:meth:`TorchSpec.batch_rows` picks for ``(t, j)``,
+vector ``x = [theta | beta | loss | 0]`` of length ``d = d_p + d_b + 2``; the loss slot holds the
+batch loss of the step that produced ``x`` (what :meth:`TorchMaster.objective` reports; workers
+ignore both slots). Worker ``w``'s partial for partition ``j`` of job ``t`` is, over the ``b_j``
+samples :meth:`TorchSpec.batch_rows` picks for ``(t, j)``,
 
-    g_j = [ grad_theta sum_i l_i  |  b_j (beta_j' - beta)  |  sum_i l_i ]
+    g_j = [ grad_theta sum_i l_i  |  b_j (beta_j' - beta)  |  sum_i l_i  |  b_j ]
 
 a *sum* over samples like every partial gradient in gradcode, so the code decodes ``sum_j g_j``
-exactly: the batch's summed gradient, the sample-weighted sum of the partitions' buffer updates and
-the batch's summed loss, all through the same code (stragglers bias none of them). The master
-divides by the batch size ``B = sum_j b_j``.
+exactly: the batch's summed gradient, the sample-weighted sum of the partitions' buffer updates,
+the batch's summed loss and its size ``B = sum_j b_j``, all through the same code (stragglers bias
+none of them). The master divides by the decoded ``B``, which stays right when a run switches to
+a scheme with other partitions (:class:`~gradcode.schemes.switch.ProbeThenSwitch`).
 
 Reductions: ``loss(output, target)`` must return a scalar. With ``loss_reduction="mean"`` (the
 default, as torch's losses) it is the mean over the samples it is given and is multiplied by
@@ -70,13 +71,13 @@ class ModelLayout:
         self.counters = [(name, b) for name, b in module.named_buffers() if name.endswith("num_batches_tracked")]
         self.d_params = int(sum(p.numel() for p in self.params))
         self.d_buffers = int(sum(b.numel() for _, b in self.buffers))
-        self.dim = self.d_params + self.d_buffers + 1
+        self.dim = self.d_params + self.d_buffers + 2
 
     def flatten(self, module: nn.Module, loss: float = math.nan) -> np.ndarray:
         with torch.no_grad():
             parts = [p.detach().reshape(-1).float() for p in module.parameters()]
             parts += [b.detach().reshape(-1).float() for _, b in self._buffers_of(module)]
-            parts.append(torch.tensor([loss], dtype=torch.float32))
+            parts.append(torch.tensor([loss, 0.0], dtype=torch.float32))
             return torch.cat(parts).numpy().copy()
 
     @staticmethod
@@ -130,6 +131,8 @@ class TorchSpec:
         self.eval_samples, self.eval_batch, self.metrics = eval_samples, int(eval_batch), dict(metrics or {})
         self.sizes = np.asarray(sizes, dtype=np.float64)
         self.models = int(models)
+        #: every worker keeps every sample (set for a scheme that changes its partitions mid-run)
+        self.hold_all = False
         self.shards = _shard_lengths(len(self.order), self.sizes)
         self.per_job = _per_job(self.shards, self.sizes, batch_size)
 
@@ -154,9 +157,13 @@ class TorchSpec:
 
     def build_partitions(self, partitions: Mapping[int, np.ndarray]):
         """``(worker problem, {j: local rows})``: the worker keeps only its partitions' samples,
-        fetched once and stacked (the full data set is dropped once this returns)."""
+        fetched once and stacked (the full data set is dropped once this returns); with
+        ``hold_all`` (a scheme that changes its partitions) every sample, in training order."""
         rows = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
-        keep = np.unique(np.concatenate(list(rows.values()))) if rows else np.zeros(0, dtype=np.int64)
+        if self.hold_all:
+            keep = np.arange(self.n_train)
+        else:
+            keep = np.unique(np.concatenate(list(rows.values()))) if rows else np.zeros(0, dtype=np.int64)
         X, y = fetch(self.samples, self.order[keep], seed=self.seed)
         local = {j: np.searchsorted(keep, r) for j, r in rows.items()}
         return TorchWorkerProblem(self, X, y), local
@@ -173,12 +180,16 @@ class TorchSpec:
         shard = self.partition_samples(j)
         return shard[self.batch_rows(job, j, np.arange(shard.size)).rows]
 
-    def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
+    def batch_rows(self, job: int, j: int, rows: np.ndarray, sizes=None) -> Batch:
         """Partition ``j``'s samples for ``job`` (model ``m = job mod models``, its step ``job //
         models``): the model's epochs over the partition, each a permutation drawn from ``(seed, m,
         epoch, j)``, cut into consecutive runs of ``b_j`` samples (so a job's batch is the same on
-        every worker, and each model's epoch sees each sample once)."""
-        b = int(self.per_job[j])
+        every worker, and each model's epoch sees each sample once). ``sizes``: the partitions'
+        data fractions when they are not the spec's (a run that switched schemes)."""
+        if sizes is None:
+            b = int(self.per_job[j])
+        else:
+            b = int(min(max(round(self.batch_size * sizes[j]), 1), rows.size)) if self.batch_size else rows.size
         if self.batch_size is None or b >= rows.size:
             return Batch(rows, job, j)
         steps = rows.size // b
@@ -200,9 +211,23 @@ class TorchWorkerProblem:
         self.X, self.y = X, y
         self.wire_dtype = np.dtype(spec.wire_dtype)
         self._loaded = None
+        self._layout_key, self._layout = None, None
 
-    def batch_rows(self, job: int, j: int, rows: np.ndarray) -> Batch:
-        return self.spec.batch_rows(job, j, rows)
+    def batch_rows(self, job: int, j: int, rows: np.ndarray, sizes=None) -> Batch:
+        return self.spec.batch_rows(job, j, rows, sizes)
+
+    def rows_of(self, sizes, j: int) -> np.ndarray:
+        """Partition ``j``'s rows under the partition sizes ``sizes`` (a scheme that changed its
+        partitions; the worker holds every sample, in training order)."""
+        if not self.spec.hold_all:
+            raise GradcodeError("this worker keeps only its partitions' samples; a scheme that changes its"
+                                " partitions needs TorchSpec.hold_all")
+        from gradcode.problems import partition_rows
+
+        key = tuple(sizes)
+        if key != self._layout_key:
+            self._layout_key, self._layout = key, partition_rows(self.spec.n_train, np.asarray(key))
+        return self._layout[j]
 
     def gradient(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         """``g_j`` of the module docstring, float32, for the samples of ``batch`` at ``x``."""
@@ -226,6 +251,7 @@ class TorchWorkerProblem:
         with torch.no_grad():
             parts += [((b - b0) * count).reshape(-1).float() for (_, b), b0 in zip(layout.buffers, before)]
             parts.append(total.detach().float().reshape(1))
+            parts.append(torch.tensor([float(count)]))
         return torch.cat(parts).numpy()
 
 
@@ -249,7 +275,7 @@ class TorchMaster:
 
     def objective(self, x) -> float:
         """The batch loss of the step that produced ``x`` (NaN before the first step)."""
-        return float(np.asarray(x)[-1])
+        return float(np.asarray(x)[-2])
 
     def metrics(self, x) -> dict:
         """Loss (``loss``) and ``accuracy`` (integer targets) on the held-out samples, the module in eval mode;
@@ -311,8 +337,10 @@ class TorchOptimizer:
             self._restore(state)
         if self._current is not x:  # x is what the last step returned unless a run restarted
             layout.load(module, x)
-        B = float(self.spec.samples_per_job)
         g = np.asarray(g, dtype=np.float64)
+        B = float(g[-1])  # the decoded batch size (module docstring)
+        if not B > 0.5:
+            raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
         grad = torch.from_numpy((g[: layout.d_params] / B).astype(np.float32))
         off = 0
         for p in layout.params:
@@ -331,7 +359,7 @@ class TorchOptimizer:
                 off += k
             for _, c in layout.counters:
                 c.add_(1)
-        out = layout.flatten(module, loss=float(g[-1] / B))
+        out = layout.flatten(module, loss=float(g[-2] / B))
         self._current = out
         return out, self._snapshot()
 
