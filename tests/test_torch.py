@@ -499,3 +499,13 @@ def test_auto_refusals(digits):
         fit(LNBNNet(), digits[0], code="crc", probe=5, rounds=2)
     with pytest.raises(ValueError, match="needs more rounds"):
         fit(LNBNNet(), digits[0], code="auto", probe=5, rounds=5)
+
+
+@pytest.mark.ray
+def test_auto_switches_on_ray(digits, ray_session):
+    """The switch on real workers: the layout travels with each task, the actors are not restarted."""
+    torch.manual_seed(9)
+    res = fit(LNBNNet(), digits[0], code="auto", probe=3, rounds=6, stragglers=1, delay=0.3, engine="ray",
+              workers=4, optimizer="sgd", optimizer_params={"lr": 0.1})
+    assert res.auto["chosen"]["family"] in ("gc", "none") and len(res.history) == 6
+    assert np.isfinite(res.history[-1]["loss"])
