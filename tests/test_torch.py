@@ -495,7 +495,7 @@ def test_choose_after_probe_follows_the_measurements():
 
 
 def test_auto_refusals(digits):
-    with pytest.raises(ValueError, match="probe and load_slope go with code='auto'"):
+    with pytest.raises(ValueError, match="go with code='auto'"):
         fit(LNBNNet(), digits[0], code="crc", probe=5, rounds=2)
     with pytest.raises(ValueError, match="needs more rounds"):
         fit(LNBNNet(), digits[0], code="auto", probe=5, rounds=5)
@@ -509,3 +509,17 @@ def test_auto_switches_on_ray(digits, ray_session):
               workers=4, optimizer="sgd", optimizer_params={"lr": 0.1})
     assert res.auto["chosen"]["family"] in ("gc", "none") and len(res.history) == 6
     assert np.isfinite(res.history[-1]["loss"])
+
+
+def test_reproduce_sgc_probe_switch_small(tmp_path):
+    """gradcode reproduce sgc-probe-switch at a CI size: every scheme starts uncoded, the coded ones
+    switch to their family's best parameters, the JSON and the plot are written."""
+    from gradcode.experiments.reproduce import run_reproduction
+
+    doc = run_reproduction("sgc-probe-switch", workers=8, jobs=24, probe=6, out=str(tmp_path))
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    assert set(rows) == {"uncoded", "GC", "SR-SGC", "M-SGC"}
+    assert rows["uncoded"]["speedup_vs_uncoded"] == 1 and rows["M-SGC"]["parameters"].startswith("B=")
+    assert all(np.isfinite(r["time_to_jobs"]) and 0 < r["accuracy"] <= 1 for r in rows.values())
+    assert (tmp_path / "sgc-probe-switch.json").exists() and (tmp_path / "sgc-probe-switch.png").exists()
+    assert "M-SGC finishes the jobs" in doc["notes"][0]

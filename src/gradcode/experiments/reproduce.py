@@ -15,7 +15,8 @@ from gradcode.registry import Registry
 
 #: modules that define reproductions; each registers on import
 _MODULES: list[str] = ["gradcode.experiments.repro_analysis", "gradcode.experiments.repro_codes",
-                      "gradcode.experiments.repro_gcdc", "gradcode.experiments.repro_sgc"]
+                      "gradcode.experiments.repro_gcdc", "gradcode.experiments.repro_sgc",
+                      "gradcode.experiments.repro_training"]
 
 #: Every reproduction by name; ``REPRODUCTIONS.make(name, **kwargs)`` runs one.
 REPRODUCTIONS: Registry[dict[str, Any]] = Registry("reproduction", modules=_MODULES)

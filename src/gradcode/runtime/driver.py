@@ -219,6 +219,7 @@ class RoundDriver:
         self.wait_all = setup.spec.waitout == "all"
         self.first_done: dict[int, float] = {}  # round -> kappa: when its first whole result was in
         self.lost: set[tuple[int, int]] = set()  # (round, worker) whose task failed (died)
+        self.finished_jobs: list[int] = []  # the jobs the last round finished
 
     # -------------------------------------------------------------- the run
     def run(self, run: RunConfig, *, log: RoundLog | None = None, checkpoint: Callable[[], None] | None = None,
@@ -243,6 +244,7 @@ class RoundDriver:
                 "elapsed": elapsed,
                 "loss": current_loss[0] if models == 1 else list(current_loss),
                 "stragglers": int((state.arrivals[t] < 0).sum()),
+                "jobs": list(self.finished_jobs),  # the jobs this round finished (their models stepped)
             }
             evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == rounds - 1  # 0: at the end only
             if evaluate and hasattr(problem, "metrics"):  # a spec's problem may have none
@@ -338,6 +340,7 @@ class RoundDriver:
                 rec["recovery"] = "resent" if rec["worker"] in arrived and rec["worker"] not in dropped else "tolerated"
                 self.fault_version += 1
         losses = self._apply(t, finished)
+        self.finished_jobs = [int(job) for job, _ in finished]
         self.state.round_times[t] = self.clock() - start
         for w in range(scheme.n):
             self.state.messages[t, w] = self.counts.get((t, w), 0)

@@ -54,12 +54,13 @@ def set_decode_rtol(scheme, rtol: float | None) -> None:
 
 def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="decodable",
                        waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                       max_w: int = 8) -> tuple[Scheme, dict]:
+                       max_w: int = 8, families=None) -> tuple[Scheme, dict]:
     """The scheme to switch to for ``jobs`` more jobs after a probe that measured ``times`` (``(T,
     n)`` seconds, module docstring), and the report: ``chosen`` (family and parameters),
     ``candidates`` (the best of each family with their predicted totals), ``alpha``,
     ``search_seconds``. The sequential codes are searched only when ``models`` exceeds their delay
-    ``T`` (a model's next job must not start before its last one finished)."""
+    ``T`` (a model's next job must not start before its last one finished); ``families``: the
+    families searched (default ``none``, ``gc`` and, with several models, ``sr-sgc``, ``m-sgc``)."""
     from gradcode.schemes.base import make_scheme
     from gradcode.schemes.sgc.tune import tune
     from gradcode.schemes.static import StaticScheme
@@ -78,10 +79,15 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
         alpha = check_real("load_slope", load_slope, minimum=0.0)
         alpha_from = "given"
     mu, rule = (0.0, "decodable") if close == "decodable" else (float(close), waitout)
-    families = ("none", "gc") + (("sr-sgc", "m-sgc") if models > 1 else ())
-    profile = np.resize(X, (jobs + max_w + 2, n))  # the probe, repeated over the jobs left
+    if families is None:
+        families = ("none", "gc") + (("sr-sgc", "m-sgc") if models > 1 else ())
+    families = tuple(families)
+    profile = np.resize(X, (jobs + 2 * max_w, n))  # the probe, repeated over the jobs left (and any T)
     result = tune(profile, jobs=jobs, alpha=alpha, mu=mu, waitout=rule, families=families, max_W=max_w)
     usable = [c for c in result.candidates if c.delay < models]
+    if not usable:
+        raise ValueError(f"no parameter set of {', '.join(families)} fits {models} model(s): the sequential codes"
+                         " need more models than their delay T")
     best = usable[0]
     if best.scheme in ("none",) or (best.scheme == "gc" and best.params["s"] == 0):
         from gradcode.codes import make_code
@@ -118,7 +124,7 @@ class ProbeThenSwitch(Scheme):
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
                  waitout: str = "decodable", load_slope: float | None = None, seed: int = 0, max_w: int = 8,
-                 decode_rtol: float | None = None):
+                 decode_rtol: float | None = None, families=None):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
 
@@ -128,7 +134,7 @@ class ProbeThenSwitch(Scheme):
         self.first = StaticScheme(make_code("uncoded", n=self.n))
         self.second: Scheme | None = None
         self._options = dict(models=models, close=close, waitout=waitout, load_slope=load_slope, seed=seed,
-                             max_w=max_w)
+                             max_w=max_w, families=families)
         self._times = np.zeros((self.probe, self.n))
         self.decode_rtol = decode_rtol
         self.report: dict | None = None

@@ -97,6 +97,8 @@ def fit(
     decode_rtol: float | None = None,
     probe: int | None = None,
     load_slope: float | None = None,
+    families=None,
+    inject: str = "excess",
     loss_reduction: str = "mean",
     eval_data=None,
     eval_every: int = 0,
@@ -129,7 +131,10 @@ def fit(
     switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC parameters that the
     paper's search predicts fastest for the rounds left (SGC App. K;
     :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
-    estimated from the probe when not given); ``FitResult.auto`` says what was chosen and why.
+    estimated from the probe when not given; ``families``: the ones searched, a subset of
+    ``"none"``, ``"gc"``, ``"sr-sgc"``, ``"m-sgc"``); ``FitResult.auto`` says what was chosen and why.
+    ``inject``: as :func:`gradcode.train` (``"excess"``: workers sleep what the delay model adds
+    beyond the round's fastest worker; ``"full"``: the model's whole time).
 
     ``batch_size``: samples per job (None: full batch). ``rounds`` or ``epochs`` (default one
     epoch of ``N / batch_size`` jobs per model). ``code``, ``workers``, ``stragglers``, ``delay``,
@@ -186,8 +191,8 @@ def fit(
         n = check_int("workers", workers if workers is not None else 4, minimum=2)
         scheme = build_scheme("uncoded", workers=n)
     else:
-        if probe is not None or load_slope is not None:
-            raise ValueError("probe and load_slope go with code='auto' (start uncoded, measure, switch)")
+        if probe is not None or load_slope is not None or families is not None:
+            raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
         scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
                               code_params=code_params)
         set_decode_rtol(scheme, decode_rtol)
@@ -213,7 +218,7 @@ def fit(
         if rounds <= probe:
             raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=models, close=close, waitout=waitout,
-                                 load_slope=load_slope, seed=seed, decode_rtol=decode_rtol)
+                                 load_slope=load_slope, seed=seed, decode_rtol=decode_rtol, families=families)
         spec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
 
     if engine == "ray":
@@ -225,7 +230,8 @@ def fit(
 
         run_engine = InProcessEngine(compute_time="measured")
     tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
-                      data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout)
+                      data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout,
+                      inject=inject)
     if resume and run_dir is None:
         raise ValueError("resume=True needs run_dir: the folder of the run to continue")
     run = RunConfig(rounds=rounds, eval_every=eval_every, checkpoint_every=checkpoint_every, resume=resume,
