@@ -523,3 +523,16 @@ def test_reproduce_sgc_probe_switch_small(tmp_path):
     assert all(np.isfinite(r["time_to_jobs"]) and 0 < r["accuracy"] <= 1 for r in rows.values())
     assert (tmp_path / "sgc-probe-switch.json").exists() and (tmp_path / "sgc-probe-switch.png").exists()
     assert "M-SGC finishes the jobs" in doc["notes"][0]
+
+
+def test_reproduce_sgc_training_small(tmp_path):
+    """gradcode reproduce sgc-training at a CI size: parameters from the reference profile, coded
+    from round 1."""
+    from gradcode.experiments.reproduce import run_reproduction
+
+    doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False)
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    assert set(rows) == {"uncoded", "GC", "SR-SGC", "M-SGC"}
+    assert rows["GC"]["parameters"].startswith("s=") and rows["GC"]["search_ms"] is not None
+    assert all(np.isfinite(r["time_to_jobs"]) for r in rows.values())
+    assert doc["files"] == [str(tmp_path / "sgc-training.json")]
