@@ -577,6 +577,9 @@ class RoundDriver:
                     self.overflowed.add((t, w))
                 self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity{overflow}; the"
                             " worker's result for the round was discarded")
+                out = getattr(self.scheme, "worker_out", None)
+                if out is not None:
+                    out(t, w)
                 self.engine.abort(w, t)
                 return
             self.counts[(t, w)] = i + 1

@@ -165,6 +165,11 @@ class Scheme(ABC):
         straggler. Schemes that adapt to measured times (:class:`~gradcode.schemes.switch.ProbeThenSwitch`)
         use them; others ignore them."""
 
+    def worker_out(self, t: int, worker: int) -> None:
+        """A driver says ``worker`` will deliver nothing more in round ``t`` (its result held NaN
+        or infinity and was discarded). Schemes that wait for spare results (verification) stop
+        waiting for it; others need not care."""
+
     @property
     def stragglers(self) -> np.ndarray:
         """The straggler history: ``(closed rounds, n)`` booleans, row ``t`` marks the stragglers

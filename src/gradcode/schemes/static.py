@@ -129,7 +129,7 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "dropped", "real", "imprecise_at")
+    __slots__ = ("counts", "payloads", "times", "dropped", "real", "imprecise_at", "out")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
@@ -139,6 +139,8 @@ class _Round:
         self.real: bool | None = None
         #: messages held when a decode was refused as imprecise: not ready again until more arrive
         self.imprecise_at: int | None = None
+        #: workers that will deliver nothing more this round (the driver discarded their result)
+        self.out: set[int] = set()
 
 
 class StaticScheme(Scheme):
@@ -243,24 +245,35 @@ class StaticScheme(Scheme):
             return False
         if not self.rule.satisfied(counts):
             return False
-        if self.verify and not self._enough_to_locate(counts):
+        if self.verify and not self._enough_to_locate(counts, state.out | state.dropped):
             return False
         if isinstance(self.rule, GenericRule):
             return True
         return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
 
-    def _enough_to_locate(self, counts: np.ndarray) -> bool:
+    def _enough_to_locate(self, counts: np.ndarray, out: set) -> bool:
         """Verification mode: results enough to *locate* one corrupted worker, i.e. two more
         than decoding needs (one more only detects). For an any-``need``-of-``n`` rule that is
         ``need + 2`` workers, per group for per-group rules (capped at the group's size);
-        otherwise every worker's whole result."""
+        otherwise every worker's whole result. Workers ``out`` of the round (their result was
+        discarded, e.g. non-finite) cannot add to it: the wait caps at what the others can give,
+        and the round then verifies with the redundancy it has (detecting with one spare result)."""
         rule = self.rule
+        alive = np.ones(self.n, dtype=bool)
+        alive[list(out)] = False
         if isinstance(rule, KOfN):
-            return int(np.count_nonzero(counts > rule.msg)) >= min(self.n, rule.need + 2)
+            return int(np.count_nonzero(counts > rule.msg)) >= min(int(alive.sum()), rule.need + 2)
         if isinstance(rule, PerGroup):
             have = (counts[rule.groups] > rule.msg).sum(axis=1)
-            return bool((have >= np.minimum(rule.groups.shape[1], rule.need + 2)).all())
-        return bool((counts >= self._R).all())
+            return bool((have >= np.minimum(alive[rule.groups].sum(axis=1), rule.need + 2)).all())
+        return bool((counts[alive] >= self._R[alive]).all())
+
+    def worker_out(self, t: int, worker: int) -> None:
+        """Worker ``worker`` will deliver nothing more in round ``t`` (a driver discarded its
+        non-finite result): verification stops waiting for it."""
+        state = self._open.get(t)
+        if state is not None:
+            state.out.add(self._check_worker(worker))
 
     def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
         if t in self._closed:
