@@ -536,3 +536,10 @@ def test_reproduce_sgc_training_small(tmp_path):
     assert rows["GC"]["parameters"].startswith("s=") and rows["GC"]["search_ms"] is not None
     assert all(np.isfinite(r["time_to_jobs"]) for r in rows.values())
     assert doc["files"] == [str(tmp_path / "sgc-training.json")]
+
+
+def test_auto_families_are_checked_up_front(digits):
+    with pytest.raises(ValueError, match="need models >= 2"):
+        fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("m-sgc",))
+    with pytest.raises(ValueError, match="families must name"):
+        fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("bogus",))

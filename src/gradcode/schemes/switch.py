@@ -133,6 +133,16 @@ class ProbeThenSwitch(Scheme):
         self.rounds = check_int("rounds", rounds, minimum=self.probe + 1)
         self.first = StaticScheme(make_code("uncoded", n=self.n))
         self.second: Scheme | None = None
+        if families is not None:
+            from gradcode.schemes.sgc.tune import FAMILIES
+
+            families = tuple(families)
+            unknown = [f for f in families if f not in FAMILIES]
+            if unknown or not families:
+                raise ValueError(f"families must name some of {', '.join(FAMILIES)}; got {families!r}")
+            if models < 2 and not set(families) & {"none", "gc"}:
+                raise ValueError(f"families {families!r} are sequential codes, whose jobs span rounds: they need"
+                                 " models >= 2 (pipelined models), or add 'gc'")
         self._options = dict(models=models, close=close, waitout=waitout, load_slope=load_slope, seed=seed,
                              max_w=max_w, families=families)
         self._times = np.zeros((self.probe, self.n))
