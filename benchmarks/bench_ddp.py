@@ -1,0 +1,174 @@
+"""The anchor: gradcode against what a practitioner would use, Ray Train's ``TorchTrainer`` (PyTorch
+DDP over gloo, CPU), on the same model, data, batch size, optimizer and injected delays (issue 19,
+item 3). Needs the benchmark-only extra ``pip install -e ".[ddp]"`` (``ray[train]``). Run from the
+repo root:
+
+    python benchmarks/bench_ddp.py [--repeats 3] [--target 0.9] [--delay 0.2]
+
+Set-up: n = 4 workers, the small CNN on scikit-learn's 8x8 digits, batch 240 (60 a worker), Adam
+(lr 3e-3), held-out accuracy checked every 5 steps; the measure is the wall-clock time until the
+held-out accuracy first reaches ``--target``. Two conditions: no stragglers, and one of the four
+workers (a random one each step, the same draw for every trainer) sleeping ``--delay`` seconds
+before it computes. DDP waits for it in every all-reduce; gradcode's ``crc`` (s = 1) does not,
+``uncoded`` does, ``auto`` probes 5 rounds uncoded then switches. Each configuration runs
+``--repeats`` times, interleaved, in one Ray session (2 CPUs here: both trainers' 4 workers share
+them, one thread each; medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# one thread per worker process for both trainers (Ray's workers inherit it): 8 processes with two
+# threads each on 2 cores made Ray Train's health check kill a DDP worker as unresponsive
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+N_WORKERS, BATCH, EVAL_EVERY, MAX_STEPS = 4, 240, 5, 400
+
+
+def stragglers(steps: int, seed: int) -> np.ndarray:
+    """The worker delayed in each step (the same draw for every trainer)."""
+    return np.random.default_rng(seed).integers(0, N_WORKERS, steps)
+
+
+def ddp_loop(config: dict) -> None:
+    """Ray Train's per-worker loop: the same model, data split, batch and delays as gradcode's run."""
+    import torch
+    from ray import train as rtrain
+    from ray.train.torch import prepare_model
+
+    from gradcode.torch import SmallCNN, digits
+
+    (X, y), (Xt, yt) = digits(seed=0)
+    rank, world = rtrain.get_context().get_world_rank(), rtrain.get_context().get_world_size()
+    torch.manual_seed(0)
+    model = prepare_model(SmallCNN((1, 8, 8), 10))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    per = BATCH // world
+    rng = np.random.default_rng([0, rank])
+    slow = config["slow"]
+    start = time.perf_counter()
+    for step in range(MAX_STEPS):
+        idx = torch.from_numpy(rng.choice(len(y), per, replace=False))
+        if config["delay"] > 0 and slow[step] == rank:
+            time.sleep(config["delay"])
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()  # DDP all-reduces here
+        opt.step()
+        if (step + 1) % EVAL_EVERY == 0:
+            acc = 0.0
+            if rank == 0:  # one evaluation, as gradcode's master does (its time is not in the rounds)
+                inner = getattr(model, "module", model)  # not the DDP wrapper: its forward is a collective
+                inner.eval()
+                with torch.no_grad():
+                    acc = float((inner(Xt).argmax(1) == yt).float().mean())
+                inner.train()
+            done = torch.tensor([1.0 if acc >= config["target"] else 0.0])
+            torch.distributed.broadcast(done, src=0)  # rank 0's verdict for everyone
+            if done.item():
+                if rank == 0:  # the result goes through a file: this machine's benchmark, one node
+                    with open(config["out"], "w") as fh:
+                        fh.write(f"{time.perf_counter() - start} {step + 1} {acc}")
+                return
+
+
+def run_ddp(delay: float, target: float, seed: int) -> tuple[float, int]:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    out = tempfile.mktemp(prefix="ddp-result-")
+    trainer = TorchTrainer(ddp_loop, train_loop_config={"delay": delay, "target": target, "out": out,
+                                                        "slow": stragglers(MAX_STEPS, seed).tolist()},
+                           scaling_config=ScalingConfig(num_workers=N_WORKERS, use_gpu=False,
+                                                        resources_per_worker={"CPU": 0.01}),
+                           torch_config=TorchConfig(backend="gloo"),
+                           run_config=RunConfig(storage_path=tempfile.mkdtemp(prefix="ddp-"), name="ddp"))
+    trainer.fit()
+    if not os.path.exists(out):  # the target was not reached within MAX_STEPS
+        return float("nan"), MAX_STEPS
+    with open(out) as fh:
+        seconds, steps, _ = fh.read().split()
+    os.unlink(out)
+    return float(seconds), int(steps)
+
+
+class _Reached(Exception):
+    """Raised by the callback to end a gradcode run at the target accuracy."""
+
+
+def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[float, int]:
+    from gradcode.torch import SmallCNN, digits, fit
+
+    (X, y), test = digits(seed=0)
+    slow = stragglers(MAX_STEPS, seed)
+    delays = np.zeros((MAX_STEPS, N_WORKERS))
+    if delay > 0:
+        delays[np.arange(MAX_STEPS), slow] = delay
+    reached = {}
+
+    def stop_at_target(rec):
+        for m in rec.get("metrics", []):
+            if m["accuracy"] >= target and "t" not in reached:
+                reached["t"], reached["steps"] = rec["elapsed"], rec["round"] + 1
+                raise _Reached  # the run stops: the target was reached
+
+    kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=MAX_STEPS, optimizer="adam",
+              optimizer_params={"lr": 3e-3}, eval_data=test, eval_every=EVAL_EVERY, callback=stop_at_target,
+              delay_model=("trace", {"delays": delays}), inject="full", seed=0)
+    if code == "crc":
+        kw["stragglers"] = 1
+    if code == "auto":
+        kw["probe"] = 5
+    try:
+        fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **kw)
+    except _Reached:
+        pass
+    return reached.get("t", float("nan")), reached.get("steps", MAX_STEPS)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--delay", type=float, default=0.2)
+    args = ap.parse_args()
+    import ray
+
+    from gradcode.runtime.engine import init_ray
+
+    init_ray(num_cpus=2)
+    print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, ray {ray.__version__},"
+          f" {time.strftime('%Y-%m-%d')}; time to held-out accuracy {args.target}", flush=True)
+    configs = [("DDP (TorchTrainer, gloo)", "ddp"), ("gradcode uncoded", "uncoded"), ("gradcode crc s=1", "crc"),
+               ("gradcode auto", "auto")]
+    for delay in (0.0, args.delay):
+        times = {name: [] for name, _ in configs}
+        steps = {name: [] for name, _ in configs}
+        for r in range(args.repeats):
+            for name, code in configs:
+                run = (lambda: run_ddp(delay, args.target, seed=r)) if code == "ddp" else (
+                    lambda: run_gradcode(code, delay, args.target, seed=r))
+                t, k = run()
+                times[name].append(t)
+                steps[name].append(k)
+                print(f"  delay {delay:g} s, repeat {r}: {name}: {t:.2f} s, {k} steps", file=sys.stderr, flush=True)
+        ddp = statistics.median(times["DDP (TorchTrainer, gloo)"])
+        print(f"one of {N_WORKERS} workers delayed {delay:g} s a step:" if delay else "no stragglers:")
+        for name, _ in configs:
+            med = statistics.median(times[name])
+            print(f"  {name:26s} median {med:7.2f} s  ({med / ddp:.2f}x DDP)  runs {[round(t, 2) for t in times[name]]}"
+                  f"  steps {steps[name]}")
+
+
+if __name__ == "__main__":
+    main()
