@@ -120,3 +120,14 @@ def test_auto_needs_a_torch_model(capsys):
     with pytest.raises(SystemExit) as info:
         main(["train", "--scheme", "auto", "--rounds", "3", "--json"])
     assert info.value.code == 2 and "--model" in json.loads(capsys.readouterr().out)["error"]
+
+
+@pytest.mark.parametrize("code, params", [("uncoded", {}), ("crc", {"s": 0}), ("ignore", {"s": 1})])
+def test_verify_without_redundancy_is_refused(code, params):
+    """--verify with a code that has no spare results used to run unverified without a word."""
+    from gradcode.runtime import build_scheme
+
+    with pytest.raises(ValueError, match="verify needs spare results"):
+        build_scheme(code, workers=4, code_params=params, verify=True)
+    with pytest.raises(ValueError, match="verify needs spare results"):
+        build_scheme(gradcode.make_code(code, n=4, **params), verify=True)

@@ -85,7 +85,7 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         raise ValueError(f"verify applies to codes (run as static schemes), not to the scheme {code!r}")
     if not isinstance(code, str):
         if isinstance(code, LinearCode):
-            return StaticScheme(code, dim=dim, verify=verify)
+            return StaticScheme(_verifiable(code, verify), dim=dim, verify=verify)
         return as_scheme(code, dim=dim, what="code")  # a Scheme as is
     if code in SCHEMES:  # a scheme family (gc-dc, ...): n from the workers, seed shared
         params = dict(code_params or {})
@@ -105,7 +105,17 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
     if "seed" in takes:
         params.setdefault("seed", seed)
-    return _labelled(StaticScheme(make_code(code, **params), dim=dim, verify=verify), code)
+    return _labelled(StaticScheme(_verifiable(make_code(code, **params), verify), dim=dim, verify=verify), code)
+
+
+def _verifiable(code, verify: bool):
+    """``code``, refused for ``verify`` when it has no redundancy to check results against (no
+    straggler tolerated, or an inexact estimate): verification would run unverified."""
+    if verify and (code.tolerance == 0 or not code.exact):
+        why = "it tolerates no straggler" if code.exact else "it only estimates the gradient"
+        raise ValueError(f"verify needs spare results to check against, and {code!r} has none ({why});"
+                         " use a code with s >= 1 (e.g. crc or frc with --stragglers 1 or more)")
+    return code
 
 
 def _labelled(scheme, name: str):
