@@ -221,3 +221,24 @@ def test_static_scheme_waits_for_more_rows_after_an_imprecise_decode():
     ((job, grad),) = scheme.close(0, frozenset(range(code.n)))
     truth = g.astype(np.float64).sum(axis=0)
     assert np.linalg.norm(grad - truth) <= 1e-4 * np.linalg.norm(truth)
+
+
+def test_huge_finite_messages_name_their_senders():
+    """A worker whose result is x1e300 (finite) made the bound NaN and no culprit was named; now it
+    is a NonFiniteMessageError naming it, which a static scheme drops like a NaN worker."""
+    from gradcode.codes import NonFiniteMessageError
+
+    code = gradcode.make_code("crc", n=6, s=2, seed=0)
+    g = np.random.default_rng(0).standard_normal((6, 50))
+    msgs = {w: code.encode(w, g[list(code.placement[w])]) for w in range(6)}
+    msgs[1] = msgs[1] * 1e300
+    with pytest.raises(NonFiniteMessageError, match=r"workers \[1\]") as info:
+        code.decode(msgs, dim=50)
+    assert info.value.workers == (1,)
+    scheme = StaticScheme(code, dim=50)
+    scheme.plan(0)
+    for w in range(6):
+        scheme.on_result(0, w, 0, msgs[w][0], 1.0)
+    ((_, grad),) = scheme.close(0, frozenset(range(6)))
+    np.testing.assert_allclose(grad, g.sum(axis=0), rtol=1e-9)
+    assert scheme.stragglers[0, 1]

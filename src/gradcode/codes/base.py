@@ -556,6 +556,11 @@ class LinearCode:
                 "treat them as stragglers and decode without them",
                 bad,
             )
+        if not np.isfinite(norms).all():  # finite values past ~1e154: no bound can be computed for them
+            bad = tuple(sorted({w for (w, _), v in zip(sol.rows, norms) if not np.isfinite(v)}))
+            raise NonFiniteMessageError(
+                f"messages from workers {list(bad)} hold values so large (beyond ~1e154) that the decode's"
+                " error bound overflows; treat them as stragglers and decode without them", bad)
         gradient = out[:d]
         return self._bounded(sol, gradient, norms, sums, prec, tol)
 
