@@ -116,6 +116,10 @@ from gradcode.schemes.timing import message_arrivals
 
 __all__ = ["RoundDriver", "RoundTimeoutError", "RunSetup"]
 
+#: what a non-finite float16 message most likely is, and what to do about it
+_FLOAT16_OVERFLOW = ("float16 messages overflow above 65504: send float32 or float64, or use a code with smaller"
+                     " coefficients")
+
 
 class RoundTimeoutError(GradcodeError):
     """A round could not be decoded within ``round_timeout`` seconds. The message names the round,
@@ -572,8 +576,7 @@ class RoundDriver:
                 self.discarded.add((t, w))
                 overflow = ""
                 if getattr(ev.payload, "dtype", None) == np.float16:
-                    overflow = (" (float16 messages overflow above 65504: send float32 or float64, or use a code"
-                                " with smaller coefficients)")
+                    overflow = f" ({_FLOAT16_OVERFLOW})"
                     self.overflowed.add((t, w))
                 self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity{overflow}; the"
                             " worker's result for the round was discarded")
@@ -677,8 +680,7 @@ class RoundDriver:
             running = self.engine.running_round(w)
             if (t, w) in self.discarded:
                 why = "its result held NaN or infinity and was discarded" + (
-                    " (a float16 message overflowed above 65504: send float32 or float64, or use a code with"
-                    " smaller coefficients)" if (t, w) in self.overflowed else "")
+                    f" ({_FLOAT16_OVERFLOW})" if (t, w) in self.overflowed else "")
             elif w in self.down:
                 rec = self.down[w]
                 restarts = (" Ray does not restart it (max_restarts=0)" if self.max_restarts == 0 else

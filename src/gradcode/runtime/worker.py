@@ -23,7 +23,7 @@ simulator assumes. The worker sleeps before each message, then computes. Sleeps 
 once the master closes the round it aborts the worker, which stops at once and sends nothing more.
 Real computation is never interrupted mid-message.
 
-Mini-batches and wire types: a problem with ``batch_rows(job, j, rows)`` computes partition
+Mini-batches and wire types: a problem with ``batch_rows(job, j, rows, sizes)`` computes partition
 ``j``'s partial gradient of a job on the rows that method picks (every worker holding ``j`` picks
 the same ones: :mod:`gradcode.torch`), and one with ``wire_dtype`` has its messages cast to that
 type before they are sent (float16, ``ml_dtypes.bfloat16``).

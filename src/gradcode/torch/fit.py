@@ -161,7 +161,7 @@ def fit(
     continues from there, ``rounds`` being the total.
     """
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.master import build_scheme, run_training
+    from gradcode.runtime.master import run_training
 
     seed = check_int("seed", seed, minimum=0)
     models = check_int("models", models, minimum=1)
@@ -183,19 +183,8 @@ def fit(
         raise TypeError(f"loss must be a callable loss(output, target), got {type(loss).__name__}")
 
     auto = isinstance(code, str) and code == "auto"
-    if not isinstance(code, str):  # decode_rtol is set on the run's own copy, never on the caller's code
-        code = copy.deepcopy(code)
-    if auto:  # uncoded for the probe (the scheme is made once the rounds are known)
-        if code_params:
-            raise ValueError("code='auto' chooses its own parameters; code_params go with a named code")
-        n = check_int("workers", workers if workers is not None else 4, minimum=2)
-        scheme = build_scheme("uncoded", workers=n)
-    else:
-        if probe is not None or load_slope is not None or families is not None:
-            raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
-        scheme = build_scheme(code, workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
-                              code_params=code_params)
-        set_decode_rtol(scheme, decode_rtol)
+    scheme = _scheme(code, auto, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params,
+                     decode_rtol=decode_rtol, auto_options=(probe, load_slope, families))
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     if N < sizes.size:
         raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
@@ -207,12 +196,7 @@ def fit(
     _probe(spec)
     opt_factory = _optimizer_factory(optimizer, optimizer_params)
     optimizers = [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, scheduler) for f in factories]
-    if rounds is None:
-        steps = int(min(spec.shards // np.maximum(spec.per_job, 1))) if batch_size is not None else 1
-        rounds = max(1, math.ceil((1.0 if epochs is None else float(epochs)) * max(steps, 1) * models))
-    elif epochs is not None:
-        raise ValueError("give rounds or epochs, not both")
-    rounds = check_int("rounds", rounds, minimum=1)
+    rounds = _rounds(spec, rounds, epochs, models)
     if auto:
         probe = check_int("probe", 20 if probe is None else probe, minimum=1)
         if rounds <= probe:
@@ -221,14 +205,7 @@ def fit(
                                  load_slope=load_slope, seed=seed, decode_rtol=decode_rtol, families=families)
         spec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
 
-    if engine == "ray":
-        shipping = _user_code_by_value(spec)
-        run_engine = None
-    else:
-        shipping = contextlib.nullcontext()
-        from gradcode.runtime.inprocess import InProcessEngine
-
-        run_engine = InProcessEngine(compute_time="measured")
+    run_engine, shipping = _engine(engine, spec)
     tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
                       data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout,
                       inject=inject)
@@ -259,6 +236,49 @@ def fit(
         trained.append(opt.module)
     return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir),
                      spec=spec, auto=scheme.report if auto else None)
+
+
+# ----------------------------------------------------------------------------------- steps of fit
+
+
+def _scheme(code, auto: bool, *, workers, stragglers, seed, code_params, decode_rtol, auto_options):
+    """The run's scheme: the named code or a copy of the caller's object (``decode_rtol`` is set on
+    the run's own codes, never on the caller's), or for ``code="auto"`` the probe's uncoded one
+    (:class:`ProbeThenSwitch` wraps it once the rounds are known)."""
+    from gradcode.runtime.master import build_scheme
+
+    if auto:
+        if code_params:
+            raise ValueError("code='auto' chooses its own parameters; code_params go with a named code")
+        return build_scheme("uncoded", workers=check_int("workers", workers if workers is not None else 4, minimum=2))
+    if any(option is not None for option in auto_options):
+        raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
+    scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code),
+                          workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
+                          code_params=code_params)
+    set_decode_rtol(scheme, decode_rtol)
+    return scheme
+
+
+def _rounds(spec: TorchSpec, rounds, epochs, models: int) -> int:
+    """``rounds``, or those ``epochs`` (default 1) of every model take: ``N / batch_size`` jobs an
+    epoch (the smallest partition's count of whole batches), one a round."""
+    if rounds is None:
+        steps = int(min(spec.shards // np.maximum(spec.per_job, 1))) if spec.batch_size is not None else 1
+        rounds = max(1, math.ceil((1.0 if epochs is None else float(epochs)) * max(steps, 1) * models))
+    elif epochs is not None:
+        raise ValueError("give rounds or epochs, not both")
+    return check_int("rounds", rounds, minimum=1)
+
+
+def _engine(engine: str, spec: TorchSpec):
+    """``(engine, context)``: Ray (None: the runtime starts it; the user's code travels by value
+    while the run lasts) or the in-process engine timed by measured compute."""
+    if engine == "ray":
+        return None, _user_code_by_value(spec)
+    from gradcode.runtime.inprocess import InProcessEngine
+
+    return InProcessEngine(compute_time="measured"), contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------------- inputs
