@@ -902,34 +902,38 @@ def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) ->
     received row (0 for rows whose coefficients are all zero: they are not read).
 
     For single-chunk codes this is a fused, cache-blocked weighted sum (each message is read once,
-    the output block stays in cache, and the row norms are accumulated from the same block), which
-    is what brings decoding close to the memory floor of summing the received messages once."""
+    the output block stays in cache), which is what brings decoding close to the memory floor of
+    summing the received messages once. The row norms are accumulated from the same cached block
+    with numpy's own square and sum, not BLAS's ``ddot``: interleaved with ``daxpy``, OpenBLAS's
+    threads made that 100x slower (59 s instead of 0.6 s for 56 rows of 1e6, measured)."""
     A = sol.coefficients
     if L == 1:
         vecs = [arrays[w][r] for w, r in sol.rows]
         coefs = [float(c) for c in A[0]]
-        sumsq = [0.0] * len(vecs)
+        sumsq = np.zeros(len(vecs))
         out = np.empty(m, dtype=np.float64)
         tmp = np.empty(min(m, _BLOCK), dtype=np.float64)
+        sq = np.empty_like(tmp)
         axpy = blas.daxpy
         for start in range(0, m, _BLOCK):
             stop = min(start + _BLOCK, m)
-            blk = out[start:stop]
+            blk, t, q = out[start:stop], tmp[: stop - start], sq[: stop - start]
             first = True
             for i, (c, v) in enumerate(zip(coefs, vecs)):
                 if c == 0.0:
                     continue
                 seg = v[start:stop]
                 if seg.dtype == np.float64:
-                    sumsq[i] += float(np.dot(seg, seg))
+                    np.multiply(seg, seg, out=q)
+                    sumsq[i] += q.sum()
                     if first:
                         np.multiply(seg, c, out=blk)
                     else:
                         axpy(seg, blk, a=c)
-                else:
-                    t = tmp[: stop - start]
+                else:  # widened a block at a time (16-bit squares would overflow)
                     np.multiply(seg, np.float64(c), out=t)
-                    sumsq[i] += float(np.dot(t, t)) / (c * c)
+                    np.multiply(t, t, out=q)
+                    sumsq[i] += q.sum() / (c * c)
                     if first:
                         blk[:] = t
                     else:
@@ -937,6 +941,6 @@ def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) ->
                 first = False
             if first:
                 blk[:] = 0.0
-        return out, np.sqrt(np.asarray(sumsq))
+        return out, np.sqrt(sumsq)
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
     return (A @ stacked).reshape(L * m), np.linalg.norm(stacked, axis=1)
