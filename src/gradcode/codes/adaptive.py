@@ -145,10 +145,14 @@ class _EMCode(LinearCode):
         self.M = em_matrix_M(n, d, L, self.E_blocks)
         self.M.flags.writeable = False
         placement = cyclic_placement(n, d)
+        encoders = _em_encoders(n, L, self.E_blocks, self.M, placement)
+        # ||B[r n + w]||_1: the size of each message's encoder row (a worker's row is zero off its
+        # own partitions), which weights the decoding solve
+        self._row_sizes = [np.maximum(np.abs(E).sum(axis=(1, 2)), np.finfo(float).tiny) for E in encoders]
         super().__init__(
             n=n,
             placement=placement,
-            encoders=_em_encoders(n, L, self.E_blocks, self.M, placement),
+            encoders=encoders,
             k=n,
             chunks=L,
             tolerance=tolerance,
@@ -165,7 +169,17 @@ class _EMCode(LinearCode):
         return B
 
     def _fast_solve(self, pattern: Pattern) -> Decoding:
-        """Decode from ``E_F`` (eq. 28-29): minimum-norm ``A`` with ``A E_F = [I_L 0]``."""
+        """Decode from ``E_F`` (eq. 28-29): ``A`` with ``A E_F = [I_L 0]``, of minimum norm.
+
+        When more messages arrived than unknowns (every worker's ``L`` messages, say), the
+        solutions form a family, and the plain minimum-norm one spreads weight over AGC's later
+        rounds, whose rows of ``B`` are orders of magnitude larger (``M^D`` comes from
+        ill-conditioned solves): at n = 20, d = 3, L = 6 it amplified the messages' rounding 8e6x
+        with every message in, against 4e2x from the first two rounds alone. So the solve is also
+        done weighted, minimising ``||A D||`` with ``D`` the received encoder rows' sizes
+        ``||B_F[i]||_1`` (the 2-norm form of the amplification that
+        :meth:`~gradcode.codes.base.LinearCode._check_answer` measures), and kept when it passes
+        that check with a clearly smaller amplification (:meth:`_better`)."""
         L = self.L
         rows = tuple((w, r) for w, rw in pattern for r in range(rw))
         width = max(self.E_blocks[rw - 1].shape[1] for _, rw in pattern)
@@ -181,9 +195,35 @@ class _EMCode(LinearCode):
         try:
             A, cond = min_norm_left_solve(Erows, T, self.max_condition)
         except NotDecodableError as exc:
+            plain, refusal = None, exc
+        else:
+            plain = Decoding(pattern, rows, A, cond, "em-structured")
+        if len(rows) > width:
+            weighted = self._weighted_solve(pattern, rows, Erows, T)
+            if weighted is not None and (plain is None or self._better(weighted, plain)):
+                return weighted
+        if plain is None:
             got = ", ".join(f"{w}:{r}" for w, r in pattern)
-            raise NotDecodableError(f"{type(self).__name__}: messages {{{got}}} do not suffice: {exc}") from None
-        return Decoding(pattern, rows, A, cond, "em-structured")
+            raise NotDecodableError(f"{type(self).__name__}: messages {{{got}}} do not suffice: {refusal}") from None
+        return plain
+
+    def _weighted_solve(self, pattern, rows, Erows, T) -> Decoding | None:
+        """The minimiser of ``||A D||`` (:meth:`_fast_solve`), or None if that solve fails."""
+        size = np.array([self._row_sizes[w][r] for w, r in rows])
+        try:  # no condition guard: the answer is checked against B_F before it is used
+            A, cond = min_norm_left_solve(Erows / size[:, None], T, np.inf)
+        except NotDecodableError:
+            return None
+        return Decoding(pattern, rows, A / size[None, :], cond, "em-structured, weighted")
+
+    def _better(self, a: Decoding, b: Decoding) -> bool:
+        """Whether ``a`` passes the answer check with an amplification at least 1 % below ``b``'s
+        (the plain minimum-norm answer, eq. 29, stays unless weighting really matters)."""
+        amp_a, problem_a, _ = self._check_answer(a)
+        if problem_a is not None:
+            return False
+        amp_b, problem_b, _ = self._check_answer(b)
+        return problem_b is not None or amp_a < 0.99 * amp_b
 
 
 @register("cgc")

@@ -112,7 +112,7 @@ class DirectSumCode(LinearCode):
             methods.add(sol.method)
         A = np.concatenate(coefs, axis=1)
         order = sorted(range(len(rows)), key=rows.__getitem__)  # rows in worker order
-        method = methods.pop() if len(methods) == 1 else f"{self.part_label}s"
+        method = methods.pop() if len(methods) == 1 else f"{self.part_label}s: " + "; ".join(sorted(methods))
         return Decoding(pattern, tuple(rows[i] for i in order), A[:, order], cond, method)
 
     def straggling(self, counts) -> np.ndarray:
