@@ -265,7 +265,7 @@ BAD_PARAMS = [
     (OPTIMIZERS, "nesterov", {"momentum": 1.0}, ValueError, "^momentum must be < 1.0, got 1.0$"),
     # reproductions
     (REPRODUCTIONS, "table9", {}, UnknownNameError,
-     "^unknown reproduction 'table9'; available reproductions: agc-table1, agc-table6, commfr-table1, "
+     "^unknown reproduction 'table9'; available reproductions: agc-table1, agc-table6, agc-training, commfr-table1, "
      "gcdc-fig10, gcdc-fig11, gcdc-fig12, gcdc-fig4, gcdc-fig5, gcdc-fig6, gcdc-fig7, gcdc-fig8, gcdc-fig9, "
      "gcdc-figs, gcdc-table1, sgc-example, sgc-load-bounds, sgc-probe-switch, sgc-table1-loads, sgc-training$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa_": 1.0}, ParameterError,

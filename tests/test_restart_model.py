@@ -367,3 +367,54 @@ def test_bad_parameters_raise_clear_errors():
         decode_epoch_pmf(20, 0.999, 0, max_epochs=50)
     with pytest.raises(ValueError, match="trials must be >= 1"):
         simulate_restart(5, 0.1, [1.0], timing, trials=0)
+
+
+# ------------------------------------------------------------------ round by round (training)
+def test_restart_outcome_by_hand():
+    from gradcode.analysis import restart_outcome
+
+    e = np.array([[0, 0, 1, 2], [0, 3, 1, 2], [0, 0, 0, 0]])
+    # one group, s_max = 1: round 0 has 2 stragglers in epoch 0, 1 in epoch 1
+    Y, S = restart_outcome(e, 1)
+    assert Y.tolist() == [1, 2, 0] and S.tolist() == [1, 1, 0]
+    # groups (2, 2): round 1's first group decodes in epoch 0 with worker 1 straggling and is left
+    # alone; the second decodes in epoch 1 with one straggler
+    Y, S = restart_outcome(e, 1, groups=(2, 2))
+    assert Y.tolist() == [1, 1, 0] and S.tolist() == [1, 1, 0]
+    # a decode held to epoch 2 (refused earlier): no group was still due then, all are counted
+    Y, S = restart_outcome(e, 1, groups=(2, 2), at=np.array([2, 2, 0]))
+    assert Y.tolist() == [2, 2, 0] and S.tolist() == [0, 1, 0]
+    with pytest.raises(ValueError, match="no earlier"):
+        restart_outcome(e, 1, at=np.array([0, 0, 0]))
+    with pytest.raises(ValueError, match="groups must sum"):
+        restart_outcome(e, 1, groups=(2, 1))
+
+
+@pytest.mark.parametrize("groups,s_max", [(None, 1), (None, 0), ((3, 3, 3, 3, 3, 5), 2), ((3, 3, 3, 3, 3, 5), 1)])
+def test_drawn_restart_rounds_follow_eq38_and_eq42(groups, s_max):
+    """Rounds drawn worker by worker give Pr(Y = i, S = s) of the chain (eq. 37-38) and of the
+    group law (eq. 41-42), within 4.5 standard errors."""
+    from gradcode.analysis import draw_restart_epochs, restart_outcome
+
+    rounds, p = 100_000, 0.1
+    Y, S = restart_outcome(draw_restart_epochs(rounds, 20, p, np.random.default_rng(4)), s_max, groups=groups)
+    P = decode_epoch_pmf(20, p, s_max) if groups is None else group_decode_epoch_pmf(groups, p, s_max)
+    emp = np.zeros_like(P)
+    np.add.at(emp, (np.minimum(Y, P.shape[0] - 1), S), 1.0 / rounds)
+    assert np.all(np.abs(emp - P) <= 4.5 * np.sqrt(P * (1 - P) / rounds) + 1e-4)
+
+
+def test_execution_time_is_eq43_and_averages_to_the_aet():
+    from gradcode.analysis import draw_restart_epochs, restart_outcome
+
+    timing = agc_timing("agc")
+    comm = agc_comm_vector(3)
+    # by hand: decode in epoch 1 with 2 stragglers: t_cp + t_ov + t_0 + c_2 t_cm^(1) + t_ed[2]
+    expected = 2.45 + (1.15 + 0.04) + 16.0 + 1.0 * 1.0 + timing.enc_dec_vector(2)[2]
+    assert timing.execution_time(comm, 1, 2) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="stragglers must lie"):
+        timing.execution_time(comm, 0, 3)
+    Y, S = restart_outcome(draw_restart_epochs(40_000, 20, 0.1, np.random.default_rng(9)), 2)
+    times = timing.execution_time(comm, Y, S)
+    aet = average_execution_time(20, 0.1, comm, timing)
+    assert abs(times.mean() - aet) < 4 * times.std() / np.sqrt(times.size)

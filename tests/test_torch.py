@@ -171,9 +171,9 @@ def test_16_bit_messages_train_close_to_float32(digits, wire):
 
 
 def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):
-    """AGC's coefficients (L = 6) amplify float32 rounding past 1e-3 in the worst case: refused by
+    """AGC's coefficients (L = 16) amplify float32 rounding past 1e-3 in the worst case: refused by
     default, trained when the user accepts the looser bound (and then close to float64)."""
-    kw = dict(code="agc", code_params={"d": 3, "L": 6}, stragglers=1, delay=1.0, optimizer="sgd",
+    kw = dict(code="agc", code_params={"d": 3, "L": 16}, stragglers=1, delay=1.0, optimizer="sgd",
               optimizer_params={"lr": 0.1}, rounds=3)
     with pytest.raises(GradcodeError, match="float64"):
         fit(LNBNNet(), digits[0], **kw)
@@ -190,7 +190,7 @@ def test_an_imprecise_code_for_the_wire_type_is_refused_with_a_safer_choice(digi
     are stragglers) and no round can decode; the run says why and which types or codes would do,
     instead of training on a wrong gradient."""
     with pytest.raises(GradcodeError, match="float32 or float64") as info:
-        fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 6}, stragglers=1, delay=1.0,
+        fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 16}, stragglers=1, delay=1.0,
             wire_dtype="float16", rounds=2)
     assert "65504" in str(info.value)
 
@@ -530,12 +530,43 @@ def test_reproduce_sgc_training_small(tmp_path):
     from round 1."""
     from gradcode.experiments.reproduce import run_reproduction
 
-    doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False)
+    doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False,
+                           model="mlp", time_scale=0.5)
+    assert "4 x mlp on digits" in doc["notes"][0]
     rows = {r["scheme"]: r for r in doc["rows"]}
     assert set(rows) == {"uncoded", "GC", "SR-SGC", "M-SGC"}
     assert rows["GC"]["parameters"].startswith("s=") and rows["GC"]["search_ms"] is not None
     assert all(np.isfinite(r["time_to_jobs"]) for r in rows.values())
     assert doc["files"] == [str(tmp_path / "sgc-training.json")]
+
+
+def test_reproduce_agc_training_small(tmp_path):
+    """gradcode reproduce agc-training at a CI size: every scheme decodes the same gradients (equal
+    accuracies), each iteration takes the restart model's time for the epoch the run decoded in
+    (recomputed here from the same draw), and the JSON and the figure are written."""
+    from gradcode.analysis import agc_comm_vector, draw_restart_epochs, uncoded_comm_vector
+    from gradcode.experiments.repro_analysis import agc_timing
+    from gradcode.experiments.reproduce import run_reproduction
+
+    p, iterations = 0.3, 5
+    doc = run_reproduction("agc-training", ps=[p], iterations=iterations, workers=9, batch_size=45,
+                           schemes=["uncoded", "CGC(1)", "AGC", "G-AGC"], out=str(tmp_path))
+    rows = {r["scheme"]: r for r in doc["rows"]}
+    assert set(rows) == {"uncoded", "CGC(1)", "AGC", "G-AGC"}
+    assert len({r["accuracy"] for r in rows.values()}) == 1
+    assert all(r["paper_aet"] is None for r in rows.values())  # the paper's values are for n = 20
+    e = draw_restart_epochs(iterations, 9, p, np.random.default_rng([0, round(p * 1e6)]))
+    uncoded = agc_timing("uncoded").execution_time(uncoded_comm_vector(), e.max(axis=1), 0)
+    assert rows["uncoded"]["time_per_iteration"] == pytest.approx(uncoded.mean(), abs=1e-3)
+    if rows["AGC"]["later_decodes"] == 0:  # AGC decodes once at most d - 1 = 2 workers are out
+        y = np.sort(e, axis=1)[:, -3]
+        s = (e > y[:, None]).sum(axis=1)
+        agc = agc_timing("agc").execution_time(agc_comm_vector(3), y, s)
+        assert rows["AGC"]["time_per_iteration"] == pytest.approx(agc.mean(), abs=1e-3)
+    assert (tmp_path / "agc-training.json").exists() and (tmp_path / "agc-training.png").exists()
+    assert "G-AGC" in doc["notes"][1]
+    with pytest.raises(ValueError, match="unknown scheme"):
+        run_reproduction("agc-training", schemes=["BGC"], out=str(tmp_path))
 
 
 def test_auto_families_are_checked_up_front(digits):

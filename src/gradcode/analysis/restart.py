@@ -70,6 +70,8 @@ __all__ = [
     "average_execution_time",
     "simulate_restart",
     "scheme_aet",
+    "draw_restart_epochs",
+    "restart_outcome",
 ]
 
 #: stop propagating the chain once Pr(Y >= i) is below this (the neglected tail)
@@ -146,6 +148,18 @@ class RestartTiming:
     def comm_time(self, epochs: np.ndarray) -> np.ndarray:
         c0, c1 = self.comm_times
         return np.where(np.asarray(epochs) == 0, c0, c1)
+
+    def execution_time(self, comm, epochs, stragglers) -> np.ndarray:
+        """``T(i, s) = t_cp + t_ov + R(i) + c_s t_cm^(i) + t_ed[s]`` (eq. 43-44) of a decode in epoch
+        ``epochs`` with ``stragglers`` left in that epoch (broadcast together); ``comm`` the
+        communication vector ``c_0 .. c_smax``."""
+        c = _comm(comm)
+        s = np.asarray(stragglers)
+        if np.any((s < 0) | (s >= c.size)):
+            raise ValueError(f"stragglers must lie in [0, s_max={c.size - 1}], got {s.tolist()!r}")
+        i = np.asarray(epochs)
+        return (self.t_cp + self.overhead + self.restart_time(i) + c[s] * self.comm_time(i)
+                + self.enc_dec_vector(c.size - 1)[s])
 
 
 def _comm(comm) -> np.ndarray:
@@ -331,10 +345,7 @@ def group_decode_epoch_pmf(groups: Sequence[int], p, s_max: int, *, epochs: int 
 
 
 def _cost_matrix(comm: np.ndarray, timing: RestartTiming, epochs: int) -> np.ndarray:
-    i = np.arange(epochs)[:, None]
-    ed = timing.enc_dec_vector(comm.size - 1)
-    return (timing.t_cp + timing.overhead + timing.restart_time(i)
-            + comm[None, :] * timing.comm_time(i) + ed[None, :])
+    return timing.execution_time(comm, np.arange(epochs)[:, None], np.arange(comm.size)[None, :])
 
 
 def average_execution_time(n: int, p, comm, timing: RestartTiming, *, groups: Sequence[int] | None = None,
@@ -432,7 +443,7 @@ def simulate_restart(n: int, p: float, comm, timing: RestartTiming, *, groups: S
     sizes = np.array([n]) if groups is None else _sizes(groups)
     if sizes.sum() != n:
         raise ValueError(f"groups must sum to n={n}, got {tuple(int(x) for x in sizes)}")
-    ed = timing.enc_dec_vector(s_max)
+    timing.enc_dec_vector(s_max)  # validates its length
     rng = as_generator(seed)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     group_of = np.repeat(np.arange(sizes.size), sizes)
@@ -456,6 +467,51 @@ def simulate_restart(n: int, p: float, comm, timing: RestartTiming, *, groups: S
         running = strag[keep] & ~ok[keep][:, group_of]
     else:
         raise ValueError(f"{live.size} trials did not finish within max_epochs={max_epochs}; p is too close to 1")
-    times = (timing.t_cp + timing.overhead + timing.restart_time(epochs)
-             + c[final_s] * timing.comm_time(epochs) + ed[final_s])
-    return RestartSimulation(times=times, epochs=epochs, stragglers=final_s)
+    return RestartSimulation(times=timing.execution_time(c, epochs, final_s), epochs=epochs, stragglers=final_s)
+
+
+# --------------------------------------------------------------------------------------------
+# the model round by round, for training under it
+
+
+def draw_restart_epochs(rounds: int, n: int, p: float, rng=None) -> np.ndarray:
+    """``(rounds, n)``: the epoch in which each worker first does *not* straggle, if it is restarted
+    until then (AGC Sec. VII-A: a straggler in each epoch independently with probability ``p``),
+    i.e. ``Geometric(1 - p) - 1``. Worker ``w`` of round ``t`` straggles in epoch ``i`` iff
+    ``epochs[t, w] > i``; a worker whose group has decoded is not restarted, so epochs past its
+    group's decode never happen (:func:`restart_outcome` accounts for that)."""
+    rounds = check_int("rounds", rounds, minimum=1)
+    n = check_int("n", n, minimum=1)
+    p = check_real("p", p, minimum=0.0, maximum=1.0, strict_max=True)
+    return as_generator(rng).geometric(1.0 - p, size=(rounds, n)) - 1
+
+
+def restart_outcome(epochs, s_max: int, *, groups: Sequence[int] | None = None, at=None):
+    """``(Y, S)`` per round from the workers' restart epochs (:func:`draw_restart_epochs`): the
+    decode epoch ``Y = max_j Y_j``, ``Y_j`` the first epoch in which group ``j`` has at most
+    ``s_max`` stragglers (``#{w in j: epochs[w] > i}``), and ``S`` the largest straggler count in
+    epoch ``Y`` among the groups still running then (groups decoded earlier count 0, footnote 6),
+    as :func:`simulate_restart` and eq. (41)-(42) define them.
+
+    ``at``: the epoch each round actually decoded in, when something other than the count rule
+    delayed it (a decode refused as ill-conditioned, say): ``S`` is then counted in that epoch
+    over the groups that had not decoded before it by the rule (all groups if none)."""
+    e = np.asarray(epochs)
+    if e.ndim != 2 or not np.issubdtype(e.dtype, np.integer) or np.any(e < 0):
+        raise ValueError(f"epochs must be a (rounds, n) array of non-negative integers, got shape {e.shape}")
+    n = e.shape[1]
+    sizes = np.array([n]) if groups is None else _sizes(groups)
+    if sizes.sum() != n:
+        raise ValueError(f"groups must sum to n={n}, got {tuple(int(x) for x in sizes)}")
+    s_max = check_int("s_max", s_max, minimum=0, maximum=int(sizes.min()))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    # group j's stragglers in epoch i are its workers with epochs > i: Y_j is the (s_max+1)-th
+    # largest epoch of the group (0 when the group has at most s_max workers)
+    ys = np.stack([np.sort(e[:, a:a + u], axis=1)[:, u - s_max - 1] for a, u in zip(starts, sizes)], axis=1)
+    Y = ys.max(axis=1) if at is None else np.asarray(at)
+    if Y.shape != (e.shape[0],) or np.any(Y < ys.max(axis=1)):
+        raise ValueError("at must give one epoch per round, no earlier than the count rule's")
+    running = ys == Y[:, None]
+    running[~running.any(axis=1)] = True
+    counts = np.stack([(e[:, a:a + u] > Y[:, None]).sum(axis=1) for a, u in zip(starts, sizes)], axis=1)
+    return Y, np.where(running, counts, 0).max(axis=1)
