@@ -11,6 +11,7 @@ compared exactly; they say nothing about speed.
 
 import json
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -32,7 +33,9 @@ from gradcode.runtime import (
     build_scheme,
     resume,
     train,
+    trust_modules,
 )
+from gradcode.runtime.records import read_checkpoint
 from gradcode.stragglers import make_delay_model
 from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
                           gd_reference, rel)
@@ -372,36 +375,56 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_pat
 
 def test_a_scheme_whose_jobs_span_rounds_resumes_exactly(tmp_path):
     kw = dict(models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
+    # a scheme class of the user's own module: checkpoints hold it once its module is trusted
+    with pytest.raises(ValueError, match="trust_modules"):
+        run(tmp_path, code=SplitJobs(4), **kw)
+    trust_modules("runtime_util")
     with pytest.raises(Interrupt):
-        run(tmp_path, code=SplitJobs(4), callback=stop_at(3), **kw)
+        run(tmp_path, code=SplitJobs(4), callback=stop_at(3), overwrite=True, **kw)
     res = resume(tmp_path / "run", engine=InProcessEngine())
     assert res.resumed_from == 4
     assert rel(res.params[0], reference(2, lr=0.5)) < 1e-9
     assert rel(res.params[1], reference(2, lr=1.0)) < 1e-9
 
 
-def test_the_checkpoint_document_keeps_its_format(tmp_path):
-    """The checkpoint document keeps its layout: version 2, the state a string-keyed dict; the
-    spec, run config and faults are extra keys (what resume(run_dir) reads), and a checkpoint
-    without them (an earlier version's) still resumes through train()."""
+def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
+    """The checkpoint document: version 3, the state a string-keyed dict, the scheme a gradcode
+    object, in JSON with its arrays in one .npz; the spec, run config and faults are kept for
+    resume(run_dir). An earlier version's pickle is refused, never loaded."""
     run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
-    doc = pickle.loads((tmp_path / "run" / "checkpoint.pkl").read_bytes())
-    assert doc["version"] == 2 and {"config", "state", "scheme", "inflight"} <= set(doc)
-    assert set(doc["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
-                                 "messages", "injected", "losses", "waitouts", "metrics", "failures"}
+    folder = tmp_path / "run"
+    inner = json.loads(json.loads((folder / "checkpoint.json").read_text())["content"])
+    body = inner["body"]
+    assert body["version"] == 3 and body["scheme"]["__object"] == "gradcode.schemes.static:StaticScheme"
+    assert set(body["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
+                                  "messages", "injected", "losses", "waitouts", "metrics", "failures"}
+    assert [p.name for p in folder.glob("checkpoint-*.npz")] == [inner["arrays"]]
+    doc = read_checkpoint(folder / "checkpoint.json")
     assert isinstance(doc["spec"], TrainSpec) and doc["run"].rounds == 2
-    # a checkpoint of an earlier version (no spec, no closing rule, no wait-out table) resumes
-    # through train(), and resume() says so
-    for key in ("spec", "run", "faults"):
-        doc.pop(key)
-    doc["state"].pop("waitouts")
-    doc["config"].pop("close")
-    doc["config"].pop("waitout")
-    (tmp_path / "run" / "checkpoint.pkl").write_bytes(pickle.dumps(doc))
-    with pytest.raises(CheckpointError, match="does not hold the run's spec"):
-        resume(tmp_path / "run", engine=InProcessEngine())
-    res = run(tmp_path, code="crc", stragglers=1, rounds=3, checkpoint_every=2, resume=True)
-    assert res.resumed_from == 2 and res.waitouts.tolist() == [False] * 3
+    assert isinstance(doc["state"]["round_times"], np.ndarray)
+    (folder / "checkpoint.json").unlink()
+    (folder / "checkpoint.pkl").write_bytes(pickle.dumps({"version": 2}))
+    with pytest.raises(CheckpointError, match="does not load"):
+        resume(folder, engine=InProcessEngine())
+
+
+def test_every_flipped_bit_of_a_checkpoint_is_detected(tmp_path):
+    """Any changed bit of checkpoint.json or of its arrays is a CheckpointError naming the file,
+    before anything is decoded."""
+    run(tmp_path, code="crc", stragglers=1, rounds=4, checkpoint_every=2)
+    path = tmp_path / "run" / "checkpoint.json"
+    (blob,) = path.parent.glob("checkpoint-*.npz")
+    rng = np.random.default_rng(0)
+    for target in (path, blob):
+        good = target.read_bytes()
+        for bit in rng.choice(8 * len(good), size=60, replace=False):
+            bad = bytearray(good)
+            bad[bit // 8] ^= 1 << (bit % 8)
+            target.write_bytes(bytes(bad))
+            with pytest.raises(CheckpointError, match=re.escape(target.name)):
+                read_checkpoint(path)
+        target.write_bytes(good)
+    assert read_checkpoint(path)["state"]["next_round"] == 4
 
 
 def test_resume_refuses_another_configuration(tmp_path):

@@ -48,11 +48,11 @@ def test_a_second_run_in_the_same_run_dir_needs_resume_or_overwrite(ray_session,
             "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run")]
     runner = CliRunner()
     assert runner.invoke(app, args).exit_code == 0
-    before = (tmp_path / "run" / "checkpoint.pkl").read_bytes()
+    before = (tmp_path / "run" / "checkpoint.json").read_bytes()
     again = runner.invoke(app, args)
     said = " ".join(again.output.split())  # rich wraps long lines
     assert again.exit_code != 0 and "already holds a run" in said and "--overwrite" in said
-    assert (tmp_path / "run" / "checkpoint.pkl").read_bytes() == before
+    assert (tmp_path / "run" / "checkpoint.json").read_bytes() == before
     assert runner.invoke(app, args + ["--overwrite"]).exit_code == 0
     longer = runner.invoke(app, args[:-4] + ["--rounds", "4", "--run-dir", str(tmp_path / "run"), "--resume", "--json"])
     assert longer.exit_code == 0, longer.output

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from gradcode.cli import app
 from gradcode.codes import NonFiniteMessageError, make_code
+from gradcode.runtime.safe_state import write_document
 from gradcode.runtime import CheckpointError, RoundTimeoutError, train
 from runtime_util import DATA, SEED, PoisonedWorker, gd_reference, rel
 
@@ -218,15 +219,17 @@ def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
     kw = dict(workers=4, stragglers=1, rounds=2, checkpoint_every=2, data="tandon-synthetic", data_params=DATA,
               seed=SEED, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0)
     train("crc", **kw)
-    ckpt = tmp_path / "r" / "checkpoint.pkl"
+    ckpt = tmp_path / "r" / "checkpoint.json"
     good = ckpt.read_bytes()
+    (blob,) = ckpt.parent.glob("checkpoint-*.npz")
+    good_blob = blob.read_bytes()
     ckpt.write_bytes(good[: len(good) // 2])  # truncated
-    with pytest.raises(CheckpointError, match=r"checkpoint .*checkpoint.pkl is damaged"):
+    with pytest.raises(CheckpointError, match=r"checkpoint .*checkpoint.json is damaged"):
         train("crc", resume=True, **kw)
     ckpt.write_bytes(b"\x00garbage" * 10)
     with pytest.raises(CheckpointError, match="is damaged"):
         train("crc", resume=True, **kw)
-    ckpt.write_bytes(pickle.dumps([1, 2, 3]))
+    write_document(ckpt, [1, 2, 3])  # well formed, but not a run's checkpoint
     with pytest.raises(CheckpointError, match="not a gradcode checkpoint"):
         train("crc", resume=True, **kw)
     ckpt.write_bytes(good[:100])
@@ -235,6 +238,7 @@ def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
                                    "--lr", "0.5", *CLI_DATA])
     assert res.exit_code == 1 and "is damaged" in res.stderr and "Traceback" not in res.output
     ckpt.write_bytes(good)  # the intact checkpoint still resumes
+    blob.write_bytes(good_blob)
     assert train("crc", resume=True, **kw).resumed_from == 2
 
 

@@ -16,6 +16,7 @@ from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup
 from gradcode.runtime.inprocess import InProcessEngine
 from gradcode.runtime.master import build_scheme, parse_failures, prepare, resume, train
 from gradcode.runtime.records import CheckpointError, RunDirInUseError, TrainResult, TrainState
+from gradcode.runtime.safe_state import UnsafeStateError, trust_modules
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "TrainResult",
     "TrainSpec",
     "TrainState",
+    "UnsafeStateError",
     "WireTask",
     "WorkerCore",
     "build_scheme",
@@ -41,4 +43,5 @@ __all__ = [
     "prepare",
     "resume",
     "train",
+    "trust_modules",
 ]

@@ -81,14 +81,16 @@ Rules the loop follows (DESIGN.md "The runtime"):
   with ``error`` set, and the exception carries that :class:`TrainResult` as ``exc.result``. JSON
   records are strict: non-finite numbers are written as ``null``.
 * **checkpoints**: every ``checkpoint_every`` rounds the models, optimizer states, records, the
-  scheme itself (pickled: codes pickle, DESIGN.md) and the parameters of jobs still in flight go to
-  ``run_dir/checkpoint.pkl`` (atomically); ``resume=True`` continues from it with the same
-  configuration (checked). Pickling the scheme keeps any history-dependent state (e.g. GC-DC's
-  straggler history) and, for schemes whose jobs span rounds (``delay > 0``), the messages of jobs
-  in flight; a scheme that does not pickle is refused up front when ``checkpoint_every > 0``. A
-  resumed run reaches the same parameters to rounding (~1e-12 relative), bit for bit only when the
-  same workers arrived in every round (the decoding coefficients depend on who arrived), so
-  ``final_params_checksum`` may differ.
+  scheme's own state and the parameters of jobs still in flight go to ``run_dir/checkpoint.json``
+  and its arrays' ``.npz`` (no pickle, SHA-256-checked, the previous checkpoint kept until the new
+  one is whole: :mod:`~gradcode.runtime.safe_state`); ``resume=True`` continues from it with the
+  same configuration (checked). Keeping the scheme's state keeps any history-dependent state (e.g.
+  GC-DC's straggler history) and, for schemes whose jobs span rounds (``delay > 0``), the messages
+  of jobs in flight; a scheme a checkpoint cannot hold (one of a module not given to
+  :func:`~gradcode.runtime.safe_state.trust_modules`, or holding a function) is refused up front
+  when ``checkpoint_every > 0``. A resumed run reaches the same parameters to rounding (~1e-12
+  relative), bit for bit only when the same workers arrived in every round (the decoding
+  coefficients depend on who arrived), so ``final_params_checksum`` may differ.
 
 Exactness: with an exact code the decoded ``g`` equals ``sum_j g_j`` up to floating-point rounding
 in the decoding coefficients, so training follows single-process full-gradient descent to ~1e-12

@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import pickle
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -27,6 +26,7 @@ from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, field_names
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup
 from gradcode.runtime.records import (
+    CHECKPOINT,
     RUN_FILES,
     CheckpointError,
     RoundLog,
@@ -467,13 +467,14 @@ def resume(
     (without ``fail`` it keeps the run's planned failures; with one, it must be the run's). Same
     result as ``train(..., resume=True)`` with the original arguments; a checkpoint written by a
     version without this entry point is refused with that advice."""
-    path = Path(run_dir) / "checkpoint.pkl"
+    path = Path(run_dir) / CHECKPOINT
     saved = read_checkpoint(path)
     spec, run = saved.get("spec"), saved.get("run")
     if not isinstance(spec, TrainSpec) or not isinstance(run, RunConfig):
         raise CheckpointError(
-            f"resume: {path} does not hold the run's spec (written by an earlier gradcode, or its spec"
-            " did not pickle); continue it with train(..., resume=True) and the arguments it was started with"
+            f"resume: {path} does not hold the run's spec (its spec held objects a checkpoint cannot hold:"
+            " a function, a class from outside gradcode, in-memory data); continue it with train(...,"
+            " resume=True) and the arguments it was started with"
         )
     saved_faults = saved.get("faults") or FaultConfig()
     if faults is None:
@@ -506,7 +507,7 @@ def run_training(
     config = setup.config
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
     run_dir = _open_run_dir(run, config, setup.n)
-    ckpt_path = run_dir / "checkpoint.pkl"
+    ckpt_path = run_dir / CHECKPOINT
     extra = _checkpoint_extra(spec, run, faults, setup.scheme) if run.checkpoint_every else None
     if run.resume:
         saved = checkpoint if checkpoint is not None else read_checkpoint(ckpt_path)
@@ -574,19 +575,24 @@ def _open_run_dir(run: RunConfig, config: dict, n: int) -> Path:
             )
         for name in held:
             (run_dir / name).unlink()
+        for blob in run_dir.glob("checkpoint-*.npz"):  # the checkpoint's arrays
+            blob.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
 def _checkpoint_extra(spec: TrainSpec, run: RunConfig, faults: FaultConfig, scheme) -> dict:
     """What checkpoints add for :func:`resume` (:func:`_resume_record`), after refusing up front a
-    scheme that does not pickle (a checkpoint holds it)."""
+    scheme that a checkpoint cannot hold (:mod:`~gradcode.runtime.safe_state`)."""
+    from gradcode.runtime.safe_state import UnsafeStateError, encode
+
     try:
-        pickle.dumps(scheme)
-    except Exception as exc:
+        encode(scheme, [])
+    except UnsafeStateError as exc:
         raise ValueError(
-            f"checkpoint_every needs a scheme that pickles (checkpoints hold it); {scheme!r} does not:"
-            f" {type(exc).__name__}: {exc}"
+            f"checkpoint_every needs a scheme that a checkpoint can hold (gradcode's classes, arrays and plain"
+            f" values, or classes of modules given to gradcode.runtime.trust_modules); {scheme!r} holds"
+            f" something else: {exc}"
         ) from None
     return _resume_record(spec, run, faults)
 
@@ -611,14 +617,18 @@ def _restore(saved: dict, setup: RunSetup, run: RunConfig) -> tuple[TrainState, 
 
 
 def _resume_record(spec: TrainSpec, run: RunConfig, faults: FaultConfig) -> dict:
-    """What a checkpoint keeps for :func:`resume`: the spec, run config and faults, when they
-    pickle (a spec holding an object that does not is still checkpointed, for ``train(...,
-    resume=True)``; :func:`resume` then says it cannot)."""
+    """What a checkpoint keeps for :func:`resume`: the spec, run config and faults, when a
+    checkpoint can hold them (a spec holding a function or a foreign object is still
+    checkpointed, for ``train(..., resume=True)``; :func:`resume` then says it cannot)."""
+    from gradcode.runtime.safe_state import UnsafeStateError, encode
+
     if not getattr(spec.data, "checkpoint_record", True):  # e.g. a torch run: no copy of its data set
         return {}
     record = {"spec": spec, "run": replace(run, resume=False, overwrite=False), "faults": faults}
     try:
-        pickle.dumps(record)
-    except Exception:
+        encode(record, [])
+    except UnsafeStateError:
         return {}
     return record
+
+

@@ -1,15 +1,18 @@
 """What a run keeps: its state between rounds (:class:`TrainState`), its records
 (:class:`TrainResult`, ``rounds.jsonl``) and its checkpoints.
 
-The on-disk documents are those of every earlier version: ``result.json`` and the ``.npy`` arrays,
-``rounds.jsonl`` (one strict-JSON line per completed round, flushed as the run goes), and
-``checkpoint.pkl``, a pickled dict ``{"version": 2, "config", "state", "scheme", "inflight"}``
-whose ``state`` is the string-keyed dict :meth:`TrainState.to_dict` writes, so checkpoints of
-earlier runs resume (through ``train(..., resume=True)``). A checkpoint also holds the run's
+The on-disk documents: ``result.json`` and the ``.npy`` arrays, ``rounds.jsonl`` (one strict-JSON
+line per completed round, flushed as the run goes), and the checkpoint, ``checkpoint.json`` with
+its arrays in ``checkpoint-<digest>.npz`` (:mod:`gradcode.runtime.safe_state`: no pickle, a
+SHA-256 over everything resume reads, the previous checkpoint kept until the new one is
+complete). The document is ``{"version": 3, "config", "state", "scheme", "inflight"}`` whose
+``state`` is the string-keyed dict :meth:`TrainState.to_dict` writes. It also holds the run's
 :class:`~gradcode.runtime.config.TrainSpec`, :class:`~gradcode.runtime.config.RunConfig` and
-:class:`~gradcode.runtime.config.FaultConfig` (``"spec"``, ``"run"``, ``"faults"``) when they
-pickle, which is what :func:`gradcode.runtime.resume` needs to continue a run from its folder
-alone; code from before these classes existed cannot unpickle such a checkpoint.
+:class:`~gradcode.runtime.config.FaultConfig` (``"spec"``, ``"run"``, ``"faults"``) when a
+checkpoint can hold them (gradcode's own classes and plain values), which is what
+:func:`gradcode.runtime.resume` needs to continue a run from its folder alone. Checkpoints of
+versions before 3 were pickles (``checkpoint.pkl``): they are refused, since loading one can run
+any code it names.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -381,7 +383,11 @@ class RoundLog:
 
 # ----------------------------------------------------------------------------------------- checkpoints
 
-_CKPT_VERSION = 2
+_CKPT_VERSION = 3
+#: the checkpoint's file in a run folder (its arrays lie beside it, ``checkpoint-<digest>.npz``)
+CHECKPOINT = "checkpoint.json"
+#: what versions before 3 wrote: a pickle, never loaded now
+OLD_CHECKPOINT = "checkpoint.pkl"
 
 
 def plain(value):
@@ -390,7 +396,7 @@ def plain(value):
 
 
 #: what a run leaves in its run_dir that a new run there would overwrite
-RUN_FILES = ("checkpoint.pkl", "result.json", "rounds.jsonl")
+RUN_FILES = (CHECKPOINT, OLD_CHECKPOINT, "result.json", "rounds.jsonl")
 
 
 class RunDirInUseError(GradcodeError, ValueError):
@@ -399,36 +405,38 @@ class RunDirInUseError(GradcodeError, ValueError):
 
 def save_checkpoint(path: Path, config: dict, state: TrainState, scheme, inflight: dict, *,
                     extra: dict | None = None) -> None:
-    """Write the checkpoint atomically. ``extra`` (the spec and run config, for
-    :func:`~gradcode.runtime.resume`) is added to the document; the rest is the format of every
-    earlier version."""
+    """Write the checkpoint (:func:`~gradcode.runtime.safe_state.write_document`: the arrays first,
+    then ``path`` atomically, then the previous arrays removed). ``extra`` (the spec and run config,
+    for :func:`~gradcode.runtime.resume`) is added to the document."""
+    from gradcode.runtime.safe_state import write_document
+
     doc = {"version": _CKPT_VERSION, "config": config, "state": state.to_dict(), "scheme": scheme,
            "inflight": inflight, **(extra or {})}
-    atomic_write(path, pickle.dumps(doc))
+    write_document(path, doc)
 
 
 def read_checkpoint(path: Path) -> dict:
     """The checkpoint document at ``path`` (its ``state`` still a dict), or a clear error: no
-    checkpoint (``FileNotFoundError``), a damaged one (:class:`CheckpointError`), another version."""
+    checkpoint (``FileNotFoundError``), a pickle of an earlier version, a damaged or foreign one
+    (:class:`CheckpointError`, naming the file)."""
+    from gradcode.runtime.safe_state import read_document
+
+    path = Path(path)
     if not path.is_file():
+        if path.with_name(OLD_CHECKPOINT).is_file():
+            raise CheckpointError(
+                f"resume: {path.with_name(OLD_CHECKPOINT)} is a checkpoint of gradcode before checkpoint version 3,"
+                " a pickle, which this version does not load (loading a pickle can run any code it names);"
+                " start the run again, or resume it with the gradcode version that wrote it"
+            )
         raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
-    try:
-        with open(path, "rb") as fh:
-            saved = pickle.load(fh)
-    except Exception as exc:  # truncated, overwritten, or pickled by code that no longer exists
-        raise CheckpointError(
-            f"resume: the checkpoint {path} is damaged and cannot be read ({type(exc).__name__}: {exc});"
-            " checkpoints are written atomically, so it was truncated or overwritten after it was"
-            " written. Restore it from a copy, or start the run again without --resume"
-        ) from None
+    saved = read_document(path)
     if not isinstance(saved, dict) or not {"config", "state", "scheme", "inflight"} <= set(saved):
-        raise CheckpointError(
-            f"resume: {path} is not a gradcode checkpoint (it holds a {type(saved).__name__}"
-            f"{'' if not isinstance(saved, dict) else ' without config, state, scheme and inflight'});"
-            " start the run again without --resume"
-        )
+        raise CheckpointError(f"resume: {path} is not a gradcode checkpoint (no config, state, scheme and"
+                              " inflight); start the run again without --resume")
     if saved.get("version") != _CKPT_VERSION:
-        raise ValueError(f"resume: {path} has checkpoint version {saved.get('version')}, expected {_CKPT_VERSION}")
+        raise CheckpointError(f"resume: {path} has checkpoint version {saved.get('version')}, expected"
+                              f" {_CKPT_VERSION}")
     return saved
 
 

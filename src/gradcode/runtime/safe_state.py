@@ -1,0 +1,303 @@
+"""Checkpoint documents without pickle: structure in JSON, arrays in one ``.npz``, SHA-256 over both.
+
+Why not pickle: loading a pickle runs whatever code it names, so a run directory from elsewhere
+could execute anything on ``--resume``; and a flipped bit in a pickle may load as different numbers
+without a word. Here:
+
+* :func:`encode` turns a document into JSON values and a list of arrays. Plain values (``None``,
+  booleans, ints, floats, strings), lists and string-keyed dicts stay as they are; everything else
+  becomes a one-key tagged dict: ``{"__nd": i}`` (array ``i`` of the ``.npz``; numpy scalars are
+  0-d arrays with ``"scalar": true``), ``{"__float": "nan"}`` (non-finite floats, which strict JSON
+  lacks), ``{"__tuple": [...]}``, ``{"__set": [...]}``, ``{"__frozenset": [...]}``,
+  ``{"__dict": [[k, v], ...]}`` (other keys), ``{"__odict": ...}``, ``{"__defaultdict": ...}``
+  (of a builtin type), ``{"__deque": ...}``, ``{"__fraction": [p, q]}``, ``{"__path": "..."}``,
+  ``{"__rng": ...}`` (a numpy ``Generator``: its bit generator's name and state),
+  ``{"__tensor": i, "dtype": ...}`` (a torch tensor, bit for bit), ``{"__enum": ..., "name": ...}``,
+  ``{"__class": "module:qualname"}`` and ``{"__object": "module:qualname", "state": ...}`` (an
+  instance: its ``__getstate__()``).
+* Classes, enums and instances are limited to gradcode's own modules and those the user names with
+  :func:`trust_modules` (a scheme or code class of their own): :func:`decode` imports nothing else
+  and calls no constructor, only ``cls.__new__`` and the class's ``__setstate__`` (or a
+  ``__dict__`` update), so a document cannot run foreign code. Anything else (a function, a class
+  of an untrusted module) cannot be encoded: :class:`UnsafeStateError`.
+* :func:`write_document` writes the arrays to ``STEM-<digest>.npz`` first, then ``STEM.json``
+  atomically, holding the structure, the name and SHA-256 of its ``.npz`` and a SHA-256 of its own
+  content; only then are the previous ``.npz`` files removed. At every moment ``STEM.json`` names a
+  complete pair, so a crash mid-write leaves the previous checkpoint readable.
+  :func:`read_document` checks both digests before decoding anything: any changed byte is a
+  :class:`~gradcode.runtime.records.CheckpointError` naming the file.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib
+import io
+import json
+import math
+import os
+from collections import OrderedDict, defaultdict, deque
+from fractions import Fraction
+from pathlib import Path, PurePath
+
+import numpy as np
+
+from gradcode.errors import GradcodeError
+
+__all__ = ["UnsafeStateError", "decode", "encode", "read_document", "trust_modules", "write_document"]
+
+#: the modules whose classes a document may name (and their submodules)
+_TRUSTED = {"gradcode"}
+
+_FORMAT = "gradcode-checkpoint"
+#: the default factories a defaultdict may have
+_FACTORIES = {f.__name__: f for f in (list, dict, set, int, float)}
+
+
+class UnsafeStateError(GradcodeError, TypeError):
+    """A value that a checkpoint cannot hold without pickle (a function, a class from outside
+    gradcode, an object array), or a document naming one."""
+
+
+def trust_modules(*modules: str) -> None:
+    """Let checkpoints hold (and resume) instances of the classes of ``modules`` and their
+    submodules, e.g. the module of a scheme class of your own. Call it before training and before
+    resuming: a checkpoint naming a module that was not trusted is refused."""
+    for m in modules:
+        if not isinstance(m, str) or not m or m.startswith(".") or m.endswith("."):
+            raise ValueError(f"trust_modules takes module names such as 'mypackage.schemes', got {m!r}")
+        _TRUSTED.add(m)
+
+
+def _trusted(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in _TRUSTED)
+
+
+def _name_of(cls) -> str:
+    module, qualname = getattr(cls, "__module__", ""), getattr(cls, "__qualname__", "")
+    if not _trusted(module) or "<" in qualname:
+        raise UnsafeStateError(f"{module}.{qualname} is not a gradcode class (nor one of a module given to"
+                               " trust_modules): a checkpoint cannot hold it")
+    return f"{module}:{qualname}"
+
+
+def _lookup(name) -> type:
+    if not isinstance(name, str) or ":" not in name:
+        raise UnsafeStateError(f"not a class name: {name!r}")
+    module, _, qualname = name.partition(":")
+    if not _trusted(module):
+        raise UnsafeStateError(f"the document names {module}.{qualname}, which is not a gradcode class nor one of"
+                               " a module given to gradcode.runtime.trust_modules")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise UnsafeStateError(f"{name} is not a class")
+    return obj
+
+
+# ----------------------------------------------------------------------------------------- encode
+def encode(value, arrays: list):
+    """``value`` as JSON values; arrays are appended to ``arrays`` and referred to by index."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return {"__enum": _name_of(type(value)), "name": value.name}
+    if isinstance(value, int) and type(value) is int:
+        return value
+    if isinstance(value, float) and type(value) is float:
+        return value if math.isfinite(value) else {"__float": repr(value)}
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        if arr.dtype.hasobject:
+            raise UnsafeStateError("an array of Python objects cannot be checkpointed without pickle")
+        arrays.append(arr)
+        return {"__nd": len(arrays) - 1, **({"scalar": True} if isinstance(value, np.generic) else {})}
+    if isinstance(value, list):
+        return [encode(v, arrays) for v in value]
+    if isinstance(value, tuple) and type(value) is tuple:
+        return {"__tuple": [encode(v, arrays) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        key = "__frozenset" if isinstance(value, frozenset) else "__set"
+        return {key: [encode(v, arrays) for v in sorted(value, key=repr)]}
+    if isinstance(value, dict) and type(value) is dict:
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: encode(v, arrays) for k, v in value.items()}
+        return {"__dict": [[encode(k, arrays), encode(v, arrays)] for k, v in value.items()]}
+    if isinstance(value, OrderedDict):
+        return {"__odict": [[encode(k, arrays), encode(v, arrays)] for k, v in value.items()]}
+    if isinstance(value, defaultdict):
+        if value.default_factory not in _FACTORIES.values():
+            raise UnsafeStateError(f"a defaultdict of {value.default_factory!r} cannot be checkpointed")
+        return {"__defaultdict": value.default_factory.__name__,
+                "items": [[encode(k, arrays), encode(v, arrays)] for k, v in value.items()]}
+    if isinstance(value, deque):
+        return {"__deque": [encode(v, arrays) for v in value], "maxlen": value.maxlen}
+    if isinstance(value, Fraction):
+        return {"__fraction": [value.numerator, value.denominator]}
+    if isinstance(value, PurePath):
+        return {"__path": str(value)}
+    if isinstance(value, np.random.Generator):
+        bits = value.bit_generator
+        return {"__rng": type(bits).__name__, "state": encode(bits.state, arrays)}
+    if type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"):
+        return _encode_tensor(value, arrays)
+    if isinstance(value, type):
+        return {"__class": _name_of(value)}
+    name = _name_of(type(value))  # refuses instances of foreign classes (functions included)
+    state = value.__getstate__()
+    return {"__object": name, "state": encode(state, arrays)}
+
+
+def _encode_tensor(tensor, arrays: list) -> dict:
+    import torch
+
+    t = tensor.detach().cpu().contiguous()
+    dtype = str(t.dtype)
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: keep its bits
+        arr = t.view(torch.int16).numpy()
+    else:
+        arr = t.numpy()
+    arrays.append(np.array(arr, copy=True))
+    return {"__tensor": len(arrays) - 1, "dtype": dtype}
+
+
+# ----------------------------------------------------------------------------------------- decode
+def decode(doc, arrays):
+    """Undo :func:`encode`; ``arrays`` maps ``"a<i>"`` to array ``i``."""
+    if isinstance(doc, list):
+        return [decode(v, arrays) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    if len(doc) >= 1:
+        tag = next(iter(doc))
+        if tag.startswith("__"):
+            return _decode_tagged(tag, doc, arrays)
+    return {k: decode(v, arrays) for k, v in doc.items()}
+
+
+def _decode_tagged(tag: str, doc: dict, arrays):
+    value = doc[tag]
+    if tag == "__nd":
+        arr = arrays[f"a{int(value)}"]
+        return arr[()] if doc.get("scalar") else arr
+    if tag == "__float":
+        return float(value)
+    if tag == "__tuple":
+        return tuple(decode(v, arrays) for v in value)
+    if tag == "__set":
+        return {decode(v, arrays) for v in value}
+    if tag == "__frozenset":
+        return frozenset(decode(v, arrays) for v in value)
+    if tag == "__dict":
+        return {decode(k, arrays): decode(v, arrays) for k, v in value}
+    if tag == "__odict":
+        return OrderedDict((decode(k, arrays), decode(v, arrays)) for k, v in value)
+    if tag == "__defaultdict":
+        out = defaultdict(_FACTORIES[value])
+        out.update((decode(k, arrays), decode(v, arrays)) for k, v in doc["items"])
+        return out
+    if tag == "__deque":
+        return deque((decode(v, arrays) for v in value), maxlen=doc["maxlen"])
+    if tag == "__fraction":
+        return Fraction(int(value[0]), int(value[1]))
+    if tag == "__path":
+        return Path(value)
+    if tag == "__rng":
+        if value not in ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"):
+            raise UnsafeStateError(f"unknown bit generator {value!r}")
+        bits = getattr(np.random, value)()
+        bits.state = decode(doc["state"], arrays)
+        return np.random.Generator(bits)
+    if tag == "__tensor":
+        import torch
+
+        arr = arrays[f"a{int(value)}"]
+        if doc["dtype"] == "torch.bfloat16":
+            return torch.from_numpy(arr.copy()).view(torch.bfloat16)
+        return torch.from_numpy(arr.copy())
+    if tag == "__enum":
+        return _lookup(value)[doc["name"]]
+    if tag == "__class":
+        return _lookup(value)
+    if tag == "__object":
+        cls = _lookup(value)
+        obj = cls.__new__(cls)
+        state = decode(doc["state"], arrays)
+        if getattr(cls, "__setstate__", None) is not None:
+            obj.__setstate__(state)
+        elif isinstance(state, dict):
+            obj.__dict__.update(state)
+        else:
+            raise UnsafeStateError(f"{value}: cannot restore a state of type {type(state).__name__}")
+        return obj
+    raise UnsafeStateError(f"unknown tag {tag!r} in the document")
+
+
+# ----------------------------------------------------------------------------------------- files
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_document(path: Path, document: dict) -> None:
+    """Write ``document`` as ``path`` (JSON) and its arrays' ``.npz`` beside it (module docstring)."""
+    path = Path(path)
+    arrays: list = []
+    body = encode(document, arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **{f"a{i}": a for i, a in enumerate(arrays)})
+    blob = buf.getvalue()
+    blob_digest = _digest(blob)
+    blob_name = f"{path.stem}-{blob_digest[:16]}.npz"
+    _atomic_write(path.with_name(blob_name), blob)
+    content = json.dumps({"format": _FORMAT, "arrays": blob_name, "arrays_sha256": blob_digest, "body": body},
+                         sort_keys=True, allow_nan=False)
+    _atomic_write(path, json.dumps({"sha256": _digest(content.encode()), "content": content}).encode())
+    for stale in path.parent.glob(f"{path.stem}-*.npz"):  # the previous arrays, or a crashed write's
+        if stale.name != blob_name:
+            stale.unlink(missing_ok=True)
+
+
+def read_document(path: Path) -> dict:
+    """The document written by :func:`write_document`, after checking both digests; a mismatch or
+    anything unreadable is a :class:`~gradcode.runtime.records.CheckpointError` naming the file."""
+    from gradcode.runtime.records import CheckpointError
+
+    path = Path(path)
+    advice = "restore it from a copy, or start the run again without --resume"
+    try:
+        outer = json.loads(path.read_bytes())
+        content = outer["content"]
+        ok = _digest(content.encode()) == outer["sha256"]
+    except Exception as exc:
+        raise CheckpointError(f"resume: the checkpoint {path} is damaged ({type(exc).__name__}: {exc}); {advice}") from None
+    if not ok:
+        raise CheckpointError(f"resume: the checkpoint {path} is damaged: its content does not match its SHA-256;"
+                              f" {advice}")
+    inner = json.loads(content)
+    if inner.get("format") != _FORMAT:
+        raise CheckpointError(f"resume: {path} is not a gradcode checkpoint; {advice}")
+    blob_path = path.with_name(inner["arrays"])
+    try:
+        blob = blob_path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} cannot be read ({exc}); {advice}") from None
+    if _digest(blob) != inner["arrays_sha256"]:
+        raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} are damaged: they do not match the"
+                              f" SHA-256 recorded in {path.name}; {advice}")
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    try:
+        return decode(inner["body"], arrays)
+    except UnsafeStateError as exc:
+        raise CheckpointError(f"resume: {path}: {exc}") from None

@@ -1,0 +1,136 @@
+"""Checkpoints without pickle (gradcode.runtime.safe_state): what the codec holds bit for bit, what
+it refuses, that a document cannot make resume run foreign code, and that a crash while writing
+leaves the previous checkpoint readable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import OrderedDict, defaultdict, deque
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.runtime import CheckpointError, UnsafeStateError
+from gradcode.runtime import safe_state
+from gradcode.runtime.safe_state import decode, encode, read_document, write_document
+
+
+def roundtrip(value):
+    arrays: list = []
+    doc = json.loads(json.dumps(encode(value, arrays), allow_nan=False))  # strict JSON on the way
+    return decode(doc, {f"a{i}": a for i, a in enumerate(arrays)})
+
+
+def test_plain_values_and_containers_come_back_as_they_were():
+    value = {"a": [1, 2.5, None, True, "x"], "t": (1, (2, 3)), "s": {3, 1}, "f": frozenset({2}),
+             "keys": {1: "one", (2, 3): "pair", "__x": 4}, "nan": math.nan, "inf": -math.inf,
+             "o": OrderedDict([("b", 1), ("a", 2)]), "dd": defaultdict(list, {"k": [1]}),
+             "q": deque([1, 2], maxlen=3), "frac": Fraction(2, 6), "path": Path("/tmp/x")}
+    back = roundtrip(value)
+    assert back["a"] == value["a"] and back["t"] == (1, (2, 3)) and back["s"] == {1, 3}
+    assert back["f"] == frozenset({2}) and back["keys"] == value["keys"]
+    assert math.isnan(back["nan"]) and back["inf"] == -math.inf
+    assert isinstance(back["o"], OrderedDict) and list(back["o"]) == ["b", "a"]
+    assert isinstance(back["dd"], defaultdict) and back["dd"]["new"] == []
+    assert back["q"] == deque([1, 2]) and back["q"].maxlen == 3
+    assert back["frac"] == Fraction(1, 3) and back["path"] == Path("/tmp/x")
+
+
+def test_arrays_generators_and_gradcode_objects_come_back_bit_for_bit():
+    rng = np.random.default_rng(5)
+    rng.random(3)
+    arr = np.array([[1.5, -0.0], [np.nan, 3]], dtype=np.float32)
+    code = gradcode.make_code("crc", n=5, s=2, seed=1)
+    back = roundtrip({"arr": arr, "scalar": np.int64(7), "rng": rng, "code": code})
+    np.testing.assert_array_equal(back["arr"], arr)
+    assert back["arr"].dtype == np.float32 and back["scalar"] == 7 and isinstance(back["scalar"], np.int64)
+    assert back["rng"].random() == rng.random()
+    assert repr(back["code"]) == repr(code) and back["code"].can_decode({0: 1, 1: 1, 2: 1})
+
+
+def test_torch_tensors_come_back_bit_for_bit():
+    torch = pytest.importorskip("torch")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
+        t = (torch.arange(6, dtype=torch.float32) / 7).to(dtype)
+        back = roundtrip({"t": t})["t"]
+        assert back.dtype == dtype and torch.equal(back, t)
+
+
+@pytest.mark.parametrize("value,match", [
+    (lambda x: x, "not a gradcode class"),
+    (np.array([object()], dtype=object), "array of Python objects"),
+    (defaultdict(lambda: 0), "defaultdict"),
+    (Path, "not a gradcode class"),
+])
+def test_what_needs_pickle_is_refused(value, match):
+    with pytest.raises(UnsafeStateError, match=match):
+        encode({"x": value}, [])
+
+
+def _document(tmp_path, body) -> Path:
+    """A document with correct digests around ``body``: what an attacker could write."""
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf)
+    blob = buf.getvalue()
+    name = "checkpoint-0.npz"
+    (tmp_path / name).write_bytes(blob)
+    content = json.dumps({"format": "gradcode-checkpoint", "arrays": name,
+                          "arrays_sha256": hashlib.sha256(blob).hexdigest(), "body": body})
+    path = tmp_path / "checkpoint.json"
+    path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
+    return path
+
+
+@pytest.mark.parametrize("body", [
+    {"__object": "os:_wrap_close", "state": {}},
+    {"__class": "subprocess:Popen"},
+    {"__object": "gradcode.codes.base:np", "state": {}},  # a trusted module's non-class attribute
+    {"__enum": "builtins:object", "name": "x"},
+    {"__rng": "os", "state": {}},
+])
+def test_a_document_cannot_name_foreign_code(tmp_path, body):
+    path = _document(tmp_path, body)
+    with pytest.raises(CheckpointError, match="checkpoint.json: (the document names|unknown bit|.* is not a class)"):
+        read_document(path)
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.json"
+    write_document(path, {"round": 1, "x": np.arange(3)})
+    real = safe_state._atomic_write
+
+    def crash_on_json(target, data):
+        if target.suffix == ".json":
+            raise OSError("disk full")
+        real(target, data)
+
+    monkeypatch.setattr(safe_state, "_atomic_write", crash_on_json)
+    with pytest.raises(OSError, match="disk full"):
+        write_document(path, {"round": 2, "x": np.arange(4)})
+    doc = read_document(path)
+    assert doc["round"] == 1 and doc["x"].tolist() == [0, 1, 2]
+    monkeypatch.setattr(safe_state, "_atomic_write", real)
+    write_document(path, {"round": 3, "x": np.arange(5)})
+    assert read_document(path)["round"] == 3
+    assert len(list(tmp_path.glob("checkpoint-*.npz"))) == 1  # the crashed write's arrays are gone too
+
+
+def test_a_missing_arrays_file_is_named(tmp_path):
+    path = tmp_path / "checkpoint.json"
+    write_document(path, {"x": np.arange(3)})
+    (blob,) = tmp_path.glob("checkpoint-*.npz")
+    blob.unlink()
+    with pytest.raises(CheckpointError, match=blob.name):
+        read_document(path)
+
+
+def test_trust_modules_checks_its_names():
+    with pytest.raises(ValueError, match="module names"):
+        gradcode.runtime.trust_modules("")
