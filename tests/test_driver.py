@@ -325,6 +325,34 @@ def test_verify_with_a_nan_worker_verifies_with_the_results_that_can_still_come(
     assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(t, 1, "non-finite") for t in range(3)]
 
 
+class TwoPoisoned(PoisonedWorker):
+    """:class:`PoisonedWorker` for two workers: those storing exactly ``parts`` or ``other``."""
+
+    def __init__(self, parts, other, value):
+        super().__init__(parts, value)
+        self.other = tuple(other)
+
+    def build_partitions(self, partitions):
+        if {int(j) for j in partitions} == set(self.other):
+            return PoisonedWorker(self.other, self.value).build_partitions(partitions)
+        return super().build_partitions(partitions)
+
+
+def test_verify_waits_for_the_checks_that_locate_two_corrupted_workers(tmp_path):
+    """CRC n = 9, s = 4 with workers 2 and 6 wrong: the first 7 results (2 checks) are
+    inconsistent but locate no single culprit, so the round waits for more; with all 9 (4 checks)
+    it names both and decodes around them (DRACO's 2e + 1)."""
+    code = make_code("crc", n=9, s=4, seed=SEED)
+    res = train("crc", data=TwoPoisoned(code.placement[2], code.placement[6], 1000.0), optimizer_params={"lr": 0.5},
+                seed=SEED, run_dir=tmp_path / "two", eval_every=0, engine=InProcessEngine(), workers=9,
+                stragglers=4, rounds=3, round_timeout=30, verify=True,
+                delay_model=delays(3, 9, (7, 8), 0.5))
+    assert rel(res.final_params, reference(3)) < 1e-9
+    assert sorted((f["round"], f["worker"], f["kind"]) for f in res.failures) == sorted(
+        (t, w, "dropped") for t in range(3) for w in (2, 6))
+    assert (res.round_times >= 0.5).all()  # each round waited for the two late results
+
+
 def test_a_worker_exception_stops_the_run(tmp_path):
     class WrongPartition(SplitJobs):
         delay = 0

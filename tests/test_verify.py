@@ -4,6 +4,8 @@ can see it. Exhaustive over every worker of every small registered instance."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -33,7 +35,7 @@ def test_every_single_corruption_is_excluded_or_refused(name, params):
         try:
             out, v = code.decode_verified(bad, dim=d)
         except InconsistentMessagesError as exc:
-            assert not exc.candidates or w in exc.candidates
+            assert not exc.candidates or (w,) in exc.candidates
             continue
         if w in v.unchecked or not v.verified:
             continue  # the code has no redundancy over this worker's messages: nothing to see
@@ -64,18 +66,42 @@ def test_one_spare_worker_detects_but_cannot_locate():
     few[2] = few[2] + 1.0
     with pytest.raises(InconsistentMessagesError, match="more redundancy is needed") as info:
         code.decode_verified(few, dim=10)
-    assert 2 in info.value.candidates and len(info.value.candidates) > 1
+    assert (2,) in info.value.candidates and len(info.value.candidates) > 1 and info.value.checks == 1
 
 
-def test_two_corrupted_workers_are_refused():
+def test_two_corrupted_workers_are_refused_with_three_checks():
+    """3 checks locate one corrupted worker, not two: refused, saying what the checks allow."""
     code = gradcode.make_code("crc", n=8, s=3, seed=0)
     rng = np.random.default_rng(5)
     g, partials = random_partials(code, 10, rng)
     msgs = encode_all(code, partials)
     msgs[1] = msgs[1] * 3
     msgs[6] = msgs[6] - 2
-    with pytest.raises(InconsistentMessagesError, match="no single worker explains it"):
+    with pytest.raises(InconsistentMessagesError, match=r"locate at most 1 corrupted worker\(s\) and detect up to 3"):
         code.decode_verified(msgs, dim=10)
+
+
+def test_e_corrupted_workers_are_located_with_2e_checks():
+    """DRACO's 2e + 1 in gradient-code terms: with every result of CRC n = 9, s = 4 in (4 checks),
+    every pair of corrupted workers is named and decoded around; one check fewer (8 results)
+    locates any single one but no pair."""
+    code = gradcode.make_code("crc", n=9, s=4, seed=0)
+    rng = np.random.default_rng(6)
+    g, partials = random_partials(code, 12, rng)
+    msgs = encode_all(code, partials)
+    for pair in itertools.combinations(range(9), 2):
+        bad = dict(msgs)
+        for w in pair:
+            bad[w] = msgs[w] * 1.5 + 0.25
+        out, v = code.decode_verified(bad, dim=12)
+        assert v.excluded == pair and v.checks == 4
+        np.testing.assert_allclose(out, g.sum(axis=0), rtol=1e-8, atol=1e-8)
+    eight = {w: msgs[w] for w in range(8)}
+    eight[3] = eight[3] + 1.0
+    assert code.decode_verified(eight, dim=12)[1].excluded == (3,)
+    eight[5] = eight[5] - 1.0
+    with pytest.raises(InconsistentMessagesError, match="3 check"):
+        code.decode_verified(eight, dim=12)
 
 
 def test_no_redundancy_means_unverified():

@@ -16,9 +16,23 @@ rows explain the whole syndrome, and without whom the rest still decodes, is the
 * no checks (``rows == rank``): nothing to verify; the decode is returned unverified
   (``Verification.checks == 0``);
 * syndrome at rounding level: the messages are consistent;
-* exactly one worker explains it: that worker is named and the gradient is decoded without it;
-* none or several do: :class:`InconsistentMessagesError` (one spare worker detects a fault but
-  cannot locate it; two faulty workers need more redundancy than one extra check).
+* exactly one set of ``e`` workers explains it, for the smallest ``e`` that any set does (searched
+  for ``e = 1`` and, given ``c`` checks, up to ``e = c // 2``): those workers are named and the
+  gradient is decoded without them;
+* none, or several sets of that size: :class:`InconsistentMessagesError`.
+
+What a code can do, with ``c`` checks (spare results beyond what decoding needs: for a code of
+``n`` workers tolerating ``s`` stragglers, ``c`` is up to ``s`` when every result is in). It
+*detects* up to ``c`` corrupted workers (an error escapes only if it lies in the column space of
+the honest rows, which a finite corruption of fewer than ``c + 1`` workers' rows does not, for the
+codes' generic coefficients) and *locates* up to ``floor(c / 2)`` of them: two sets of ``e``
+workers explaining the same syndrome need ``2e`` checks to be told apart. That is DRACO's
+guarantee (Chen et al. 2018: ``2e + 1`` copies of each gradient locate and remove ``e``
+adversarial workers), stated for gradient codes: a round must hold ``2e`` results beyond what
+decoding needs, so a verified round waits for them (the runtime waits for ``need + 2``, enough to
+locate one, and for more if what arrived is inconsistent but cannot be located yet), and a code
+tolerating ``s`` stragglers locates at most ``floor(s / 2)`` corrupted workers, and only when no
+worker straggles. One spare result (``c = 1``) detects a fault but never locates it.
 
 Cost: the syndrome is computed on a random sketch ``Y Z`` (``Z``: ``m x probes``, uniform), one
 pass over the messages like the decode itself; an error escapes the sketch with probability zero.
@@ -28,6 +42,8 @@ opt-in), small next to a pass over messages of length ``m`` in the millions.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,15 +53,20 @@ from gradcode.errors import NotDecodableError
 
 __all__ = ["InconsistentMessagesError", "Verification", "verified_decode"]
 
+#: most sets of workers tried when locating several corrupted ones
+MAX_SUBSETS = 20_000
+
 
 class InconsistentMessagesError(NotDecodableError):
-    """The received messages contradict each other and the culprit cannot be named.
-    ``candidates``: the workers each of whom alone would explain the inconsistency (empty when
-    no single worker does, e.g. two corrupted workers)."""
+    """The received messages contradict each other and the culprits cannot be named.
+    ``candidates``: the sets of workers each of which alone would explain the inconsistency (all
+    of the smallest size that any does; empty when none does within what the checks can locate).
+    ``checks``: the checks the messages allowed; more results (more checks) may locate it."""
 
-    def __init__(self, message: str, candidates: tuple[int, ...]):
+    def __init__(self, message: str, candidates: tuple[tuple[int, ...], ...], checks: int = 0):
         super().__init__(message)
         self.candidates = candidates
+        self.checks = checks
 
 
 @dataclass(frozen=True)
@@ -107,23 +128,42 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
     inconsistency = float(np.linalg.norm(syndrome)) / scale
     if inconsistency <= tol:
         return gradient, Verification(N.shape[1], inconsistency, (), unchecked)
-    candidates = []
-    for w, rw in pattern:
-        idx = [i for i, (v, _) in enumerate(rows) if v == w]
-        C = N[idx].T  # checks x r_w: how worker w's rows enter the syndrome
-        coef, *_ = np.linalg.lstsq(C, syndrome, rcond=None)
-        left = float(np.linalg.norm(syndrome - C @ coef)) / scale
-        if left <= tol and code.can_decode({v: r for v, r in pattern if v != w}):
-            candidates.append(w)
+    candidates = _locate(code, pattern, rows, N, syndrome, scale, tol)
     if len(candidates) != 1:
-        shown = ", ".join(map(str, candidates[:10])) + (f", ... ({len(candidates)} in all)" if len(candidates) > 10 else "")
-        why = (f"each of workers [{shown}] alone would explain it: more redundancy is needed to tell"
-               if candidates else "no single worker explains it (more than one may be corrupted)")
+        checks = N.shape[1]
+        shown = "; ".join(str(list(c)) for c in candidates[:6]) + (f"; ... ({len(candidates)} in all)"
+                                                                  if len(candidates) > 6 else "")
+        if candidates:
+            why = f"each of the sets of workers {shown} alone would explain it: more redundancy is needed to tell"
+        else:
+            why = (f"no set of up to {max(1, checks // 2)} worker(s) explains it ({checks} check(s) locate at most"
+                   f" {checks // 2} corrupted worker(s) and detect up to {checks})")
         raise InconsistentMessagesError(
             f"the received messages are inconsistent (relative syndrome {inconsistency:.1e} over"
-            f" {N.shape[1]} check(s)); {why}",
-            tuple(candidates),
+            f" {checks} check(s)); {why}",
+            tuple(candidates), checks,
         )
     (bad,) = candidates
-    gradient = code.decode({w: a for w, a in arrays.items() if w != bad}, dim=d)
-    return gradient, Verification(N.shape[1], inconsistency, (bad,), unchecked)
+    gradient = code.decode({w: a for w, a in arrays.items() if w not in bad}, dim=d)
+    return gradient, Verification(N.shape[1], inconsistency, tuple(bad), unchecked)
+
+
+def _locate(code, pattern, rows, N, syndrome, scale: float, tol: float) -> list[tuple[int, ...]]:
+    """The sets of ``e`` workers whose rows explain the syndrome and without whom the rest still
+    decodes, for the smallest ``e`` (1, then up to ``checks // 2``) at which any set does."""
+    workers = [w for w, _ in pattern]
+    index = {w: [i for i, (v, _) in enumerate(rows) if v == w] for w in workers}
+    counts = dict(pattern)
+    for e in range(1, max(1, N.shape[1] // 2) + 1):
+        if math.comb(len(workers), e) > MAX_SUBSETS:
+            break
+        found = []
+        for subset in itertools.combinations(workers, e):
+            C = N[sum((index[w] for w in subset), [])].T  # checks x rows: how the subset enters the syndrome
+            coef, *_ = np.linalg.lstsq(C, syndrome, rcond=None)
+            left = float(np.linalg.norm(syndrome - C @ coef)) / scale
+            if left <= tol and code.can_decode({w: r for w, r in counts.items() if w not in subset}):
+                found.append(subset)
+        if found:
+            return found
+    return []

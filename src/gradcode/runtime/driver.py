@@ -108,6 +108,7 @@ from typing import Any
 import numpy as np
 
 from gradcode.codes.base import ImpreciseDecodeError
+from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import FaultConfig, RunConfig, TrainSpec
@@ -318,16 +319,17 @@ class RoundDriver:
                 # decode: the round stays open (schemes/static.py) and, like any round short of
                 # results, waits for the workers still computing, re-sends, or times out
                 self.close_error = str(exc)
-                if isinstance(exc, ImpreciseDecodeError):
-                    # more rows give smaller coefficients: wait for the next message of the round
-                    # (or, with nothing more to come, stop: the data cancel too much for the code)
+                if isinstance(exc, (ImpreciseDecodeError, InconsistentMessagesError)):
+                    # more rows give smaller coefficients, more results more checks: wait for the
+                    # next message of the round (or, with nothing more to come, stop)
                     held = self._received(t)
                     self._wait_ready(t, wire, unsent, retries, start, deadline,
                                      until=lambda: self._received(t) > held or self._settled(t, wire))
                     if self._received(t) == held:
-                        raise GradcodeError(
-                            f"round {t}: every worker's result is in and the decoded gradient is still not"
-                            f" accurate enough: {exc}") from exc
+                        what = ("the decoded gradient is still not accurate enough"
+                                if isinstance(exc, ImpreciseDecodeError) else
+                                "the results still disagree with no culprit located")
+                        raise GradcodeError(f"round {t}: every worker's result is in and {what}: {exc}") from exc
                     continue
                 if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
                     raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc

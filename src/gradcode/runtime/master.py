@@ -390,7 +390,10 @@ def train(
     ``metrics(params)``. ``verify``: each round waits for two results more than decoding needs
     and checks them against each other (:meth:`LinearCode.decode_verified`): a worker whose
     finite result is wrong is named, left out of the round and recorded as a fault; a round
-    whose results disagree with no single culprit waits for more. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
+    whose results disagree with no culprit located waits for more (``2e`` spare results locate
+    ``e`` wrong workers, :mod:`gradcode.codes.verify`), and stops when every result is in. Its
+    cost: a verified round lasts until ``need + 2`` results are in, i.e. with ``s`` stragglers
+    tolerated it waits for all but ``s - 2`` workers instead of all but ``s``. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
     exception it raises stops the run (a checkpoint taken before survives for ``resume``).
 
     ``inject``: what a worker sleeps on top of its real computation, from the delay model's draw

@@ -73,6 +73,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessageError
+from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, Scheme, Task
@@ -129,7 +130,7 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "dropped", "real", "imprecise_at", "out")
+    __slots__ = ("counts", "payloads", "times", "dropped", "real", "retry_at", "out")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
@@ -137,8 +138,9 @@ class _Round:
         self.times: dict[int, list[float]] = {}
         self.dropped: set[int] = set()
         self.real: bool | None = None
-        #: messages held when a decode was refused as imprecise: not ready again until more arrive
-        self.imprecise_at: int | None = None
+        #: messages held when a decode was refused as imprecise, or verification found them
+        #: inconsistent without naming the culprits: not ready again until more arrive
+        self.retry_at: int | None = None
         #: workers that will deliver nothing more this round (the driver discarded their result)
         self.out: set[int] = set()
 
@@ -241,7 +243,7 @@ class StaticScheme(Scheme):
         if state is None:
             return False
         counts = self._usable(state)
-        if state.imprecise_at is not None and int(counts.sum()) <= state.imprecise_at:
+        if state.retry_at is not None and int(counts.sum()) <= state.retry_at:
             return False
         if not self.rule.satisfied(counts):
             return False
@@ -311,9 +313,11 @@ class StaticScheme(Scheme):
                 else:
                     gradient = self.code.decode(msgs, dim=dim)
                 break
-            except ImpreciseDecodeError:
-                # the data cancel too much for these coefficients: more rows give smaller ones
-                state.imprecise_at = int(counts.sum())
+            except (ImpreciseDecodeError, InconsistentMessagesError):
+                # the data cancel too much for these coefficients (more rows give smaller ones),
+                # or the results disagree and the checks cannot yet say who is wrong (more results
+                # give more checks): wait for more before trying again
+                state.retry_at = int(counts.sum())
                 raise
             except NonFiniteMessageError as exc:
                 if not set(exc.workers) - state.dropped:  # overflow from finite messages
