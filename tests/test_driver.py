@@ -588,3 +588,16 @@ def test_train_several_rows_take_each_models_baseline_and_survive_a_run_stopped_
         assert rows[2 + i]["speedup"] == 1.0
     assert rows[0]["speedup"] > 1.5  # crc does not wait for the delayed worker
     assert rows[4] == {"scheme": "frc", "gradient": "exact", "error": "RoundTimeoutError"}
+
+
+def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
+    """Issue 20, item 9: when the engine's cluster is gone (an external cluster stopped mid-run),
+    the run stops with that, not with one process death per worker."""
+
+    class LostCluster(InProcessEngine):
+        def lost(self):
+            return "the Ray cluster at 10.0.0.1:6379 is gone: its head node does not answer"
+
+    with pytest.raises(GradcodeError, match="round 0: the Ray cluster at 10.0.0.1:6379 is gone.*--resume"):
+        train("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
+              run_dir=tmp_path / "lost", eval_every=0, round_timeout=5, engine=LostCluster())

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -274,7 +275,8 @@ def test_run_records_write_non_finite_numbers_as_null():
 
 def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkeypatch):
     """A driver whose run dir is too long for Ray's socket paths keeps Ray's files in
-    /tmp/gcray-*; SIGKILLed, it cannot remove them. The next local start (init_ray; its ray.init
+    /tmp/gcray-*; SIGKILLed, it cannot remove them, and Ray's agents would outlive it but for its
+    watchdog, which stops every process of that cluster. The next local start (init_ray; its ray.init
     is stubbed here, this session's Ray already runs) removes the folders whose driver is dead,
     keeping their logs in the dead run's run_dir/ray/logs, and leaves alone those of live drivers
     (here: this process's own)."""
@@ -297,6 +299,14 @@ def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkey
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     assert os.path.isdir(dead)  # what SIGKILL leaves behind
+    # Ray's agents outlive their driver; its watchdog stops them (Linux) within seconds
+    if os.path.isdir("/proc"):
+        from gradcode.runtime.watchdog import session_processes
+
+        deadline = time.monotonic() + 20
+        while session_processes(dead) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert session_processes(dead) == []
     monkeypatch.setattr(eng.ray, "init", lambda **kw: None)
     mine = eng.init_ray(num_cpus=1, run_dir=tmp_path / ("another-long-run-directory-" * 3))  # a later run
     try:
@@ -334,3 +344,9 @@ def test_verify_is_for_codes():
     with pytest.raises(ValueError, match="verify applies to codes"):
         build_scheme("gc-dc", workers=8, code_params=dict(clusters=2, r=2), verify=True)
     assert build_scheme("crc", workers=6, stragglers=2, verify=True).verify
+
+
+def test_a_live_cluster_is_not_lost(ray_session):
+    from gradcode.runtime.engine import RayEngine
+
+    assert RayEngine().lost() is None

@@ -34,6 +34,12 @@ locate one, and for more if what arrived is inconsistent but cannot be located y
 tolerating ``s`` stragglers locates at most ``floor(s / 2)`` corrupted workers, and only when no
 worker straggles. One spare result (``c = 1``) detects a fault but never locates it.
 
+What it cannot see: an error whose syndrome stays within ``tol`` of the messages' size (``1e4 eps``:
+2e-12 in float64), e.g. a worker's gradient off by 1e-9 relative when its rows enter the checks
+weakly (measured on CRC n = 6, s = 2: 3 of 24 such corruptions unseen, 4 located only up to a pair
+of candidates); the threshold is set for messages whose own rounding (cancelling sums, float32)
+reaches it, and errors that small change a gradient step by less than they do.
+
 Cost: the syndrome is computed on a random sketch ``Y Z`` (``Z``: ``m x probes``, uniform), one
 pass over the messages like the decode itself; an error escapes the sketch with probability zero.
 The null space comes from an SVD of ``B_F`` (cached per pattern by nothing: verification is

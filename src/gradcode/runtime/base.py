@@ -97,3 +97,8 @@ class Engine(ABC):
     def clock(self) -> float:
         """Seconds on the engine's clock (wall time unless the engine keeps its own)."""
         return time.perf_counter()
+
+    def lost(self) -> str | None:
+        """Why the cluster the workers run on is gone, if it is; None while it is there (or when
+        the engine cannot tell). The driver asks before blaming a round's workers one by one."""
+        return None

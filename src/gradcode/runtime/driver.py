@@ -219,6 +219,7 @@ class RoundDriver:
         # faults: the open "died" record of each worker that has not delivered since it died (a
         # death is one fault however many of its tasks fail before Ray has restarted it)
         self.down: dict[int, dict] = {}
+        self._cluster_checked = -math.inf  # when the engine was last asked whether its cluster is gone
         self.fault_version = 0  # bumped on every change of state.failures (rounds.jsonl)
         self.close_error: str | None = None  # why the last close of the current round failed
         close = setup.spec.close  # TrainSpec.close: "decodable" or the mu of the mu-rule
@@ -422,7 +423,11 @@ class RoundDriver:
             if now >= deadline:
                 if capped and scheme.ready(t):
                     return
+                self._check_cluster(t)
                 raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
+            if self.down and set(wire) <= set(self.down) and now >= self._cluster_checked + 1.0:
+                self._cluster_checked = now  # every worker of the round died: is the cluster gone?
+                self._check_cluster(t)
             # late work: idle workers whose task this round still lacks
             for w in sorted(unsent):
                 if engine.busy(w):
@@ -672,6 +677,13 @@ class RoundDriver:
             self.state.steps[m] = k + 1
             losses[m] = loss
         return losses
+
+    def _check_cluster(self, t: int) -> None:
+        """Stop with one clear error when the engine's cluster itself is gone (issue 20, item 9)."""
+        why = self.engine.lost()
+        if why is not None:
+            raise GradcodeError(f"round {t}: {why}; the workers' failures follow from that. Start the cluster"
+                                " again and continue the run with --resume (from its last checkpoint)")
 
     def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:
         """Which workers held round ``t`` up, and why; says "died" only of workers that died."""

@@ -32,9 +32,10 @@ Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and w
   that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``, removed at
   shutdown after its logs are copied to ``run_dir/ray/logs``: :func:`retire_temp_dir`), the dashboard is
   off, workers' logs are not forwarded to the driver, and Ray logs only errors (to stderr);
-* a driver killed with SIGKILL (or by the OOM killer) takes Ray's processes with it (measured: the
-  embedded cluster's gcs_server, raylet and workers exit with it) but cannot remove its
-  ``/tmp/gcray-*`` folder. Each such folder holds an owner file that its driver keeps ``flock``-ed
+* a driver killed with SIGKILL (or by the OOM killer) takes most of Ray's processes with it
+  (measured: the embedded cluster's gcs_server, raylet and workers exit with it) but not Ray's
+  dashboard and runtime-env agents, which a watchdog process then stops
+  (:mod:`~gradcode.runtime.watchdog`), and it cannot remove its ``/tmp/gcray-*`` folder. Each such folder holds an owner file that its driver keeps ``flock``-ed
   while it lives (the kernel drops the lock when the process dies, however it dies), so the next
   local run removes the folders whose lock is free (:func:`reap_dead_temp_dirs`), after copying
   their logs to the dead run's ``run_dir/ray/logs``;
@@ -68,6 +69,7 @@ import ray
 
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
+from gradcode.runtime import watchdog
 from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, task_messages
 
 try:
@@ -212,6 +214,7 @@ def reap_dead_temp_dirs(root: str = _TEMP_ROOT) -> list[str]:
                 run_dir = None
             if not os.path.isdir(path):  # another reaper was first
                 continue
+            watchdog.kill_session(path)  # processes its watchdog did not stop (none was started)
             retire_temp_dir(path, run_dir if run_dir and os.path.isdir(run_dir) else None)
             removed.append(path)
         finally:
@@ -239,6 +242,7 @@ def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | No
     that lies outside ``run_dir`` (a ``/tmp/gcray-*`` made because ``run_dir/ray`` was too long
     for Unix socket names), so that nothing of the run is left in ``/tmp``. A temp dir inside
     ``run_dir`` stays where it is."""
+    watchdog.stop(str(temp_dir))
     _release(temp_dir)
     temp = Path(temp_dir).resolve()
     if run_dir is not None:
@@ -293,6 +297,8 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
             " to run on an embedded local cluster)"
         )
         raise GradcodeError(f"could not {where}: {type(exc).__name__}: {exc}{hint}") from None
+    if temp_dir is not None:
+        watchdog.start(temp_dir)
     return temp_dir
 
 
@@ -528,6 +534,23 @@ class RayEngine(Engine):
 
     def kill(self, w: int) -> None:
         ray.kill(self._actors[w], no_restart=True)
+
+    def lost(self) -> str | None:
+        """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with
+        the address, instead of one death per worker (measured cause: an external cluster stopped
+        with ``ray stop`` while a run used it)."""
+        if not ray.is_initialized():
+            return "Ray is no longer initialised in this process"
+        try:
+            gcs = ray.get_runtime_context().gcs_address
+            host, _, port = gcs.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return None
+        except OSError as exc:
+            where = f" at {self.address}" if self.address else ""
+            return f"the Ray cluster{where} is gone: its head node (GCS {gcs}) does not answer ({exc})"
+        except Exception:  # no address to check: cannot tell
+            return None
 
     def shutdown(self) -> None:
         """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:
