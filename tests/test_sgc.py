@@ -403,15 +403,59 @@ def _profile(n=16, rounds=50, seed=0):
     return X
 
 
+def test_tune_totals_by_hand_including_the_final_rounds():
+    """n = 4, J = 3, mu = 1, wait-out all, no load slope. X: round 2 has workers 2 and 3 five times
+    slower; X2: round 1 has worker 3 five times slower. By hand (a round lasts min(2 kappa, max)
+    when its stragglers conform, else max):
+    none 1 + 1 + 5; GC s = 1: round 2's two stragglers do not conform, 1 + 1 + 5; SR-SGC (1, 2, 2),
+    s = 1: rounds 0-2 as 1 + 1 + 2 (bursty), job 2 got 2 < n - s = 3 results, so final round 3
+    re-attempts one task (worker 2, 1 s); M-SGC (1, 2, 2): 1 + 1 + 2 + 1 (its final round holds the
+    last job's mini-tasks). X2: GC s = 1: 1 + 2 + 1; SR-SGC (1, 2, 1), s = 1: 1 + 2 + 1 and round 3
+    has nothing left (job 2 finished in round 2): 0, where every round timed gave 5."""
+    X = np.ones((5, 4))
+    X[2, 2:] = 5.0
+    X2 = np.ones((5, 4))
+    X2[1, 3] = 5.0
+    for profile, fam, only, total in [
+        (X, "none", {}, 7.0), (X, "gc", {"s": 1}, 7.0), (X, "sr-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0),
+        (X, "m-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0), (X2, "gc", {"s": 1}, 4.0),
+        (X2, "sr-sgc", {"B": 1, "W": 2, "lam": 1}, 4.0),
+    ]:
+        c = tune(profile, jobs=3, alpha=0.0, families=(fam,), only=only).candidates[0]
+        assert c.time == pytest.approx(total), (fam, only)
+    # the uncoded baseline is load-shifted like every scheme: a profile measured at load 1/2,
+    # replayed at 1/4 with 2 s per unit load, is 0.5 s shorter a round
+    assert tune(X, jobs=3, loads=[0.5], alpha=2.0, families=("none",)).best["none"].time == pytest.approx(5.5)
+
+
+def test_srsgc_final_rounds_with_work_match_the_simulator():
+    """Profiles with many stragglers leave re-attempts for SR-SGC's final round: only the
+    re-attempting workers compute then, as in the simulator."""
+    n, alpha, J = 16, 5.0, 40
+    checked = 0
+    for seed in (5, 8):
+        rng = np.random.default_rng(seed)
+        X = 1.0 + rng.exponential(0.3, (50, n))
+        X[rng.random((50, n)) < 0.25] += 3.0
+        model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
+        r = gradcode.simulate(SRSGC(n=n, B=1, W=2, lam=4, jobs=J), model, J + 1, close=1.0, records=True)
+        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("sr-sgc",),
+                 only={"B": 1, "W": 2, "lam": 4}).candidates[0]
+        assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
+        checked += r.round_times[-1] > 0
+    assert checked == 2
+
+
 def test_tune_replay_matches_the_simulator():
     """The vectorized replay (decodable wait-out) gives the simulator's total time with the
-    scheme objects on the same load-adjusted trace: exactly for GC and SR-SGC; for M-SGC within 5%
-    (in the simulator its first T rounds carry fewer mini-tasks, hence other stragglers)."""
+    scheme objects on the same load-adjusted trace: exactly for GC and SR-SGC (J jobs: its final
+    rounds hold only Algorithm 1's re-attempts, often none); for M-SGC within 5% (in the simulator
+    its first T rounds carry fewer mini-tasks, hence other stragglers)."""
     n, alpha, J = 16, 5.0, 40
     X = _profile(n)
     model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
     for B, W, lam in [(2, 3, 6), (1, 3, 5), (1, 2, 4)]:
-        r = gradcode.simulate(SRSGC(n=n, B=B, W=W, lam=lam), model, J + B, close=1.0, records=True)
+        r = gradcode.simulate(SRSGC(n=n, B=B, W=W, lam=lam, jobs=J), model, J + B, close=1.0, records=True)
         c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("sr-sgc",),
                  only={"B": B, "W": W, "lam": lam}).candidates[0]
         assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)

@@ -22,8 +22,12 @@ s)``-GC) with at most ``s`` stragglers; SR-SGC / M-SGC when the effective patter
 every live track (windows of ``W`` rounds bursty or at most ``s`` stragglers per round; each job's
 span ``[u, u + T]`` bursty or ``(B, W + B - 1, lambda)``-arbitrary). By Props. 3.1 / 3.2 the due
 jobs then decode, so the replay tracks only the pattern, not the jobs. ``J`` jobs take ``J + T``
-rounds (Sec. 2); every round is timed, including the last ``T`` (an upper bound for SR-SGC,
-whose last rounds may have nothing left to re-attempt).
+rounds (Sec. 2), every one timed, except SR-SGC's final rounds with nothing left to compute:
+round ``t >= J`` has no job ``t``, only Algorithm 1's re-attempts of job ``t - B``, and none when
+job ``t - B`` got its ``n - s`` results in round ``t - B``; such a round costs 0 (:class:`_SRSGCWork`).
+M-SGC's final rounds always hold the last jobs' remaining mini-tasks and are timed. Every
+family, the uncoded ``none`` included, is replayed at its own load: the profile plus
+``(L - L_0) alpha``.
 
 Speed: GC is vectorized over rounds and ``s``; SR-SGC and M-SGC scan the rounds once per
 ``(B, W)`` with every ``lambda`` at once (the load, hence the straggler set, differs per
@@ -267,18 +271,32 @@ def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
     xs = np.take_along_axis(X[:rounds], order, axis=1)
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(n)[None, :].repeat(rounds, axis=0), axis=1)
+    work = _SRSGCWork(K, rounds, n, B, np.asarray(s), jobs) if family == "sr-sgc" else None
     for t in range(rounds):
         x = X[t]
         kappa, top = xs[t, 0], xs[t, -1]
         cutoff = np.minimum((1.0 + mu) * (kappa + shift), top + shift)
         cur = x[None, :] + shift[:, None] > cutoff[:, None]
+        active = work.active(t) if work is not None else None
+        if active is not None:  # a final round: only the re-attempting workers compute
+            xa = np.where(active, x[None, :], np.nan) + shift[:, None]
+            some = active.any(axis=1)
+            filled = np.where(some[:, None], xa, 0.0)  # an idle replay: any finite row
+            kap, hi = np.nanmin(filled, axis=1), np.nanmax(filled, axis=1)
+            cutoff = np.where(some, np.minimum((1.0 + mu) * kap, hi), 0.0)  # nothing to compute: no time
+            late = np.where(some, hi, 0.0)
+            cur = active & (xa > cutoff[:, None])
+        else:
+            late = top + shift
         batch.begin(t)
         ok = batch.ok(cur)
-        total += np.where(ok, cutoff, top + shift)
+        total += np.where(ok, cutoff, late)
         rows = np.where(ok[:, None], cur, False)
         bad = np.flatnonzero(~ok)
         waits[bad] += 1
-        if bad.size and waitout == "decodable":
+        # a final round left unresolved waits for its last active worker (both rules: an upper bound
+        # of the decodable one, whose bisection below ranks every worker)
+        if bad.size and waitout == "decodable" and active is None:
             # largest k such that the k slowest workers as stragglers conform: bisection on k
             hi_k = cur[bad].sum(axis=1)  # not ok
             lo_k = np.zeros(bad.size, dtype=np.intp)  # ok (no stragglers)
@@ -293,10 +311,50 @@ def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
                 hi_k = np.where(open_ & ~good, mid, hi_k)
             k = lo_k
             end = xs[t, n - 1 - k] + shift[bad]
-            total[bad] += end - (top + shift[bad])
+            total[bad] += end - late[bad]
             rows[bad] = rank[t][None, :] >= (n - k)[:, None]
         batch.commit(rows)
+        if work is not None:
+            work.commit(t, rows)
     return total, waits
+
+
+class _SRSGCWork:
+    """Which of SR-SGC's final rounds have work, by Algorithm 1 (SGC Sec. 3.2), for ``K`` replays.
+
+    In round ``t`` the workers that did not return job ``t - B``'s result in round ``t - B`` re-attempt
+    it, as many as job ``t - B`` still lacks (``n - s - N(t - B)``, first by worker index), and the
+    others attempt job ``t``. The final ``B`` rounds ``t = J .. J + B - 1`` have no job ``t`` (the
+    paper's trivial tasks, "which do not incur any computation", Sec. 3.3.1), so a final round
+    whose job ``t - B`` was finished in its own round (``N(t - B) >= n - s``) computes nothing: it
+    costs no time and has no stragglers, as in the authors' own simulator. A final round with
+    re-attempts left is replayed as any other round."""
+
+    def __init__(self, K, rounds, n, B, s, jobs):
+        self.B, self.J, self.n = B, jobs, n
+        self.need = (n - np.broadcast_to(s, (K,))).astype(np.intp)
+        self.returned = np.zeros((rounds, K, n), dtype=bool)  # returned job t's result in round t
+        self.count = np.zeros((rounds, K), dtype=np.intp)  # N(t)
+        self._reattempt = np.zeros((K, n), dtype=bool)
+
+    def _reattempts(self, t):
+        old = t - self.B
+        if old < 0:
+            return np.zeros_like(self._reattempt), np.zeros(self.need.shape, dtype=bool)
+        lack = np.maximum(self.need - self.count[old], 0)
+        cand = ~self.returned[old]
+        return cand & (np.cumsum(cand, axis=1) <= lack[:, None]), lack > 0
+
+    def active(self, t):
+        """``(K, n)``: the workers computing in this final round (none: it costs nothing); None
+        before the final rounds."""
+        self._reattempt, _ = self._reattempts(t)
+        return self._reattempt if t >= self.J else None
+
+    def commit(self, t, stragglers):
+        if t < self.J:
+            self.returned[t] = ~self._reattempt & ~stragglers
+            self.count[t] = self.returned[t].sum(axis=1)
 
 
 def _gc_times(X, shift, s, jobs, mu, waitout):
@@ -366,8 +424,8 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
     def want(params):
         return only is None or all(params.get(k) == v for k, v in only.items())
 
-    if "none" in families and want({}):
-        t = float((X[:jobs] + 0.0).max(axis=1).sum())
+    if "none" in families and want({}):  # load 1/n, shifted from the profile's load as every scheme is
+        t = float((X[:jobs] + (1.0 / n - L0) * alpha).max(axis=1).sum())
         cands.append(Candidate("none", {}, 1.0 / n, t, jobs, 0))
     if "gc" in families:
         s = np.arange(n) if only is None else np.array([check_int("s", only["s"], minimum=0, maximum=n - 1)])
