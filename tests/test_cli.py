@@ -229,3 +229,10 @@ def test_waitout_all_without_a_mu_deadline_is_refused(tmp_path):
     res = CliRunner().invoke(app, ["train", "--close", "soon", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "--close must be 'decodable' or a number mu >= 0" in _said(res)
     assert not (tmp_path / "r").exists()
+
+
+def test_version():
+    import gradcode
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout.strip() == f"gradcode {gradcode.__version__}"

@@ -1,6 +1,6 @@
 """gradcode: gradient coding for straggler-tolerant synchronous distributed gradient descent.
 
-Layers (see DESIGN.md): ``codes`` (placement, encode, decode), ``stragglers`` (delay models and
+Layers (see docs/architecture.md): ``codes`` (placement, encode, decode), ``stragglers`` (delay models and
 traces), ``schemes`` (the round protocol), ``sim`` and ``runtime`` (the two drivers), ``problems``
 (models, data, optimizers, metrics) and ``experiments`` (what the CLI runs).
 

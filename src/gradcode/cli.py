@@ -22,6 +22,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _version(value: bool) -> None:
+    if value:
+        from gradcode import __version__
+
+        print(f"gradcode {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print gradcode's version and exit.")) -> None:
+    """Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime)."""
+
+
 #: stderr console for people; stdout is reserved for --json documents and plain tables
 err = Console(stderr=True)
 # piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables

@@ -1,4 +1,4 @@
-"""The runtime: real training with gradient coding (DESIGN.md "The runtime").
+"""The runtime: real training with gradient coding (docs/architecture.md, "The runtime").
 
 :func:`train` (keywords, or the config objects of :mod:`gradcode.runtime.config`) and
 :func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.master`); a

@@ -1,6 +1,6 @@
 """The engine interface: what the round driver (:mod:`gradcode.runtime.driver`) needs from whatever
-runs the workers, and nothing more (DESIGN.md: "everything engine-specific sits in one small
-backend adapter").
+runs the workers, and nothing more: everything engine-specific sits in one small adapter
+(docs/architecture.md, "The runtime").
 
 Two engines implement it: :class:`~gradcode.runtime.engine.RayEngine` (Ray actors, the only module
 that imports Ray) and :class:`~gradcode.runtime.inprocess.InProcessEngine` (the workers'

@@ -11,7 +11,7 @@ production, :class:`~gradcode.runtime.inprocess.InProcessEngine` in tests)::
         model = job mod M
         params[model] = optimizer.step(params[model], g / N + lambda grad R, ...)
 
-Rules the loop follows (DESIGN.md "The runtime"):
+Rules the loop follows (docs/architecture.md, "The runtime"):
 
 * **params once per job**: each job's parameters go to the object store once (``engine.put``) and
   every worker task of the job gets the same reference.

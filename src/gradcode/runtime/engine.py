@@ -5,7 +5,7 @@
 the round driver (:mod:`gradcode.runtime.driver`) uses, so another engine replaces this file only
 (:mod:`gradcode.runtime.inprocess` is one, without Ray).
 
-Behaviour of Ray 2.60 measured on these machines (DESIGN.md "The runtime") and what is done about it:
+Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The runtime") and what is done about it:
 
 * a worker is an actor created with ``max_restarts`` and ``max_task_retries=0``; it rebuilds its
   problem and partitions in ``__init__`` from a :class:`~gradcode.runtime.worker.ProblemSpec` and the

@@ -5,7 +5,7 @@ A worker holds the data partitions of its placement and, for each task of a roun
     message r  =  sum_j sum_c  coefficients[r, j, c] * g_{partitions[j]}[c]          (length m)
 
 where ``g_j`` is the partial gradient of partition ``j`` (the *sum* of per-sample gradients over its
-rows, DESIGN.md "The linear code contract") at the parameters of the task's job, cut into ``L``
+rows, docs/architecture.md, "The linear code contract") at the parameters of the task's job, cut into ``L``
 chunks of length ``m = ceil(d / L)`` (zero-padded). It knows nothing of codes or schemes: all
 intelligence is in the master's scheme (schemes/base.py).
 
@@ -15,7 +15,7 @@ computed. A message that needs nothing new costs only its weighted sum. This is 
 multi-message codes stream naturally (the partial-straggler scheme of Tandon Section 4 sends its
 naive part first).
 
-Injected stragglers (DESIGN.md "Straggler models and traces"): the master draws the worker's time
+Injected stragglers (docs/architecture.md): the master draws the worker's time
 for the round from a delay model and sends it with the tasks, already cut into one sleep per message
 by the simulator's own timing rule (:func:`gradcode.schemes.task_schedule`: message ``i`` is ready
 at the share of the round's data its partitions reach), so the real run is slowed exactly as the
