@@ -384,6 +384,9 @@ def test_restart_outcome_by_hand():
     # a decode held to epoch 2 (refused earlier): no group was still due then, all are counted
     Y, S = restart_outcome(e, 1, groups=(2, 2), at=np.array([2, 2, 0]))
     assert Y.tolist() == [2, 2, 0] and S.tolist() == [0, 1, 0]
+    # s_max as large as a group: it decodes in epoch 0 whatever straggles
+    Y, S = restart_outcome(e, 4)
+    assert Y.tolist() == [0, 0, 0] and S.tolist() == [2, 3, 0]
     with pytest.raises(ValueError, match="no earlier"):
         restart_outcome(e, 1, at=np.array([0, 0, 0]))
     with pytest.raises(ValueError, match="groups must sum"):

@@ -9,7 +9,6 @@ workers, parsed JSON, exit codes, files), never on times.
 
 import json
 import os
-import pickle
 import signal
 import socket
 import subprocess

@@ -507,7 +507,8 @@ def restart_outcome(epochs, s_max: int, *, groups: Sequence[int] | None = None, 
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     # group j's stragglers in epoch i are its workers with epochs > i: Y_j is the (s_max+1)-th
     # largest epoch of the group (0 when the group has at most s_max workers)
-    ys = np.stack([np.sort(e[:, a:a + u], axis=1)[:, u - s_max - 1] for a, u in zip(starts, sizes)], axis=1)
+    ys = np.stack([np.sort(e[:, a:a + u], axis=1)[:, u - s_max - 1] if u > s_max else np.zeros(len(e), dtype=e.dtype)
+                   for a, u in zip(starts, sizes)], axis=1)
     Y = ys.max(axis=1) if at is None else np.asarray(at)
     if Y.shape != (e.shape[0],) or np.any(Y < ys.max(axis=1)):
         raise ValueError("at must give one epoch per round, no earlier than the count rule's")

@@ -145,14 +145,10 @@ class _EMCode(LinearCode):
         self.M = em_matrix_M(n, d, L, self.E_blocks)
         self.M.flags.writeable = False
         placement = cyclic_placement(n, d)
-        encoders = _em_encoders(n, L, self.E_blocks, self.M, placement)
-        # ||B[r n + w]||_1: the size of each message's encoder row (a worker's row is zero off its
-        # own partitions), which weights the decoding solve
-        self._row_sizes = [np.maximum(np.abs(E).sum(axis=(1, 2)), np.finfo(float).tiny) for E in encoders]
         super().__init__(
             n=n,
             placement=placement,
-            encoders=encoders,
+            encoders=_em_encoders(n, L, self.E_blocks, self.M, placement),
             k=n,
             chunks=L,
             tolerance=tolerance,
@@ -209,7 +205,8 @@ class _EMCode(LinearCode):
 
     def _weighted_solve(self, pattern, rows, Erows, T) -> Decoding | None:
         """The minimiser of ``||A D||`` (:meth:`_fast_solve`), or None if that solve fails."""
-        size = np.array([self._row_sizes[w][r] for w, r in rows])
+        _, row_start, row_l1, _, _ = self._sparse_rows()  # ||B[r n + w]||_1 of every encoder row
+        size = np.maximum(row_l1[[row_start[w] + r for w, r in rows]], np.finfo(float).tiny)
         try:  # no condition guard: the answer is checked against B_F before it is used
             A, cond = min_norm_left_solve(Erows / size[:, None], T, np.inf)
         except NotDecodableError:

@@ -46,7 +46,7 @@ import numpy as np
 import typer
 
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import PLOT_HELP, error, exit_code_of, fail, warn
+from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 

@@ -209,12 +209,14 @@ def reap_dead_temp_dirs(root: str = _TEMP_ROOT) -> list[str]:
             except OSError:  # its driver is alive
                 continue
             try:
-                run_dir = json.loads(os.read(fd, 1 << 16) or b"{}").get("run_dir")
-            except (ValueError, AttributeError):
-                run_dir = None
+                info = json.loads(os.read(fd, 1 << 16) or b"{}")
+                run_dir, owner = info.get("run_dir"), int(info["pid"])
+            except (ValueError, AttributeError, KeyError, TypeError):
+                run_dir, owner = None, None
             if not os.path.isdir(path):  # another reaper was first
                 continue
-            watchdog.kill_session(path)  # processes its watchdog did not stop (none was started)
+            # processes its watchdog did not stop (none was started); never the owner pid itself
+            watchdog.kill_session(path, spare=() if owner is None else (owner,))
             retire_temp_dir(path, run_dir if run_dir and os.path.isdir(run_dir) else None)
             removed.append(path)
         finally:
@@ -241,22 +243,25 @@ def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | No
     """After ``ray.shutdown()``: keep Ray's logs under ``run_dir/ray/logs`` and delete a temp dir
     that lies outside ``run_dir`` (a ``/tmp/gcray-*`` made because ``run_dir/ray`` was too long
     for Unix socket names), so that nothing of the run is left in ``/tmp``. A temp dir inside
-    ``run_dir`` stays where it is."""
+    ``run_dir`` stays where it is. The owner lock is dropped last, once the folder is gone, so a
+    reaper never takes a folder being retired for a dead driver's."""
     watchdog.stop(str(temp_dir))
-    _release(temp_dir)
-    temp = Path(temp_dir).resolve()
-    if run_dir is not None:
-        home = Path(run_dir).resolve()
-        if temp == home / "ray" or home in temp.parents:
-            return
-        logs = temp / "session_latest" / "logs"
-        if logs.is_dir():
-            dest = home / "ray" / "logs"
-            try:
-                shutil.copytree(logs.resolve(), dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-            except (OSError, shutil.Error):  # logs are a courtesy: never fail a finished run for them
-                pass
-    shutil.rmtree(temp, ignore_errors=True)
+    try:
+        temp = Path(temp_dir).resolve()
+        if run_dir is not None:
+            home = Path(run_dir).resolve()
+            if temp == home / "ray" or home in temp.parents:
+                return
+            logs = temp / "session_latest" / "logs"
+            if logs.is_dir():
+                dest = home / "ray" / "logs"
+                try:
+                    shutil.copytree(logs.resolve(), dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+                except (OSError, shutil.Error):  # logs are a courtesy: never fail a finished run for them
+                    pass
+        shutil.rmtree(temp, ignore_errors=True)
+    finally:
+        _release(temp_dir)
 
 
 def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None,
@@ -544,13 +549,15 @@ class RayEngine(Engine):
         try:
             gcs = ray.get_runtime_context().gcs_address
             host, _, port = gcs.rpartition(":")
-            with socket.create_connection((host, int(port)), timeout=2.0):
+            port = int(port)
+        except Exception:  # no address to check: cannot tell
+            return None
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
                 return None
         except OSError as exc:
             where = f" at {self.address}" if self.address else ""
             return f"the Ray cluster{where} is gone: its head node (GCS {gcs}) does not answer ({exc})"
-        except Exception:  # no address to check: cannot tell
-            return None
 
     def shutdown(self) -> None:
         """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:

@@ -633,5 +633,3 @@ def _resume_record(spec: TrainSpec, run: RunConfig, faults: FaultConfig) -> dict
     except UnsafeStateError:
         return {}
     return record
-
-

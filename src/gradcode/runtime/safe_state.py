@@ -11,10 +11,12 @@ without a word. Here:
   lacks), ``{"__tuple": [...]}``, ``{"__set": [...]}``, ``{"__frozenset": [...]}``,
   ``{"__dict": [[k, v], ...]}`` (other keys), ``{"__odict": ...}``, ``{"__defaultdict": ...}``
   (of a builtin type), ``{"__deque": ...}``, ``{"__fraction": [p, q]}``, ``{"__path": "..."}``,
-  ``{"__rng": ...}`` (a numpy ``Generator``: its bit generator's name and state),
+  ``{"__bytes": i}`` (bytes or a bytearray, as an array of the ``.npz``), ``{"__rng": ...}`` (a
+  numpy ``Generator``: its bit generator's name and state),
   ``{"__tensor": i, "dtype": ...}`` (a torch tensor, bit for bit), ``{"__enum": ..., "name": ...}``,
   ``{"__class": "module:qualname"}`` and ``{"__object": "module:qualname", "state": ...}`` (an
-  instance: its ``__getstate__()``).
+  instance: its ``__getstate__()``, restored by the class's ``__setstate__`` or, for the default
+  state, into its ``__dict__`` and ``__slots__``).
 * Classes, enums and instances are limited to gradcode's own modules and those the user names with
   :func:`trust_modules` (a scheme or code class of their own): :func:`decode` imports nothing else
   and calls no constructor, only ``cls.__new__`` and the class's ``__setstate__`` (or a
@@ -36,7 +38,8 @@ import importlib
 import io
 import json
 import math
-import os
+import re
+import zipfile
 from collections import OrderedDict, defaultdict, deque
 from fractions import Fraction
 from pathlib import Path, PurePath
@@ -44,6 +47,7 @@ from pathlib import Path, PurePath
 import numpy as np
 
 from gradcode.errors import GradcodeError
+from gradcode.runtime.records import atomic_write as _atomic_write
 
 __all__ = ["UnsafeStateError", "decode", "encode", "read_document", "trust_modules", "write_document"]
 
@@ -91,9 +95,11 @@ def _lookup(name) -> type:
                                " a module given to gradcode.runtime.trust_modules")
     obj = importlib.import_module(module)
     for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise UnsafeStateError(f"{name} is not a class")
+        obj = getattr(obj, part, None)
+    # the class itself must be defined in a trusted module under that very name: a trusted
+    # module's attribute chain may lead elsewhere (gradcode.runtime.engine:tempfile....)
+    if not isinstance(obj, type) or not _trusted(obj.__module__) or f"{obj.__module__}:{obj.__qualname__}" != name:
+        raise UnsafeStateError(f"{name} is not a gradcode class")
     return obj
 
 
@@ -134,6 +140,9 @@ def encode(value, arrays: list):
                 "items": [[encode(k, arrays), encode(v, arrays)] for k, v in value.items()]}
     if isinstance(value, deque):
         return {"__deque": [encode(v, arrays) for v in value], "maxlen": value.maxlen}
+    if isinstance(value, (bytes, bytearray)):
+        arrays.append(np.frombuffer(bytes(value), dtype=np.uint8).copy())
+        return {"__bytes": len(arrays) - 1, "mutable": isinstance(value, bytearray)}
     if isinstance(value, Fraction):
         return {"__fraction": [value.numerator, value.denominator]}
     if isinstance(value, PurePath):
@@ -200,6 +209,9 @@ def _decode_tagged(tag: str, doc: dict, arrays):
         return out
     if tag == "__deque":
         return deque((decode(v, arrays) for v in value), maxlen=doc["maxlen"])
+    if tag == "__bytes":
+        data = arrays[f"a{int(value)}"].tobytes()
+        return bytearray(data) if doc.get("mutable") else data
     if tag == "__fraction":
         return Fraction(int(value[0]), int(value[1]))
     if tag == "__path":
@@ -227,9 +239,15 @@ def _decode_tagged(tag: str, doc: dict, arrays):
         state = decode(doc["state"], arrays)
         if getattr(cls, "__setstate__", None) is not None:
             obj.__setstate__(state)
-        elif isinstance(state, dict):
+            return obj
+        # object.__getstate__'s forms: the __dict__, or (__dict__ or None, {slot: value})
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state, slots = state
+            for key, val in slots.items():
+                object.__setattr__(obj, key, val)
+        if isinstance(state, dict):
             obj.__dict__.update(state)
-        else:
+        elif state is not None:
             raise UnsafeStateError(f"{value}: cannot restore a state of type {type(state).__name__}")
         return obj
     raise UnsafeStateError(f"unknown tag {tag!r} in the document")
@@ -238,15 +256,6 @@ def _decode_tagged(tag: str, doc: dict, arrays):
 # ----------------------------------------------------------------------------------------- files
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def write_document(path: Path, document: dict) -> None:
@@ -284,8 +293,13 @@ def read_document(path: Path) -> dict:
     if not ok:
         raise CheckpointError(f"resume: the checkpoint {path} is damaged: its content does not match its SHA-256;"
                               f" {advice}")
-    inner = json.loads(content)
-    if inner.get("format") != _FORMAT:
+    try:
+        inner = json.loads(content)
+        ok = inner.get("format") == _FORMAT and re.fullmatch(rf"{re.escape(path.stem)}-[0-9a-f]{{16}}\.npz",
+                                                               str(inner["arrays"]))
+    except Exception:
+        ok = False
+    if not ok:
         raise CheckpointError(f"resume: {path} is not a gradcode checkpoint; {advice}")
     blob_path = path.with_name(inner["arrays"])
     try:
@@ -295,9 +309,12 @@ def read_document(path: Path) -> dict:
     if _digest(blob) != inner["arrays_sha256"]:
         raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} are damaged: they do not match the"
                               f" SHA-256 recorded in {path.name}; {advice}")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
     try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as z:  # written stored, never compressed: no zip bombs
+            if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > len(blob) for i in z.infolist()):
+                raise ValueError("an array entry is compressed or larger than the file")
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
         return decode(inner["body"], arrays)
-    except UnsafeStateError as exc:
-        raise CheckpointError(f"resume: {path}: {exc}") from None
+    except Exception as exc:  # a document that passed its digests but is not ours to read
+        raise CheckpointError(f"resume: {path}: cannot be restored ({type(exc).__name__}: {exc}); {advice}") from None

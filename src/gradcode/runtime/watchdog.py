@@ -33,12 +33,14 @@ _running: dict[str, subprocess.Popen] = {}
 
 
 def _start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks), or None if no such process."""
+    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks), or None if no such process or
+    only its zombie is left (a dead driver whose parent has not reaped it yet)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields[19]
 
 
 def session_processes(temp_dir: str) -> list[int]:
@@ -79,18 +81,22 @@ def watch(driver: int, temp_dir: str) -> None:
         kill_session(temp_dir)
 
 
-def kill_session(temp_dir: str) -> None:
-    """SIGTERM, then after a grace period SIGKILL, to the processes of the cluster at ``temp_dir``."""
+def kill_session(temp_dir: str, spare=()) -> None:
+    """SIGTERM, then after a grace period SIGKILL, to the processes of the cluster at ``temp_dir``
+    (those holding a file under it, but this process and ``spare``); the SIGKILL goes only to the
+    same processes (same pid and start time) that were sent SIGTERM."""
     if not os.path.isdir("/proc"):
         return
-    pids = session_processes(temp_dir)
+    pids = [p for p in session_processes(temp_dir) if p not in spare]
+    born = {p: _start_time(p) for p in pids}
+    pids = [p for p, b in born.items() if b is not None]
     if not pids:
         return
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + _GRACE
-    while time.monotonic() < deadline and any(_start_time(p) is not None for p in pids):
+    while time.monotonic() < deadline and any(_start_time(p) == born[p] for p in pids):
         time.sleep(0.1)
-    _signal_all(session_processes(temp_dir), signal.SIGKILL)
+    _signal_all([p for p in pids if _start_time(p) == born[p]], signal.SIGKILL)
 
 
 def start(temp_dir: str) -> None:

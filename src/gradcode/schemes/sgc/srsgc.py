@@ -74,6 +74,14 @@ class _Job:
         self.fresh = 0  # N(u): results received in round u
         self.msgs: dict[int, np.ndarray] | None = None
 
+    def __getstate__(self):  # recv is a view of buf: travel as buf alone
+        return {"u": self.u, "buf": bytes(self.buf), "count": self.count, "fresh": self.fresh, "msgs": self.msgs}
+
+    def __setstate__(self, state):
+        self.u, self.count, self.fresh, self.msgs = state["u"], state["count"], state["fresh"], state["msgs"]
+        self.buf = bytearray(state["buf"])
+        self.recv = np.frombuffer(self.buf, dtype=bool)
+
 
 @SCHEMES.register("sr-sgc")
 class SRSGC(SequentialScheme):
