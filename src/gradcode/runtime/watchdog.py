@@ -18,6 +18,7 @@ only the standard library, not gradcode and numpy).
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -103,6 +104,8 @@ def start(temp_dir: str) -> None:
     """Start the watchdog of the cluster whose temp dir is ``temp_dir`` (Linux; else nothing)."""
     if not os.path.isdir("/proc") or temp_dir in _running:
         return
+    if not _running:  # a normal exit shuts Ray down itself (Ray's own atexit hook): stop the watchdogs
+        atexit.register(_stop_all)
     _running[temp_dir] = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), str(os.getpid()), str(temp_dir)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -118,6 +121,11 @@ def stop(temp_dir: str) -> None:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _stop_all() -> None:
+    for temp_dir in list(_running):
+        stop(temp_dir)
 
 
 if __name__ == "__main__":
