@@ -284,9 +284,7 @@ def agc_training(ps=(0.05, 0.1), iterations: int = 60, workers: int = 20, d: int
     accuracy after each iteration agrees across schemes to float rounding and the time axis tells
     them apart, as in the paper's Fig. 6.
     """
-    from gradcode.analysis import draw_restart_epochs, restart_outcome, scheme_aet
-    from gradcode.experiments.repro_analysis import AGC_TABLE6, agc_timing
-    from gradcode.torch import fit
+    from gradcode.analysis import draw_restart_epochs
 
     iterations = check_int("iterations", iterations, minimum=1)
     time_scale = check_real("time_scale", time_scale, minimum=0.0, strict_min=True)
@@ -296,52 +294,66 @@ def agc_training(ps=(0.05, 0.1), iterations: int = 60, workers: int = 20, d: int
     if unknown:
         raise ValueError(f"unknown scheme(s) {unknown}; choose from {list(AGC_TRAINING_SCHEMES)}")
     train, test, factory = _data_and_model(data, model, seed)
+    fit_options = dict(workers=workers, rounds=iterations, batch_size=batch_size, optimizer="sgd",
+                       optimizer_params={"lr": lr}, engine=engine, wire_dtype=wire_dtype, decode_rtol=decode_rtol,
+                       inject="full", close="decodable", eval_data=test, eval_every=max(1, iterations // 20),
+                       seed=seed)
     rows, curves = [], {}
     for p in ps:
         epochs = draw_restart_epochs(iterations, workers, p, np.random.default_rng([seed, round(p * 1e6)]))
         for name in names:
-            family, s_max, group = AGC_TRAINING_SCHEMES[name]
-            code, comm, s_max, groups = _agc_code(family, s_max, group, workers, d, L)
-            key = "cgc" if family == "crc" else family
-            timing = agc_timing(key, None if family in ("uncoded", "agc") else s_max)
-            delays = (timing.restart_time(epochs) + timing.t_cp) * time_scale
-            res = fit(factory, train, code=code, workers=workers, rounds=iterations, batch_size=batch_size,
-                      optimizer="sgd", optimizer_params={"lr": lr}, engine=engine, wire_dtype=wire_dtype,
-                      decode_rtol=decode_rtol,
-                      delay_model=("trace", {"delays": delays}), inject="full", close="decodable",
-                      eval_data=test, eval_every=max(1, iterations // 20), seed=seed)
-            used = res.result.messages > 0
-            rule_epoch, _ = restart_outcome(epochs, s_max, groups=groups)
-            epoch = np.where(used, epochs, 0).max(axis=1)  # the epoch the run decoded in
-            Y, S = restart_outcome(epochs, s_max, groups=groups, at=np.maximum(epoch, rule_epoch))
-            times = timing.execution_time(comm, Y, S)
-            elapsed = np.cumsum(times)
-            acc = [(float(elapsed[m["round"]]), float(m["accuracy"])) for m in res.result.metrics]
-            paper = AGC_TABLE6.get(({"agc": "AGC", "uncoded": "uncoded"}.get(key, "CGC"), group,
-                                    None if key in ("agc", "uncoded") else s_max))
-            rows.append({
-                "scheme": name, "p": p,
-                "time_per_iteration": round(float(times.mean()), 3),
-                "model_aet": round(float(scheme_aet(key, workers, d, p, timing, s_max=None if key in ("agc", "uncoded")
-                                                    else s_max, group=group)), 3),
-                "paper_aet": None if paper is None or family == "crc" or workers != 20 or d != 3 else
-                dict(zip((0.05, 0.1), paper)).get(p),
-                "later_decodes": int((Y > rule_epoch).sum()),
-                "accuracy": round(acc[-1][1], 4),
-                "time_to_target": next((round(t, 1) for t, a in acc if a >= target), None),
-            })
-            curves[f"{name} p={p:g}"] = acc
-    return _agc_finish(rows, curves, out, plot, dict(ps=ps, iterations=iterations, workers=workers, d=d, L=L,
-                                                      target=target, setting=_setting(workers, 1, data, model, engine),
-                                                      batch_size=batch_size, lr=lr, wire_dtype=wire_dtype,
-                                                      decode_rtol=decode_rtol))
+            row, curves[f"{name} p={p:g}"] = _agc_run(name, p, epochs, (train, factory), fit_options, d=d, L=L,
+                                                       target=target, time_scale=time_scale)
+            rows.append(row)
+    info = dict(ps=ps, iterations=iterations, workers=workers, d=d, L=L, target=target, batch_size=batch_size,
+                lr=lr, wire_dtype=wire_dtype, decode_rtol=decode_rtol,
+                setting=_setting(workers, 1, data, model, engine))
+    return _agc_finish(rows, curves, out, plot, info)
+
+
+def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, *, d: int, L: int, target: float,
+             time_scale: float) -> tuple[dict, list]:
+    """One scheme's training under the drawn restart epochs: its row (time per iteration measured
+    and expected, Table VI's value, the decodes that needed a later epoch, final accuracy, time to
+    ``target``) and its accuracy-against-time curve (:func:`agc_training`)."""
+    from gradcode.analysis import restart_outcome, scheme_aet
+    from gradcode.experiments.repro_analysis import AGC_TABLE6, agc_timing
+    from gradcode.torch import fit
+
+    workers = fit_options["workers"]
+    family, s_max, group = AGC_TRAINING_SCHEMES[name]
+    code, comm, s_max, groups = _agc_code(family, s_max, group, workers, d, L)
+    key = "cgc" if family == "crc" else family  # Tandon's GC runs on CGC(2)'s phases
+    own_s = None if key in ("agc", "uncoded") else s_max  # AGC and uncoded have no s_max parameter
+    timing = agc_timing(key, own_s)
+    delays = (timing.restart_time(epochs) + timing.t_cp) * time_scale  # worker w in at R(e_w) + t_cp
+    res = fit(train[1], train[0], code=code, delay_model=("trace", {"delays": delays}), **fit_options)
+    rule_epoch, _ = restart_outcome(epochs, s_max, groups=groups)
+    epoch = np.where(res.result.messages > 0, epochs, 0).max(axis=1)  # the epoch the run decoded in
+    Y, S = restart_outcome(epochs, s_max, groups=groups, at=np.maximum(epoch, rule_epoch))
+    times = timing.execution_time(comm, Y, S)
+    elapsed = np.cumsum(times)
+    acc = [(float(elapsed[m["round"]]), float(m["accuracy"])) for m in res.result.metrics]
+    paper = AGC_TABLE6.get(({"agc": "AGC", "uncoded": "uncoded"}.get(key, "CGC"), group, own_s))
+    comparable = paper is not None and family != "crc" and workers == 20 and d == 3
+    row = {
+        "scheme": name, "p": p,
+        "time_per_iteration": round(float(times.mean()), 3),
+        "model_aet": round(float(scheme_aet(key, workers, d, p, timing, s_max=own_s, group=group)), 3),
+        "paper_aet": dict(zip((0.05, 0.1), paper)).get(p) if comparable else None,
+        "later_decodes": int((Y > rule_epoch).sum()),
+        "accuracy": round(acc[-1][1], 4),
+        "time_to_target": next((round(t, 1) for t, a in acc if a >= target), None),
+    }
+    return row, acc
 
 
 def _agc_finish(rows: list, curves: dict, out: str, plot: bool, info: dict) -> dict:
     """The notes (the paper's orderings checked on the measured times), the JSON and the PNG."""
     notes = [f"scaled: {info['setting']}, d = {info['d']}, L = {info['L']}, batch {info['batch_size']}, SGD lr"
              f" {info['lr']}, {info['iterations']} iterations (the paper: ResNet-18 on CIFAR-10, 2000 iterations),"
-             f" messages in {info['wire_dtype']}, decodes accepted within {info['decode_rtol']:g}; times from the restart model with the paper's measured phases."]
+             f" messages in {info['wire_dtype']}, decodes accepted within {info['decode_rtol']:g}; times from the"
+             " restart model with the paper's measured phases."]
     for p in info["ps"]:
         by = {r["scheme"]: r["time_per_iteration"] for r in rows if r["p"] == p}
         order = " < ".join(f"{k} {v:.2f}" for k, v in sorted(by.items(), key=lambda kv: kv[1]))
