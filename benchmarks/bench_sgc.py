@@ -38,6 +38,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -95,21 +96,43 @@ def bench_rounds(repeats, rounds):
               f" {int(np.sum(res.waitout_rounds)):10d}")
 
 
-def bench_tune(repeats, max_Ws):
+def tune_at(rev: str):
+    """``tune`` as it was at git revision ``rev`` (its module loaded from ``git show``), for
+    timings side by side with the working tree's in one run."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    src = subprocess.run(["git", "show", f"{rev}:src/gradcode/schemes/sgc/tune.py"], check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "tune_at_rev.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("tune_at_rev", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tune_at_rev"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.tune
+
+
+def bench_tune(repeats, max_Ws, against=None):
     n = 256
     X = profile(n, 100, seed=1)
     print(f"\n(b) tune, n = {n}, 100-round profile, J = 80, waitout = all (seconds, median of {repeats})")
-    print(f"{'family':8s} {'max_W':>5s} {'sets':>6s} {'time':>7s}  best")
+    versions = {"now": tune} if against is None else {"now": tune, against: tune_at(against)}
+    print(f"{'family':8s} {'max_W':>5s} {'sets':>6s} " + " ".join(f"{k:>9s}" for k in versions) + "  best")
     for max_W in max_Ws:
         for fam in ("gc", "sr-sgc", "m-sgc"):
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                res = tune(X, jobs=80, alpha=3.0, families=(fam,), max_W=max_W)
-                times.append(time.perf_counter() - t0)
-            b = res.best[fam]
-            print(f"{fam:8s} {max_W:5d} {len(res.candidates):6d} {statistics.median(times):7.2f}  {b.params}"
-                  f" load {b.load:.4f} est. {b.time:.1f} s")
+            times = {k: [] for k in versions}
+            for _ in range(repeats):  # interleaved: the versions share the machine's state
+                for k, fn in versions.items():
+                    t0 = time.perf_counter()
+                    res = fn(X, jobs=80, alpha=3.0, families=(fam,), max_W=max_W)
+                    times[k].append(time.perf_counter() - t0)
+                    if k == "now":
+                        b, sets = res.best[fam], len(res.candidates)
+            print(f"{fam:8s} {max_W:5d} {sets:6d} " + " ".join(f"{statistics.median(v):9.2f}" for v in times.values())
+                  + f"  {b.params} load {b.load:.4f} est. {b.time:.1f} s")
 
 
 def ray_delays(n, rounds, seed=2):
@@ -178,6 +201,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["round", "tune", "ray"], action="append")
+    ap.add_argument("--against", metavar="REV", help="time tune at git revision REV beside the working tree's")
     ap.add_argument("--close", type=float, default=None, help="(c): the mu of the mu-rule (default: decodable)")
     ap.add_argument("--waitout", choices=["decodable", "all"], default="decodable", help="(c): with --close")
     args = ap.parse_args()
@@ -190,7 +214,7 @@ def main():
     if "round" in which:
         bench_rounds(1 if args.quick else 3, 120 if args.quick else 480)
     if "tune" in which:
-        bench_tune(1, (4,) if args.quick else (4, 8))
+        bench_tune(1 if args.quick else 3, (4,) if args.quick else (4, 8), args.against)
     if "ray" in which:
         bench_ray(1 if args.quick else 3, 12 if args.quick else 40,
                   "decodable" if args.close is None else args.close, args.waitout)

@@ -189,72 +189,108 @@ def reference_profile(profiles, *, loads=None, alpha: float | None = None) -> Re
 # --------------------------------------------------------------------------- the replay
 
 
+def _popcount(words: np.ndarray) -> np.ndarray:
+    """Set bits per row of packed words (last axis)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(words).sum(axis=-1, dtype=np.intp)
+    return _POP8[words.view(np.uint8)].sum(axis=-1, dtype=np.intp)
+
+
+_POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
 class _Batch:
     """A batch of ``K`` replays of one family on the same profile, differing in their constant
     shift ``c`` (the load adjustment) and their model parameters (``lam``, ``s``): the effective
-    straggler rows ``H`` ``(K, rounds, n)`` and the per-track flags."""
+    straggler rows and the per-track flags.
+
+    Rows are kept bit-packed (``n`` workers in ``ceil(n / 64)`` words), so the unions, overlaps and
+    counts of the straggler model's checks cost a few words a replay instead of ``n`` booleans; the
+    union of a track's past rounds comes from one suffix-OR over the last ``W`` rounds per round
+    (not one OR per track), and a worker's straggling rounds in a span from running counts."""
 
     def __init__(self, family, n, rounds, B, W, lam, s, jobs):
         self.family, self.n, self.B, self.W, self.J = family, n, B, W, jobs
         self.lam = np.asarray(lam)
         self.s = np.asarray(s)
         K = self.lam.size
-        self.H = np.zeros((K, rounds, n), dtype=bool)
+        self.words = -(-n // 64)
+        self.H = np.zeros((K, rounds, self.words), dtype=np.uint64)  # packed straggler rows
         self.T = (W - 2 + B) if family == "m-sgc" else B
+        if family == "m-sgc" and B > 1:  # straggling rounds per worker up to each round
+            self.C = np.zeros((K, rounds + 1, n), dtype=np.int32)
         self.flags: dict[int, np.ndarray] = {}  # track start -> (K, models) flags
         self.K = K
+
+    def pack(self, rows: np.ndarray) -> np.ndarray:
+        """``(K', n)`` booleans as ``(K', words)`` packed words."""
+        bits = np.packbits(rows, axis=-1, bitorder="little")
+        pad = 8 * self.words - bits.shape[-1]
+        if pad:
+            bits = np.concatenate([bits, np.zeros(bits.shape[:-1] + (pad,), dtype=np.uint8)], axis=-1)
+        return bits.view(np.uint64)
 
     def tracks(self, t):
         if self.family == "m-sgc":
             return [u for u in range(max(0, t - self.T), t + 1) if u < self.J]
         return list(range(max(0, t - self.W + 1), t + 1))
 
+    def _suffix_or(self, lo: int, hi: int) -> np.ndarray:
+        """``out[j] = OR(H[:, lo + j : hi])`` for ``j = 0 .. hi - lo`` (the last one empty)."""
+        out = np.zeros((hi - lo + 1, self.K, self.words), dtype=np.uint64)
+        if hi > lo:
+            out[:-1] = np.bitwise_or.accumulate(self.H[:, lo:hi][:, ::-1], axis=1)[:, ::-1].transpose(1, 0, 2)
+        return out
+
     def begin(self, t):
-        H, B, W = self.H, self.B, self.W
+        """Gather, for every live track of round ``t``, the unions and counts its checks need
+        (stacked ``(tracks, K, words)``), and its flags so far."""
+        B, W = self.B, self.W
         self._t = t
-        self._pre = []
-        for a in self.tracks(t):
-            prev = self.flags.get(a)
-            if prev is None:
-                prev = np.ones((self.K, 2), dtype=bool)
-            lo = max(a, t - W + 1)
-            Db = H[:, lo:t].any(axis=1)
-            hi = t - B + 1
-            Fb = H[:, lo:hi].any(axis=1) if hi > lo else np.zeros_like(Db)
-            if self.family == "m-sgc":  # arbitrary (B, W + B - 1, lam) on the job's span
-                past = H[:, a:t]
-                Da = past.any(axis=1)
-                Ca = np.count_nonzero(past, axis=1) >= B
-            else:
-                Da = Ca = None
-            self._pre.append((a, prev, Db, Fb, Da, Ca))
+        self._tracks = tracks = self.tracks(t)
+        if not tracks:
+            return
+        first = max(min(tracks[0], t - W + 1), 0)
+        upto_t = self._suffix_or(first, t)                 # OR(H[j:t]) from j = first
+        hi = t - B + 1
+        upto_hi = self._suffix_or(first, max(hi, first))  # OR(H[j:hi])
+        lo = np.maximum(np.asarray(tracks), t - W + 1) - first
+        self._Db = upto_t[lo]
+        self._Fb = np.where((hi > lo + first)[:, None, None], upto_hi[np.minimum(lo, upto_hi.shape[0] - 1)], 0)
+        if self.family == "m-sgc":  # arbitrary (B, W + B - 1, lam) on the job's span
+            self._Da = upto_t[np.asarray(tracks) - first]
+            if B == 1:  # one straggling round in the span is a burst of B
+                self._Ca = self._Da
+            else:  # workers with B straggling rounds in the track's span so far
+                self._Ca = self.pack(self.C[:, t][None] - self.C[:, tracks].transpose(1, 0, 2) >= B)
+        ones = np.ones((self.K, 2), dtype=bool)
+        self._prev = np.stack([self.flags.get(a, ones) for a in tracks])
 
     def _per_track(self, cur, idx=None):
         """Flags ``(tracks, K', 2)`` for stragglers ``cur`` ``(K', n)`` (rows ``idx`` of the batch)."""
         sel = slice(None) if idx is None else idx
         lam = self.lam[sel]
-        ncur = np.count_nonzero(cur, axis=1)
-        out = []
-        for a, prev, Db, Fb, Da, Ca in self._pre:
-            b = (np.count_nonzero(Db[sel] | cur, axis=1) <= lam) & ~(Fb[sel] & cur).any(axis=1)
-            if Da is not None:
-                o = (np.count_nonzero(Da[sel] | cur, axis=1) <= lam) & ~(Ca[sel] & cur).any(axis=1)
-            else:  # SR-SGC: at most s stragglers in the round
-                o = ncur <= self.s[sel]
-            out.append(np.stack([b, o], axis=1) & prev[sel])
-        return out
+        packed = self.pack(cur)[None]
+        b = (_popcount(self._Db[:, sel] | packed) <= lam) & ~(self._Fb[:, sel] & packed).any(axis=2)
+        if self.family == "m-sgc":
+            o = (_popcount(self._Da[:, sel] | packed) <= lam) & ~(self._Ca[:, sel] & packed).any(axis=2)
+        else:  # SR-SGC: at most s stragglers in the round
+            o = np.broadcast_to(np.count_nonzero(cur, axis=1) <= self.s[sel], b.shape)
+        return np.stack([b, o], axis=2) & self._prev[:, sel]
 
     def ok(self, cur, idx=None):
-        res = self._per_track(cur, idx)
-        if not res:
+        if not self._tracks:
             return np.ones(cur.shape[0], dtype=bool)
-        return np.all([r.any(axis=1) for r in res], axis=0)
+        return self._per_track(cur, idx).any(axis=2).all(axis=0)
 
     def commit(self, rows):
         t = self._t
-        self.H[:, t] = rows
-        for (a, *_), f in zip(self._pre, self._per_track(rows)):
-            self.flags[a] = f
+        self.H[:, t] = self.pack(rows)
+        if hasattr(self, "C"):
+            self.C[:, t + 1] = self.C[:, t] + rows
+        if self._tracks:
+            for a, f in zip(self._tracks, self._per_track(rows)):
+                self.flags[a] = f
         end = (t - self.T) if self.family == "m-sgc" else (t - self.W + 1)
         self.flags.pop(end, None)
 
