@@ -627,3 +627,11 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
     with pytest.raises(GradcodeError, match="round 0: the Ray cluster at 10.0.0.1:6379 is gone.*--resume"):
         train("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
               run_dir=tmp_path / "lost", eval_every=0, round_timeout=5, engine=LostCluster())
+
+
+def test_result_attributes_are_named_as_in_result_json(tmp_path):
+    """Issue 21, item 5: result.rounds raised although result.json has rounds."""
+    res = run(tmp_path, code="crc", stragglers=1, rounds=3)
+    doc = json.loads((tmp_path / "run" / "result.json").read_text())
+    for key in ("rounds", "total_time", "waitout_rounds", "final_loss", "resumed_from", "run_dir"):
+        assert getattr(res, key) == doc[key], key

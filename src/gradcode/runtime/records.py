@@ -101,6 +101,21 @@ class TrainResult:
             self.waitouts = np.zeros(self.round_times.shape[0], dtype=bool)
 
     @property
+    def rounds(self) -> int:
+        """Rounds completed (``result.json``'s ``rounds``)."""
+        return int(self.round_times.size)
+
+    @property
+    def total_time(self) -> float:
+        """Seconds the completed rounds took (``result.json``'s ``total_time``)."""
+        return float(self.round_times.sum())
+
+    @property
+    def waitout_rounds(self) -> int:
+        """Rounds waited out under the mu-rule (``result.json``'s ``waitout_rounds``)."""
+        return int(self.waitouts.sum())
+
+    @property
     def final_params(self) -> np.ndarray:
         return self.params[0]
 
@@ -131,11 +146,11 @@ class TrainResult:
         include = d <= 10000 if include_params is None else include_params
         doc = {
             "config": self.config,
-            "rounds": int(self.round_times.size),
+            "rounds": self.rounds,
             "error": self.error,
             "error_type": self.error_type,
             "round_times": self.round_times.tolist(),
-            "total_time": float(self.round_times.sum()),
+            "total_time": self.total_time,
             "final_loss": self.final_loss,
             "final_losses": self.losses[-1].tolist() if self.losses.size else [],
             "losses": self.losses.tolist(),
@@ -145,7 +160,7 @@ class TrainResult:
             "messages": self.messages.tolist(),
             "injected": self.injected.tolist(),
             "waitouts": self.waitouts.tolist(),
-            "waitout_rounds": int(self.waitouts.sum()),
+            "waitout_rounds": self.waitout_rounds,
             "metrics": self.metrics,
             "failures": self.failures,
             "faults": len(self.faults),
