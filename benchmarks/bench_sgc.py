@@ -25,8 +25,12 @@ mu-rule (the same rule in the runtime and the simulator). Reported: the total wa
 J jobs (plan to close, summed over the rounds), the median round and the rounds waited out,
 median over repeats, with the simulator's total of the same rounds under the same rule.
 
-Run: ``python benchmarks/bench_sgc.py [--quick] [--only round|tune|ray] [--close MU] [--waitout
-all]``. Times are medians of wall time.
+(d) ``build``: constructing M-SGC and SR-SGC (B = 1, W = 2) at n = 256 for every 8th lambda and
+lambda = 255: the worst time.
+
+Run: ``python benchmarks/bench_sgc.py [--quick] [--only round|tune|build|ray] [--against REV]
+[--close MU] [--waitout all]``. Times are medians of wall time; ``--against REV`` times ``tune`` at
+git revision REV beside the working tree's, interleaved.
 """
 
 from __future__ import annotations
@@ -135,6 +139,26 @@ def bench_tune(repeats, max_Ws, against=None):
                   + f"  {b.params} load {b.load:.4f} est. {b.time:.1f} s")
 
 
+def bench_build(repeats):
+    """(d) Constructors at n = 256: the worst over lambda (every 8th) of M-SGC (B = 1, W = 2) and
+    SR-SGC (B = 1, W = 2), and the largest lambda."""
+    n = 256
+    print(f"\n(d) building the schemes at n = {n} (seconds, median of {repeats})")
+    for cls, lams in ((MSGC, range(0, n, 8)), (SRSGC, range(1, n + 1, 8))):
+        worst = (0.0, None)
+        for lam in [*lams, n - 1]:
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                cls(n, 1, 2, lam)
+                times.append(time.perf_counter() - t0)
+            worst = max(worst, (statistics.median(times), lam))
+        t0 = time.perf_counter()
+        cls(n, 1, 2, n - 1)
+        print(f"{cls.__name__:6s} (1, 2, lam): worst {worst[0]:.3f} s at lam = {worst[1]}; lam = {n - 1}:"
+              f" {time.perf_counter() - t0:.3f} s")
+
+
 def ray_delays(n, rounds, seed=2):
     """The injected delays of (c): seconds at load 1/n, isolated straggling rounds (B = 1)."""
     rng = np.random.default_rng(seed)
@@ -200,12 +224,12 @@ def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["round", "tune", "ray"], action="append")
+    ap.add_argument("--only", choices=["round", "tune", "build", "ray"], action="append")
     ap.add_argument("--against", metavar="REV", help="time tune at git revision REV beside the working tree's")
     ap.add_argument("--close", type=float, default=None, help="(c): the mu of the mu-rule (default: decodable)")
     ap.add_argument("--waitout", choices=["decodable", "all"], default="decodable", help="(c): with --close")
     args = ap.parse_args()
-    which = args.only or ["round", "tune", "ray"]
+    which = args.only or ["round", "tune", "build", "ray"]
     if (args.close is not None or args.waitout != "decodable") and "ray" not in which:
         ap.error("--close and --waitout set the closing rule of (c) ray only")
     if args.waitout == "all" and args.close is None:
@@ -213,6 +237,8 @@ def main():
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
     if "round" in which:
         bench_rounds(1 if args.quick else 3, 120 if args.quick else 480)
+    if "build" in which:
+        bench_build(3)
     if "tune" in which:
         bench_tune(1 if args.quick else 3, (4,) if args.quick else (4, 8), args.against)
     if "ray" in which:
