@@ -768,12 +768,12 @@ class LinearCode:
         Returns ``(amplification, None, |A B_F - T|)`` when the answer can be trusted (the last is
         ``(L, k L)``, None for inexact codes), else ``(amplification, reason, None)``. Costs one
         sparse product over the received rows."""
-        BT, row_start, row_l1, _, _ = self._sparse_rows()
+        BT, row_start, _, _, _ = self._sparse_rows()
         ids = self._row_ids(sol, row_start)
         A = sol.coefficients
         off = None
+        amplification = self._amplification(sol)
         with np.errstate(over="ignore", invalid="ignore"):
-            amplification = float((np.abs(A) @ row_l1[ids]).max()) / self._k
             if self._exact:
                 L = self._chunks
                 # A B_F as B^T applied to A scattered over all rows: no sparse row slicing
@@ -794,6 +794,12 @@ class LinearCode:
                 f"{self._max_condition:.1e}): relative error up to ~{amplification * _EPS:.0e} in float64"
             ), None
         return amplification, None, off
+
+    def _amplification(self, sol: Decoding) -> float:
+        """``max_c sum_i |A[c, i]| ||B_F[i]||_1 / k`` (:meth:`_check_answer`): one small product."""
+        _, row_start, row_l1, _, _ = self._sparse_rows()
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float((np.abs(sol.coefficients) @ row_l1[self._row_ids(sol, row_start)]).max()) / self._k
 
     def _sparse_rows(self):
         """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T``; the

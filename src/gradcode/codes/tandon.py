@@ -159,22 +159,22 @@ def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.nda
         return np.eye(n)
     H = rng.standard_normal((s, n))
     H[:, n - 1] = -H[:, : n - 1].sum(axis=1)
-    window = (np.arange(n)[:, None] + np.arange(s + 1)[None, :]) % n  # row i's support, i first
-    B = np.zeros((n, n))
+    cyclic = (np.arange(n)[:, None] + np.arange(n)[None, :]) % n  # row i: i, i+1, ... (mod n)
+    window, off = cyclic[:, : s + 1], cyclic[:, s + 1:]  # row i's support (i first), the rest
     rows = np.arange(n)[:, None]
+    B = np.zeros((n, n))
     if 4 * (n - s) >= 3 * s:  # Algorithm 2 as written, its n solves in one batched call
         blocks = H.T[window[:, 1:]].transpose(0, 2, 1)  # (n, s, s): H[:, j[1:]] of each row
         B[rows, window[:, 1:]] = -np.linalg.solve(blocks, H.T[window[:, 0]][:, :, None])[:, :, 0]
     else:
         m = n - s
         N = np.linalg.svd(H)[2][s:].T  # (n, m): H N = 0 (H has rank s: its s x s blocks invert)
-        off = (np.arange(n)[:, None] + np.arange(s + 1, n)[None, :]) % n  # (n, m - 1): off the support
-        A = np.concatenate([N[off], N[np.arange(n)][:, None, :]], axis=1)  # (n, m, m)
+        A = np.concatenate([N[off], N[:, None, :]], axis=1)  # (n, m, m): zero off the support, N[i] c = 1
         rhs = np.zeros((n, m, 1))
         rhs[:, -1] = 1.0
         c = np.linalg.solve(A, rhs)[:, :, 0]  # (n, m)
         B[rows, window] = np.einsum("ikm,im->ik", N[window], c)
-    B[np.arange(n), np.arange(n)] = 1.0
+    np.fill_diagonal(B, 1.0)
     return B
 
 

@@ -363,8 +363,8 @@ class _SRSGCWork:
     others attempt job ``t``. The final ``B`` rounds ``t = J .. J + B - 1`` have no job ``t`` (the
     paper's trivial tasks, "which do not incur any computation", Sec. 3.3.1), so a final round
     whose job ``t - B`` was finished in its own round (``N(t - B) >= n - s``) computes nothing: it
-    costs no time and has no stragglers, as in the authors' own simulator. A final round with
-    re-attempts left is replayed as any other round."""
+    costs no time and has no stragglers, as in the authors' own simulator. In a final round with
+    re-attempts left only the re-attempting workers compute, so only they are timed."""
 
     def __init__(self, K, rounds, n, B, s, jobs):
         self.B, self.J, self.n = B, jobs, n
@@ -373,18 +373,16 @@ class _SRSGCWork:
         self.count = np.zeros((rounds, K), dtype=np.intp)  # N(t)
         self._reattempt = np.zeros((K, n), dtype=bool)
 
-    def _reattempts(self, t):
+    def active(self, t):
+        """Plan round ``t``'s re-attempts; ``(K, n)``: the workers computing in it if it is a final
+        round (none: it costs nothing), else None."""
         old = t - self.B
         if old < 0:
-            return np.zeros_like(self._reattempt), np.zeros(self.need.shape, dtype=bool)
-        lack = np.maximum(self.need - self.count[old], 0)
-        cand = ~self.returned[old]
-        return cand & (np.cumsum(cand, axis=1) <= lack[:, None]), lack > 0
-
-    def active(self, t):
-        """``(K, n)``: the workers computing in this final round (none: it costs nothing); None
-        before the final rounds."""
-        self._reattempt, _ = self._reattempts(t)
+            self._reattempt = np.zeros_like(self._reattempt)
+        else:
+            lack = np.maximum(self.need - self.count[old], 0)
+            cand = ~self.returned[old]
+            self._reattempt = cand & (np.cumsum(cand, axis=1) <= lack[:, None])
         return self._reattempt if t >= self.J else None
 
     def commit(self, t, stragglers):
