@@ -508,10 +508,11 @@ def test_agc_under_shifted_exp_marks_only_the_workers_the_master_did_without():
     assert s.max() <= code.d - 1 and s.min() >= 0
     assert (s == code.n).sum() == 0
     # the messages each worker held at the close, from the finish times and arrivals of the run
-    from gradcode.sim.simulator import _arrival_table, _code_schedule
+    from gradcode.schemes.static import code_loads
+    from gradcode.sim.simulator import _arrival_table
 
     draw = model.draw(200, code.n, np.random.default_rng(0))
-    P, Rw = _code_schedule(code)
+    P, Rw = code_loads(code)
     A = _arrival_table(draw.intercept, draw.slope, P, Rw, float(model.message_time(1 / code.L)))
     counts = (A <= res.round_times[:, None, None]).sum(axis=2)
     kinds = set()

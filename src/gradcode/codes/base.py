@@ -296,6 +296,7 @@ class LinearCode:
             raise ValueError(f"encoders must list {n} workers, got {len(enc)}")
         self._encoders = tuple(enc)
         self._messages = tuple(E.shape[0] for E in enc)
+        self._message_counts = np.array(self._messages, dtype=np.intp)
         if partition_sizes is None:
             sizes = np.full(self._k, 1.0 / self._k)
         else:
@@ -458,8 +459,18 @@ class LinearCode:
 
     # ------------------------------------------------------------------ decoding
     def normalize_pattern(self, received) -> Pattern:
-        """``{w: r_w}`` (or pairs) -> sorted tuple of ``(w, r_w)`` with ``r_w > 0``, validated."""
+        """``{w: r_w}`` (or pairs, or an ``(n,)`` integer array of counts ``r_w``) -> sorted tuple
+        of ``(w, r_w)`` with ``r_w > 0``, validated."""
         n, R = self._n, self._messages
+        if isinstance(received, np.ndarray) and received.dtype.kind in "iu":
+            if received.shape != (n,):
+                raise ValueError(f"received as counts must have shape ({n},), got {received.shape}")
+            if (received < 0).any() or (received > self._message_counts).any():
+                w = int(np.flatnonzero((received < 0) | (received > self._message_counts))[0])
+                raise ValueError(f"messages received from worker {w} must be between 0 and {R[w]},"
+                                 f" got {int(received[w])}")
+            held = np.flatnonzero(received)
+            return tuple(zip(held.tolist(), received[held].tolist()))
         out = []
         for w, r in _items(received, "received"):
             # fast path for plain ints in range; anything else goes through the full checks
@@ -677,6 +688,7 @@ class LinearCode:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("_message_counts", np.array(self._messages, dtype=np.intp))
         self._lock = threading.Lock()
 
     def clear_cache(self) -> None:

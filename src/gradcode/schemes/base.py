@@ -26,7 +26,7 @@ from __future__ import annotations
 import numbers
 from abc import ABC
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -138,9 +138,13 @@ class Scheme(ABC):
     def close(self, t: int, arrived) -> list[tuple[int, np.ndarray | None]]:
         """End round ``t``: return the jobs finished in it with their decoded gradients (``None``
         in simulation); the scheme records the stragglers (at least the workers not in
-        ``arrived``) with :meth:`_record`."""
+        ``arrived``) with :meth:`_record`. ``arrived``: worker ids, or an ``(n,)`` boolean mask."""
         t = check_round(t)
         n = self.n
+        if isinstance(arrived, np.ndarray) and arrived.dtype == bool:
+            if arrived.shape != (n,):
+                raise ValueError(f"arrived as a mask must have shape ({n},), got {arrived.shape}")
+            return self._close(t, frozenset(np.flatnonzero(arrived).tolist()))
         return self._close(t, frozenset(w if type(w) is int and 0 <= w < n else self._check_worker(w)
                                         for w in arrived))
 
@@ -187,6 +191,32 @@ class Scheme(ABC):
     def should_close(self, t: int, now: float) -> bool:
         """Default closing rule: as soon as ready. Drivers apply the mu-rule themselves."""
         return self.ready(t)
+
+    # -------------------------------------------------------------- batched rounds (simulator)
+    #: whether the scheme implements :meth:`plan_loads`, :meth:`ready_after` and
+    #: :meth:`on_results`: the simulator then plays a round with a few array operations instead
+    #: of one protocol call per message (and the same results bit for bit: tests compare the two)
+    batched_rounds: bool = False
+
+    def plan_loads(self, t: int) -> RoundLoads:
+        """Open round ``t`` as :meth:`plan` does, but return only what the simulator times it by
+        (:class:`RoundLoads`); the Tasks are not built. A batched scheme's loads equal, bit for
+        bit, :func:`~gradcode.schemes.static.task_schedule` over its ``plan(t)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not play batched rounds")
+
+    def ready_after(self, t: int, workers: np.ndarray, indices: np.ndarray) -> int | None:
+        """Without receiving them: the fewest leading messages of the sequence ``(workers[i],
+        indices[i])`` (round ``t``'s messages not received yet, in arrival order) after which
+        :meth:`ready` would hold: ``0`` if it holds now, ``None`` if not even after all. Batched
+        schemes' readiness never turns False as messages arrive, so this is one threshold."""
+        raise NotImplementedError(f"{type(self).__name__} does not play batched rounds")
+
+    def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
+        """:meth:`on_result` with payload ``None`` for each message of the sequence, in order
+        (the simulator's batched rounds; a batched scheme updates its state with array
+        operations)."""
+        for w, i, x in zip(workers.tolist(), indices.tolist(), times.tolist()):
+            self.on_result(t, w, i, None, x)
 
     # -------------------------------------------------------------- hooks
     def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
@@ -240,6 +270,17 @@ class Scheme(ABC):
         return int(w)
 
 
+class RoundLoads(NamedTuple):
+    """What :meth:`Scheme.plan_loads` returns for a round: ``loads`` ``(n, R)``, the data fraction
+    worker ``w`` has processed when its message ``i`` can go out (padded past its last message by
+    repeating it; a row of zeros for an idle worker); ``messages`` ``(n,)`` intp, each worker's
+    number of messages (0: idle); ``last_job`` the highest job given work (``-1``: none)."""
+
+    loads: np.ndarray
+    messages: np.ndarray
+    last_job: int
+
+
 class ProtocolError(GradcodeError, ValueError):
     """A driver broke the round protocol (a message out of order, a round closed twice, ...)."""
 
@@ -248,6 +289,50 @@ def check_round(t) -> int:
     if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0:
         raise ProtocolError(f"round must be an integer >= 0, got {t!r}")
     return int(t)
+
+
+def accept_messages(counts: np.ndarray, limit: np.ndarray, workers: np.ndarray, indices: np.ndarray,
+                    t: int) -> np.ndarray | None:
+    """The message rules of :meth:`Scheme.on_result` applied to a whole sequence at once (what a
+    batched :meth:`Scheme.on_results` receives): worker ``w`` holds ``counts[w]`` leading
+    messages of ``limit[w]``; its messages in the sequence must continue them in order. Returns
+    ``None`` when every message is new and in order (the simulator's case, checked with a few
+    array operations), else the mask of messages to keep (repeated indices dropped, to be
+    counted as duplicates); an index beyond the worker's messages, or one that arrives before an
+    earlier one, is a :class:`ProtocolError`, as :meth:`on_result` raises it."""
+    N = workers.size
+    if N and ((workers < 0) | (workers >= counts.shape[0])).any():
+        w = int(workers[(workers < 0) | (workers >= counts.shape[0])][0])
+        raise ProtocolError(f"unknown worker id {w} in round {t}: workers are 0..{counts.shape[0] - 1}")
+    first = counts[workers]
+    if not N or ((indices >= first) & (indices < limit[workers])).all():
+        seen = np.bincount(workers, minlength=counts.shape[0])
+        if (seen <= 1).all():
+            if (indices == first).all():
+                return None
+        else:  # several messages of a worker: indices first .. first + seen - 1, each once, in order
+            width = int(limit.max())
+            pos = np.full((counts.shape[0], width), -1, dtype=np.intp)
+            pos[workers, indices] = np.arange(N)
+            taken = np.arange(width) < (counts + seen)[:, None]
+            expect = (np.arange(width) >= counts[:, None]) & taken
+            if np.count_nonzero(pos >= 0) == N and (expect == (pos >= 0)).all():
+                later = (np.diff(pos, axis=1) > 0) | ~(expect[:, 1:])
+                if later.all():
+                    return None
+    keep = np.ones(N, dtype=bool)
+    have = counts.copy()
+    for j, (w, i) in enumerate(zip(workers.tolist(), indices.tolist())):
+        if i < have[w]:
+            keep[j] = False
+        elif i >= limit[w]:
+            raise ProtocolError(f"worker {w} has {int(limit[w])} message(s) in round {t}; got message index {i}")
+        elif i > have[w]:
+            raise ProtocolError(f"message {i} of worker {w} in round {t} arrived before message {int(have[w])}:"
+                                " workers send their messages in order")
+        else:
+            have[w] += 1
+    return keep
 
 
 def as_scheme(obj, *, dim: int | None = None, what: str = "scheme") -> Scheme:

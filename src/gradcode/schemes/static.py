@@ -76,7 +76,7 @@ from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessa
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, Scheme, Task
+from gradcode.schemes.base import ProtocolError, RoundLoads, Scheme, Task, accept_messages, check_round
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -115,6 +115,23 @@ def task_schedule(tasks: Iterable[Task], partition_sizes: np.ndarray) -> tuple[n
     return prefix, float(cum[-1])
 
 
+def code_loads(code: LinearCode) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, R)`` prefix loads of each worker's messages in every round of ``code`` run as a
+    static scheme (:func:`task_schedule` of its one task, padded by repeating the last) and
+    ``(n,)`` its messages per worker: how both simulator paths time a static code."""
+    R = code.messages_per_worker
+    P = np.zeros((code.n, R))
+    Rw = np.zeros(code.n, dtype=np.intp)
+    for w in range(code.n):
+        prefix, _ = task_schedule([Task(0, code.placement[w], code.encoders[w])], code.partition_sizes)
+        Rw[w] = prefix.size
+        P[w, : prefix.size] = prefix
+        P[w, prefix.size :] = prefix[-1] if prefix.size else 0.0
+    P.flags.writeable = False
+    Rw.flags.writeable = False
+    return P, Rw
+
+
 def decode_rule(code: LinearCode) -> DecodeRule:
     """The decodability rule of ``code``: :meth:`LinearCode.decode_rule` (kept here for callers
     of the scheme layer)."""
@@ -130,12 +147,14 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "dropped", "real", "retry_at", "out")
+    __slots__ = ("counts", "payloads", "times", "batches", "dropped", "real", "retry_at", "out")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
         self.payloads: dict[int, list] = {}
         self.times: dict[int, list[float]] = {}
+        #: messages received by on_results, as (workers, times) arrays (arrival_times reads them)
+        self.batches: list[tuple[np.ndarray, np.ndarray]] = []
         self.dropped: set[int] = set()
         self.real: bool | None = None
         #: messages held when a decode was refused as imprecise, or verification found them
@@ -227,9 +246,95 @@ class StaticScheme(Scheme):
                 f"round {t} mixes array payloads and None payloads (worker {w}, message {index})"
             )
         state.counts[w] = have + 1
+        if state.batches:
+            _flush_times(state)
         state.times.setdefault(w, []).append(float(time))
         if real:
             state.payloads.setdefault(w, []).append(np.asarray(payload))
+
+    # -------------------------------------------------------------- batched rounds
+    @property
+    def batched_rounds(self) -> bool:
+        """Batched in simulation, except with verification (whose wait the protocol path runs)."""
+        return not self.verify
+
+    def plan_loads(self, t: int) -> RoundLoads:
+        """Round ``t`` opened as by :meth:`plan`; every worker's messages timed by
+        :func:`code_loads`."""
+        t = check_round(t)
+        if t in self._closed:
+            raise ProtocolError(f"round {t} is already closed; it cannot be planned again")
+        self._open.setdefault(t, _Round(self.n))
+        loads = self.__dict__.get("_loads")
+        if loads is None:
+            loads = self._loads = code_loads(self.code)
+        return RoundLoads(loads[0], loads[1], t)
+
+    def ready_after(self, t: int, workers: np.ndarray, indices: np.ndarray) -> int | None:
+        """The code's rule (:meth:`DecodeRule.decode_time` on the messages' positions in the
+        sequence, those held counting as position -1) gives the first prefix that decodes;
+        it is confirmed as :meth:`ready` confirms (``can_decode``: the solve's conditioning),
+        and moved on message by message in the rare case the solve refuses."""
+        state = self._open.get(check_round(t))
+        if state is None:
+            return None
+        held = self._usable(state)
+        N = len(workers)
+        pos = np.full((self.n, int(self._R.max())), np.inf)
+        pos[np.arange(pos.shape[1]) < held[:, None]] = -1.0
+        pos[workers, indices] = np.arange(N)
+        first = self.rule.decode_time(pos[None])[0]
+        if not np.isfinite(first):
+            return None
+        k = int(first) + 1
+        counts = held + np.bincount(workers[:k], minlength=self.n)
+        while not self._ready_counts(state, counts):
+            if k == N:
+                return None
+            counts[workers[k]] += 1
+            k += 1
+        return k
+
+    def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
+        """:meth:`on_result` for each message in order (payload ``None``), with the same rules
+        (stale, duplicate, out of order), checked on the arrays
+        (:func:`~gradcode.schemes.base.accept_messages`)."""
+        t = check_round(t)
+        if t in self._closed:
+            self.stale_messages += len(workers)
+            return
+        state = self._open.get(t)
+        if state is None:
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        workers = np.asarray(workers, dtype=np.intp)
+        indices = np.asarray(indices, dtype=np.intp)
+        times = np.asarray(times, dtype=np.float64)
+        if state.dropped:
+            keep = ~np.isin(workers, list(state.dropped))
+            workers, indices, times = workers[keep], indices[keep], times[keep]
+        keep = accept_messages(state.counts, self._R, workers, indices, t)
+        if keep is not None:
+            self.duplicate_messages += int(keep.size - np.count_nonzero(keep))
+            workers, indices, times = workers[keep], indices[keep], times[keep]
+        if not workers.size:
+            return
+        if state.real:
+            raise ProtocolError(f"round {t} mixes array payloads and None payloads (on_results)")
+        state.real = False
+        state.counts += np.bincount(workers, minlength=self.n)
+        state.batches.append((workers, times))
+
+    def _ready_counts(self, state: _Round, counts: np.ndarray) -> bool:
+        """:meth:`ready` for ``counts`` usable messages per worker."""
+        if state.retry_at is not None and int(counts.sum()) <= state.retry_at:
+            return False
+        if not self.rule.satisfied(counts):
+            return False
+        if self.verify and not self._enough_to_locate(counts, state.out | state.dropped):
+            return False
+        if isinstance(self.rule, GenericRule) or (self.rule.exact and not state.real):
+            return True  # GenericRule asked can_decode; a simulated round has nothing to solve
+        return self.code.can_decode(counts)
 
     def _usable(self, state: _Round) -> np.ndarray:
         counts = state.counts
@@ -242,16 +347,7 @@ class StaticScheme(Scheme):
         state = self._open.get(t)
         if state is None:
             return False
-        counts = self._usable(state)
-        if state.retry_at is not None and int(counts.sum()) <= state.retry_at:
-            return False
-        if not self.rule.satisfied(counts):
-            return False
-        if self.verify and not self._enough_to_locate(counts, state.out | state.dropped):
-            return False
-        if isinstance(self.rule, GenericRule):
-            return True
-        return self.code.can_decode({w: int(c) for w, c in enumerate(counts) if c})
+        return self._ready_counts(state, self._usable(state))
 
     def _enough_to_locate(self, counts: np.ndarray, out: set) -> bool:
         """Verification mode: results enough to *locate* one corrupted worker, i.e. two more
@@ -284,7 +380,9 @@ class StaticScheme(Scheme):
         if state is None:
             raise ProtocolError(f"round {t} was never planned")
         gradient = None
-        while True:
+        # a simulated round (no payloads) that the code's exact rule passes has nothing to decode
+        simulated = state.real is not True and self._ready_counts(state, self._usable(state))
+        while not simulated:
             counts = self._usable(state)
             pattern = {w: int(c) for w, c in enumerate(counts) if c}
             try:
@@ -335,4 +433,15 @@ class StaticScheme(Scheme):
     def arrival_times(self, t: int) -> dict[int, list[float]]:
         """Arrival time of each message received so far in open round ``t``, per worker."""
         state = self._open.get(t)
-        return {} if state is None else {w: list(v) for w, v in state.times.items()}
+        if state is None:
+            return {}
+        _flush_times(state)
+        return {w: list(v) for w, v in state.times.items()}
+
+
+def _flush_times(state: _Round) -> None:
+    """Move the times of batched messages into ``state.times`` (per worker, in arrival order)."""
+    for workers, times in state.batches:
+        for w, x in zip(workers.tolist(), times.tolist()):
+            state.times.setdefault(w, []).append(x)
+    state.batches.clear()

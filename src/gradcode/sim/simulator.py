@@ -77,7 +77,7 @@ from gradcode._validation import as_generator, check_choice, check_closing_rule,
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, as_scheme
-from gradcode.schemes.static import StaticScheme, task_schedule
+from gradcode.schemes.static import code_loads, task_schedule
 from gradcode.schemes.timing import message_arrivals
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
@@ -94,6 +94,10 @@ _FAST_PROGRESS = 20_000_000
 #: ... and past this many rounds on the event path
 _EVENT_PROGRESS = 2_000
 
+
+#: play rounds of batched schemes (:attr:`Scheme.batched_rounds`) with array calls; tests turn it
+#: off to compare with the per-message path
+BATCHED = True
 
 #: the most rounds one simulation takes (about 20 minutes at the fast path's best rate)
 MAX_ROUNDS = 10**9
@@ -237,20 +241,6 @@ def _message_time(model, chunks: int) -> float:
 # ---------------------------------------------------------------------------------- fast path
 
 
-def _code_schedule(code: LinearCode) -> tuple[np.ndarray, np.ndarray]:
-    """``(n, R)`` prefix loads of each worker's messages (padded with the last one) and ``R_w``."""
-    scheme_tasks = StaticScheme(code).plan(0)
-    R = code.messages_per_worker
-    P = np.zeros((code.n, R))
-    Rw = np.zeros(code.n, dtype=np.intp)
-    for w, tasks in scheme_tasks.items():
-        prefix, _ = task_schedule(tasks, code.partition_sizes)
-        Rw[w] = prefix.size
-        P[w, : prefix.size] = prefix
-        P[w, prefix.size :] = prefix[-1] if prefix.size else 0.0
-    return P, Rw
-
-
 def _arrival_table(intercept, slope, P, Rw, c) -> np.ndarray:
     """``(rounds, n, R)`` arrival time of each message (``inf`` past a worker's last one)."""
     A = message_arrivals(intercept, slope, P, c)
@@ -295,7 +285,7 @@ class _Sink:
 
 def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False) -> SimulationResult:
     n = code.n
-    P, Rw = _code_schedule(code)
+    P, Rw = code_loads(code)
     rule = code.decode_rule()
     c = _message_time(model, code.chunks)
     sink = _Sink(rounds, n, records)
@@ -393,6 +383,7 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_a
     started = -1  # highest job any plan gave work to: unfinished jobs are reported as -1
     cache: dict = {}
     waitouts = mu is not None
+    batched = BATCHED and scheme.batched_rounds
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
@@ -406,16 +397,22 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_a
             for t in range(a, b):
                 k = t - a
                 scheme.observe_states(t, draw.straggling[k], None if draw.rates is None else draw.rates[k])
-                plan = scheme.plan(t)
-                started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
-                end, waitout[k], planned, arrived, last, comp = _play_round(
-                    scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu, wait_all)
+                if batched:
+                    plan = scheme.plan_loads(t)
+                    started = max(started, plan.last_job)
+                    end, waitout[k], planned, arrived, last, comp = _play_batched(
+                        scheme, t, plan, draw.intercept[k], draw.slope[k], c, mu, wait_all)
+                else:
+                    plan = scheme.plan(t)
+                    started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
+                    end, waitout[k], planned, arrived, last, comp = _play_round(
+                        scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu, wait_all)
                 round_times[k] = end
                 stragglers[k, planned] = ~arrived[planned]
                 if records:
                     arrivals[k] = np.where(arrived, last, -1.0)
                     finish[k, planned] = comp[planned]
-                for job, _ in scheme.close(t, frozenset(np.flatnonzero(arrived).tolist())):
+                for job, _ in scheme.close(t, arrived):
                     ledger.finish(job, t, scheme)
                 if prog is not None and (t % 256 == 255 or t == rounds - 1):
                     prog.update(task, completed=t + 1)
@@ -489,6 +486,64 @@ def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu, wait_
     last = np.full(n, -1.0)
     last[wk[:i]] = times[:i]  # sorted by time, so the last write is the latest message
     strag = scheme.round_stragglers(counts, planned_msgs)
+    arrived = np.zeros(n, dtype=bool)
+    arrived[planned] = ~strag[planned] & (counts[planned] > 0)
+    return end, waited, planned, arrived, last, comp
+
+
+def _play_batched(scheme, t, plan, intercept, slope, c, mu, wait_all=False):
+    """:func:`_play_round` for a batched scheme (:attr:`Scheme.batched_rounds`), with the same
+    results bit for bit: the round's messages are timed and sorted at once, the scheme says after
+    how many of them it is ready (:meth:`Scheme.ready_after`), and it receives them in one call
+    (:meth:`Scheme.on_results`). The stable sort of the times in (worker, index) order is the
+    per-message path's order (time, then worker, then index)."""
+    loads, msgs = plan.loads, plan.messages
+    n, R = loads.shape
+    A = message_arrivals(intercept, slope, loads, c)
+    if R == 1:
+        planned = np.flatnonzero(msgs)
+        flat = A[:, 0] if planned.size == n else A[planned, 0]
+        workers = np.arange(n, dtype=np.intp) if planned.size == n else planned
+        indices = np.zeros(flat.size, dtype=np.intp)
+    else:
+        valid = np.arange(R) < msgs[:, None]
+        flat = A[valid]
+        workers, indices = np.nonzero(valid)
+        planned = np.flatnonzero(msgs)
+    order = np.argsort(flat, kind="stable")
+    times, wk, idx = flat[order], workers[order], indices[order]
+    N = times.size
+    comp = np.full(n, np.nan)
+    comp[planned] = A[planned, msgs[planned] - 1]
+    need = scheme.ready_after(t, wk, idx)
+    fed = 0
+    end = None
+    waited = False
+    if mu is not None and planned.size:
+        cw = comp[planned]
+        cutoff = min((1.0 + mu) * cw.min(), cw.max())
+        fed = int(np.searchsorted(times, cutoff, side="right"))
+        if need is not None and need <= fed:
+            end = cutoff
+        else:
+            waited = True
+            if wait_all and N:
+                if need is None:
+                    raise NotDecodableError(f"{_name(scheme)} cannot finish round {t} even with every message")
+                fed, end = N, float(times[-1])
+    if end is None:
+        if need is None or (N == 0 and need > 0):
+            raise NotDecodableError(f"{_name(scheme)} cannot finish round {t} even with every message")
+        if N == 0:
+            end = 0.0
+        else:  # the first instant after which it is ready; messages at that instant count
+            fed = int(np.searchsorted(times, times[max(need, fed + 1) - 1], side="right"))
+            end = float(times[fed - 1])
+    scheme.on_results(t, wk[:fed], idx[:fed], times[:fed])
+    counts = np.bincount(wk[:fed], minlength=n)
+    last = np.full(n, -1.0)
+    last[wk[:fed]] = times[:fed]
+    strag = scheme.round_stragglers(counts, msgs)
     arrived = np.zeros(n, dtype=bool)
     arrived[planned] = ~strag[planned] & (counts[planned] > 0)
     return end, waited, planned, arrived, last, comp

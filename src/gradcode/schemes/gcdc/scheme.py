@@ -58,7 +58,7 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.clustering import GCSC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import SCHEMES, ProtocolError, Scheme, Task, check_round
+from gradcode.schemes.base import SCHEMES, ProtocolError, RoundLoads, Scheme, Task, check_round
 from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
 from gradcode.schemes.gcdc.clustering import (
     ClusterPlacement,
@@ -237,7 +237,7 @@ class GCDC(Scheme):
         return {"straggling": np.zeros(self.n, dtype=bool)}, "none (every worker taken as a non-straggler)"
 
     # -------------------------------------------------------------- protocol hooks
-    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+    def _open(self, t: int) -> RoundPlan:
         if t in self._closed:
             raise ProtocolError(f"round {t} is already closed; it cannot be planned again")
         plan = self._plans.get(t)
@@ -246,9 +246,40 @@ class GCDC(Scheme):
             self._plans[t] = plan
             self._received[t] = np.zeros(self.n, dtype=bool)
             self.last_plan = plan
+        return plan
+
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        plan = self._open(t)
         tasks = self._static.plan(t)
         cw = plan.codeword.tolist()
         return {w: tasks[cw[w]] for w in range(self.n)}
+
+    # -------------------------------------------------------------- batched rounds
+    batched_rounds = True
+
+    def plan_loads(self, t: int) -> RoundLoads:
+        """Each worker timed by the codeword it serves (the GC-SC code's loads, re-indexed)."""
+        cw = self._open(check_round(t)).codeword
+        loads = self._static.plan_loads(t)
+        return RoundLoads(loads.loads[cw], loads.messages[cw], t)
+
+    def ready_after(self, t: int, workers: np.ndarray, indices: np.ndarray) -> int | None:
+        plan = self._plans.get(check_round(t))
+        return None if plan is None else self._static.ready_after(t, plan.codeword[workers], indices)
+
+    def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
+        t = check_round(t)
+        plan = self._plans.get(t)
+        if plan is None:
+            if t in self._closed:
+                self.stale_messages += len(workers)
+                return
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        workers = np.asarray(workers, dtype=np.intp)
+        if ((workers < 0) | (workers >= self.n)).any():
+            raise ProtocolError(f"unknown worker id in round {t}: workers are 0..{self.n - 1}")
+        self._static.on_results(t, plan.codeword[workers], indices, times)
+        self._received[t][workers] = True
 
     def plan_placement(self, t: int) -> RoundPlan:
         """The placement ``plan(t)`` uses (Algorithm 1 on the information for round ``t``, see

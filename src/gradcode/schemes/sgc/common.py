@@ -47,7 +47,7 @@ import numpy as np
 from gradcode._validation import check_int
 from gradcode.codes.tandon import CRC, FRC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, Scheme, Task
+from gradcode.schemes.base import ProtocolError, RoundLoads, Scheme, Task, accept_messages, check_round
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
 
@@ -182,6 +182,40 @@ class Conformance:
             self._F.append(F)
             self._lim.append(lam)
         self._empty_ok = bool(prev.any(axis=1).all()) if K else True
+        self._Dn = [None if D is None else D.sum(axis=1) for D in self._D]
+
+    def first_ok(self, done: np.ndarray, cur: np.ndarray, never: int) -> int:
+        """The smallest ``k`` such that :meth:`ok` holds for ``cur & (done > k)``: worker ``w``
+        leaves the round's stragglers once ``done[w]`` messages are in (``never`` if it does
+        not). Per model and track the condition is a threshold on ``k``: the ``x``-th arrival
+        among the workers it counts (``|D ∪ cur| <= lam`` needs ``x = |D| + |cur \\ D| - lam``
+        of ``cur \\ D`` in; ``per-round`` ``|cur| - s`` of ``cur``) and every forbidden
+        worker's (``F ∩ cur``); a track takes its best model, the round its worst track, and
+        once ``cur`` is empty :meth:`ok` holds (live tracks always keep a model)."""
+        idx = np.flatnonzero(cur)
+        if not idx.size or not self._starts:
+            return 0
+        d = done[idx]
+        order = np.argsort(d, kind="stable")
+        ds = np.append(d[order], never)  # ds[x - 1]: the x-th arrival; ds[c]: none
+        c = idx.size
+        best = np.full(len(self._starts), never, dtype=np.intp)
+        for m, (kind, *_p) in enumerate(self.models):
+            lim = self._lim[m]
+            if kind == "per-round":
+                x = c - lim
+                thr = np.full(best.shape, ds[x - 1] if x > 0 else 0, dtype=np.intp)
+            else:
+                D = self._D[m][:, idx]
+                extra = ~D[:, order]
+                x = self._Dn[m] + extra.sum(axis=1) - lim
+                j = (np.cumsum(extra, axis=1) < x[:, None]).sum(axis=1)
+                thr = np.where(x > 0, ds[j], 0)
+                F = self._F[m][:, idx]
+                thr = np.maximum(thr, np.where(F, d, 0).max(axis=1))
+            thr[~self._prev[:, m]] = never
+            np.minimum(best, thr, out=best)
+        return int(min(best.max(), d.max()))
 
     def _per_track(self, cur: np.ndarray) -> np.ndarray:
         K = len(self._starts)
@@ -230,17 +264,23 @@ class Conformance:
 
 
 class _Round:
-    __slots__ = ("counts", "cur", "incomplete", "planned", "ready_at", "t", "tags", "version")
+    """An open round: per worker, the messages planned and received (arrays, so that batched
+    rounds update them at once), the workers still incomplete (``cur``), the subclass's plan
+    arrays (``plan``) and the Tasks, built only when a driver asks ``plan(t)``."""
 
-    def __init__(self, t: int, n: int):
+    __slots__ = ("counts", "cur", "incomplete", "last_job", "plan", "planned", "ready_at", "t", "tasks", "version")
+
+    def __init__(self, t: int, planned: np.ndarray, plan, last_job: int):
         self.t = t
-        self.tags: list[list] = [[] for _ in range(n)]
-        self.planned = [0] * n  # Python lists: on_result runs once per message
-        self.counts = [0] * n
-        self.cur = np.zeros(n, dtype=bool)
-        self.incomplete = 0
+        self.planned = planned
+        self.plan = plan
+        self.last_job = last_job
+        self.counts = np.zeros(planned.shape[0], dtype=np.intp)
+        self.cur = planned > 0
+        self.incomplete = int(np.count_nonzero(self.cur))
         self.version = 0
         self.ready_at = (-1, False)
+        self.tasks = None
 
 
 class SequentialScheme(Scheme):
@@ -257,15 +297,25 @@ class SequentialScheme(Scheme):
     scheme). ``close`` on a round that is not ready raises :class:`NotDecodableError` and leaves
     it open.
 
-    Subclasses implement ``_tasks(t)`` -> ``{worker: [(Task, tag), ...]}``, ``_receive(tag,
-    worker, payload)``, ``_decodable(job)``, ``_decode(job)``, ``_track_starts(t)``,
-    ``_ending_tracks(t)`` and ``_forget(job)``.
+    Batched rounds (:attr:`Scheme.batched_rounds`): readiness is the conjunction of three
+    conditions that only improve as messages arrive (at most ``max_cur`` workers incomplete, the
+    due job decodes, the pattern conforms), so :meth:`ready_after` is the largest of their three
+    thresholds, each computed on the message positions at once.
+
+    A round is planned as arrays (``_new_round(t)`` -> :class:`_Round` with the subclass's ``plan``
+    arrays); subclasses implement ``_new_round``, ``_round_tasks(r)`` (the Tasks of the plan),
+    ``_round_loads(r)`` (their prefix loads, as :func:`~gradcode.schemes.static.task_schedule`
+    gives them), ``_receive(r, worker, index, payload)`` and ``_receive_batch(r, workers,
+    indices)``, ``_due_after(r, u, at)`` (the messages after which job ``u`` decodes),
+    ``_decodable(job)``, ``_decode(job)``, ``_track_starts(t)``, ``_ending_tracks(t)`` and
+    ``_forget(job)``.
     """
 
     #: parameters for Python callers only, not listed or accepted by the CLI
     api_only_params = ("dim",)
 
     chunks = 1
+    batched_rounds = True
 
     def _init_common(self, n, jobs, dim, models, max_cur):
         self.n = n
@@ -275,7 +325,6 @@ class SequentialScheme(Scheme):
         self._max_cur = max_cur  # no model allows more stragglers in one round
         self._round: _Round | None = None
         self._next = 0  # the round plan() expects
-        self._plan_cache = None
         self._finished: set[int] = set()
         self._real: bool | None = None
         self.stale_messages = 0
@@ -296,29 +345,30 @@ class SequentialScheme(Scheme):
         return u if self._job_range(u) and u not in self._finished else None
 
     # ----------------------------------------------------------- protocol hooks
-    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+    def _open(self, t: int) -> _Round:
         r = self._round
         if r is not None and r.t == t:
-            return self._plan_cache
+            return r
         if t != self._next:
             raise ProtocolError(
                 f"{type(self).__name__} plays rounds in order: round {self._next} is next"
                 + (f" (round {r.t} is still open: close it first)" if r is not None else "")
                 + f"; got plan({t})"
             )
-        r = _Round(t, self.n)
-        plan = {}
-        for w, items in self._tasks(t).items():
-            if items:
-                plan[w] = tuple(task for task, _ in items)
-                r.tags[w] = [tag for _, tag in items]
-                r.planned[w] = len(items)
-        r.cur = np.array(r.planned) > 0
-        r.incomplete = int(r.cur.sum())
+        r = self._new_round(t)
         self.conformance.begin(t, self.straggler_history, self._track_starts(t))
         self._round = r
-        self._plan_cache = plan
-        return plan
+        return r
+
+    def _plan(self, t: int) -> dict[int, tuple[Task, ...]]:
+        r = self._open(t)
+        if r.tasks is None:
+            r.tasks = self._round_tasks(r)
+        return r.tasks
+
+    def plan_loads(self, t: int) -> RoundLoads:
+        r = self._open(check_round(t))
+        return RoundLoads(self._round_loads(r), r.planned, r.last_job)
 
     def _on_result(self, t: int, w: int, index: int, payload, time: float) -> None:
         r = self._round
@@ -327,16 +377,14 @@ class SequentialScheme(Scheme):
                 self.stale_messages += 1
                 return
             raise ProtocolError(f"message for round {t}, which was never planned")
-        counts = r.counts
-        have = counts[w]
-        if index != have or index >= r.planned[w]:
+        have = int(r.counts[w])
+        planned = int(r.planned[w])
+        if index != have or index >= planned:
             if index < have:
                 self.duplicate_messages += 1
                 return
-            if index >= r.planned[w]:
-                raise ProtocolError(
-                    f"worker {w} has {r.planned[w]} task(s) in round {t}; got message index {index}"
-                )
+            if index >= planned:
+                raise ProtocolError(f"worker {w} has {planned} task(s) in round {t}; got message index {index}")
             raise ProtocolError(
                 f"message {index} of worker {w} in round {t} arrived before message {have}: workers"
                 " send their messages in order"
@@ -350,12 +398,39 @@ class SequentialScheme(Scheme):
                                     f" (worker {w}, round {t}, message {index})")
         if real:
             payload = np.asarray(payload)
-        counts[w] = have + 1
+        r.counts[w] = have + 1
         r.version += 1
-        if have + 1 == r.planned[w]:
+        if have + 1 == planned:
             r.cur[w] = False
             r.incomplete -= 1
-        self._receive(r.tags[w][index], w, payload)
+        self._receive(r, w, index, payload)
+
+    def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
+        """:meth:`on_result` for each message in order (payload ``None``), with the same rules,
+        checked on the arrays (:func:`~gradcode.schemes.base.accept_messages`)."""
+        t = check_round(t)
+        r = self._round
+        if r is None or r.t != t:
+            if t < self._next:
+                self.stale_messages += len(workers)
+                return
+            raise ProtocolError(f"message for round {t}, which was never planned")
+        workers = np.asarray(workers, dtype=np.intp)
+        indices = np.asarray(indices, dtype=np.intp)
+        keep = accept_messages(r.counts, r.planned, workers, indices, t)
+        if keep is not None:
+            self.duplicate_messages += int(keep.size - np.count_nonzero(keep))
+            workers, indices = workers[keep], indices[keep]
+        if not workers.size:
+            return
+        if self._real:
+            raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run (round {t})")
+        self._real = False
+        r.counts += np.bincount(workers, minlength=self.n)
+        r.version += 1
+        r.cur = r.counts < r.planned
+        r.incomplete = int(np.count_nonzero(r.cur))
+        self._receive_batch(r, workers, indices)
 
     def _ready(self, t: int) -> bool:
         r = self._round
@@ -374,6 +449,32 @@ class SequentialScheme(Scheme):
         if u is not None and not self._decodable(u):
             return False
         return self.conformance.ok(r.cur)
+
+    def ready_after(self, t: int, workers: np.ndarray, indices: np.ndarray) -> int | None:
+        """The largest of the three conditions' thresholds (class docstring). Positions: ``at[w,
+        i]`` is the number of leading messages of the sequence by which worker ``w``'s message
+        ``i`` is in (0 if held, ``N + 1`` if not in the sequence)."""
+        r = self._round
+        if r is None or r.t != check_round(t):
+            return None
+        N = len(workers)
+        never = N + 1
+        n = self.n
+        R = max(1, int(r.planned.max(initial=0)))
+        at = np.full((n, R), never, dtype=np.intp)
+        at[np.arange(R) < r.counts[:, None]] = 0
+        at[workers, indices] = np.arange(1, N + 1)
+        done = at[np.arange(n), np.maximum(r.planned - 1, 0)]
+        done[~r.cur] = 0
+        k = 0
+        over = r.incomplete - self._max_cur  # incomplete workers that must still come in
+        if over > 0:
+            k = int(np.partition(done[r.cur], over - 1)[over - 1])
+        u = self.due_job(r.t)
+        if u is not None:
+            k = max(k, self._due_after(r, u, at, never))
+        k = max(k, self.conformance.first_ok(done, r.cur, never))
+        return None if k > N else k
 
     def why_not_ready(self, t: int) -> str:
         """Why round ``t`` is not ready (for errors and people)."""
@@ -399,7 +500,7 @@ class SequentialScheme(Scheme):
             raise ProtocolError(f"round {t} was never planned")
         if not self._ready(t):
             raise NotDecodableError(f"round {t} cannot be closed yet: {self.why_not_ready(t)}")
-        row = np.array(r.planned) > 0
+        row = r.planned > 0
         if arrived:
             row[list(arrived)] = False
         lo = max(0, t - self._T)
@@ -414,7 +515,6 @@ class SequentialScheme(Scheme):
             self._finished.discard(lo - 1)
             self._forget(lo - 1)
         self._round = None
-        self._plan_cache = None
         self._next = t + 1
         return out
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
-from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, check_params
+from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
+from gradcode.schemes.static import task_schedule
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
 
@@ -83,6 +84,10 @@ def msgc_load(n: int, B: int, W: int, lam: int) -> float:
 class _Job:
     __slots__ = ("buf", "cbuf", "coded", "coded_n", "codedmsg", "have", "missing", "parts")
 
+    def n_missing(self) -> np.ndarray:
+        """``D_1`` chunks not held, per worker."""
+        return self.have.shape[1] - self.have.sum(axis=1)
+
     def __init__(self, n, W, B):
         # bytearrays written one byte per message, read as numpy views when planning
         self.buf = bytearray(n * (W - 1))
@@ -119,10 +124,18 @@ class MSGC(SequentialScheme):
         self._jobs: dict[int, _Job] = {}
         n1 = (W - 1) * n
         self._d1_tasks = [[(i * (W - 1) + j,) for j in range(W - 1)] for i in range(n)]
+        #: where each worker's coded coefficients end (task_schedule times a message by it), as
+        #: a class index; and the prefix loads of each sequence of mini-task kinds (_round_loads)
+        self._coded_end = np.zeros(n, dtype=np.int64)
+        self._loads_cache: dict = {}
         if self.gc is not None:
+            ends = [np.flatnonzero(np.any(self.gc.coefficients(i)[0] != 0, axis=1)).max(initial=-1) for i in range(n)]
+            _, self._coded_end = np.unique(ends, return_inverse=True)
+            self._coded_end = self._coded_end.astype(np.int64)
             self._coded_parts = [
                 [tuple(n1 + m * n + p for p in self.gc.partitions(i)) for i in range(n)] for m in range(B)
             ]
+        self._coded_end_bits = int(self._coded_end.max()).bit_length()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, B={self.B}, W={self.W}, lam={self.lam})"
@@ -148,36 +161,93 @@ class MSGC(SequentialScheme):
             job = self._jobs[u] = _Job(self.n, self.W, self.B)
         return job
 
-    def _tasks(self, t: int):
+    def _new_round(self, t: int) -> _Round:
+        """Algorithm 2 as arrays: message ``c`` of worker ``i`` is mini-task slot ``slot[i, c]``
+        (job ``t - slot``), a ``D_1`` chunk ``i(W-1) + k[i, c]`` (``kind`` 0) or the coded
+        mini-task of group ``k[i, c]`` (``kind`` 1); ``kind`` is -1 past a worker's messages."""
         n, W, B = self.n, self.W, self.B
-        per_worker = [[] for _ in range(n)]
-        for j in range(W - 1 + B):
+        S = W - 1 + B
+        slot = np.full((n, S), -1, dtype=np.intp)
+        kind = np.full((n, S), -1, dtype=np.int8)
+        k = np.zeros((n, S), dtype=np.intp)
+        col = np.zeros(n, dtype=np.intp)
+        rows = np.arange(n)
+        last_job = -1
+        for j in range(S):
             u = t - j
             if not self._job_range(u):
                 continue
+            last_job = max(last_job, u)
             job = self._job(u)
-            if j <= W - 2:  # fixed mini-task: D_1 chunk i(W-1)+j of job u
-                for i in range(n):
-                    per_worker[i].append((Task(u, self._d1_tasks[i][j], ONE), (job, 0, j)))
+            if j <= W - 2:  # fixed mini-task: D_1 chunk i(W-1)+j of job u (every worker, same column)
+                slot[:, col[0]], kind[:, col[0]], k[:, col[0]] = j, 0, j
+                col += 1
                 continue
-            m = j - (W - 1)
-            complete = job.have.all(axis=1).tolist()
-            first = np.argmin(job.have, axis=1).tolist()  # the first chunk not held
-            for i in range(n):
-                if complete[i]:
-                    if self.gc is None:
-                        continue  # lambda = n: trivial coded mini-task (Remark 3.2)
-                    per_worker[i].append(
-                        (Task(u, self._coded_parts[m][i], self.gc.coefficients(i)), (job, 1, m)))
-                else:  # re-attempt
-                    jp = first[i]
-                    per_worker[i].append((Task(u, self._d1_tasks[i][jp], ONE), (job, 0, jp)))
-        return {i: items for i, items in enumerate(per_worker) if items}
+            complete = job.have.all(axis=1)
+            first = np.argmin(job.have, axis=1)  # the first chunk not held: a re-attempt
+            if self.gc is None:  # lambda = n: trivial coded mini-tasks (Remark 3.2)
+                who = rows[~complete]
+                slot[who, col[who]], kind[who, col[who]], k[who, col[who]] = j, 0, first[who]
+                col[who] += 1
+                continue
+            slot[rows, col] = j
+            kind[rows, col] = np.where(complete, 1, 0)
+            k[rows, col] = np.where(complete, j - (W - 1), first)
+            col += 1
+        return _Round(t, col, (slot, kind, k), last_job)
 
-    def _receive(self, tag, w: int, payload) -> None:
-        job, kind, k = tag
+    def _task(self, t: int, i: int, slot: int, kind: int, k: int) -> Task:
         if kind == 0:
-            b = w * (self.W - 1) + k  # also the D_1 chunk's partition id
+            return Task(t - slot, self._d1_tasks[i][k], ONE)
+        return Task(t - slot, self._coded_parts[k][i], self.gc.coefficients(i))
+
+    def _round_tasks(self, r: _Round) -> dict[int, tuple[Task, ...]]:
+        slot, kind, k = r.plan
+        return {i: tuple(self._task(r.t, i, *x) for x in zip(slot[i, :c].tolist(), kind[i, :c].tolist(), k[i, :c].tolist()))
+                for i, c in enumerate(r.planned.tolist()) if c}
+
+    def _round_loads(self, r: _Round) -> np.ndarray:
+        """The prefix loads of each worker's messages. They depend only on the sequence of kinds
+        (every ``D_1`` chunk has one size, every coded chunk another) and on where the worker's
+        coded coefficients end, so each distinct sequence is timed once by
+        :func:`~gradcode.schemes.static.task_schedule` on a worker that has it (bit for bit
+        what the worker's own tasks give) and cached."""
+        kind = r.plan[1]
+        S = kind.shape[1]
+        if 2 * S + self._coded_end_bits <= 62:  # a worker's key: 2 bits a mini-task, then its end
+            code = ((kind.astype(np.int64) + 1) << (2 * np.arange(S, dtype=np.int64))).sum(axis=1)
+            code |= self._coded_end << (2 * S)
+            keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+            keys = keys.tolist()
+        else:
+            rows_key = np.concatenate([kind.astype(np.int64), self._coded_end[:, None]], axis=1)
+            uniq, first, inverse = np.unique(rows_key, axis=0, return_index=True, return_inverse=True)
+            keys = [row.tobytes() for row in uniq]
+        rows = []
+        for key, i in zip(keys, first.tolist()):
+            row = self._loads_cache.get(key)
+            if row is None:
+                tasks = self._round_tasks_of(r, i)
+                prefix, _ = task_schedule(tasks, self.partition_sizes)
+                row = np.zeros(S)
+                row[: prefix.size] = prefix
+                row[prefix.size:] = prefix[-1] if prefix.size else 0.0
+                if len(self._loads_cache) < 4096:
+                    self._loads_cache[key] = row
+            rows.append(row)
+        return np.asarray(rows)[inverse]
+
+    def _round_tasks_of(self, r: _Round, i: int) -> list[Task]:
+        slot, kind, k = r.plan
+        c = int(r.planned[i])
+        return [self._task(r.t, i, *x) for x in zip(slot[i, :c].tolist(), kind[i, :c].tolist(), k[i, :c].tolist())]
+
+    def _receive(self, r: _Round, w: int, index: int, payload) -> None:
+        slot, kind, k = r.plan
+        job = self._jobs[r.t - int(slot[w, index])]
+        kd, kk = int(kind[w, index]), int(k[w, index])
+        if kd == 0:
+            b = w * (self.W - 1) + kk  # also the D_1 chunk's partition id
             if not job.buf[b]:
                 job.buf[b] = 1
                 job.missing -= 1
@@ -186,14 +256,77 @@ class MSGC(SequentialScheme):
                         job.parts = {}
                     job.parts[b] = payload
         else:
-            b = k * self.n + w
+            b = kk * self.n + w
             if not job.cbuf[b]:
                 job.cbuf[b] = 1
-                job.coded_n[k] += 1
+                job.coded_n[kk] += 1
                 if payload is not None:
                     if job.codedmsg is None:
                         job.codedmsg = [{} for _ in range(self.B)]
-                    job.codedmsg[k][w] = payload
+                    job.codedmsg[kk][w] = payload
+
+    def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
+        slot, kind, k = r.plan
+        js, kinds, ks = slot[workers, indices], kind[workers, indices], k[workers, indices]
+        for j in range(kind.shape[1]):
+            sel = js == j
+            if not sel.any():
+                continue
+            job = self._jobs[r.t - j]
+            ws, kd, kk = workers[sel], kinds[sel], ks[sel]
+            d1 = kd == 0
+            if d1.any():
+                b = ws[d1] * (self.W - 1) + kk[d1]
+                held = job.have.reshape(-1)
+                new = b[~held[b]]
+                held[new] = True
+                job.missing -= new.size
+            if not d1.all():
+                m = j - (self.W - 1)
+                cw = ws[~d1]
+                held = job.coded[m]
+                new = cw[~held[cw]]
+                held[new] = True
+                job.coded_n[m] += new.size
+
+    def _due_after(self, r: _Round, u: int, at: np.ndarray, never: int) -> int:
+        """Job ``u = t - T`` decodes in round ``t`` once every ``D_1`` chunk it misses is
+        re-attempted and in (one per worker: a worker missing two cannot finish it now), and its
+        last coded group (slot ``T``'s mini-tasks) decodes; its other groups were due earlier."""
+        job = self._jobs.get(u)
+        if job is None:
+            return never
+        if self._decodable(u):
+            return 0
+        slot, kind, _ = r.plan
+        rows, cols = np.nonzero(slot == self._T)  # this round's messages for job u: slot T
+        pos = at[rows, cols]
+        k = 0
+        if job.missing:
+            miss = job.n_missing()
+            if (miss > 1).any():
+                return never
+            need = miss[rows] == 1
+            if int(need.sum()) < job.missing:
+                return never
+            k = int(pos[need].max())
+        if self.gc is None:
+            return k
+        gc, m = self.gc, self.B - 1
+        if any(not gc.decodable(job.coded[g], job.coded_n[g]) for g in range(m)):
+            return never
+        held = job.coded[m]
+        if gc.decodable(held, job.coded_n[m]):
+            return k
+        coded = (kind[rows, cols] == 1) & ~held[rows]
+        ws, p = rows[coded], pos[coded]
+        if not gc.rep:
+            x = gc.need - job.coded_n[m]
+            return never if x > p.size else max(k, int(np.partition(p, x - 1)[x - 1]))
+        first = np.full(gc.groups, never, dtype=np.intp)
+        np.minimum.at(first, gc.group[ws], p)
+        covered = np.bincount(gc.group[held], minlength=gc.groups) > 0
+        return max(k, int(first[~covered].max()))
 
     def _decodable(self, u: int) -> bool:
         job = self._jobs.get(u)

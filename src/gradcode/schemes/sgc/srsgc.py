@@ -30,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
-from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, check_params
+from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
+from gradcode.schemes.static import task_schedule
 
 __all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
 
@@ -104,6 +105,9 @@ class SRSGC(SequentialScheme):
         self.partition_sizes = sizes
         self._init_common(n, jobs, dim, [("bursty", B, W, lam), ("per-round", s)], max(lam, s))
         self._jobs: dict[int, _Job] = {}
+        #: each worker's prefix load (its task is the same for every job), as task_schedule times it
+        self._prefix = np.array([task_schedule([Task(0, self.gc.partitions(i), self.gc.coefficients(i))], sizes)[0][0]
+                                 for i in range(n)])
         #: re-attempted tasks per round (Algorithm 1's deviations from the base GC), for inspection
         self.reattempts = 0
 
@@ -125,43 +129,78 @@ class SRSGC(SequentialScheme):
         return job
 
     # ----------------------------------------------------------- Algorithms 1 and 3
-    def _tasks(self, t: int):
+    def _new_round(self, t: int) -> _Round:
+        """Algorithm 1 (3 for GC-Rep) as arrays: ``plan[i]`` is the job worker ``i`` computes
+        ``l_i`` for in round ``t`` (``t``, or ``t - B`` for a re-attempt; ``-1``: idle)."""
         n, gc = self.n, self.gc
         old = t - self.B
-        reattempt = np.zeros(n, dtype=bool)
+        job_of = np.full(n, t if self._job_range(t) else -1, dtype=np.intp)
+        if job_of[0] >= 0:
+            self._job(t)
         if self._job_range(old) and old not in self._finished:
             job = self._job(old)
-            delta = job.fresh
             need = n - self.s
-            if delta < need:
+            if job.fresh < need:
                 cand = ~job.recv
                 if self._rep:  # Algorithm 3: groups that returned l^(g)(t - B) go on with job t
                     done_groups = np.bincount(gc.group[job.recv], minlength=gc.groups) > 0
                     cand &= ~done_groups[gc.group]
-                idx = np.flatnonzero(cand)[: need - delta]
-                reattempt[idx] = True
+                idx = np.flatnonzero(cand)[: need - job.fresh]
+                job_of[idx] = old
                 self.reattempts += int(idx.size)
-        fresh = self._job(t) if self._job_range(t) else None
-        old_job = self._jobs.get(old)
-        plan = {}
-        for i, again in enumerate(reattempt.tolist()):
-            if again:
-                plan[i] = [(Task(old, gc.partitions(i), gc.coefficients(i)), old_job)]
-            elif fresh is not None:
-                plan[i] = [(Task(t, gc.partitions(i), gc.coefficients(i)), fresh)]
-        return plan
+        planned = (job_of >= 0).astype(np.intp)
+        return _Round(t, planned, job_of, int(job_of.max()))
 
-    def _receive(self, job, w: int, payload) -> None:
+    def _round_tasks(self, r: _Round) -> dict[int, tuple[Task, ...]]:
+        gc = self.gc
+        return {i: (Task(u, gc.partitions(i), gc.coefficients(i)),) for i, u in enumerate(r.plan.tolist()) if u >= 0}
+
+    def _round_loads(self, r: _Round) -> np.ndarray:
+        return np.where(r.planned > 0, self._prefix, 0.0)[:, None]
+
+    def _receive(self, r: _Round, w: int, index: int, payload) -> None:
+        job = self._jobs[int(r.plan[w])]
         if job.buf[w]:
             return
         job.buf[w] = 1
         job.count += 1
-        if job.u == self._round.t:
+        if job.u == r.t:
             job.fresh += 1
         if payload is not None:
             if job.msgs is None:
                 job.msgs = {}
             job.msgs[w] = payload
+
+    def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
+        of = r.plan[workers]
+        for u in (r.t, r.t - self.B):
+            ws = workers[of == u]
+            if ws.size:
+                job = self._jobs[u]
+                new = ws[~job.recv[ws]]
+                job.recv[new] = True
+                job.count += new.size
+                if u == r.t:
+                    job.fresh += new.size
+
+    def _due_after(self, r: _Round, u: int, at: np.ndarray, never: int) -> int:
+        """Job ``u = t - B`` decodes once its re-attempts in round ``t`` bring ``n - s``
+        results (one per group for GC-Rep)."""
+        job = self._jobs.get(u)
+        if job is None:
+            return never
+        if self.gc.decodable(job.recv, job.count):
+            return 0
+        ws = np.flatnonzero((r.plan == u) & ~job.recv)
+        pos = at[ws, 0]
+        if not self._rep:
+            x = self.gc.need - job.count
+            return never if x > ws.size else int(np.partition(pos, x - 1)[x - 1])
+        gc = self.gc
+        first = np.full(gc.groups, never, dtype=np.intp)
+        np.minimum.at(first, gc.group[ws], pos)
+        covered = np.bincount(gc.group[job.recv], minlength=gc.groups) > 0
+        return int(first[~covered].max())
 
     def _decodable(self, u: int) -> bool:
         job = self._jobs.get(u)
