@@ -56,11 +56,12 @@ def test_arrays_generators_and_gradcode_objects_come_back_bit_for_bit():
 def test_bytes_and_slotted_objects_come_back():
     from gradcode.schemes.sgc.common import _Round
 
-    r = _Round(3, 4)
-    r.cur[1] = True
+    r = _Round(3, np.array([0, 1, 1, 0]), np.array([-1, 3, 2, -1]), 3)
+    r.counts[1] = 1
     back = roundtrip({"b": b"ab", "ba": bytearray(b"xy"), "round": r})
     assert back["b"] == b"ab" and isinstance(back["ba"], bytearray) and back["ba"] == bytearray(b"xy")
-    assert back["round"].t == 3 and back["round"].cur.tolist() == [False, True, False, False]
+    assert back["round"].t == 3 and back["round"].cur.tolist() == [False, True, True, False]
+    assert back["round"].plan.tolist() == [-1, 3, 2, -1] and back["round"].counts.tolist() == [0, 1, 0, 0]
 
 
 def test_torch_tensors_come_back_bit_for_bit():

@@ -195,7 +195,8 @@ class Scheme(ABC):
     # -------------------------------------------------------------- batched rounds (simulator)
     #: whether the scheme implements :meth:`plan_loads`, :meth:`ready_after` and
     #: :meth:`on_results`: the simulator then plays a round with a few array operations instead
-    #: of one protocol call per message (and the same results bit for bit: tests compare the two)
+    #: of one protocol call per message (and the same results bit for bit: tests compare the two).
+    #: A subclass of a batched scheme that overrides a protocol hook must turn it off.
     batched_rounds: bool = False
 
     def plan_loads(self, t: int) -> RoundLoads:

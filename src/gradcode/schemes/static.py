@@ -7,7 +7,8 @@ straggler scheme, the baselines...). It is the reference implementation of the p
 
     plan(t)                                  every worker: (Task(job=t, placement[w], E_w),)
     on_result(t, w, i, payload, time)        message i of worker w in round t
-    ready(t)                                 code.can_decode(prefixes held for round t)
+    ready(t)                                 the code's rule on the prefixes held for round t
+                                             (and code.can_decode once payloads arrive)
     close(t, arrived)                        [(t, gradient or None)]; straggler history updated
 
 Message rules (what the master does with what it receives), tested in tests/test_static_scheme.py:
@@ -62,7 +63,8 @@ timed from the same draw. Everything round-specific travels in the plan:
 :meth:`LinearCode.decode_rule` gives each static family its decodability as a closed rule (any ``n - s``
 workers for CRC, one worker per data group for FRC, ``l - s`` per cluster for GC-SC, ...): the
 simulator's vectorized path computes decode times from it with no per-event loop, and
-``StaticScheme.ready`` uses it as an exact prefilter before confirming with ``code.can_decode``.
+``StaticScheme.ready`` uses it as an exact prefilter; with payloads it confirms with
+``code.can_decode`` (the solve's conditioning), in simulation the rule decides, as on the fast path.
 Codes without a rule get :class:`GenericRule` (``can_decode`` on growing prefixes).
 """
 
@@ -164,6 +166,10 @@ class _Round:
         self.out: set[int] = set()
 
 
+#: the protocol hooks a batched round bypasses
+_HOOKS = ("_plan", "_on_result", "_ready", "_close", "_observe_states")
+
+
 class StaticScheme(Scheme):
     """Any :class:`~gradcode.codes.LinearCode` run as a scheme: job ``t`` in round ``t``.
 
@@ -255,8 +261,10 @@ class StaticScheme(Scheme):
     # -------------------------------------------------------------- batched rounds
     @property
     def batched_rounds(self) -> bool:
-        """Batched in simulation, except with verification (whose wait the protocol path runs)."""
-        return not self.verify
+        """Batched in simulation, except with verification (whose wait the protocol path runs)
+        and in subclasses that override a protocol hook (the batched calls would bypass it)."""
+        cls = type(self)
+        return not self.verify and all(getattr(cls, h) is getattr(StaticScheme, h) for h in _HOOKS)
 
     def plan_loads(self, t: int) -> RoundLoads:
         """Round ``t`` opened as by :meth:`plan`; every worker's messages timed by
@@ -273,8 +281,8 @@ class StaticScheme(Scheme):
     def ready_after(self, t: int, workers: np.ndarray, indices: np.ndarray) -> int | None:
         """The code's rule (:meth:`DecodeRule.decode_time` on the messages' positions in the
         sequence, those held counting as position -1) gives the first prefix that decodes;
-        it is confirmed as :meth:`ready` confirms (``can_decode``: the solve's conditioning),
-        and moved on message by message in the rare case the solve refuses."""
+        it is confirmed as :meth:`ready` confirms, and moved on message by message where that
+        refuses (a solve too ill-conditioned, with payloads)."""
         state = self._open.get(check_round(t))
         if state is None:
             return None
@@ -323,6 +331,24 @@ class StaticScheme(Scheme):
         state.real = False
         state.counts += np.bincount(workers, minlength=self.n)
         state.batches.append((workers, times))
+
+    def close_rounds(self, first: int, rows: np.ndarray) -> None:
+        """Rounds ``first .. first + len(rows) - 1``, played whole by a driver with the code's
+        exact rule (the simulator's static blocks, no payloads), closed as :meth:`close` would
+        close them: ``rows[i]`` marks the workers not in by the close of round ``first + i``."""
+        first = check_round(first)
+        rows = np.asarray(rows, dtype=bool)
+        if rows.ndim != 2 or rows.shape[1] != self.n:
+            raise ValueError(f"rows must be (rounds, {self.n}) booleans, got shape {rows.shape}")
+        last = first + rows.shape[0]
+        block = range(first, last)
+        if not self._closed.isdisjoint(block) or any(t in block for t in self._open):
+            raise ProtocolError(f"rounds {first}..{last - 1} include a round already planned or closed;"
+                                " close_rounds takes fresh rounds")
+        if rows.shape[0]:
+            self._record(last - 1, rows[-1])
+            self._history[first:last] = rows
+            self._closed.update(range(first, last))
 
     def _ready_counts(self, state: _Round, counts: np.ndarray) -> bool:
         """:meth:`ready` for ``counts`` usable messages per worker."""

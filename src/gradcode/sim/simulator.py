@@ -62,11 +62,18 @@ Two paths give identical results on the same draw (tests check it): the *fast pa
 :class:`~gradcode.codes.LinearCode` computes every round at once from the code's
 :func:`~gradcode.schemes.static.decode_rule` (an order statistic for MDS-like codes, per group
 for FRC, per cluster for GC-SC, binary search with ``can_decode`` otherwise); the *event path*
-feeds each message to a :class:`~gradcode.schemes.Scheme` in time order, the protocol that
-dynamic schemes and the Ray runtime use. The fast path trusts the closed rule (for CRC and GC-SC
-"any n - s" holds with probability one over the code's random draw); the event path confirms each
-decodable instant with ``code.can_decode``, which also refuses solves above ``max_condition``, so
-the two could only differ on a code whose decoding is that badly conditioned.
+runs a :class:`~gradcode.schemes.Scheme` through the protocol that dynamic schemes and the Ray
+runtime use. For a scheme that plays batched rounds (:attr:`Scheme.batched_rounds <gradcode.schemes.Scheme.batched_rounds>`: the
+sequential codes, GC-DC, static codes) the event path sorts a round's messages at once, asks the
+scheme after how many of them it is ready (``ready_after``) and hands them over in one call
+(``on_results``); for any other scheme it feeds each message with ``on_result`` and asks
+``ready`` after each instant. Both give the same results bit for bit (tests compare every
+record), and the per-message path stays the reference (``BATCHED = False`` selects it). A
+:class:`~gradcode.schemes.StaticScheme`'s rounds do not depend on each other, so they go by whole
+blocks, as on the fast path, each closed in the scheme (``close_rounds``: its straggler history).
+In simulation (no payloads) a static code's exact rule decides decodability on every path (for
+CRC and GC-SC "any n - s" holds with probability one over the code's random draw); a round that
+decodes real messages still solves, and refuses a solve above ``max_condition``.
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ from gradcode._validation import as_generator, check_choice, check_closing_rule,
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError, as_scheme
-from gradcode.schemes.static import code_loads, task_schedule
+from gradcode.schemes.static import StaticScheme, code_loads, task_schedule
 from gradcode.schemes.timing import message_arrivals
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
@@ -163,6 +170,12 @@ def simulate(
         block = _block_rounds(n * code.messages_per_worker)
         draws = draw_blocks(model, rounds, n, rng, block)
         return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
+    if BATCHED and code is not None and isinstance(scheme, StaticScheme) and scheme.batched_rounds:
+        # a static scheme's rounds are independent: whole blocks at once, as on the fast path,
+        # with each round closed in the scheme (its straggler history)
+        show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
+        draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
+        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all, scheme=scheme)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
     return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
@@ -283,7 +296,10 @@ class _Sink:
         return SimulationResult(stats=self.stats, round_records=recs, **meta)
 
 
-def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False) -> SimulationResult:
+def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False, scheme=None) -> SimulationResult:
+    """The vectorized path, block by block. With ``scheme`` (a :class:`StaticScheme` driven on
+    the event path), each block's rounds are also closed in the scheme, with the rows its own
+    ``close`` would record (the workers not in: stragglers and workers with nothing in)."""
     n = code.n
     P, Rw = code_loads(code)
     rule = code.decode_rule()
@@ -323,13 +339,16 @@ def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=F
                 np.copyto(arrivals, -1.0, where=strag | (counts == 0))
                 np.copyto(finish, C)
 
+            if scheme is not None:
+                scheme.close_rounds(a, strag | (counts == 0))
             sink.put(a, b, end, strag, wait, write_tables)
             if prog is not None:
                 prog.update(task, completed=b)
     sink.stats.jobs_done = rounds
     return sink.result(
         lambda: np.arange(rounds),
-        scheme=_name(code), model=_name(model), close=close, seed=_seed_repr(seed), method="fast",
+        scheme=_name(code if scheme is None else scheme), model=_name(model), close=close, seed=_seed_repr(seed),
+        method="fast" if scheme is None else "events",
     )
 
 

@@ -144,52 +144,56 @@ class Conformance:
         self._t = None
 
     def begin(self, t: int, history: np.ndarray, starts) -> None:
+        """Round ``t`` with the closed rounds' rows ``history`` and the live tracks' ``starts``.
+        Each (model, track) pair becomes one row of the arrays the checks use: ``_nonD`` the
+        workers that did not straggle in the window's past rounds (``D``'s complement; everyone
+        for ``per-round``), ``_Dn = |D|``, ``_F`` the workers that may not straggle now, ``_lim``
+        and ``_prev`` (the track still conforms to the model). Window counts come from one
+        cumulative sum over the last rounds, read at each track's window length."""
         starts = [a for a in starts if a not in self.broken]
         self._t = t
         self._starts = starts
-        K = len(starts)
-        nm = len(self.models)
-        prev = np.ones((K, nm), dtype=bool)
+        K, M, n = len(starts), len(self.models), self.n
+        prev = np.ones((M, K), dtype=bool)
         for k, a in enumerate(starts):
             f = self.flags.get(a)
             if f is not None:
-                prev[k] = f
-        self._prev = prev
-        self._D = []  # per model: (K, n) distinct stragglers of the past rounds in the window
-        self._F = []  # per model: (K, n) workers that may not straggle now
-        self._lim = []
-        for kind, *p in self.models:
+                prev[:, k] = f
+        self._prev = prev.reshape(-1)
+        self._empty_ok = bool(prev.any(axis=0).all()) if K else True
+        longest = max([p[1] for kind, *p in self.models if kind != "per-round"], default=0)
+        past = history[max(0, t - longest + 1):t][::-1]  # the newest round first
+        counts = np.zeros((past.shape[0] + 1, n), dtype=np.int32)  # counts[L]: over the last L rounds
+        np.cumsum(past, axis=0, out=counts[1:])
+        a = np.asarray(starts, dtype=np.intp)
+        nonD = np.ones((M, K, n), dtype=bool)
+        F = np.zeros((M, K, n), dtype=bool)
+        lim = np.zeros((M, K), dtype=np.intp)
+        for m, (kind, *p) in enumerate(self.models):
             if kind == "per-round":
-                self._D.append(None)
-                self._F.append(None)
-                self._lim.append(p[0])
+                lim[m] = p[0]
                 continue
             N_or_B, Wm, lam = p
-            D = np.zeros((K, self.n), dtype=bool)
-            F = np.zeros((K, self.n), dtype=bool)
-            for k, a in enumerate(starts):
-                lo = max(a, t - Wm + 1)
-                past = history[lo:t]
-                if past.shape[0]:
-                    D[k] = past.any(axis=0)
-                    if kind == "bursty":  # a straggle at or before t - B: no straggling now
-                        hi = t - N_or_B + 1
-                        if hi > lo:
-                            F[k] = history[lo:hi].any(axis=0)
-                    else:  # arbitrary: N straggles already in the window
-                        F[k] = past.sum(axis=0) >= N_or_B
-            self._D.append(D)
-            self._F.append(F)
-            self._lim.append(lam)
-        self._empty_ok = bool(prev.any(axis=1).all()) if K else True
-        self._Dn = [None if D is None else D.sum(axis=1) for D in self._D]
+            L = t - np.maximum(a, t - Wm + 1)  # past rounds of each track's window
+            inwin = counts[L]
+            nonD[m] = inwin == 0
+            if kind == "bursty":  # a straggle at or before t - B: no straggling now
+                F[m] = (inwin - counts[np.minimum(L, N_or_B - 1)]) > 0
+            else:  # arbitrary: N straggles already in the window
+                F[m] = inwin >= N_or_B
+            lim[m] = lam
+        self._nonD = nonD.reshape(M * K, n)
+        self._Dn = n - self._nonD.sum(axis=1)
+        self._F = F.reshape(M * K, n)
+        self._anyF = bool(self._F.any())
+        self._lim = lim.reshape(-1)
 
     def first_ok(self, done: np.ndarray, cur: np.ndarray, never: int) -> int:
         """The smallest ``k`` such that :meth:`ok` holds for ``cur & (done > k)``: worker ``w``
         leaves the round's stragglers once ``done[w]`` messages are in (``never`` if it does
         not). Per model and track the condition is a threshold on ``k``: the ``x``-th arrival
         among the workers it counts (``|D ∪ cur| <= lam`` needs ``x = |D| + |cur \\ D| - lam``
-        of ``cur \\ D`` in; ``per-round`` ``|cur| - s`` of ``cur``) and every forbidden
+        of ``cur \\ D`` in; for ``per-round`` ``D`` is empty and ``lam = s``) and every forbidden
         worker's (``F ∩ cur``); a track takes its best model, the round its worst track, and
         once ``cur`` is empty :meth:`ok` holds (live tracks always keep a model)."""
         idx = np.flatnonzero(cur)
@@ -198,36 +202,21 @@ class Conformance:
         d = done[idx]
         order = np.argsort(d, kind="stable")
         ds = np.append(d[order], never)  # ds[x - 1]: the x-th arrival; ds[c]: none
-        c = idx.size
-        best = np.full(len(self._starts), never, dtype=np.intp)
-        for m, (kind, *_p) in enumerate(self.models):
-            lim = self._lim[m]
-            if kind == "per-round":
-                x = c - lim
-                thr = np.full(best.shape, ds[x - 1] if x > 0 else 0, dtype=np.intp)
-            else:
-                D = self._D[m][:, idx]
-                extra = ~D[:, order]
-                x = self._Dn[m] + extra.sum(axis=1) - lim
-                j = (np.cumsum(extra, axis=1) < x[:, None]).sum(axis=1)
-                thr = np.where(x > 0, ds[j], 0)
-                F = self._F[m][:, idx]
-                thr = np.maximum(thr, np.where(F, d, 0).max(axis=1))
-            thr[~self._prev[:, m]] = never
-            np.minimum(best, thr, out=best)
-        return int(min(best.max(), d.max()))
+        extra = self._nonD[:, idx[order]]
+        x = self._Dn + extra.sum(axis=1) - self._lim
+        j = (np.cumsum(extra, axis=1) < x[:, None]).sum(axis=1)
+        thr = np.where(x > 0, ds[j], 0)
+        if self._anyF:
+            np.maximum(thr, np.where(self._F[:, idx], d, 0).max(axis=1), out=thr)
+        thr[~self._prev] = never
+        return int(min(thr.reshape(len(self.models), -1).min(axis=0).max(), d.max()))
 
     def _per_track(self, cur: np.ndarray) -> np.ndarray:
-        K = len(self._starts)
-        res = np.zeros((K, len(self.models)), dtype=bool)
-        ncur = int(cur.sum())
-        for m, (kind, *_p) in enumerate(self.models):
-            if kind == "per-round":
-                res[:, m] = ncur <= self._lim[m]
-            else:
-                D, F = self._D[m], self._F[m]
-                res[:, m] = ((D | cur).sum(axis=1) <= self._lim[m]) & ~(F & cur).any(axis=1)
-        return res & self._prev
+        """``(K, M)``: whether each track still conforms to each model with ``cur``."""
+        res = (self._Dn + (self._nonD & cur).sum(axis=1) <= self._lim) & self._prev
+        if self._anyF:
+            res &= ~(self._F & cur).any(axis=1)
+        return res.reshape(len(self.models), -1).T
 
     def ok(self, cur: np.ndarray) -> bool:
         """Whether the past and ``cur`` (``(n,)`` booleans: this round's stragglers) conform on

@@ -105,9 +105,6 @@ class SRSGC(SequentialScheme):
         self.partition_sizes = sizes
         self._init_common(n, jobs, dim, [("bursty", B, W, lam), ("per-round", s)], max(lam, s))
         self._jobs: dict[int, _Job] = {}
-        #: each worker's prefix load (its task is the same for every job), as task_schedule times it
-        self._prefix = np.array([task_schedule([Task(0, self.gc.partitions(i), self.gc.coefficients(i))], sizes)[0][0]
-                                 for i in range(n)])
         #: re-attempted tasks per round (Algorithm 1's deviations from the base GC), for inspection
         self.reattempts = 0
 
@@ -156,7 +153,14 @@ class SRSGC(SequentialScheme):
         return {i: (Task(u, gc.partitions(i), gc.coefficients(i)),) for i, u in enumerate(r.plan.tolist()) if u >= 0}
 
     def _round_loads(self, r: _Round) -> np.ndarray:
-        return np.where(r.planned > 0, self._prefix, 0.0)[:, None]
+        """A worker's task is the same for every job (its base-code result): timed once by
+        :func:`~gradcode.schemes.static.task_schedule`."""
+        prefix = self.__dict__.get("_prefix")
+        if prefix is None:
+            gc, sizes = self.gc, self.partition_sizes
+            prefix = self._prefix = np.array(
+                [task_schedule([Task(0, gc.partitions(i), gc.coefficients(i))], sizes)[0][0] for i in range(self.n)])
+        return np.where(r.planned > 0, prefix, 0.0)[:, None]
 
     def _receive(self, r: _Round, w: int, index: int, payload) -> None:
         job = self._jobs[int(r.plan[w])]
