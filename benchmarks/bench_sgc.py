@@ -5,8 +5,9 @@ the simulator's event path at n = 256, and the parameter search of App. J at n =
 the decodable wait-out) on a synthetic trace (256 workers, ``1 + Exp(0.2)`` seconds, 3% of the
 cells 2 s slower, load slope 3 s per unit load). ``scheme`` is the time spent inside the
 scheme's protocol calls (``plan``, ``on_result``, ``ready``, ``close``, measured by wrapping
-them), i.e. the master's bookkeeping; ``total`` the whole simulated round (the simulator's own
-event handling included). The paper's parameters: M-SGC (1, 2, 27), SR-SGC (2, 3, 23), and the
+them, and the batched calls ``plan_loads``, ``ready_after``, ``on_results`` and
+``close_rounds`` that replace them for batched schemes), i.e. the master's bookkeeping; ``total``
+the whole simulated round (the simulator's own event handling included). The paper's parameters: M-SGC (1, 2, 27), SR-SGC (2, 3, 23), and the
 static CRC s = 15 through the same event path for reference.
 
 (b) ``tune``: :func:`gradcode.schemes.sgc.tune.tune` over every parameter set of each family
@@ -62,7 +63,9 @@ def profile(n, rounds, seed=0):
 def timed(scheme):
     """Wrap the protocol calls of ``scheme`` (instance attributes shadow the methods)."""
     spent = [0.0]
-    for name in ("plan", "on_result", "ready", "close"):
+    for name in ("plan", "on_result", "ready", "close", "plan_loads", "ready_after", "on_results", "close_rounds"):
+        if not hasattr(scheme, name):
+            continue
         fn = getattr(scheme, name)
 
         def wrapper(*a, _fn=fn, **k):
