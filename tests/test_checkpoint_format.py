@@ -147,19 +147,19 @@ def test_a_document_with_digests_but_bad_content_is_refused(tmp_path):
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.json"
     write_document(path, {"round": 1, "x": np.arange(3)})
-    real = safe_state._atomic_write
+    real = safe_state.atomic_write
 
     def crash_on_json(target, data):
         if target.suffix == ".json":
             raise OSError("disk full")
         real(target, data)
 
-    monkeypatch.setattr(safe_state, "_atomic_write", crash_on_json)
+    monkeypatch.setattr(safe_state, "atomic_write", crash_on_json)
     with pytest.raises(OSError, match="disk full"):
         write_document(path, {"round": 2, "x": np.arange(4)})
     doc = read_document(path)
     assert doc["round"] == 1 and doc["x"].tolist() == [0, 1, 2]
-    monkeypatch.setattr(safe_state, "_atomic_write", real)
+    monkeypatch.setattr(safe_state, "atomic_write", real)
     write_document(path, {"round": 3, "x": np.arange(5)})
     assert read_document(path)["round"] == 3
     assert len(list(tmp_path.glob("checkpoint-*.npz"))) == 1  # the crashed write's arrays are gone too

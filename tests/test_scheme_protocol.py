@@ -160,3 +160,25 @@ def test_a_subclass_without_hooks_says_what_to_implement():
 def test_task_shapes():
     task = Task(0, (1, 2), np.ones((2, 2, 1)))
     assert task.messages == 2
+
+
+def test_resolve_scheme_is_the_one_rule_for_run_wide_values():
+    from gradcode.registry import UnknownNameError
+    from gradcode.schemes.factory import resolve_scheme
+
+    spec = resolve_scheme("crc", {}, n=6, s=1, seed=4)
+    assert (spec.kind, dict(spec.params), spec.ignored) == ("code", {"n": 6, "s": 1, "seed": 4}, ())
+    assert spec.build().code.n == 6
+    # GC-DC takes no s: listed, not passed; the sequential codes take jobs
+    gcdc = resolve_scheme("gc-dc", {"clusters": 2, "r": 2}, n=6, s=1)
+    assert gcdc.ignored == ("s",) and "s" not in gcdc.params and gcdc.build().n == 6
+    assert resolve_scheme("m-sgc", {"B": 1, "W": 2, "lam": 1}, n=6, jobs=5).build().jobs == 5
+    # agree-keys must agree; the others are defaults that the entry's own value overrides
+    with pytest.raises(ValueError, match="crc's n=8 and the run's workers 6 disagree"):
+        resolve_scheme("crc", {"n": 8}, n=6)
+    with pytest.raises(ValueError, match="crc's s=2 and the run's stragglers 1 disagree"):
+        resolve_scheme("crc", {"s": 2}, n=6, s=1)
+    assert resolve_scheme("crc", {"s": 2}, n=6, s=1, agree=("n",)).params["s"] == 2
+    assert resolve_scheme("crc", {"seed": 3}, n=6, seed=0).params["seed"] == 3
+    with pytest.raises(UnknownNameError, match="available codes"):
+        resolve_scheme("nope", {}, n=4)

@@ -11,7 +11,7 @@ import pytest
 import gradcode
 from gradcode.analysis.bounds import bursty_load_bound, gc_load, msgc_load, srsgc_load
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import SCHEMES, ProtocolError, make_scheme
+from gradcode.schemes import SCHEMES, ProtocolError, make_scheme
 from gradcode.schemes.sgc import (
     MSGC,
     SRSGC,

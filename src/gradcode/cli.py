@@ -7,13 +7,12 @@ stdout; tables, progress bars and logs go to stderr.
 
 from __future__ import annotations
 
-import json
 import sys
 from importlib import import_module
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from gradcode.experiments.cli_output import emit, err, out
 
 app = typer.Typer(
     help="Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime).",
@@ -36,52 +35,8 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime)."""
 
 
-#: stderr console for people; stdout is reserved for --json documents and plain tables
-err = Console(stderr=True)
-# piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
-out = Console(width=None if sys.stdout.isatty() else 120)
-
 _COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.experiments.cli_sim", "gradcode.experiments.cli_train",
                                "gradcode.experiments.cli_tune"]
-
-
-def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
-    """Print ``doc`` (``{"rows": [...]}`` or any JSON-able object) as JSON or as a table."""
-    if as_json:
-        sys.stdout.write(json.dumps(doc, default=_jsonable) + "\n")
-        return
-    rows = doc.get("rows") if isinstance(doc, dict) else None
-    if rows is None:
-        out.print_json(json.dumps(doc, default=_jsonable))
-        return
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    table = Table(title=title)
-    numeric = {c for c in columns if all(isinstance(r.get(c), (int, float, type(None))) for r in rows)}
-    for c in columns:
-        table.add_column(c, justify="right" if c in numeric else "left")
-    for r in rows:
-        table.add_row(*(_fmt(r.get(c)) for c in columns))
-    out.print(table)
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def _jsonable(obj):
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
 @app.command("codes")

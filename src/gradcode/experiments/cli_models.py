@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """List the straggler delay models and their parameters (defaults in the table)."""
-        from gradcode.cli import emit
+        from gradcode.experiments.cli_output import emit
         from gradcode.experiments.cli_output import EXIT_USAGE, fail
 
         try:

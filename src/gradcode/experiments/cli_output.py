@@ -1,5 +1,6 @@
-"""What the commands share for people's outputs: where ``--plot`` writes, the progress bar of
-long simulations, and errors, warnings and notes on stderr (:func:`error`, :func:`warn`,
+"""What the commands share for people's outputs: the consoles (``err`` on stderr, ``out`` on
+stdout) and :func:`emit` (a JSON document or a table), where ``--plot`` writes, the progress bar
+of long simulations, and errors, warnings and notes on stderr (:func:`error`, :func:`warn`,
 :func:`note`).
 
 ``--plot PATH`` (``simulate``, ``compare``, ``train``) follows one rule, :func:`plot_files`: a path
@@ -18,8 +19,57 @@ keeps just the table. It never writes to stdout, so ``--json`` stays one documen
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+#: stderr console for people; stdout is reserved for --json documents and plain tables
+err = Console(stderr=True)
+# piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
+out = Console(width=None if sys.stdout.isatty() else 120)
+
+
+def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
+    """Print ``doc`` (``{"rows": [...]}`` or any JSON-able object) as JSON or as a table."""
+    if as_json:
+        sys.stdout.write(json.dumps(doc, default=_jsonable) + "\n")
+        return
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if rows is None:
+        out.print_json(json.dumps(doc, default=_jsonable))
+        return
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    table = Table(title=title)
+    numeric = {c for c in columns if all(isinstance(r.get(c), (int, float, type(None))) for r in rows)}
+    for c in columns:
+        table.add_column(c, justify="right" if c in numeric else "left")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(c)) for c in columns))
+    out.print(table)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _jsonable(obj):
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 PLOT_HELP = ("PNG output: a PATH ending in .png is the file written (other figures, if any, go beside it as"
              " STEM-FIGURE.png); any other PATH is a folder, made if missing, that gets FIGURE.png files.")
@@ -89,7 +139,6 @@ class RunProgress:
         if self._bar is None:
             if time.monotonic() - self._t0 < PROGRESS_AFTER:
                 return
-            from gradcode.cli import err
 
             if not err.is_terminal:
                 return
@@ -112,7 +161,6 @@ def error(message: str) -> None:
     """``error: message`` on stderr (rich markup in ``message`` is printed as text)."""
     from rich.markup import escape
 
-    from gradcode.cli import err
 
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -139,7 +187,6 @@ def fail(exc: BaseException | str, code: int, *, as_json: bool, doc: dict | None
     :data:`EXIT_INTERRUPTED` after SIGINT)."""
     import typer
 
-    from gradcode.cli import emit
 
     text = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
     if isinstance(exc, MemoryError):  # numpy says how much it tried to allocate
@@ -157,7 +204,6 @@ def warn(message: str) -> None:
     """``warning: message`` on stderr (rich markup in ``message`` is printed as text)."""
     from rich.markup import escape
 
-    from gradcode.cli import err
 
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -166,6 +212,5 @@ def note(message: str) -> None:
     """``message`` on stderr, as is."""
     from rich.markup import escape
 
-    from gradcode.cli import err
 
     err.print(escape(message), highlight=False, soft_wrap=True)

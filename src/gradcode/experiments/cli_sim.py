@@ -123,16 +123,10 @@ class Built:
 
 
 def _kind(name: str) -> str:
-    """``"scheme"`` for a scheme family of ``SCHEMES`` (``gc-dc``), ``"code"`` for a code; an unknown
-    name raises the error that lists both registries."""
-    from gradcode.schemes import SCHEMES, make_scheme
+    """``"scheme"`` or ``"code"`` (:func:`~gradcode.schemes.factory.scheme_kind`)."""
+    from gradcode.schemes.factory import scheme_kind
 
-    if name in SCHEMES:
-        return "scheme"
-    if name in _available_codes():
-        return "code"
-    make_scheme(name)  # raises UnknownNameError listing the codes and the scheme families
-    raise AssertionError("unreachable")
+    return scheme_kind(name)
 
 
 def accepted_params(name: str) -> dict:
@@ -155,34 +149,22 @@ def build_code(name: str, params: dict, workers: int | None, stragglers: int | N
     sequential schemes (jobs past ``J`` are then empty, so the last ``T`` rounds carry only the
     unfinished work of jobs ``< J``); ``params`` are passed as given, and the registries' errors
     name the accepted parameters."""
-    from gradcode.codes import make_code
-    from gradcode.schemes import make_scheme
+    from gradcode.schemes.factory import resolve_scheme
 
     kind = _kind(name)
     accepted = accepted_params(name)
-    params = dict(params)
     if kind == "scheme":
         hidden = [k for k in params if k not in accepted]
         if hidden:  # e.g. dim or assignment: set by the drivers or the Python API
             raise ValueError(f"scheme {name!r} does not take {', '.join(map(repr, hidden))} from the"
                              f" command line; its parameters are {', '.join(accepted)}")
-    # a scheme's own n= or s= (inline or --param) that contradicts -n or -s would silently win
-    for key, given, flag in (("n", workers, "--workers/-n"), ("s", stragglers, "--stragglers/-s")):
-        if given is not None and key in accepted and key in params and params[key] != given:
-            raise ValueError(f"{name}'s {key}={params[key]} and {flag} {given} disagree: give one of them")
-    if workers is not None and "n" in accepted:
-        params.setdefault("n", workers)
-    if jobs is not None and "jobs" in accepted:
-        if params.setdefault("jobs", jobs) != jobs:
-            raise ValueError(f"--jobs {jobs} and {name}'s jobs={params['jobs']} disagree: give one of them")
-    if stragglers is not None:
-        if "s" in accepted:
-            params.setdefault("s", stragglers)
-        else:
-            warn(f"{kind} {name!r} takes no s (its parameters: {', '.join(accepted)}); "
-                  f"--stragglers {stragglers} is ignored for it")
-    obj = make_code(name, **params) if kind == "code" else make_scheme(name, **params)
-    return Built(name, kind, obj, params)
+    spec = resolve_scheme(name, params, n=workers, s=stragglers, jobs=jobs)
+    if "s" in spec.ignored:
+        warn(f"{kind} {name!r} takes no s (its parameters: {', '.join(accepted)}); "
+             f"--stragglers {stragglers} is ignored for it")
+    from gradcode.codes import make_code
+
+    return Built(name, kind, make_code(name, **spec.params) if kind == "code" else spec.build(), dict(spec.params))
 
 
 def code_info_params(name: str) -> list[str]:
@@ -592,7 +574,7 @@ def simulate_command(
     as_json: bool = _JSON_OPT,
 ):
     """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
-    from gradcode.cli import emit
+    from gradcode.experiments.cli_output import emit
     from gradcode.experiments.cli_output import make_parents, plot_files
 
     try:
@@ -640,7 +622,7 @@ def compare_command(
     as_json: bool = _JSON_OPT,
 ):
     """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
-    from gradcode.cli import emit
+    from gradcode.experiments.cli_output import emit
     from gradcode.experiments.cli_output import make_parents, plot_files
 
     try:

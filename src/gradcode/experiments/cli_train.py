@@ -129,7 +129,7 @@ def train_command(
     opts = dict(locals())  # first, while locals() holds just the options
     if len(split_schemes(scheme)) > 1:
         return train_several(opts)
-    from gradcode.cli import emit, err
+    from gradcode.experiments.cli_output import emit, err
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
 
@@ -539,7 +539,7 @@ def train_several(opts: dict) -> None:
     own ``D/<scheme>``. Every scheme is built before the first run starts, so a bad name or
     parameter is refused up front; a run that stops (round timeout, a cluster error) is reported
     in its row and the others still run (exit status 1)."""
-    from gradcode.cli import err
+    from gradcode.experiments.cli_output import err
     from gradcode.errors import GradcodeError
 
     o = dict(opts)
@@ -598,7 +598,7 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
     starts; when the first run fails before any round, the command stops as a single run would."""
     from rich.markup import escape
 
-    from gradcode.cli import err
+    from gradcode.experiments.cli_output import err
     from gradcode.errors import GradcodeError
 
     results, errors = [], [None] * len(runs)
@@ -628,7 +628,7 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
 def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: dict) -> None:
     """The table (or ``--json`` document) of ``train_several``, the planned deaths, the plots;
     exit status 1 when a run stopped or the plots could not be written."""
-    from gradcode.cli import emit, err
+    from gradcode.experiments.cli_output import emit, err
 
     rows = comparison_rows(runs, results, errors)
     written, plot_error = [], None

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
-        from gradcode.cli import emit
+        from gradcode.experiments.cli_output import emit
         from gradcode.errors import GradcodeError
         from gradcode.experiments.cli_output import exit_code_of, fail, note, warn
         from gradcode.schemes.sgc.tune import tune

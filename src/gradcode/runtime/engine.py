@@ -69,7 +69,7 @@ import ray
 
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime import watchdog
+import gradcode.runtime.watchdog as watchdog
 from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, task_messages
 
 try:

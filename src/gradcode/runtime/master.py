@@ -73,13 +73,16 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
 def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None,
                  dim: int | None = None, verify: bool = False):
     """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
-    passing ``s`` and ``seed`` only to codes that take them), a scheme family's name (``gc-dc``),
+    passing ``s`` and ``seed`` only to codes that take them, by
+    :func:`~gradcode.schemes.factory.resolve_scheme`: ``code_params`` may not set another ``n``,
+    and their ``s`` and ``seed`` stand over the run's), a scheme family's name (``gc-dc``),
     a :class:`LinearCode` or a :class:`Scheme` (returned as is). ``dim``: the gradient dimension
     the static scheme decodes to (codes with ``chunks > 1`` zero-pad the last chunk). ``verify``:
     a code's rounds wait for two results more than decoding needs and decode with
     :meth:`LinearCode.decode_verified`, which names and leaves out a corrupted worker."""
-    from gradcode.codes import LinearCode, code_info, make_code
-    from gradcode.schemes import SCHEMES, StaticScheme, as_scheme, make_scheme
+    from gradcode.codes import LinearCode, make_code
+    from gradcode.schemes import SCHEMES, StaticScheme, as_scheme
+    from gradcode.schemes.factory import resolve_scheme
 
     if verify and (code in SCHEMES if isinstance(code, str) else not isinstance(code, LinearCode)):
         raise ValueError(f"verify applies to codes (run as static schemes), not to the scheme {code!r}")
@@ -87,25 +90,11 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         if isinstance(code, LinearCode):
             return StaticScheme(_verifiable(code, verify), dim=dim, verify=verify)
         return as_scheme(code, dim=dim, what="code")  # a Scheme as is
-    if code in SCHEMES:  # a scheme family (gc-dc, ...): n from the workers, seed shared
-        params = dict(code_params or {})
-        takes = SCHEMES.parameters(code)
-        params.setdefault("n", check_int("workers", workers, minimum=1))
-        if "seed" in takes:
-            params.setdefault("seed", seed)
-        return _labelled(make_scheme(code, dim=dim, **params), code)
-    if code not in _available_codes():
-        make_scheme(code)  # raises, listing the scheme families and the codes
-    info = code_info(code)
-    params = dict(code_params or {})
-    takes = info["params"]
-    if "n" in takes:
-        params.setdefault("n", check_int("workers", workers, minimum=1))
-    if "s" in takes:
-        params.setdefault("s", check_int("stragglers", stragglers, minimum=0))
-    if "seed" in takes:
-        params.setdefault("seed", seed)
-    return _labelled(StaticScheme(_verifiable(make_code(code, **params), verify), dim=dim, verify=verify), code)
+    spec = resolve_scheme(code, code_params, n=check_int("workers", workers, minimum=1),
+                          s=check_int("stragglers", stragglers, minimum=0), seed=seed, agree=("n",))
+    if spec.kind == "scheme":  # a scheme family (gc-dc, ...)
+        return _labelled(spec.build(dim=dim), code)
+    return _labelled(StaticScheme(_verifiable(make_code(code, **spec.params), verify), dim=dim, verify=verify), code)
 
 
 def _verifiable(code, verify: bool):
@@ -122,12 +111,6 @@ def _labelled(scheme, name: str):
     """``scheme`` with ``label = name``: the records name a scheme built from a name by it."""
     scheme.label = name
     return scheme
-
-
-def _available_codes():
-    from gradcode.codes import available_codes
-
-    return available_codes()
 
 
 def _default_steps(optimizer: str, params: dict, problem) -> dict:

@@ -28,12 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from gradcode.errors import GradcodeError
+from gradcode.runtime.safe_state import CheckpointError, atomic_write, read_document, write_document
 
 __all__ = ["CheckpointError", "RunDirInUseError", "TrainResult", "TrainState", "json_safe"]
-
-
-class CheckpointError(GradcodeError):
-    """``resume`` found a checkpoint it cannot read (truncated, overwritten, not a checkpoint)."""
 
 
 # ----------------------------------------------------------------------------------------- result
@@ -222,15 +219,6 @@ def finite(a) -> bool:
         if np.isfinite(np.add.reduce(a, axis=None)):
             return True
     return bool(np.isfinite(a.min()) and np.isfinite(a.max()))
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _checksum(arrays: Sequence[np.ndarray]) -> str:
@@ -423,7 +411,6 @@ def save_checkpoint(path: Path, config: dict, state: TrainState, scheme, infligh
     """Write the checkpoint (:func:`~gradcode.runtime.safe_state.write_document`: the arrays first,
     then ``path`` atomically, then the previous arrays removed). ``extra`` (the spec and run config,
     for :func:`~gradcode.runtime.resume`) is added to the document."""
-    from gradcode.runtime.safe_state import write_document
 
     doc = {"version": _CKPT_VERSION, "config": config, "state": state.to_dict(), "scheme": scheme,
            "inflight": inflight, **(extra or {})}
@@ -434,7 +421,6 @@ def read_checkpoint(path: Path) -> dict:
     """The checkpoint document at ``path`` (its ``state`` still a dict), or a clear error: no
     checkpoint (``FileNotFoundError``), a pickle of an earlier version, a damaged or foreign one
     (:class:`CheckpointError`, naming the file)."""
-    from gradcode.runtime.safe_state import read_document
 
     path = Path(path)
     if not path.is_file():

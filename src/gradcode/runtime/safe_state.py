@@ -38,6 +38,7 @@ import importlib
 import io
 import json
 import math
+import os
 import re
 import zipfile
 from collections import OrderedDict, defaultdict, deque
@@ -47,7 +48,21 @@ from pathlib import Path, PurePath
 import numpy as np
 
 from gradcode.errors import GradcodeError
-from gradcode.runtime.records import atomic_write as _atomic_write
+
+
+class CheckpointError(GradcodeError):
+    """``resume`` found a checkpoint it cannot read (truncated, overwritten, not a checkpoint)."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so that a crash leaves
+    the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 __all__ = ["UnsafeStateError", "decode", "encode", "read_document", "trust_modules", "write_document"]
 
@@ -268,10 +283,10 @@ def write_document(path: Path, document: dict) -> None:
     blob = buf.getvalue()
     blob_digest = _digest(blob)
     blob_name = f"{path.stem}-{blob_digest[:16]}.npz"
-    _atomic_write(path.with_name(blob_name), blob)
+    atomic_write(path.with_name(blob_name), blob)
     content = json.dumps({"format": _FORMAT, "arrays": blob_name, "arrays_sha256": blob_digest, "body": body},
                          sort_keys=True, allow_nan=False)
-    _atomic_write(path, json.dumps({"sha256": _digest(content.encode()), "content": content}).encode())
+    atomic_write(path, json.dumps({"sha256": _digest(content.encode()), "content": content}).encode())
     for stale in path.parent.glob(f"{path.stem}-*.npz"):  # the previous arrays, or a crashed write's
         if stale.name != blob_name:
             stale.unlink(missing_ok=True)
@@ -279,9 +294,7 @@ def write_document(path: Path, document: dict) -> None:
 
 def read_document(path: Path) -> dict:
     """The document written by :func:`write_document`, after checking both digests; a mismatch or
-    anything unreadable is a :class:`~gradcode.runtime.records.CheckpointError` naming the file."""
-    from gradcode.runtime.records import CheckpointError
-
+    anything unreadable is a :class:`CheckpointError` naming the file."""
     path = Path(path)
     advice = "restore it from a copy, or start the run again without --resume"
     try:

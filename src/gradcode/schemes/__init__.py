@@ -6,7 +6,8 @@ round is ``ready``, ``close`` it into finished jobs, keep the straggler history,
 ``observe_states`` (perfect straggler state information) and say how a round's stragglers are
 counted. :class:`StaticScheme` runs any code (job ``t`` in round ``t``); GC-DC (``schemes.gcdc``)
 re-plans each round's placement; sequential schemes give a worker tasks of several jobs.
-``schemes.timing`` holds the one rule for when a worker's messages arrive.
+``schemes.timing`` holds the one rule for when a worker's messages arrive; ``schemes.factory``
+turns a name and its parameters into a scheme.
 
 What it may import: ``gradcode.codes`` and numpy. No clocks, no engine: the drivers (``sim``,
 ``runtime``) call schemes; schemes never call drivers, and no driver branches on a scheme's class.
@@ -18,10 +19,8 @@ from gradcode.schemes.base import (
     ProtocolError,
     Scheme,
     Task,
-    as_scheme,
-    available_schemes,
-    make_scheme,
 )
+from gradcode.schemes.factory import as_scheme, available_schemes, make_scheme
 from gradcode.schemes.static import (
     AllOf,
     DecodeRule,

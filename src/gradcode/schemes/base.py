@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gradcode.errors import GradcodeError
-from gradcode.registry import Registry, UnknownNameError
+from gradcode.registry import Registry
 
 #: scheme families that are not a single static code (GC-DC; the sequential codes), by name.
 #: Every code of ``gradcode.codes.CODES`` is a scheme too, through :func:`make_scheme`.
@@ -212,6 +212,12 @@ class Scheme(ABC):
         schemes' readiness never turns False as messages arrive, so this is one threshold."""
         raise NotImplementedError(f"{type(self).__name__} does not play batched rounds")
 
+    def close_rounds(self, first: int, rows: np.ndarray) -> None:
+        """A batched scheme with a :attr:`static_code`: close rounds ``first .. first + len(rows)
+        - 1`` that a driver played whole with the code's rule (``rows[i]``: the workers not in by
+        the close of round ``first + i``), as :meth:`close` would have closed them one by one."""
+        raise NotImplementedError(f"{type(self).__name__} does not close rounds by blocks")
+
     def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
         """:meth:`on_result` with payload ``None`` for each message of the sequence, in order
         (the simulator's batched rounds; a batched scheme updates its state with array
@@ -334,49 +340,3 @@ def accept_messages(counts: np.ndarray, limit: np.ndarray, workers: np.ndarray, 
         else:
             have[w] += 1
     return keep
-
-
-def as_scheme(obj, *, dim: int | None = None, what: str = "scheme") -> Scheme:
-    """What drivers accept: a :class:`Scheme` as it is, a :class:`~gradcode.codes.LinearCode` as a
-    :class:`~gradcode.schemes.StaticScheme` (``dim``: its decode dimension); anything else is a
-    ``TypeError`` naming what it lacks."""
-    from gradcode.codes.base import LinearCode
-
-    if isinstance(obj, Scheme):
-        return obj
-    if isinstance(obj, LinearCode):
-        from gradcode.schemes.static import StaticScheme
-
-        return StaticScheme(obj, dim=dim)
-    missing = [name for name in PROTOCOL if not hasattr(obj, name)]
-    raise TypeError(
-        f"{what} must be a gradcode Scheme (a subclass of gradcode.schemes.Scheme) or a LinearCode"
-        f" (make_code); got {type(obj).__name__}, which "
-        + (f"lacks {', '.join(missing)}" if missing else "has the protocol's names but does not subclass Scheme")
-    )
-
-
-def available_schemes() -> list[str]:
-    """Names :func:`make_scheme` accepts beyond the codes (``gc-dc``, ...), sorted."""
-    return SCHEMES.names()
-
-
-def make_scheme(name: str, /, *, dim: int | None = None, **params) -> Scheme:
-    """A scheme by name: a scheme family of :data:`SCHEMES` (``make_scheme("gc-dc", n=12,
-    clusters=4, r=3, ssi="perfect")``) or any registered code, run as a
-    :class:`~gradcode.schemes.StaticScheme` (``make_scheme("crc", n=12, s=2)``). ``dim``: the
-    gradient dimension to decode to. Unknown names list both registries."""
-    from gradcode.codes import CODES, make_code
-
-    if name in SCHEMES:
-        if dim is not None:
-            params["dim"] = dim
-        return SCHEMES.make(name, **params)
-    if name in CODES:
-        from gradcode.schemes.static import StaticScheme
-
-        return StaticScheme(make_code(name, **params), dim=dim)
-    raise UnknownNameError(
-        f"unknown code or scheme {name!r}; available codes: {', '.join(CODES.names())}; scheme families:"
-        f" {', '.join(SCHEMES.names())}"
-    )

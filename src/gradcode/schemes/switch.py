@@ -61,7 +61,7 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     ``search_seconds``. The sequential codes are searched only when ``models`` exceeds their delay
     ``T`` (a model's next job must not start before its last one finished); ``families``: the
     families searched (default ``none``, ``gc`` and, with several models, ``sr-sgc``, ``m-sgc``)."""
-    from gradcode.schemes.base import make_scheme
+    from gradcode.schemes.factory import make_scheme
     from gradcode.schemes.sgc.tune import tune
     from gradcode.schemes.static import StaticScheme
 

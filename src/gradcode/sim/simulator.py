@@ -83,8 +83,9 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_closing_rule, check_int
 from gradcode.codes.base import LinearCode
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, as_scheme
-from gradcode.schemes.static import StaticScheme, code_loads, task_schedule
+from gradcode.schemes.base import ProtocolError
+from gradcode.schemes.factory import as_scheme
+from gradcode.schemes.static import code_loads, task_schedule
 from gradcode.schemes.timing import message_arrivals
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
@@ -170,7 +171,7 @@ def simulate(
         block = _block_rounds(n * code.messages_per_worker)
         draws = draw_blocks(model, rounds, n, rng, block)
         return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
-    if BATCHED and code is not None and isinstance(scheme, StaticScheme) and scheme.batched_rounds:
+    if BATCHED and code is not None and scheme.batched_rounds:
         # a static scheme's rounds are independent: whole blocks at once, as on the fast path,
         # with each round closed in the scheme (its straggler history)
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
@@ -297,7 +298,7 @@ class _Sink:
 
 
 def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False, scheme=None) -> SimulationResult:
-    """The vectorized path, block by block. With ``scheme`` (a :class:`StaticScheme` driven on
+    """The vectorized path, block by block. With ``scheme`` (a batched scheme with a static code, driven on
     the event path), each block's rounds are also closed in the scheme, with the rows its own
     ``close`` would record (the workers not in: stragglers and workers with nothing in)."""
     n = code.n
