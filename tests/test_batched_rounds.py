@@ -133,3 +133,48 @@ def test_ready_after_does_not_receive():
     assert not scheme.ready(0)
     scheme.on_results(0, workers[:k], indices[:k], np.zeros(k))
     assert scheme.ready(0)
+
+
+def test_a_subclass_that_overrides_a_bypassed_member_is_played_message_by_message():
+    from gradcode.schemes.sgc import SRSGC
+
+    class Counting(SRSGC):
+        def _ready(self, t):
+            self.asked = getattr(self, "asked", 0) + 1
+            return super()._ready(t)
+
+    class Plain(SRSGC):
+        pass
+
+    scheme = Counting(6, 1, 2, 2)
+    assert not scheme.batched_rounds and Plain(6, 1, 2, 2).batched_rounds
+    gradcode.simulate(scheme, _model(), 5, seed=1)
+    assert scheme.asked > 0  # its override ran
+    assert not StaticScheme(gradcode.make_code("crc", n=6, s=1), verify=True).batched_rounds
+
+
+def test_msgc_state_survives_a_copy_mid_run():
+    """M-SGC's job state is numpy views of byte buffers: a copy (checkpoint, pickle) rebuilds the
+    views, so the copy goes on exactly as the original."""
+    import copy
+
+    scheme = make_scheme("m-sgc-rep", n=4, B=1, W=2, lam=1)
+    plan = scheme.plan(0)
+    for w, tasks in plan.items():
+        for i in range(len(tasks)):
+            scheme.on_result(0, w, i, None, 0.0)
+    scheme.close(0, set(plan))
+    twin = copy.deepcopy(scheme)
+    for s in (scheme, twin):
+        plan = s.plan(1)
+        for w, tasks in plan.items():
+            for i in range(len(tasks)):
+                s.on_result(1, w, i, None, 0.0)
+    assert scheme.ready(1) and twin.ready(1)
+
+
+def test_on_results_refuses_a_negative_index():
+    scheme = make_scheme("sr-sgc", n=6, B=1, W=2, lam=2)
+    scheme.plan_loads(0)
+    with pytest.raises(ProtocolError, match=">= 0"):
+        scheme.on_results(0, np.array([1]), np.array([-1]), np.array([0.5]))

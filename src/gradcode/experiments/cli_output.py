@@ -110,7 +110,7 @@ class RunProgress:
 
     :meth:`run` gives the callback that :func:`gradcode.simulate` calls with the rounds its run has
     completed (``progress=``); the bar adds them to the rounds of the runs before it. The bar starts
-    (on ``gradcode.cli.err``, i.e. stderr) once :data:`PROGRESS_AFTER` seconds have passed and only
+    (on :data:`err`, i.e. stderr) once :data:`PROGRESS_AFTER` seconds have passed and only
     when that console is a terminal; :meth:`close` (or leaving the ``with`` block) erases it.
     """
 

@@ -75,7 +75,8 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
     """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
     passing ``s`` and ``seed`` only to codes that take them, by
     :func:`~gradcode.schemes.factory.resolve_scheme`: ``code_params`` may not set another ``n``,
-    and their ``s`` and ``seed`` stand over the run's), a scheme family's name (``gc-dc``),
+    and their ``s`` and ``seed`` stand over the run's; ``workers=None``: the code's own ``n``,
+    else :data:`DEFAULT_WORKERS`), a scheme family's name (``gc-dc``),
     a :class:`LinearCode` or a :class:`Scheme` (returned as is). ``dim``: the gradient dimension
     the static scheme decodes to (codes with ``chunks > 1`` zero-pad the last chunk). ``verify``:
     a code's rounds wait for two results more than decoding needs and decode with
@@ -90,8 +91,12 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         if isinstance(code, LinearCode):
             return StaticScheme(_verifiable(code, verify), dim=dim, verify=verify)
         return as_scheme(code, dim=dim, what="code")  # a Scheme as is
-    spec = resolve_scheme(code, code_params, n=check_int("workers", workers, minimum=1),
-                          s=check_int("stragglers", stragglers, minimum=0), seed=seed, agree=("n",))
+    if workers is not None:
+        workers = check_int("workers", workers, minimum=1)
+    elif "n" not in (code_params or {}):  # neither the run nor the code says: the default
+        workers = DEFAULT_WORKERS
+    spec = resolve_scheme(code, code_params, n=workers, s=check_int("stragglers", stragglers, minimum=0), seed=seed,
+                          agree=("n",))
     if spec.kind == "scheme":  # a scheme family (gc-dc, ...)
         return _labelled(spec.build(dim=dim), code)
     return _labelled(StaticScheme(_verifiable(make_code(code, **spec.params), verify), dim=dim, verify=verify), code)
@@ -202,7 +207,7 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
         data_record = dspec.to_dict()
 
     code = spec.code
-    scheme = build_scheme(code, workers=spec.workers if spec.workers is not None else DEFAULT_WORKERS,
+    scheme = build_scheme(code, workers=spec.workers,
                           stragglers=spec.stragglers, seed=seed, code_params=spec.code_params,
                           dim=int(master_problem.dim), verify=spec.verify)
     n = scheme.n

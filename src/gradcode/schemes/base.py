@@ -193,11 +193,18 @@ class Scheme(ABC):
         return self.ready(t)
 
     # -------------------------------------------------------------- batched rounds (simulator)
-    #: whether the scheme implements :meth:`plan_loads`, :meth:`ready_after` and
-    #: :meth:`on_results`: the simulator then plays a round with a few array operations instead
-    #: of one protocol call per message (and the same results bit for bit: tests compare the two).
-    #: A subclass of a batched scheme that overrides a protocol hook must turn it off.
-    batched_rounds: bool = False
+    @property
+    def batched_rounds(self) -> bool:
+        """Whether the simulator may play this scheme's rounds with :meth:`plan_loads`,
+        :meth:`ready_after` and :meth:`on_results` (a few array operations instead of one
+        protocol call per message, with the same results bit for bit: tests compare the two).
+        A class declares it with ``_batched_family = True``; a subclass of it that overrides a
+        member the batched calls bypass (:data:`BATCH_BYPASSED`) is played message by message."""
+        family = next((c for c in type(self).__mro__ if "_batched_family" in c.__dict__), None)
+        if family is None or not family.__dict__["_batched_family"]:
+            return False
+        cls = type(self)
+        return all(getattr(cls, name, None) is getattr(family, name, None) for name in BATCH_BYPASSED)
 
     def plan_loads(self, t: int) -> RoundLoads:
         """Open round ``t`` as :meth:`plan` does, but return only what the simulator times it by
@@ -277,6 +284,11 @@ class Scheme(ABC):
         return int(w)
 
 
+#: the members a batched round does not call: overriding one turns batching off
+BATCH_BYPASSED = ("plan", "on_result", "ready", "close", "round_stragglers", "observe_states", "_plan", "_on_result",
+                  "_ready", "_close", "_observe_states", "_record", "_receive", "_decodable")
+
+
 class RoundLoads(NamedTuple):
     """What :meth:`Scheme.plan_loads` returns for a round: ``loads`` ``(n, R)``, the data fraction
     worker ``w`` has processed when its message ``i`` can go out (padded past its last message by
@@ -310,7 +322,9 @@ def accept_messages(counts: np.ndarray, limit: np.ndarray, workers: np.ndarray, 
     N = workers.size
     if N and ((workers < 0) | (workers >= counts.shape[0])).any():
         w = int(workers[(workers < 0) | (workers >= counts.shape[0])][0])
-        raise ProtocolError(f"unknown worker id {w} in round {t}: workers are 0..{counts.shape[0] - 1}")
+        raise ValueError(f"unknown worker id {w} in round {t}: workers are 0..{counts.shape[0] - 1}")
+    if N and (indices < 0).any():
+        raise ProtocolError(f"message index must be an integer >= 0, got {int(indices[indices < 0][0])}")
     first = counts[workers]
     if not N or ((indices >= first) & (indices < limit[workers])).all():
         seen = np.bincount(workers, minlength=counts.shape[0])

@@ -166,10 +166,6 @@ class _Round:
         self.out: set[int] = set()
 
 
-#: the protocol hooks a batched round bypasses
-_HOOKS = ("_plan", "_on_result", "_ready", "_close", "_observe_states")
-
-
 class StaticScheme(Scheme):
     """Any :class:`~gradcode.codes.LinearCode` run as a scheme: job ``t`` in round ``t``.
 
@@ -259,12 +255,13 @@ class StaticScheme(Scheme):
             state.payloads.setdefault(w, []).append(np.asarray(payload))
 
     # -------------------------------------------------------------- batched rounds
+    _batched_family = True
+
     @property
     def batched_rounds(self) -> bool:
-        """Batched in simulation, except with verification (whose wait the protocol path runs)
-        and in subclasses that override a protocol hook (the batched calls would bypass it)."""
-        cls = type(self)
-        return not self.verify and all(getattr(cls, h) is getattr(StaticScheme, h) for h in _HOOKS)
+        """Batched in simulation (:attr:`Scheme.batched_rounds`), except with verification, whose
+        wait the protocol path runs."""
+        return not self.verify and super().batched_rounds
 
     def plan_loads(self, t: int) -> RoundLoads:
         """Round ``t`` opened as by :meth:`plan`; every worker's messages timed by
@@ -330,7 +327,7 @@ class StaticScheme(Scheme):
             raise ProtocolError(f"round {t} mixes array payloads and None payloads (on_results)")
         state.real = False
         state.counts += np.bincount(workers, minlength=self.n)
-        state.batches.append((workers, times))
+        state.batches.append((workers.copy() if keep is None else workers, times.copy() if keep is None else times))
 
     def close_rounds(self, first: int, rows: np.ndarray) -> None:
         """Rounds ``first .. first + len(rows) - 1``, played whole by a driver with the code's

@@ -136,9 +136,10 @@ def simulate(
     rule, "it will wait out all the workers", Sec. 2; what its replays and ``gradcode tune`` use).
     ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
     through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
-    path, message by message) or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a
-    progress bar on stderr (default: on long runs only), or a callable ``progress(done)`` called with
-    the rounds completed as the run advances (a caller's own bar; no bar is shown then).
+    path: message by message, or a round at once for batched schemes, see the module docstring)
+    or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a progress bar on
+    stderr (default: on long runs only), or a callable ``progress(done)`` called with the rounds
+    completed as the run advances (a caller's own bar; no bar is shown then).
     ``records``: keep the per-round tables (``round_times``, ``stragglers``, ``arrivals``,
     ``finish_times``, ... of the result; what traces, arrival tables, per-round CSVs and plots
     need): ``True`` always, ``False`` never

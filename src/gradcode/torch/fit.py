@@ -254,7 +254,7 @@ def _scheme(code, auto: bool, *, workers, stragglers, seed, code_params, decode_
     if any(option is not None for option in auto_options):
         raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
     scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code),
-                          workers=workers if workers is not None else 4, stragglers=stragglers, seed=seed,
+                          workers=workers, stragglers=stragglers, seed=seed,
                           code_params=code_params)
     set_decode_rtol(scheme, decode_rtol)
     return scheme

@@ -255,7 +255,7 @@ class GCDC(Scheme):
         return {w: tasks[cw[w]] for w in range(self.n)}
 
     # -------------------------------------------------------------- batched rounds
-    batched_rounds = True
+    _batched_family = True
 
     def plan_loads(self, t: int) -> RoundLoads:
         """Each worker timed by the codeword it serves (the GC-SC code's loads, re-indexed)."""

@@ -304,7 +304,6 @@ class SequentialScheme(Scheme):
     api_only_params = ("dim",)
 
     chunks = 1
-    batched_rounds = True
 
     def _init_common(self, n, jobs, dim, models, max_cur):
         self.n = n

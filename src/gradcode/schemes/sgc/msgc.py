@@ -99,6 +99,19 @@ class _Job:
         self.parts: dict[int, np.ndarray] | None = None
         self.codedmsg: list[dict[int, np.ndarray]] | None = None
 
+    def __getstate__(self):  # have and coded are views of the buffers: travel as the buffers alone
+        return {"buf": bytes(self.buf), "cbuf": bytes(self.cbuf), "shape": (self.have.shape, self.coded.shape),
+                "missing": self.missing, "coded_n": self.coded_n, "parts": self.parts, "codedmsg": self.codedmsg}
+
+    def __setstate__(self, state):
+        (have_shape, coded_shape) = state["shape"]
+        self.buf = bytearray(state["buf"])
+        self.have = np.frombuffer(self.buf, dtype=bool).reshape(have_shape)
+        self.cbuf = bytearray(state["cbuf"])
+        self.coded = np.frombuffer(self.cbuf, dtype=bool).reshape(coded_shape)
+        self.missing, self.coded_n = state["missing"], list(state["coded_n"])
+        self.parts, self.codedmsg = state["parts"], state["codedmsg"]
+
 
 @SCHEMES.register("m-sgc")
 class MSGC(SequentialScheme):
@@ -110,6 +123,7 @@ class MSGC(SequentialScheme):
 
     summary = "M-SGC (SGC Sec. 3.3): diagonally interleaved mini-tasks, B (n, lam)-GCs, T = W - 2 + B"
     _rep = False
+    _batched_family = True
 
     def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
                  dim: int | None = None):
@@ -222,6 +236,7 @@ class MSGC(SequentialScheme):
         else:
             rows_key = np.concatenate([kind.astype(np.int64), self._coded_end[:, None]], axis=1)
             uniq, first, inverse = np.unique(rows_key, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)  # numpy 2.0.0 gave it the key's dimensions
             keys = [row.tobytes() for row in uniq]
         rows = []
         for key, i in zip(keys, first.tolist()):

@@ -93,6 +93,7 @@ class SRSGC(SequentialScheme):
 
     summary = "SR-SGC (SGC Sec. 3.2): (n, s)-GC with selective re-attempts, s = ceil(B lam/(W-1+B)), T = B"
     _rep = False
+    _batched_family = True
 
     def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
                  dim: int | None = None):
