@@ -177,3 +177,19 @@ def test_a_missing_arrays_file_is_named(tmp_path):
 def test_trust_modules_checks_its_names():
     with pytest.raises(ValueError, match="module names"):
         gradcode.runtime.trust_modules("")
+
+
+def test_a_class_named_by_the_module_it_was_split_from_comes_back():
+    """Checkpoints written before gradcode.stragglers.models became a package name its classes
+    there; the package re-exports them from its submodules, and they resolve. A name that leads
+    outside the named module's own submodules still does not."""
+    from gradcode.runtime.safe_state import UnsafeStateError, _lookup
+    from gradcode.stragglers.models import GilbertElliot, TraceDelays
+
+    assert _lookup("gradcode.stragglers.models:GilbertElliot") is GilbertElliot
+    assert _lookup("gradcode.stragglers.models:TraceDelays") is TraceDelays
+    assert _lookup("gradcode.stragglers.models.markov:GilbertElliot") is GilbertElliot
+    with pytest.raises(UnsafeStateError):
+        _lookup("gradcode.stragglers.models:np")  # the package's numpy import
+    with pytest.raises(UnsafeStateError):
+        _lookup("gradcode.schemes:KOfN")  # re-exported from gradcode.codes.rules, not a submodule

@@ -111,9 +111,12 @@ def _lookup(name) -> type:
     obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
-    # the class itself must be defined in a trusted module under that very name: a trusted
-    # module's attribute chain may lead elsewhere (gradcode.runtime.engine:tempfile....)
-    if not isinstance(obj, type) or not _trusted(obj.__module__) or f"{obj.__module__}:{obj.__qualname__}" != name:
+    # the class itself must be defined in a trusted module under that very name (a trusted
+    # module's attribute chain may lead elsewhere: gradcode.runtime.engine:tempfile....), or in a
+    # submodule of the named one that it re-exports (a module split into a package, as
+    # gradcode.stragglers.models was: checkpoints written before name the package)
+    if (not isinstance(obj, type) or not _trusted(obj.__module__) or obj.__qualname__ != qualname
+            or not (obj.__module__ == module or obj.__module__.startswith(module + "."))):
         raise UnsafeStateError(f"{name} is not a gradcode class")
     return obj
 
