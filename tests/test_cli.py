@@ -235,3 +235,22 @@ def test_version():
 
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.strip() == f"gradcode {gradcode.__version__}"
+
+
+def test_delay_model_options_have_one_name_on_every_command(tmp_path):
+    """-m/--delay-model and -M/--delay-param on simulate, compare and train; simulate's former
+    --model/--model-param still work for one release, with a warning, and may not contradict."""
+    import json
+
+    new = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "--delay-model", "fixed", "--delay-param",
+                                   "stragglers=1", "--rounds", "20", "--json"])
+    old = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "--model", "fixed", "--model-param",
+                                   "stragglers=1", "--rounds", "20", "--json"])
+    assert new.exit_code == 0 and old.exit_code == 0, old.output
+    assert json.loads(new.stdout)["summary"] == json.loads(old.stdout)["summary"]
+    assert "--model is now --delay-model" in old.stderr and "--model-param is now --delay-param" in old.stderr
+    assert "is now" not in new.stderr
+    both = CliRunner().invoke(app, ["simulate", "-n", "6", "-m", "bernoulli", "--model", "fixed", "--rounds", "5"])
+    assert both.exit_code == 2 and "former name of --delay-model" in _said(both)
+    res = CliRunner().invoke(app, ["train", "--help"])
+    assert "-m" in res.stdout and "--delay-model" in res.stdout and "-M" in res.stdout

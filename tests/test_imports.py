@@ -89,3 +89,21 @@ def test_no_import_cycle_in_the_package():
 def test_the_cycle_finder_finds_cycles():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_error_class_is_a_gradcode_error():
+    """``except GradcodeError`` catches whatever gradcode raises of its own (warnings aside)."""
+    import importlib
+    import inspect
+
+    from gradcode.errors import GradcodeError
+
+    loose = []
+    for name in _modules():
+        if name.endswith((".engine", ".watchdog")):  # Ray's engine (imports ray: only warnings); a script
+            continue
+        for obj in vars(importlib.import_module(name)).values():
+            if (inspect.isclass(obj) and issubclass(obj, Exception) and not issubclass(obj, Warning)
+                    and obj.__module__.startswith("gradcode") and not issubclass(obj, GradcodeError)):
+                loose.append(f"{obj.__module__}.{obj.__qualname__}")
+    assert loose == []

@@ -40,8 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
         """List the straggler delay models and their parameters (defaults in the table)."""
-        from gradcode.experiments.cli_output import emit
-        from gradcode.experiments.cli_output import EXIT_USAGE, fail
+        from gradcode.experiments.cli_output import EXIT_USAGE, emit, fail
 
         try:
             doc = models_rows(name)

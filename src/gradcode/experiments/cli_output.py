@@ -161,7 +161,6 @@ def error(message: str) -> None:
     """``error: message`` on stderr (rich markup in ``message`` is printed as text)."""
     from rich.markup import escape
 
-
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
@@ -204,13 +203,22 @@ def warn(message: str) -> None:
     """``warning: message`` on stderr (rich markup in ``message`` is printed as text)."""
     from rich.markup import escape
 
-
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def renamed(new_value, old_value, new: str, old: str, default=None):
+    """The value of an option given under its former name ``old`` (a hidden alias kept for one
+    release, with a warning) or its name ``new``; both, with different values, is a ``ValueError``."""
+    if old_value is None or old_value == []:
+        return new_value
+    if new_value not in (None, [], default) and new_value != old_value:
+        raise ValueError(f"{old} is the former name of {new}: give {new} only")
+    warn(f"{old} is now {new} (the old name goes in the next release)")
+    return old_value
 
 
 def note(message: str) -> None:
     """``message`` on stderr, as is."""
     from rich.markup import escape
-
 
     err.print(escape(message), highlight=False, soft_wrap=True)

@@ -20,8 +20,8 @@ code's, or the :class:`~gradcode.schemes.Scheme` property). A scheme family has 
 the simulator drives it on its event path (``--method auto``); each repeat gets a fresh scheme.
 GC-DC's perfect straggler state information is the delay model's states of each round
 (``observe_states``), e.g. ``-m gilbert-elliot``; under a model without states (``shifted-exp``)
-every worker is reported as a non-straggler. Delay model: ``--model NAME`` with ``--model-param key=value``, or
-``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--model-param`` then sets the trace
+every worker is reported as a non-straggler. Delay model: ``--delay-model/-m NAME`` with ``--delay-param/-M key=value``, or
+``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--delay-param`` then sets the trace
 options such as ``offset`` or ``wrap``).
 
 Traces (SGC Sec. 2, App. J): how a trace sets ``n``, is adjusted to a scheme's load and bounds
@@ -46,7 +46,7 @@ import numpy as np
 import typer
 
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, warn
+from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, renamed, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 
@@ -183,21 +183,21 @@ def _available_codes():
     return available_codes()
 
 
-#: the delay model simulate and compare use when neither --model nor --trace is given
+#: the delay model simulate and compare use when neither --delay-model nor --trace is given
 DEFAULT_MODEL = "shifted-exp"
 
 
 def build_model(model: str, model_params: list[str] | None, trace, trace_loads=None, load_slope=None):
-    """The delay model: ``--model`` with its ``--model-param``s, or the trace(s) of ``--trace``
+    """The delay model: ``--delay-model`` with its ``--delay-param``s, or the trace(s) of ``--trace``
     load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
     ``trace_info`` (``None`` without a trace) says how the trace is load-adjusted."""
     from gradcode.stragglers import make_delay_model
 
-    params = parse_kv(model_params, "--model-param")
+    params = parse_kv(model_params, "--delay-param")
     traces = [] if trace is None else [trace] if isinstance(trace, (str, Path)) else list(trace)
     if traces:
         if model not in (DEFAULT_MODEL, "trace"):
-            raise ValueError(f"--trace replays the file in place of a delay model; --model {model} would be ignored:"
+            raise ValueError(f"--trace replays the file in place of a delay model; --delay-model {model} would be ignored:"
                              " give one of them")
         return build_trace_model(traces, trace_loads, load_slope, params)
     if trace_loads or load_slope is not None:
@@ -529,8 +529,11 @@ _SCHEME_OPT = typer.Option("crc", "--scheme", help="Code or scheme family to run
 _WORKERS_OPT = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
 _STRAG_OPT = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
 _PARAM_OPT = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
-_MODEL_OPT = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Delay model (see `gradcode models`).")
-_MPARAM_OPT = typer.Option(None, "--model-param", "-M", help="Delay-model parameter key=value (repeatable).")
+_MODEL_OPT = typer.Option(DEFAULT_MODEL, "--delay-model", "-m", help="Delay model (see `gradcode models`).")
+_MPARAM_OPT = typer.Option(None, "--delay-param", "-M", help="Delay-model parameter key=value (repeatable).")
+# the former names (train's --model is the network it trains): hidden, warned, one more release
+_OLD_MODEL_OPT = typer.Option(None, "--model", hidden=True)
+_OLD_MPARAM_OPT = typer.Option(None, "--model-param", hidden=True)
 _TRACE_OPT = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
                           " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
 _TRACE_LOAD_OPT = typer.Option(None, "--trace-load", help="Load each --trace was recorded at (one per trace;"
@@ -558,6 +561,8 @@ def simulate_command(
     param: list[str] = _PARAM_OPT,
     model: str = _MODEL_OPT,
     model_param: list[str] = _MPARAM_OPT,
+    old_model: str = _OLD_MODEL_OPT,
+    old_model_param: list[str] = _OLD_MPARAM_OPT,
     trace: list[Path] = _TRACE_OPT,
     trace_load: list[float] = _TRACE_LOAD_OPT,
     load_slope: float = _LOAD_SLOPE_OPT,
@@ -574,11 +579,12 @@ def simulate_command(
     as_json: bool = _JSON_OPT,
 ):
     """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
-    from gradcode.experiments.cli_output import emit
-    from gradcode.experiments.cli_output import make_parents, plot_files
+    from gradcode.experiments.cli_output import emit, make_parents, plot_files
 
     try:
         pngs = plot_files(plot, ["simulate_jobs"]) if plot is not None else None  # refused before the run
+        model = renamed(model, old_model, "--delay-model", "--model", DEFAULT_MODEL)
+        model_param = renamed(model_param, old_model_param, "--delay-param", "--model-param")
         run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
                          waitout, method, records=True if records is not None or plot is not None else None,
                          progress=True)
@@ -607,6 +613,8 @@ def compare_command(
     param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
     model: str = _MODEL_OPT,
     model_param: list[str] = _MPARAM_OPT,
+    old_model: str = _OLD_MODEL_OPT,
+    old_model_param: list[str] = _OLD_MPARAM_OPT,
     trace: list[Path] = _TRACE_OPT,
     trace_load: list[float] = _TRACE_LOAD_OPT,
     load_slope: float = _LOAD_SLOPE_OPT,
@@ -622,12 +630,13 @@ def compare_command(
     as_json: bool = _JSON_OPT,
 ):
     """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
-    from gradcode.experiments.cli_output import emit
-    from gradcode.experiments.cli_output import make_parents, plot_files
+    from gradcode.experiments.cli_output import emit, make_parents, plot_files
 
     try:
         pngs = plot_files(plot, ["compare"]) if plot is not None else None  # refused before the run
         # the plot's CDF needs every round time: keep the records only then
+        model = renamed(model, old_model, "--delay-model", "--model", DEFAULT_MODEL)
+        model_param = renamed(model_param, old_model_param, "--delay-param", "--model-param")
         run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
                          waitout, method, records=True if plot is not None else None, progress=True)
         doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, run)

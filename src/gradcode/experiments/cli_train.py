@@ -69,8 +69,8 @@ def train_command(
                                 " that --scheme NAME:n=N or --param n=N sets)."),
     stragglers: int = typer.Option(0, "--stragglers", "-s", help="Workers delayed per round; tolerance s of codes that take one."),
     delay: float = typer.Option(0.0, "--delay", help="Seconds each delayed worker sleeps per round."),
-    delay_model: str = typer.Option(None, "--delay-model", help="Another delay model instead of the fixed delays."),
-    delay_param: list[str] = typer.Option(None, "--delay-param", help="key=value for --delay-model (repeatable)."),
+    delay_model: str = typer.Option(None, "--delay-model", "-m", help="Another delay model instead of the fixed delays."),
+    delay_param: list[str] = typer.Option(None, "--delay-param", "-M", help="key=value for --delay-model (repeatable)."),
     code_param: list[str] = typer.Option(None, "--param", "-p", help="key=value code/scheme parameter (repeatable)."),
     data: str = typer.Option("synthetic", "--data", help="Dataset: synthetic, amazon, breast-cancer, digits, ...,"
                              " or your own FILE (.csv with --target, .npz with X and y, .svm/.libsvm)."),
@@ -129,8 +129,7 @@ def train_command(
     opts = dict(locals())  # first, while locals() holds just the options
     if len(split_schemes(scheme)) > 1:
         return train_several(opts)
-    from gradcode.experiments.cli_output import emit, err
-    from gradcode.experiments.cli_output import plot_files
+    from gradcode.experiments.cli_output import emit, err, plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
 
     try:

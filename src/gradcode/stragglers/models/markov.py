@@ -277,7 +277,7 @@ def gilbert_elliot(
     :class:`GilbertElliotHet` (then ``mu_fast`` and ``mu_slow`` are unused, as ``rate_max``,
     ``slow_factor`` and ``tau`` are without it).
 
-    The flag predates the two classes; it is kept so that existing calls and ``--model-param
+    The flag predates the two classes; it is kept so that existing calls and ``--delay-param
     heterogeneous=true`` keep working, and the name lists the parameters it has always listed.
     """
     chain = dict(p_switch=p_switch, p_recover=p_recover, alpha=alpha, initial_slow=initial_slow,
