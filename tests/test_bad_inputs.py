@@ -45,7 +45,7 @@ CASES = [
      "at least two classes"),
     ("ragged trace", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/ragged.csv"], "line 1: 'x' is not a number"),
     ("trace and a model", ["simulate", "-s", "1", "--trace", "{d}/trace.npy", "-m", "fixed"],
-     "--model fixed would be ignored"),
+     "--delay-model fixed would be ignored"),
     ("tune --top -1", ["tune", "--trace", "{d}/trace.npy", "-J", "5", "--top", "-1"], "--top"),
     ("10^13 rounds", ["simulate", "-n", "8", "-s", "2", "--rounds", "10000000000000"], "at most 1e+09"),
     ("crc n = 10^6", ["simulate", "-n", "1000000", "-s", "2", "--rounds", "1"], "TiB of memory"),

@@ -394,7 +394,7 @@ def test_cli_without_records_reports_the_same_numbers(monkeypatch, tmp_path):
     """With records dropped (a tiny AUTO_RECORDS_BYTES stands for a long run), ``simulate`` and
     ``compare`` print the numbers they print with records; ``--plot`` and ``--records`` still work
     (they keep the records they need)."""
-    args = ["-n", "6", "-s", "1", "--model", "fixed", "-M", "stragglers=1", "-M", "delay=2",
+    args = ["-n", "6", "-s", "1", "--delay-model", "fixed", "-M", "stragglers=1", "-M", "delay=2",
             "--rounds", "300", "--repeats", "2", "--json"]
     with_records = json.loads(_cli("simulate", *args).stdout)
     cmp_with = json.loads(_cli("compare", *args).stdout)

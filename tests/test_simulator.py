@@ -376,7 +376,7 @@ def _cli(*args):
 
 
 def test_cli_simulate_json_matches_the_library():
-    r = _cli("simulate", "--scheme", "crc", "--workers", "6", "--stragglers", "2", "--model", "bernoulli",
+    r = _cli("simulate", "--scheme", "crc", "--workers", "6", "--stragglers", "2", "--delay-model", "bernoulli",
              "-M", "p=0.2", "-M", "slowdown=5", "--rounds", "50", "--repeats", "2", "--seed", "3", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -404,7 +404,7 @@ def test_cli_simulate_trace_file_mu_rule_and_records(tmp_path):
 
 def test_cli_compare_same_draws_speedup_and_plot(tmp_path):
     png = tmp_path / "cmp.png"
-    r = _cli("compare", "--scheme", "frc", "--scheme", "crc:seed=1", "-n", "6", "-s", "1", "--model", "fixed",
+    r = _cli("compare", "--scheme", "frc", "--scheme", "crc:seed=1", "-n", "6", "-s", "1", "--delay-model", "fixed",
              "-M", "stragglers=1", "-M", "delay=2", "--rounds", "20", "--plot", str(png), "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -420,7 +420,7 @@ def test_cli_compare_same_draws_speedup_and_plot(tmp_path):
 def test_cli_errors_exit_2():
     assert _cli("simulate", "--scheme", "nope", "--rounds", "5").exit_code == 2
     assert _cli("simulate", "--scheme", "crc", "-n", "4", "-s", "9").exit_code == 2
-    assert _cli("simulate", "--model", "shifted-exp", "-M", "mu", "--rounds", "5").exit_code == 2
+    assert _cli("simulate", "--delay-model", "shifted-exp", "-M", "mu", "--rounds", "5").exit_code == 2
     assert _cli("simulate", "-n", "4", "-s", "1", "--close", "soon", "--rounds", "5").exit_code == 2
     assert _cli("compare", "--scheme", "crc:n=4,s=1", "--scheme", "frc:n=6,s=1", "--rounds", "5").exit_code == 2
     r = _cli("simulate", "--scheme", "gc-sc", "-n", "6", "-s", "1", "--rounds", "5")
