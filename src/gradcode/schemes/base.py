@@ -310,15 +310,26 @@ def check_round(t) -> int:
     return int(t)
 
 
-def accept_messages(counts: np.ndarray, limit: np.ndarray, workers: np.ndarray, indices: np.ndarray,
-                    t: int) -> np.ndarray | None:
+def accept_messages(counts: np.ndarray, limit: np.ndarray, t: int, workers, indices, *others) -> tuple:
     """The message rules of :meth:`Scheme.on_result` applied to a whole sequence at once (what a
     batched :meth:`Scheme.on_results` receives): worker ``w`` holds ``counts[w]`` leading
     messages of ``limit[w]``; its messages in the sequence must continue them in order. Returns
-    ``None`` when every message is new and in order (the simulator's case, checked with a few
-    array operations), else the mask of messages to keep (repeated indices dropped, to be
-    counted as duplicates); an index beyond the worker's messages, or one that arrives before an
-    earlier one, is a :class:`ProtocolError`, as :meth:`on_result` raises it."""
+    ``(duplicates, workers, indices, *others)``: the sequence (and arrays ``others`` aligned with
+    it) without repeated messages, and how many were dropped; an index beyond the worker's
+    messages, or one that arrives before an earlier one, is a :class:`ProtocolError`, as
+    :meth:`on_result` raises it. When every message is new and in order (the simulator's case)
+    a few array operations say so and the arrays come back as they are."""
+    workers = np.asarray(workers, dtype=np.intp)
+    indices = np.asarray(indices, dtype=np.intp)
+    keep = _repeated(counts, limit, t, workers, indices)
+    if keep is None:
+        return (0, workers, indices, *others)
+    return (int(keep.size - np.count_nonzero(keep)), workers[keep], indices[keep], *(np.asarray(o)[keep] for o in others))
+
+
+def _repeated(counts, limit, t, workers, indices) -> np.ndarray | None:
+    """:func:`accept_messages`' check: ``None`` if every message is new and in order, else the
+    mask of those to keep."""
     N = workers.size
     if N and ((workers < 0) | (workers >= counts.shape[0])).any():
         w = int(workers[(workers < 0) | (workers >= counts.shape[0])][0])

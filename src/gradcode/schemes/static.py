@@ -312,22 +312,19 @@ class StaticScheme(Scheme):
         if state is None:
             raise ProtocolError(f"message for round {t}, which was never planned")
         workers = np.asarray(workers, dtype=np.intp)
-        indices = np.asarray(indices, dtype=np.intp)
         times = np.asarray(times, dtype=np.float64)
         if state.dropped:
             keep = ~np.isin(workers, list(state.dropped))
-            workers, indices, times = workers[keep], indices[keep], times[keep]
-        keep = accept_messages(state.counts, self._R, workers, indices, t)
-        if keep is not None:
-            self.duplicate_messages += int(keep.size - np.count_nonzero(keep))
-            workers, indices, times = workers[keep], indices[keep], times[keep]
+            workers, indices, times = workers[keep], np.asarray(indices)[keep], times[keep]
+        duplicates, workers, indices, times = accept_messages(state.counts, self._R, t, workers, indices, times)
+        self.duplicate_messages += duplicates
         if not workers.size:
             return
         if state.real:
             raise ProtocolError(f"round {t} mixes array payloads and None payloads (on_results)")
         state.real = False
         state.counts += np.bincount(workers, minlength=self.n)
-        state.batches.append((workers.copy() if keep is None else workers, times.copy() if keep is None else times))
+        state.batches.append((workers.copy(), times.copy()))  # the caller's buffers may be reused
 
     def close_rounds(self, first: int, rows: np.ndarray) -> None:
         """Rounds ``first .. first + len(rows) - 1``, played whole by a driver with the code's

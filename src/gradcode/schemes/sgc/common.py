@@ -403,12 +403,8 @@ class SequentialScheme(Scheme):
                 self.stale_messages += len(workers)
                 return
             raise ProtocolError(f"message for round {t}, which was never planned")
-        workers = np.asarray(workers, dtype=np.intp)
-        indices = np.asarray(indices, dtype=np.intp)
-        keep = accept_messages(r.counts, r.planned, workers, indices, t)
-        if keep is not None:
-            self.duplicate_messages += int(keep.size - np.count_nonzero(keep))
-            workers, indices = workers[keep], indices[keep]
+        duplicates, workers, indices = accept_messages(r.counts, r.planned, t, workers, indices)
+        self.duplicate_messages += duplicates
         if not workers.size:
             return
         if self._real:
