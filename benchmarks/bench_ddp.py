@@ -107,7 +107,7 @@ class _Reached(Exception):
 
 
 def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[float, int]:
-    from gradcode.torch import SmallCNN, digits, fit
+    from gradcode.torch import SmallCNN, digits, fit, fit_configs
 
     (X, y), test = digits(seed=0)
     slow = stragglers(MAX_STEPS, seed)
@@ -123,14 +123,14 @@ def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[flo
                 raise _Reached  # the run stops: the target was reached
 
     kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=MAX_STEPS, optimizer="adam",
-              optimizer_params={"lr": 3e-3}, eval_data=test, eval_every=EVAL_EVERY, callback=stop_at_target,
+              optimizer_params={"lr": 3e-3}, eval_data=test, eval_every=EVAL_EVERY,
               delay_model=("trace", {"delays": delays}), inject="full", seed=0)
     if code == "crc":
         kw["stragglers"] = 1
     if code == "auto":
         kw["probe"] = 5
     try:
-        fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **kw)
+        fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **fit_configs(**kw), callback=stop_at_target)
     except _Reached:
         pass
     return reached.get("t", float("nan")), reached.get("steps", MAX_STEPS)

@@ -182,7 +182,7 @@ def build(code, n, params):
 def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
     import ray
 
-    from gradcode.runtime import train
+    from gradcode.runtime import configs_from_keywords, train
 
     n, M, alpha = 8, 4, 0.4
     X = ray_delays(n, jobs + 4)
@@ -207,9 +207,9 @@ def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
             rounds = jobs + int(getattr(scheme, "delay", 0) or 0)
             totals, medians, waits = [], [], []
             for r in range(repeats):
-                res = train(code, workers=n, code_params=params, delay_model=model, inject="full", models=M,
+                res = train(**configs_from_keywords(code=code, workers=n, code_params=params, delay_model=model, inject="full", models=M,
                             rounds=rounds, eval_every=0, run_dir=os.path.join(tmp, f"{code}-{r}"), seed=0,
-                            close=close, waitout=waitout)
+                            close=close, waitout=waitout))
                 totals.append(float(np.sum(res.round_times)))
                 medians.append(float(np.median(res.round_times)))
                 waits.append(int(res.waitouts.sum()))

@@ -194,3 +194,13 @@ class PoisonedWorker:
             bad = np.concatenate([local[j] for j in (self.parts if self.bad is None else (self.bad,))])
             problem = _Poison(problem, bad, self.value)
         return problem, local
+
+
+def train_options(code=None, *, engine=None, callback=None, **options):
+    """:func:`gradcode.runtime.train` with its options flat (``workers=4, rounds=6, fail=[...]``):
+    the config objects they make (:func:`~gradcode.runtime.config.configs_from_keywords`)."""
+    from gradcode.runtime import configs_from_keywords, train
+
+    if code is not None:
+        options["code"] = code
+    return train(**configs_from_keywords(**options), engine=engine, callback=callback)

@@ -75,10 +75,11 @@ def test_the_api_names_the_file_too(files):
 
 
 def test_a_code_object_with_other_workers_is_refused():
-    from gradcode.runtime.inprocess import InProcessEngine
+    from gradcode.runtime import InProcessEngine, RunConfig, TrainSpec
 
     with pytest.raises(ValueError, match="workers=4 but the code <CRC n=6 s=1> has n=6"):
-        gradcode.train(code=gradcode.make_code("crc", n=6, s=1), workers=4, rounds=1, engine=InProcessEngine())
+        gradcode.train(TrainSpec(code=gradcode.make_code("crc", n=6, s=1), workers=4), run=RunConfig(rounds=1),
+                       engine=InProcessEngine())
 
 
 def test_a_run_that_fails_after_starting_exits_1_with_its_records(tmp_path, capsys):
@@ -90,7 +91,7 @@ def test_a_run_that_fails_after_starting_exits_1_with_its_records(tmp_path, caps
               "1e30", "--run-dir", str(tmp_path / "r"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert info.value.code == 1 and doc["exit_code"] == 1
-    assert doc["error_type"] in ("RoundTimeoutError", "GradcodeError") and doc["rounds"] >= 1
+    assert doc["error_type"] in ("RoundTimeoutError", "TrainingStopped") and doc["rounds"] >= 1
 
 
 def test_sigint_during_train_prints_what_was_done_and_exits_130(tmp_path, capsys):

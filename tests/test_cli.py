@@ -27,11 +27,11 @@ def test_tune_prints_the_best_of_each_family(tmp_path):
     res = CliRunner().invoke(app, args + ["--waitout", "all"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert set(doc["best"]) == {"none", "gc", "sr-sgc", "m-sgc"}
+    assert set(doc["best"]) == {"uncoded", "crc", "sr-sgc", "m-sgc"}
     for family, best in doc["best"].items():
         assert best["scheme"] == family and {"params", "load", "time"} <= set(best)
         assert best["time"] == min(c["time"] for c in doc["candidates"] if c["scheme"] == family)
-    assert set(doc["best"]["m-sgc"]["params"]) == {"B", "W", "lam"} and set(doc["best"]["gc"]["params"]) == {"s"}
+    assert set(doc["best"]["m-sgc"]["params"]) == {"B", "W", "lam"} and set(doc["best"]["crc"]["params"]) == {"s"}
     decodable = json.loads(CliRunner().invoke(app, args + ["--waitout", "decodable"]).stdout)
     assert decodable["waitout"] == "decodable"
     short = CliRunner().invoke(app, ["tune", "--trace", str(tmp_path / "p.npy"), "--load-slope", "2", "--jobs", "100"])
@@ -254,3 +254,15 @@ def test_delay_model_options_have_one_name_on_every_command(tmp_path):
     assert both.exit_code == 2 and "former name of --delay-model" in _said(both)
     res = CliRunner().invoke(app, ["train", "--help"])
     assert "-m" in res.stdout and "--delay-model" in res.stdout and "-M" in res.stdout
+
+
+def test_help_shows_no_value_after_a_flag_and_gradcode_has_a_version():
+    """A flag takes no value (``--json true`` is refused), so its help shows none; options that
+    take one keep their type."""
+    import gradcode
+
+    for command in ("train", "simulate", "compare", "tune"):
+        text = CliRunner().invoke(app, [command, "--help"], terminal_width=200).output
+        assert "<bool>" not in text and "<int>" in text, command
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"gradcode {gradcode.__version__}"

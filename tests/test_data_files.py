@@ -22,12 +22,28 @@ def build(**params):
 def test_csv_with_target_and_categorical(tmp_path):
     path = tmp_path / "people.csv"
     path.write_text(CSV)
-    ds = build(path=str(path), target="bought", categorical="city")
+    ds = build(path=str(path), target="bought", categorical="city", standardize=False)
     assert ds.task == "binary" and ds.n_features == 5 and ds.n_train + ds.n_test == 6
     assert ds.info["columns"] == ["age", "income", "city=lyon", "city=nice", "city=paris"]
     X = np.vstack([ds.X_train, ds.X_test])
     assert set(map(tuple, X[:, 2:])) <= {(1, 0, 0), (0, 1, 0), (0, 0, 1)}  # one-hot rows
     assert sorted(X[:, 0]) == [22, 29, 31, 38, 45, 51]
+
+
+def test_file_features_are_standardized_with_the_training_split_only(tmp_path):
+    """On by default: each training column has mean 0 and deviation 1 (constant columns stay
+    0), and the held-out rows are mapped with the training rows' statistics, not their own."""
+    path = tmp_path / "people.csv"
+    path.write_text(CSV)
+    raw = build(path=str(path), target="bought", categorical="city", standardize=False)
+    ds = build(path=str(path), target="bought", categorical="city")
+    assert ds.info["standardized"] and not raw.info["standardized"]
+    mean, std = raw.X_train.mean(axis=0), raw.X_train.std(axis=0)
+    scale = np.where(std > 0, std, 1.0)
+    np.testing.assert_allclose(ds.X_train, (raw.X_train - mean) / scale, atol=1e-12)
+    np.testing.assert_allclose(ds.X_test, (raw.X_test - mean) / scale, atol=1e-12)
+    np.testing.assert_allclose(ds.X_train.mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_array_equal(ds.y_train, raw.y_train)
 
 
 def test_npz_and_svmlight(tmp_path):

@@ -38,7 +38,7 @@ from gradcode.runtime import (
 from gradcode.runtime.records import read_checkpoint
 from gradcode.stragglers import make_delay_model
 from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
-                          gd_reference, rel)
+                          gd_reference, rel, train_options)
 
 
 def reference(steps, *, lr=0.5):
@@ -51,7 +51,7 @@ def run(tmp_path, name="run", engine=None, **kw):
     kw.setdefault("optimizer_params", {"lr": 0.5})
     if "data" not in kw:
         kw.update(data="tandon-synthetic", data_params=DATA)
-    return train(seed=SEED, run_dir=tmp_path / name, eval_every=0, engine=engine or InProcessEngine(), **kw)
+    return train_options(seed=SEED, run_dir=tmp_path / name, eval_every=0, engine=engine or InProcessEngine(), **kw)
 
 
 def delays(rounds, n, slow, seconds):
@@ -299,15 +299,15 @@ def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(tmp_p
 def test_a_nan_result_is_a_straggler_and_verify_excludes_a_wrong_one(tmp_path):
     code = make_code("crc", n=6, s=2, seed=SEED)
     kw = dict(workers=6, stragglers=2, rounds=3, delay_model=delays(3, 6, (4, 5), 0.5), round_timeout=30)
-    res = train("crc", data=PoisonedWorker(code.placement[1], np.nan), optimizer_params={"lr": 0.5}, seed=SEED,
+    res = train_options("crc", data=PoisonedWorker(code.placement[1], np.nan), optimizer_params={"lr": 0.5}, seed=SEED,
                 run_dir=tmp_path / "nan", eval_every=0, engine=InProcessEngine(), **kw)
     assert rel(res.final_params, reference(3)) < 1e-9
     assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(t, 1, "non-finite") for t in range(3)]
     wrong = PoisonedWorker(code.placement[1], 1000.0)
-    plain = train("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "plain",
+    plain = train_options("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "plain",
                   eval_every=0, engine=InProcessEngine(), **kw)
     assert rel(plain.final_params, reference(3)) > 1e-3
-    checked = train("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "checked",
+    checked = train_options("crc", data=wrong, optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "checked",
                     eval_every=0, verify=True, engine=InProcessEngine(), **kw)
     assert rel(checked.final_params, reference(3)) < 1e-9
     assert [(f["round"], f["worker"], f["kind"]) for f in checked.failures] == [(t, 1, "dropped") for t in range(3)]
@@ -318,7 +318,7 @@ def test_verify_with_a_nan_worker_verifies_with_the_results_that_can_still_come(
     NaN (discarded), so every round timed out. Now a discarded worker is out of the round and
     verification uses the 5 results that can come (one spare: it detects)."""
     code = make_code("crc", n=6, s=2, seed=SEED)
-    res = train("crc", data=PoisonedWorker(code.placement[1], np.nan), optimizer_params={"lr": 0.5}, seed=SEED,
+    res = train_options("crc", data=PoisonedWorker(code.placement[1], np.nan), optimizer_params={"lr": 0.5}, seed=SEED,
                 run_dir=tmp_path / "nan", eval_every=0, engine=InProcessEngine(), workers=6, stragglers=2, rounds=3,
                 round_timeout=30, verify=True)
     assert rel(res.final_params, reference(3)) < 1e-9
@@ -343,7 +343,7 @@ def test_verify_waits_for_the_checks_that_locate_two_corrupted_workers(tmp_path)
     inconsistent but locate no single culprit, so the round waits for more; with all 9 (4 checks)
     it names both and decodes around them (DRACO's 2e + 1)."""
     code = make_code("crc", n=9, s=4, seed=SEED)
-    res = train("crc", data=TwoPoisoned(code.placement[2], code.placement[6], 1000.0), optimizer_params={"lr": 0.5},
+    res = train_options("crc", data=TwoPoisoned(code.placement[2], code.placement[6], 1000.0), optimizer_params={"lr": 0.5},
                 seed=SEED, run_dir=tmp_path / "two", eval_every=0, engine=InProcessEngine(), workers=9,
                 stragglers=4, rounds=3, round_timeout=30, verify=True,
                 delay_model=delays(3, 9, (7, 8), 0.5))
@@ -518,18 +518,25 @@ def test_jobs_spanning_rounds_need_more_models_than_the_delay(tmp_path):
 # ---------------------------------------------------------------------------- config objects
 
 
-def test_config_objects_and_keywords_are_the_same_run(tmp_path):
+def test_config_objects_and_the_deprecated_keywords_are_the_same_run(tmp_path):
     spec = TrainSpec("crc", workers=4, stragglers=1, delay=0.1, data="tandon-synthetic", data_params=DATA,
                      optimizer_params={"lr": 0.5}, seed=SEED)
     a = train(spec, run=RunConfig(rounds=4, run_dir=tmp_path / "a", eval_every=0), faults=FaultConfig(fail=["1@2"]),
               engine=InProcessEngine())
-    b = run(tmp_path, "b", code="crc", stragglers=1, delay=0.1, rounds=4, fail=["1@2"])
+    with pytest.warns(DeprecationWarning, match="flat keywords are deprecated"):
+        b = train("crc", workers=4, stragglers=1, delay=0.1, data="tandon-synthetic", data_params=DATA,
+                  optimizer_params={"lr": 0.5}, seed=SEED, rounds=4, fail=["1@2"], run_dir=tmp_path / "b",
+                  eval_every=0, engine=InProcessEngine())
     assert a.config == b.config
     assert a.to_json()["final_params_checksum"] == b.to_json()["final_params_checksum"]
-    with pytest.raises(TypeError, match="give rounds either in the RunConfig or as keywords"):
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give rounds either in the RunConfig"):
         train(spec, rounds=3, run=RunConfig(rounds=4), engine=InProcessEngine())
-    with pytest.raises(TypeError, match="give workers either in the TrainSpec"):
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give workers either in the TrainSpec"):
         train(spec, workers=8, engine=InProcessEngine())
+    with pytest.raises(TypeError, match="unknown training option"):
+        train(spec, workerz=8)
+    with pytest.raises(TypeError, match="run must be a RunConfig"):
+        train(spec, run={"rounds": 3})
 
 
 def test_config_objects_validate_when_built():
@@ -585,7 +592,7 @@ def test_the_in_process_engine_keeps_the_engine_contract():
 
 def test_sixty_four_workers(tmp_path):
     data = {"n_samples": 2000, "n_features": 6}
-    res = train("crc", workers=64, stragglers=4, delay=0.1, rounds=3, data_params=data, seed=SEED,
+    res = train_options("crc", workers=64, stragglers=4, delay=0.1, rounds=3, data_params=data, seed=SEED,
                 optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0, engine=InProcessEngine())
     assert res.arrivals.shape == (3, 64) and (res.arrivals < 0).sum(axis=1).tolist() == [4, 4, 4]
     assert rel(res.final_params, gd_reference(data, SEED, 3)) < 1e-9
@@ -610,7 +617,7 @@ def test_train_several_rows_take_each_models_baseline_and_survive_a_run_stopped_
     rows = comparison_rows(runs, [crc, unc, stopped], [None, None, f"RoundTimeoutError: {info.value}"])
     assert [r["scheme"] for r in rows] == ["crc/0", "crc/1", "uncoded:n=4/0", "uncoded:n=4/1", "frc"]
     for i in range(2):
-        assert rows[i]["speedup"] == pytest.approx(rows[2 + i]["time s"] / rows[i]["time s"])
+        assert rows[i]["speedup"] == pytest.approx(rows[2 + i]["time_s"] / rows[i]["time_s"])
         assert rows[2 + i]["speedup"] == 1.0
     assert rows[0]["speedup"] > 1.5  # crc does not wait for the delayed worker
     assert rows[4] == {"scheme": "frc", "gradient": "exact", "error": "RoundTimeoutError"}
@@ -625,7 +632,7 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
             return "the Ray cluster at 10.0.0.1:6379 is gone: its head node does not answer"
 
     with pytest.raises(GradcodeError, match="round 0: the Ray cluster at 10.0.0.1:6379 is gone.*--resume"):
-        train("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
+        train_options("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
               run_dir=tmp_path / "lost", eval_every=0, round_timeout=5, engine=LostCluster())
 
 
@@ -635,3 +642,28 @@ def test_result_attributes_are_named_as_in_result_json(tmp_path):
     doc = json.loads((tmp_path / "run" / "result.json").read_text())
     for key in ("rounds", "total_time", "waitout_rounds", "final_loss", "resumed_from", "run_dir"):
         assert getattr(res, key) == doc[key], key
+
+
+def test_cli_several_schemes_in_process_with_varying_delays_draw_both_figures(tmp_path):
+    """--engine inprocess runs every scheme without Ray; delays that vary from round to round get
+    the time-against-delay figure (a fixed --delay does not: tests/test_runtime_cli.py), and each
+    run's curve has its own line style, so exact schemes' identical curves stay apart."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    res = CliRunner().invoke(app, [
+        "train", "--engine", "inprocess", "--scheme", "crc,uncoded", "--workers", "4", "--stragglers", "1",
+        "--delay-model", "shifted-exp", "--data-param", "n_samples=200", "--data-param", "n_features=4",
+        "--rounds", "3", "--eval-every", "1", "--run-dir", str(tmp_path / "runs"), "--plot", str(tmp_path / "p"),
+        "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["plots"] == [str(tmp_path / "p" / "loss_auc_vs_time.png"), str(tmp_path / "p" / "round_time_vs_delay.png")]
+    crc, uncoded = doc["runs"]
+    np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)
+    assert set(doc["rows"][0]) >= {"time_s", "round_ms", "stragglers_per_round", "faults", "test_loss", "accuracy",
+                                   "roc_auc", "speedup"}

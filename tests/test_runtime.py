@@ -14,8 +14,8 @@ import pytest
 
 from gradcode.codes import make_code
 from gradcode.problems import DataSpec, make_dataset, make_problem
-from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures, train
-from runtime_util import REGISTRY_PARAMS, SkipsWorkers, SplitJobs, TwoMessages, gd_reference, rel
+from gradcode.runtime import RoundTimeoutError, WireTask, WorkerCore, parse_failures
+from runtime_util import REGISTRY_PARAMS, SkipsWorkers, SplitJobs, TwoMessages, gd_reference, rel, train_options
 
 try:  # workers cannot import this test module: ship its classes (problem specs) by value
     import sys
@@ -39,7 +39,7 @@ def run(tmp_path, name="run", **kw):
     kw.setdefault("workers", 4)
     kw.setdefault("rounds", 6)
     kw.setdefault("optimizer_params", {"lr": 0.5})
-    return train(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name,
+    return train_options(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name,
                  eval_every=0, **kw)
 
 
@@ -212,7 +212,7 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
 
     Each death is one fault (issue 8, item 6: the tasks sent to a worker while Ray restarts it
     fail too, and used to count as more failures, 3 kills giving up to 6 records): three records,
-    with their round and how the round got over them, and the CLI's "fails" column says 3."""
+    with their round and how the round got over them, and the CLI's "faults" column says 3."""
     from gradcode.experiments.cli_train import summary_rows
 
     res = run(tmp_path, code="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
@@ -223,7 +223,7 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
     assert [(f["worker"], f["planned_round"], f["kind"], f["injected"]) for f in faults] == [
         (1, 1, "died", True), (2, 1, "died", True), (3, 5, "died", True)]
     assert all(f["round"] >= f["planned_round"] for f in faults)
-    assert res.faults == res.failures and summary_rows(res)[0]["fails"] == 3
+    assert res.faults == res.failures and summary_rows(res)[0]["faults"] == 3
     recovered = {f["worker"]: f["recovery"] for f in faults}
     assert recovered[3] == "tolerated"  # its round decoded without worker 3
     assert set((recovered[1], recovered[2])) <= {"resent", "tolerated"}
@@ -353,11 +353,45 @@ def test_ignored_engine_options_are_warned_about(ray_session, monkeypatch):
     assert seen["address"] == "auto" and "num_cpus" not in seen
 
 
+def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_session, tmp_path):
+    """gradcode train --scheme A,B: a run takes over the previous one's worker processes (reset,
+    not restarted), and a reused worker that dies is restarted by Ray with the constructor
+    arguments of the run that created it (here: other data), so it is reset before its next
+    task: uncoded waits for the dead worker and still reaches single-process GD's iterates."""
+    from gradcode.runtime import TrainSpec
+    from gradcode.runtime.engine import RayEngine
+    from gradcode.runtime.engine import ray_session as shared
+    from gradcode.runtime.master import prepare
+
+    def planned(code, data):  # the workers' specs and each one's (training rows, held-out rows)
+        specs = prepare(TrainSpec(code, workers=4, stragglers=1, data_params=data), rounds=1).worker_specs()
+        return specs, [(sum(len(r) for r in parts.values()), 0) for _, parts, _ in specs]
+
+    with shared():
+        first = RayEngine()
+        specs, rows = planned("uncoded", {"n_samples": 200, "n_features": 6})
+        first.spawn(specs)
+        pids = first.pids()
+        assert first.rows_held() == rows
+        first.shutdown()
+        second = RayEngine()
+        specs, rows = planned("crc", DATA)
+        second.spawn(specs)
+        assert second.pids() == pids and second.rows_held() == rows
+        second.shutdown()
+        results = [run(tmp_path, code, code=code, stragglers=1, delay=0.05, fail=["1@1"]) for code in ("uncoded", "crc")]
+    ref = reference(6)
+    for res in results:
+        assert [(f["worker"], f["round"]) for f in res.faults if f["kind"] == "died"] == [(1, 1)]
+        assert rel(res.params[0], ref) < 1e-10
+    assert results[0].faults[0]["recovery"] == "resent"  # uncoded waited: worker 1 computed again
+
+
 def test_workers_that_cannot_start_give_a_clear_error(ray_session, tmp_path):
     from gradcode.errors import GradcodeError
 
     with pytest.raises(GradcodeError, match="(?s)workers could not start.*no data on this node"):
-        train("crc", workers=4, stragglers=1, data=BrokenOnWorkers(), rounds=2, run_dir=tmp_path / "r",
+        train_options("crc", workers=4, stragglers=1, data=BrokenOnWorkers(), rounds=2, run_dir=tmp_path / "r",
               max_restarts=0)
 
 
@@ -376,7 +410,7 @@ def test_workers_that_do_not_start_in_time_give_a_clear_error(ray_session, tmp_p
     from gradcode.errors import GradcodeError
 
     with pytest.raises(GradcodeError, match=r"workers did not start within 0.5 s"):
-        train("crc", workers=4, stragglers=1, data=SlowOnWorkers(), rounds=2, run_dir=tmp_path / "r",
+        train_options("crc", workers=4, stragglers=1, data=SlowOnWorkers(), rounds=2, run_dir=tmp_path / "r",
               start_timeout=0.5)
 
 
@@ -388,7 +422,7 @@ def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         run(tmp_path, name="fresh", code="crc", stragglers=1, resume=True)
     with pytest.raises(ValueError, match="resume=True needs run_dir"):
-        train("crc", workers=4, stragglers=1, resume=True)
+        train_options("crc", workers=4, stragglers=1, resume=True)
 
 
 def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session, tmp_path):
@@ -514,7 +548,7 @@ def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(ray_s
     scheme = TwoMessages(4)
     row = int(partition_rows(320, scheme.partition_sizes)[1][0])  # 400 samples, 20% held out
     spec = DiesOnceMidStream(tmp_path / "died", row)
-    res = train(scheme, data=spec, rounds=3, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r",
+    res = train_options(scheme, data=spec, rounds=3, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r",
                 round_timeout=60, eval_every=0)
     assert (tmp_path / "died").exists()
     assert [(f["round"], f["worker"], f["injected"], f["recovery"]) for f in res.failures] == [(1, 0, False, "resent")]
@@ -542,7 +576,7 @@ class NoMetricsSpec:
 
 
 def test_a_problem_without_metrics_trains_and_records_none(ray_session, tmp_path):
-    res = train("uncoded", workers=4, data=NoMetricsSpec(), rounds=2, optimizer_params={"lr": 0.5},
+    res = train_options("uncoded", workers=4, data=NoMetricsSpec(), rounds=2, optimizer_params={"lr": 0.5},
                 run_dir=tmp_path / "r", eval_every=0)
     assert res.metrics == [] and rel(res.final_params, reference(2)) < 1e-9
 

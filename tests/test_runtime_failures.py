@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from gradcode.cli import app
 from gradcode.codes import NonFiniteMessageError, make_code
 from gradcode.runtime.safe_state import write_document
-from gradcode.runtime import CheckpointError, RoundTimeoutError, train
-from runtime_util import DATA, SEED, PoisonedWorker, gd_reference, rel
+from gradcode.runtime import CheckpointError, RoundTimeoutError
+from runtime_util import DATA, SEED, PoisonedWorker, gd_reference, rel, train_options
 
 try:  # workers cannot import the test modules: ship their classes (problem specs) by value
     import ray.cloudpickle
@@ -65,7 +65,7 @@ def test_a_nan_result_is_a_straggler_and_the_round_waits_for_the_healthy_workers
     after dropping workers [1]'. Now it is a straggler: the round waits for worker 4 or 5 and
     decodes exactly, and the fault is recorded."""
     code = make_code("crc", n=6, s=2, seed=SEED)
-    res = train("crc", workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], np.nan), rounds=3,
+    res = train_options("crc", workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], np.nan), rounds=3,
                 delay_model=delays(3, 6, (4, 5), 0.5), optimizer_params={"lr": 0.5}, seed=SEED,
                 run_dir=tmp_path / "r", eval_every=0, round_timeout=30)
     assert rel(res.final_params, reference(3)) < 1e-9
@@ -98,7 +98,7 @@ def test_a_finite_result_that_overflows_the_decode_is_dropped_and_the_round_wait
     code = make_code("crc", n=6, s=2, seed=SEED)
     assert abs(code.decoding({0: 1, 1: 1, 2: 1, 3: 1}).coefficients[0, 2]) > 2
     spec = PoisonedWorker(code.placement[2], 1.7e308, bad=code.placement[2][0])
-    res = train("crc", workers=6, stragglers=2, data=spec, rounds=2, delay_model=delays(2, 6, (4, 5), 1.0),
+    res = train_options("crc", workers=6, stragglers=2, data=spec, rounds=2, delay_model=delays(2, 6, (4, 5), 1.0),
                 optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "r", eval_every=0, round_timeout=30)
     assert rel(res.final_params, reference(2)) < 1e-9
     assert (res.arrivals[:, 2] == -1).all()
@@ -115,7 +115,7 @@ def test_a_round_timeout_keeps_the_completed_rounds_and_names_the_dead_workers(r
     the exception's result, with the GD iterate after round 1; the message names both workers
     and why they held the round up."""
     with pytest.raises(RoundTimeoutError) as info:
-        train("crc", workers=4, stragglers=1, rounds=5, fail=["1@2", "2@2"], max_restarts=0, round_timeout=3.0,
+        train_options("crc", workers=4, stragglers=1, rounds=5, fail=["1@2", "2@2"], max_restarts=0, round_timeout=3.0,
               data="tandon-synthetic", data_params=DATA, seed=SEED, optimizer_params={"lr": 0.5},
               run_dir=tmp_path / "r", eval_every=1)
     msg = str(info.value)
@@ -141,7 +141,7 @@ def test_a_timeout_behind_a_slow_worker_says_so_and_not_that_workers_failed(ray_
     d = np.zeros((3, 4))
     d[1, 3] = 30.0
     with pytest.raises(RoundTimeoutError) as info:
-        train("uncoded", workers=4, rounds=3, delay_model=("trace", {"delays": d}), round_timeout=1.5,
+        train_options("uncoded", workers=4, rounds=3, delay_model=("trace", {"delays": d}), round_timeout=1.5,
               data="tandon-synthetic", data_params=DATA, seed=SEED, optimizer_params={"lr": 0.5},
               run_dir=tmp_path / "r", eval_every=0)
     msg = str(info.value)
@@ -218,20 +218,20 @@ def test_a_local_start_that_ray_gives_up_on_is_a_clear_error(tmp_path, monkeypat
 def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
     kw = dict(workers=4, stragglers=1, rounds=2, checkpoint_every=2, data="tandon-synthetic", data_params=DATA,
               seed=SEED, optimizer_params={"lr": 0.5}, run_dir=tmp_path / "r", eval_every=0)
-    train("crc", **kw)
+    train_options("crc", **kw)
     ckpt = tmp_path / "r" / "checkpoint.json"
     good = ckpt.read_bytes()
     (blob,) = ckpt.parent.glob("checkpoint-*.npz")
     good_blob = blob.read_bytes()
     ckpt.write_bytes(good[: len(good) // 2])  # truncated
     with pytest.raises(CheckpointError, match=r"checkpoint .*checkpoint.json is damaged"):
-        train("crc", resume=True, **kw)
+        train_options("crc", resume=True, **kw)
     ckpt.write_bytes(b"\x00garbage" * 10)
     with pytest.raises(CheckpointError, match="is damaged"):
-        train("crc", resume=True, **kw)
+        train_options("crc", resume=True, **kw)
     write_document(ckpt, [1, 2, 3])  # well formed, but not a run's checkpoint
     with pytest.raises(CheckpointError, match="not a gradcode checkpoint"):
-        train("crc", resume=True, **kw)
+        train_options("crc", resume=True, **kw)
     ckpt.write_bytes(good[:100])
     res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds",
                                    "2", "--checkpoint-every", "2", "--resume", "--run-dir", str(tmp_path / "r"),
@@ -239,7 +239,7 @@ def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
     assert res.exit_code == 1 and "is damaged" in res.stderr and "Traceback" not in res.output
     ckpt.write_bytes(good)  # the intact checkpoint still resumes
     blob.write_bytes(good_blob)
-    assert train("crc", resume=True, **kw).resumed_from == 2
+    assert train_options("crc", resume=True, **kw).resumed_from == 2
 
 
 # ---------------------------------------------------------------- item 5: divergence, strict JSON
@@ -329,9 +329,9 @@ def test_verify_names_and_excludes_a_corrupted_worker(ray_session, tmp_path):
     kwargs = dict(workers=6, stragglers=2, data=PoisonedWorker(code.placement[1], 1000.0), rounds=3,
                   delay_model=delays(3, 6, (4, 5), 0.5), optimizer_params={"lr": 0.5}, seed=SEED,
                   eval_every=0, round_timeout=30)
-    plain = train("crc", run_dir=tmp_path / "plain", **kwargs)
+    plain = train_options("crc", run_dir=tmp_path / "plain", **kwargs)
     assert rel(plain.final_params, reference(3)) > 1e-3
-    checked = train("crc", run_dir=tmp_path / "checked", verify=True, **kwargs)
+    checked = train_options("crc", run_dir=tmp_path / "checked", verify=True, **kwargs)
     assert rel(checked.final_params, reference(3)) < 1e-9
     assert (checked.arrivals[:, 1] == -1).all()
     assert [(f["round"], f["worker"], f["kind"]) for f in checked.failures] == [(t, 1, "dropped") for t in range(3)]

@@ -8,8 +8,7 @@ assertions."""
 import numpy as np
 import pytest
 
-from gradcode.runtime import train
-from runtime_util import gd_reference, rel
+from runtime_util import gd_reference, rel, train_options
 
 DATA = {"n_samples": 300, "n_features": 5}
 SEED = 4
@@ -25,7 +24,7 @@ def reference(rounds, lr=0.5):
 
 @pytest.mark.parametrize("ssi", ["perfect", "imperfect"])
 def test_gc_dc_trains_to_the_single_process_gd_iterates(ray_session, tmp_path, ssi):
-    res = train("gc-dc", workers=6, code_params=dict(GCDC, ssi=ssi), stragglers=2, delay=0.2,
+    res = train_options("gc-dc", workers=6, code_params=dict(GCDC, ssi=ssi), stragglers=2, delay=0.2,
                 data="tandon-synthetic", data_params=DATA, seed=SEED, rounds=ROUNDS,
                 optimizer_params={"lr": 0.5}, run_dir=tmp_path / ssi, eval_every=0)
     assert rel(res.final_params, reference(ROUNDS)) < 1e-9

@@ -417,15 +417,15 @@ def test_tune_totals_by_hand_including_the_final_rounds():
     X2 = np.ones((5, 4))
     X2[1, 3] = 5.0
     for profile, fam, only, total in [
-        (X, "none", {}, 7.0), (X, "gc", {"s": 1}, 7.0), (X, "sr-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0),
-        (X, "m-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0), (X2, "gc", {"s": 1}, 4.0),
+        (X, "uncoded", {}, 7.0), (X, "crc", {"s": 1}, 7.0), (X, "sr-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0),
+        (X, "m-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0), (X2, "crc", {"s": 1}, 4.0),
         (X2, "sr-sgc", {"B": 1, "W": 2, "lam": 1}, 4.0),
     ]:
         c = tune(profile, jobs=3, alpha=0.0, families=(fam,), only=only).candidates[0]
         assert c.time == pytest.approx(total), (fam, only)
     # the uncoded baseline is load-shifted like every scheme: a profile measured at load 1/2,
     # replayed at 1/4 with 2 s per unit load, is 0.5 s shorter a round
-    assert tune(X, jobs=3, loads=[0.5], alpha=2.0, families=("none",)).best["none"].time == pytest.approx(5.5)
+    assert tune(X, jobs=3, loads=[0.5], alpha=2.0, families=("uncoded",)).best["uncoded"].time == pytest.approx(5.5)
 
 
 def test_srsgc_final_rounds_with_work_match_the_simulator():
@@ -461,7 +461,7 @@ def test_tune_replay_matches_the_simulator():
         assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
         assert c.waitouts == int(np.sum(r.waitout_rounds))
     r = gradcode.simulate(gradcode.make_code("crc", n=n, s=4), model, J, close=1.0, records=True)
-    c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("gc",), only={"s": 4}).candidates[0]
+    c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("crc",), only={"s": 4}).candidates[0]
     assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
     for B, W, lam in [(1, 2, 4), (2, 3, 3)]:
         sc = MSGC(n=n, B=B, W=W, lam=lam)
@@ -475,13 +475,13 @@ def test_tune_replay_matches_the_simulator():
 def test_tune_ranks_families_and_reports_best():
     X = _profile(16, 60)
     res = tune(X, jobs=50, alpha=5.0, max_W=5)
-    assert set(res.best) == {"none", "gc", "sr-sgc", "m-sgc"}
+    assert set(res.best) == {"uncoded", "crc", "sr-sgc", "m-sgc"}
     times = [c.time for c in res.candidates]
     assert times == sorted(times)
     for fam, c in res.best.items():
         assert c.time == min(x.time for x in res.candidates if x.scheme == fam)
     d = res.to_dict()
-    assert set(d["best"]["gc"]) >= {"scheme", "params", "load", "time"}
+    assert set(d["best"]["crc"]) >= {"scheme", "params", "load", "time"}
     assert set(d["best"]["m-sgc"]["params"]) == {"B", "W", "lam"}
     # the paper's wait-out (all workers) never beats waiting only until the round resolves
     res_all = tune(X, jobs=50, alpha=5.0, max_W=5, waitout="all")
@@ -489,7 +489,7 @@ def test_tune_ranks_families_and_reports_best():
     for c in res_all.candidates:
         assert c.time >= by[(c.scheme, tuple(sorted(c.params.items())))] - 1e-9
     # uncoded: every round waits for all workers
-    assert res.best["none"].time == pytest.approx(X[:50].max(axis=1).sum())
+    assert res.best["uncoded"].time == pytest.approx(X[:50].max(axis=1).sum())
 
 
 def test_load_adjustment_and_slope():
@@ -500,7 +500,7 @@ def test_load_adjustment_and_slope():
     assert alpha == pytest.approx(3.0)
     with pytest.warns(RuntimeWarning, match="negative"):
         fit_profile_slope([X + 10.0 - L * 3.0 for L in loads], loads)
-    res = tune([X + L * 3.0 for L in loads], loads=loads, jobs=10, families=("gc",))
+    res = tune([X + L * 3.0 for L in loads], loads=loads, jobs=10, families=("crc",))
     assert res.alpha == pytest.approx(3.0) and res.reference_load == pytest.approx(1 / 8)
 
 
@@ -511,10 +511,25 @@ def test_tune_bad_input():
     with pytest.raises(ValueError, match="12 rounds but J = 20"):
         tune(X, jobs=20, alpha=1.0)
     with pytest.warns(RuntimeWarning, match="left out"):
-        res = tune(X, jobs=11, alpha=1.0, families=("m-sgc", "gc"), max_W=4)
+        res = tune(X, jobs=11, alpha=1.0, families=("m-sgc", "crc"), max_W=4)
     assert res.skipped > 0 and all(c.delay <= 1 for c in res.candidates)
     with pytest.raises(ValueError, match="waitout"):
         tune(X, jobs=5, alpha=1.0, waitout="some")
+    with pytest.raises(ValueError, match="family must be one of"):
+        tune(X, jobs=5, alpha=1.0, families=("bogus",))
+
+
+def test_tune_candidates_are_named_as_the_registries_name_them_and_the_former_names_warn():
+    from gradcode.schemes import make_scheme
+
+    X = _profile(8, 12)
+    res = tune(X, jobs=5, alpha=1.0, max_W=3)
+    for c in res.best.values():  # every candidate builds by its name and parameters
+        assert make_scheme(c.scheme, n=8, **c.params).n == 8
+    with pytest.warns(DeprecationWarning, match="'gc' is now 'crc'"):
+        old = tune(X, jobs=5, alpha=1.0, families=("gc", "none"))
+    assert set(old.best) == {"crc", "uncoded"}
+    assert old.best["crc"].time == res.best["crc"].time
 
 
 @pytest.mark.parametrize("name", ["sr-sgc", "m-sgc"])

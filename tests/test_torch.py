@@ -32,11 +32,11 @@ def flat(module) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
 
 
-def fit(model, data, **kw):
-    kw.setdefault("engine", "inprocess")
+def fit(model, data, *, engine="inprocess", callback=None, **kw):
+    """gradcode.torch.fit with its options flat: the config objects they make (fit_configs)."""
     kw.setdefault("workers", 6)
     kw.setdefault("batch_size", 60)
-    return gt.fit(model, data, **kw)
+    return gt.fit(model, data, **gt.fit_configs(**kw), engine=engine, callback=callback)
 
 
 # ------------------------------------------------------------------------ exactness
@@ -452,9 +452,9 @@ def test_auto_probes_uncoded_then_switches_without_losing_a_job(digits):
     auto = fit(net, digits[0], code="auto", probe=6, **kw)
     plain = fit(net, digits[0], code="uncoded", **kw)
     report = auto.auto
-    assert report["probe_rounds"] == 6 and report["jobs"] == 8 and report["chosen"]["family"] == "gc"
+    assert report["probe_rounds"] == 6 and report["jobs"] == 8 and report["chosen"]["family"] == "crc"
     assert report["chosen"]["params"]["s"] >= 2  # tolerates the two injected stragglers
-    assert [c["scheme"] for c in report["candidates"]] == ["gc", "none"]  # one model: no sequential codes
+    assert [c["scheme"] for c in report["candidates"]] == ["crc", "uncoded"]  # one model: no sequential codes
     assert report["candidates"][0]["time"] < report["candidates"][1]["time"]
     assert auto.result.config["auto"]["chosen"] == report["chosen"]
     assert torch.allclose(flat(auto.model), flat(plain.model), rtol=1e-4, atol=1e-5)
@@ -486,11 +486,11 @@ def test_choose_after_probe_follows_the_measurements():
     rng = np.random.default_rng(0)
     calm = 1.0 + 0.01 * rng.random((20, 8))  # every worker alike, computing is all the time
     _, report = choose_after_probe(calm, jobs=30)
-    assert report["chosen"]["family"] == "none" or report["chosen"]["params"] == {"s": 0}
+    assert report["chosen"]["family"] == "uncoded" or report["chosen"]["params"] == {"s": 0}
     stormy = 0.1 + 0.01 * rng.random((20, 8))
     stormy[np.arange(20), rng.integers(0, 8, 20)] += 2.0  # one slow worker a round
     scheme, report = choose_after_probe(stormy, jobs=30)
-    assert report["chosen"]["family"] == "gc" and report["chosen"]["params"]["s"] >= 1
+    assert report["chosen"]["family"] == "crc" and report["chosen"]["params"]["s"] >= 1
     _, with_models = choose_after_probe(stormy, jobs=30, models=4)
     assert {c["scheme"] for c in with_models["candidates"]} >= {"sr-sgc", "m-sgc"}
     assert all(c["delay"] < 4 for c in with_models["candidates"])
@@ -509,7 +509,7 @@ def test_auto_switches_on_ray(digits, ray_session):
     torch.manual_seed(9)
     res = fit(LNBNNet(), digits[0], code="auto", probe=3, rounds=6, stragglers=1, delay=0.3, engine="ray",
               workers=4, optimizer="sgd", optimizer_params={"lr": 0.1})
-    assert res.auto["chosen"]["family"] in ("gc", "none") and len(res.history) == 6
+    assert res.auto["chosen"]["family"] in ("crc", "uncoded") and len(res.history) == 6
     assert np.isfinite(res.history[-1]["loss"])
 
 

@@ -12,7 +12,7 @@ from importlib import import_module
 
 import typer
 
-from gradcode.experiments.cli_output import emit, err, out
+from gradcode.experiments.cli_output import emit, err, out, plain_warnings
 
 app = typer.Typer(
     help="Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime).",
@@ -20,6 +20,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+def _flags_without_a_value(display_type_rich):
+    """Typer's help shows ``<bool>`` after a flag (``--json <bool>``), as if it took a value,
+    which it refuses (``--json true``: "Got unexpected extra argument"). A flag's help shows no
+    value; every other option keeps its type."""
+
+    def display(self, ctx):
+        return "" if self.is_flag and self.metavar is None else display_type_rich(self, ctx)
+
+    return display
+
+
+typer.core.TyperOption.display_type_rich = _flags_without_a_value(typer.core.TyperOption.display_type_rich)
+
 
 def _version(value: bool) -> None:
     if value:
@@ -105,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     outside a run (exit 130): with ``--json`` each prints one JSON document with ``"error"``."""
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in args
+    plain_warnings()
     try:
         code = app(args=args, standalone_mode=False)  # a command's typer.Exit comes back as its code
         if isinstance(code, int) and code:

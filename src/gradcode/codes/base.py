@@ -251,6 +251,8 @@ class LinearCode:
     )
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
+    #: decodings kept per code (least recently used dropped first; 0: none)
+    CACHE_SIZE: ClassVar[int] = 4096
     #: codes this one decodes through (clusters, groups, an inner code); settings such as
     #: ``max_condition`` are passed on to them
     subcodes: tuple = ()
@@ -268,8 +270,6 @@ class LinearCode:
         tolerance: int,
         exact: bool = True,
         straggler_prefix: int = 0,
-        max_condition: float = DEFAULT_MAX_CONDITION,
-        cache_size: int = 4096,
     ):
         self._n = check_int("n", n, minimum=1)
         placement = tuple(tuple(int(j) for j in p) for p in placement)
@@ -310,8 +310,8 @@ class LinearCode:
         self._straggler_prefix = check_int("straggler_prefix", straggler_prefix, minimum=0)
         self._params = dict(params)
         self._cache: OrderedDict[Pattern, Decoding | _Refusal] = OrderedDict()
-        self._max_condition = check_real("max_condition", max_condition, minimum=1.0)
-        self._cache_size = check_int("cache_size", cache_size, minimum=0)
+        self._max_condition = DEFAULT_MAX_CONDITION  # the max_condition setter changes it (and its subcodes')
+        self._cache_size = self.CACHE_SIZE
         self._lock = threading.Lock()
         self._rows_cache = None
         self.cache_hits = 0

@@ -174,41 +174,11 @@ class CommFR(DirectSumCode):
             )
         if construction != "ldpc" and (dc is not None or dv is not None):
             raise ValueError(f"dc and dv are parameters of construction='ldpc', not {construction!r}")
-        rng = as_generator(seed)
         self.p = n // N
         self.l = k * N // n
         self.N, self.K = N, K
         self.construction = construction
-        self.info_positions = np.arange(K)
-        self.parity_check = None
-        if construction == "mds-gaussian":
-            G = rng.standard_normal((K, N))
-        elif construction == "mds-systematic":
-            G = np.hstack([np.eye(K), rng.standard_normal((K, N - K))])
-        elif construction == "repetition":
-            if K != 1:
-                raise ValueError(f"the repetition code [N, 1, N] has K = 1; got K={K}")
-            G = np.ones((1, N))
-        elif construction == "ldpc":
-            dc = 6 if dc is None else check_int("dc", dc, minimum=2)
-            dv = 3 if dv is None else check_int("dv", dv, minimum=1)
-            if dc > N or (N * dv) % dc or N - N * dv // dc != K:
-                raise ValueError(
-                    f"a ({dc}, {dv})-regular LDPC code of length N has N dv / dc checks, so N dv must be"
-                    f" divisible by dc <= N and K = N (1 - dv/dc); got N={N}, K={K}, dc={dc}, dv={dv}"
-                )
-            H = regular_ldpc_parity_check(N, dc, dv, rng)
-            G, self.info_positions = systematic_generator(H)
-            H.flags.writeable = False
-            self.parity_check = H
-            self._checks_of = [np.flatnonzero(H[:, j]) for j in range(N)]
-            self._vars_of = [np.flatnonzero(H[c]) for c in range(H.shape[0])]
-        else:
-            G = np.array(generator, dtype=np.float64)
-            if G.shape != (K, N) or not np.isfinite(G).all():
-                raise ValueError(f"generator must be a finite ({K}, {N}) matrix (K x N); got shape {G.shape}")
-            if np.linalg.matrix_rank(G) != K:
-                raise ValueError(f"generator must have rank K={K}; got rank {np.linalg.matrix_rank(G)}")
+        G, dc, dv = self._generator(construction, as_generator(seed), generator, dc, dv)
         G = np.asarray(G, dtype=np.float64)
         G.flags.writeable = False
         self.G = G
@@ -238,6 +208,43 @@ class CommFR(DirectSumCode):
             tolerance=tolerance,
             params=params,
         )
+
+    def _generator(self, construction: str, rng, generator, dc, dv) -> tuple[np.ndarray, int | None, int | None]:
+        """``(G, dc, dv)``: the ``K x N`` generator of ``construction`` (Sec. IV's Gaussian MDS or
+        systematic MDS, the repetition code, a ``(dc, dv)``-regular LDPC code, whose parity check
+        and information positions are kept, or the caller's ``generator``, checked)."""
+        N, K = self.N, self.K
+        self.info_positions = np.arange(K)
+        self.parity_check = None
+        if construction == "mds-gaussian":
+            return rng.standard_normal((K, N)), dc, dv
+        if construction == "mds-systematic":
+            return np.hstack([np.eye(K), rng.standard_normal((K, N - K))]), dc, dv
+        if construction == "repetition":
+            if K != 1:
+                raise ValueError(f"the repetition code [N, 1, N] has K = 1; got K={K}")
+            return np.ones((1, N)), dc, dv
+        if construction == "ldpc":
+            dc = 6 if dc is None else check_int("dc", dc, minimum=2)
+            dv = 3 if dv is None else check_int("dv", dv, minimum=1)
+            if dc > N or (N * dv) % dc or N - N * dv // dc != K:
+                raise ValueError(
+                    f"a ({dc}, {dv})-regular LDPC code of length N has N dv / dc checks, so N dv must be"
+                    f" divisible by dc <= N and K = N (1 - dv/dc); got N={N}, K={K}, dc={dc}, dv={dv}"
+                )
+            H = regular_ldpc_parity_check(N, dc, dv, rng)
+            G, self.info_positions = systematic_generator(H)
+            H.flags.writeable = False
+            self.parity_check = H
+            self._checks_of = [np.flatnonzero(H[:, j]) for j in range(N)]
+            self._vars_of = [np.flatnonzero(H[c]) for c in range(H.shape[0])]
+            return G, dc, dv
+        G = np.array(generator, dtype=np.float64)
+        if G.shape != (K, N) or not np.isfinite(G).all():
+            raise ValueError(f"generator must be a finite ({K}, {N}) matrix (K x N); got shape {G.shape}")
+        if np.linalg.matrix_rank(G) != K:
+            raise ValueError(f"generator must have rank K={K}; got rank {np.linalg.matrix_rank(G)}")
+        return G, dc, dv
 
     # ------------------------------------------------------------------ structure
     @property

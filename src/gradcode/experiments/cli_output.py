@@ -217,6 +217,23 @@ def renamed(new_value, old_value, new: str, old: str, default=None):
     return old_value
 
 
+def plain_warnings() -> None:
+    """Python warnings raised while a command runs (gradcode's own: workers sharing cores,
+    ignored engine settings, deprecations) as ``warning: message`` lines on stderr, each distinct
+    message once, instead of Python's ``file:line: Category: message`` and the source line."""
+    import warnings
+
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if text not in seen:
+            seen.add(text)
+            warn(text)
+
+    warnings.showwarning = show
+
+
 def note(message: str) -> None:
     """``message`` on stderr, as is."""
     from rich.markup import escape

@@ -47,7 +47,9 @@ import contextlib
 import io
 import json
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -60,123 +62,299 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train_command)
 
 
+class O:
+    """The options of ``gradcode train``, one annotated type each (flags and help), so that
+    :func:`train_command`'s signature is one line an option."""
+
+    scheme = Annotated[str, typer.Option(
+        "--scheme", "--code",
+        help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`); several, comma-"
+             "separated (crc,frc,uncoded,ignore), train one after another on the same data, seed and injected "
+             "delays.")]
+    workers = Annotated[int, typer.Option(
+        "--workers", "-n",
+        help="Number of workers n (default: 4, or the n that --scheme NAME:n=N or --param n=N sets).")]
+    stragglers = Annotated[int, typer.Option(
+        "--stragglers", "-s",
+        help="Workers delayed per round; tolerance s of codes that take one.")]
+    delay = Annotated[float, typer.Option("--delay", help="Seconds each delayed worker sleeps per round.")]
+    delay_model = Annotated[str, typer.Option(
+        "--delay-model", "-m",
+        help="Another delay model instead of the fixed delays.")]
+    delay_param = Annotated[list[str], typer.Option(
+        "--delay-param", "-M",
+        help="key=value for --delay-model (repeatable).")]
+    code_param = Annotated[list[str], typer.Option(
+        "--param", "-p",
+        help="key=value code/scheme parameter (repeatable).")]
+    data = Annotated[str, typer.Option(
+        "--data",
+        help="Dataset: synthetic, amazon, breast-cancer, digits, ..., or your own FILE (.csv with --target, "
+             ".npz with X and y, .svm/.libsvm).")]
+    target = Annotated[str, typer.Option("--target", help="CSV files: the column to predict.")]
+    standardize = Annotated[bool, typer.Option(
+        "--standardize/--no-standardize",
+        help="File data: centre and scale every feature with the training split's statistics (default on, as "
+             "the built-in data sets are).")]
+    data_param = Annotated[list[str], typer.Option("--data-param", help="key=value dataset parameter (repeatable).")]
+    problem = Annotated[str, typer.Option("--problem", help="logistic, linear, softmax, mlp, cnn (default: by task).")]
+    model = Annotated[str, typer.Option(
+        "--model",
+        help="A PyTorch model: FILE.py:NAME, package.module:NAME or a built-in (mlp, cnn, resnet18); mini-batch"
+             " training with torch optimizers (--data digits, mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz).")]
+    batch_size = Annotated[int, typer.Option(
+        "--batch-size",
+        help="--model: samples per job, split over the partitions.")]
+    wire_dtype = Annotated[str, typer.Option(
+        "--wire-dtype",
+        help="--model: float32, float64, float16 or bfloat16 messages.")]
+    momentum = Annotated[float, typer.Option("--momentum", help="--model: SGD momentum.")]
+    weight_decay = Annotated[float, typer.Option("--weight-decay", help="--model: weight decay.")]
+    engine = Annotated[str, typer.Option(
+        "--engine",
+        help="ray (default: an embedded local cluster, or --address), or inprocess (the workers in this process"
+             " on a virtual clock timed by their measured compute: no Ray).")]
+    probe = Annotated[int, typer.Option(
+        "--probe",
+        help="--scheme auto: rounds trained uncoded to measure the workers before switching to the scheme "
+             "predicted fastest (default 20; SGC App. K).")]
+    optimizer = Annotated[str, typer.Option(
+        "--optimizer",
+        help="gd, nesterov or sgd; with --model sgd, adam or adamw.")]
+    lr = Annotated[float, typer.Option(
+        "--lr",
+        help="Learning rate of gd/nesterov (default 1/L); --model: sgd 0.1, adam 1e-3.")]
+    opt_param = Annotated[list[str], typer.Option("--opt-param", help="key=value optimizer parameter (repeatable).")]
+    rounds = Annotated[int, typer.Option("--rounds", help="Training rounds (of each scheme).")]
+    models = Annotated[int, typer.Option("--models", help="Models trained at once (round j serves model j mod M).")]
+    seed = Annotated[int, typer.Option("--seed", help="Seed of the data, the code and the injected delays.")]
+    fail = Annotated[list[str], typer.Option("--fail", help="W@R: worker W's process exits in round R (repeatable).")]
+    checkpoint_every = Annotated[int, typer.Option("--checkpoint-every", help="Checkpoint every K rounds (0: never).")]
+    resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --run-dir from its checkpoint.")]
+    run_dir = Annotated[Path, typer.Option(
+        "--run-dir",
+        help="Where the run's records go (default: a new folder under ~/.gradcode/runs, or $GRADCODE_RUNS).")]
+    address = Annotated[str, typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, host:port).")]
+    num_cpus = Annotated[int, typer.Option("--num-cpus", help="CPUs of the embedded Ray cluster.")]
+    cpus_per_worker = Annotated[float, typer.Option(
+        "--cpus-per-worker",
+        help="CPUs each worker reserves on the Ray cluster (Ray's num_cpus; default 0: none, and a warning when"
+             " the workers outnumber the cluster's CPUs).")]
+    round_timeout = Annotated[float, typer.Option(
+        "--round-timeout",
+        help="Give up on a round after this many seconds.")]
+    start_timeout = Annotated[float, typer.Option(
+        "--start-timeout",
+        help="Give up joining the cluster or starting the workers after this many seconds.")]
+    eval_every = Annotated[int, typer.Option(
+        "--eval-every",
+        help="Held-out metrics every K rounds (0: at the end only).")]
+    inject = Annotated[str, typer.Option(
+        "--inject",
+        help="What delayed workers sleep on top of their real computation: 'excess' (default) only what the "
+             "delay model adds beyond the round's fastest worker (a model without stragglers injects nothing), "
+             "'full' the model's whole time.")]
+    overwrite = Annotated[bool, typer.Option(
+        "--overwrite",
+        help="Replace the run already in --run-dir (its checkpoint and records); without it such a run-dir is "
+             "refused unless --resume.")]
+    close = Annotated[str, typer.Option(
+        "--close",
+        help="When a round ends: 'decodable' (as soon as it decodes) or a number mu, SGC's mu-rule (wait until "
+             "(1 + mu) x the first whole result's time).")]
+    waitout = Annotated[str, typer.Option(
+        "--waitout",
+        help="With --close MU, what a round the deadline leaves undecodable waits for: decodable (until it "
+             "decodes) or all (every live worker: the SGC paper's rule).")]
+    verify = Annotated[bool, typer.Option(
+        "--verify",
+        help="Wait for two results more than decoding needs and check them against each other: a worker whose "
+             "result is wrong is named and left out.")]
+    plot = Annotated[Path, typer.Option(
+        "--plot",
+        help="Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against "
+             "the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)]
+    as_json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
 def train_command(
-    scheme: str = typer.Option("crc", "--scheme", "--code",
-                               help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`);"
-                               " several, comma-separated (crc,frc,uncoded,ignore), train one after another on the"
-                               " same data, seed and injected delays."),
-    workers: int = typer.Option(None, "--workers", "-n", help="Number of workers n (default: 4, or the n"
-                                " that --scheme NAME:n=N or --param n=N sets)."),
-    stragglers: int = typer.Option(0, "--stragglers", "-s", help="Workers delayed per round; tolerance s of codes that take one."),
-    delay: float = typer.Option(0.0, "--delay", help="Seconds each delayed worker sleeps per round."),
-    delay_model: str = typer.Option(None, "--delay-model", "-m", help="Another delay model instead of the fixed delays."),
-    delay_param: list[str] = typer.Option(None, "--delay-param", "-M", help="key=value for --delay-model (repeatable)."),
-    code_param: list[str] = typer.Option(None, "--param", "-p", help="key=value code/scheme parameter (repeatable)."),
-    data: str = typer.Option("synthetic", "--data", help="Dataset: synthetic, amazon, breast-cancer, digits, ...,"
-                             " or your own FILE (.csv with --target, .npz with X and y, .svm/.libsvm)."),
-    target: str = typer.Option(None, "--target", help="CSV files: the column to predict."),
-    data_param: list[str] = typer.Option(None, "--data-param", help="key=value dataset parameter (repeatable)."),
-    problem: str = typer.Option(None, "--problem", help="logistic, linear, softmax, mlp, cnn (default: by task)."),
-    model: str = typer.Option(None, "--model", help="A PyTorch model: FILE.py:NAME, package.module:NAME or a built-in"
-                              " (mlp, cnn, resnet18); mini-batch training with torch optimizers (--data digits,"
-                              " mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz)."),
-    batch_size: int = typer.Option(64, "--batch-size", help="--model: samples per job, split over the partitions."),
-    wire_dtype: str = typer.Option("float32", "--wire-dtype", help="--model: float32, float64, float16 or bfloat16"
-                                   " messages."),
-    momentum: float = typer.Option(None, "--momentum", help="--model: SGD momentum."),
-    weight_decay: float = typer.Option(None, "--weight-decay", help="--model: weight decay."),
-    engine: str = typer.Option("ray", "--engine", help="--model: ray, or inprocess (virtual clock, no processes)."),
-    probe: int = typer.Option(None, "--probe", help="--scheme auto: rounds trained uncoded to measure the workers"
-                              " before switching to the scheme predicted fastest (default 20; SGC App. K)."),
-    optimizer: str = typer.Option("gd", "--optimizer", help="gd, nesterov or sgd; with --model sgd, adam or adamw."),
-    lr: float = typer.Option(None, "--lr", help="Learning rate of gd/nesterov (default 1/L); --model: sgd 0.1,"
-                             " adam 1e-3."),
-    opt_param: list[str] = typer.Option(None, "--opt-param", help="key=value optimizer parameter (repeatable)."),
-    rounds: int = typer.Option(100, "--rounds", help="Training rounds (of each scheme)."),
-    models: int = typer.Option(1, "--models", help="Models trained at once (round j serves model j mod M)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the data, the code and the injected delays."),
-    fail: list[str] = typer.Option(None, "--fail", help="W@R: worker W's process exits in round R (repeatable)."),
-    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every K rounds (0: never)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --run-dir from its checkpoint."),
-    run_dir: Path = typer.Option(None, "--run-dir", help="Where records go (default ./gradcode-runs/...)."),
-    address: str = typer.Option(None, "--address", help="Join an existing Ray cluster (e.g. auto, host:port)."),
-    num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs of the embedded Ray cluster."),
-    round_timeout: float = typer.Option(120.0, "--round-timeout", help="Give up on a round after this many seconds."),
-    start_timeout: float = typer.Option(120.0, "--start-timeout",
-                                        help="Give up joining the cluster or starting the workers after this many seconds."),
-    eval_every: int = typer.Option(1, "--eval-every", help="Held-out metrics every K rounds (0: at the end only)."),
-    inject: str = typer.Option("excess", "--inject", help="What delayed workers sleep on top of their real computation:"
-                               " 'excess' (default) only what the delay model adds beyond the round's fastest worker"
-                               " (a model without stragglers injects nothing), 'full' the model's whole time."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --run-dir (its checkpoint"
-                                   " and records); without it such a run-dir is refused unless --resume."),
-    close: str = typer.Option("decodable", "--close", help="When a round ends: 'decodable' (as soon as it decodes)"
-                              " or a number mu, SGC's mu-rule (wait until (1 + mu) x the first whole result's time)."),
-    waitout: str = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
-                                " undecodable waits for: decodable (until it decodes) or all (every live worker:"
-                                " the SGC paper's rule)."),
-    verify: bool = typer.Option(False, "--verify", help="Wait for two results more than decoding needs and check "
-                                "them against each other: a worker whose result is wrong is named and left out."),
-    plot: Path = typer.Option(None, "--plot", help="Draw held-out loss and AUC against wall-clock time"
-                              " (loss_auc_vs_time) and time per round against the injected delay"
-                              " (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    scheme: O.scheme = "crc",
+    workers: O.workers = None,
+    stragglers: O.stragglers = 0,
+    delay: O.delay = 0.0,
+    delay_model: O.delay_model = None,
+    delay_param: O.delay_param = None,
+    code_param: O.code_param = None,
+    data: O.data = "synthetic",
+    target: O.target = None,
+    standardize: O.standardize = True,
+    data_param: O.data_param = None,
+    problem: O.problem = None,
+    model: O.model = None,
+    batch_size: O.batch_size = 64,
+    wire_dtype: O.wire_dtype = "float32",
+    momentum: O.momentum = None,
+    weight_decay: O.weight_decay = None,
+    engine: O.engine = "ray",
+    probe: O.probe = None,
+    optimizer: O.optimizer = "gd",
+    lr: O.lr = None,
+    opt_param: O.opt_param = None,
+    rounds: O.rounds = 100,
+    models: O.models = 1,
+    seed: O.seed = 0,
+    fail: O.fail = None,
+    checkpoint_every: O.checkpoint_every = 0,
+    resume: O.resume = False,
+    run_dir: O.run_dir = None,
+    address: O.address = None,
+    num_cpus: O.num_cpus = None,
+    cpus_per_worker: O.cpus_per_worker = 0.0,
+    round_timeout: O.round_timeout = 120.0,
+    start_timeout: O.start_timeout = 120.0,
+    eval_every: O.eval_every = 1,
+    inject: O.inject = "excess",
+    overwrite: O.overwrite = False,
+    close: O.close = "decodable",
+    waitout: O.waitout = "decodable",
+    verify: O.verify = False,
+    plot: O.plot = None,
+    as_json: O.as_json = False,
 ):
     """Train a model with gradient coding on Ray workers (embedded local cluster by default).
 
     Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
     """
-    opts = dict(locals())  # first, while locals() holds just the options
-    if len(split_schemes(scheme)) > 1:
+    opts = TrainOptions(**locals())  # first, while locals() holds just the options
+    if len(split_schemes(opts.scheme)) > 1:
         return train_several(opts)
+    return train_one(opts)
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """``gradcode train``'s options by name, as typed values (what :func:`configs` turns into the
+    runtime's config objects)."""
+
+    scheme: str = "crc"
+    workers: int | None = None
+    stragglers: int = 0
+    delay: float = 0.0
+    delay_model: str | None = None
+    delay_param: list[str] | None = None
+    code_param: list[str] | None = None
+    data: str = "synthetic"
+    target: str | None = None
+    standardize: bool = True
+    data_param: list[str] | None = None
+    problem: str | None = None
+    model: str | None = None
+    batch_size: int = 64
+    wire_dtype: str = "float32"
+    momentum: float | None = None
+    weight_decay: float | None = None
+    engine: str = "ray"
+    probe: int | None = None
+    optimizer: str = "gd"
+    lr: float | None = None
+    opt_param: list[str] | None = None
+    rounds: int = 100
+    models: int = 1
+    seed: int = 0
+    fail: list[str] | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    run_dir: Path | None = None
+    address: str | None = None
+    num_cpus: int | None = None
+    cpus_per_worker: float = 0.0
+    round_timeout: float = 120.0
+    start_timeout: float = 120.0
+    eval_every: int = 1
+    inject: str = "excess"
+    overwrite: bool = False
+    close: str = "decodable"
+    waitout: str = "decodable"
+    verify: bool = False
+    plot: Path | None = None
+    as_json: bool = False
+
+    def replace(self, **changes) -> TrainOptions:
+        return replace(self, **changes)
+
+
+def train_one(o: TrainOptions) -> None:
+    """One scheme's run: the table (or ``--json`` document), the planned deaths, the plots; a run
+    that cannot start exits 2, one that stops exits 1 (:func:`_exit_for`)."""
     from gradcode.experiments.cli_output import emit, err, plot_files
     from gradcode.experiments.cli_sim import parse_kv, parse_scheme
 
     try:
-        scheme, inline = parse_scheme(scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
-        code_params = {**parse_kv(code_param, "--param"), **inline}
-        if workers is None:
-            opts["workers"] = _DEFAULT_WORKERS
-        elif "n" in code_params and code_params["n"] != workers:  # the scheme's own n would silently win
-            raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {workers} disagree: give one of them")
-        if plot is not None:  # a path that can hold no plot is found out now, not after training
-            plot_files(plot, PLOT_FIGURES)
-        configured = configs(opts, scheme, code_params)
-        callback, finish = _progress(rounds, err, enabled=True)
+        scheme, inline = parse_scheme(o.scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
+        code_params = {**parse_kv(o.code_param, "--param"), **inline}
+        if o.workers is None:
+            o = o.replace(workers=code_params.get("n", _DEFAULT_WORKERS))
+        elif "n" in code_params and code_params["n"] != o.workers:  # the scheme's own n would silently win
+            raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {o.workers} disagree: give one of them")
+        if o.plot is not None:  # a path that can hold no plot is found out now, not after training
+            plot_files(o.plot, PLOT_FIGURES)
+        configured = configs(o, scheme, code_params)
+        _note_standardized(o, configured)
+        callback, finish = _progress(o.rounds, err, enabled=True)
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
             # stdout for the one JSON document / table
-            with contextlib.redirect_stdout(ray_output(planned_failures=bool(fail))):
+            with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))):
                 result = run_configured(configured, callback)
         finally:
             finish()
     except (Exception, KeyboardInterrupt) as exc:
-        from gradcode.errors import GradcodeError
-
-        started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
-        if isinstance(exc, KeyboardInterrupt):  # SIGINT: what was done, then exit 130
-            _fail(exc, EXIT_INTERRUPTED, as_json, err)
-        if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError)) and not started:
-            _fail(exc, EXIT_USAGE, as_json, err)  # refused before the run started: bad arguments, a missing extra
-        if isinstance(exc, GradcodeError):  # round timeout, divergence, cluster, checkpoint...
-            _fail(exc, EXIT_FAILED, as_json, err)
-        if as_json and started:  # a bug: its traceback, after the run's records
-            emit(exc.result.to_json(), as_json=True)
+        _exit_for(exc, o.as_json)
         raise
     # the result first: a finished run is never lost to an error while plotting
-    if as_json:
+    if o.as_json:
         emit(result.to_json(), as_json=True)
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
-    if fail:
+    if o.fail:
         report_deaths(result, err)
-    if plot is not None:
+    if o.plot is not None:
         try:
-            for path in write_plots(result, plot):
+            for path in write_plots(result, o.plot):
                 err.print(f"wrote {path}")
         except OSError as exc:
-            error(f"plots not written to {plot}: {exc} (the run's records are in {result.run_dir})")
+            error(f"plots not written to {o.plot}: {exc} (the run's records are in {result.run_dir})")
             raise typer.Exit(1) from None
+
+
+def _exit_for(exc: BaseException, as_json: bool) -> None:
+    """Exit as a run that failed should (returns for a bug, which the caller re-raises): 130
+    after SIGINT, 2 for bad arguments refused before the run started (or a missing extra), 1 for
+    a run that stopped (a round timeout, divergence, the cluster, a checkpoint), each after saying
+    why; with ``--json`` the document holds the completed rounds."""
+    from gradcode.errors import GradcodeError
+    from gradcode.experiments.cli_output import emit, err
+
+    started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
+    if isinstance(exc, KeyboardInterrupt):
+        _fail(exc, EXIT_INTERRUPTED, as_json, err)
+    if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError)) and not started:
+        _fail(exc, EXIT_USAGE, as_json, err)
+    if isinstance(exc, GradcodeError):
+        _fail(exc, EXIT_FAILED, as_json, err)
+    if as_json and started:  # a bug: its traceback, after the run's records
+        emit(exc.result.to_json(), as_json=True)
+
+
+def _note_standardized(o: TrainOptions, configured) -> None:
+    """Say on stderr that the features of a data file are standardised (or not): it changes what
+    the model sees, so the run states it."""
+    from gradcode.experiments.cli_output import note
+
+    if isinstance(configured, tuple) and configured[0].data == "file":
+        how = ("standardized with the training split's mean and deviation (--no-standardize: as read)"
+               if o.standardize else "used as read (not standardized)")
+        note(f"{o.data}: features {how}")
 
 
 #: workers when neither --workers nor the scheme sets n
@@ -185,12 +363,14 @@ _DEFAULT_WORKERS = 4
 
 def run_configured(configured, callback):
     """Run what :func:`configs` made: the runtime's config objects through :func:`gradcode.train`,
-    or a torch model's :func:`gradcode.torch.fit` keywords; returns the run's ``TrainResult``."""
-    if isinstance(configured, dict):
+    or a torch model's through :func:`gradcode.torch.fit`; returns the run's ``TrainResult``."""
+    if isinstance(configured, TorchRun):
         from gradcode.experiments.cli_output import note
         from gradcode.torch import fit
 
-        res = fit(**configured, callback=callback)
+        res = fit(configured.model, configured.data, configured.spec, torch_config=configured.torch_config,
+                  run=configured.run, faults=configured.faults, cluster=configured.cluster,
+                  engine=configured.engine, callback=callback)
         if res.auto is not None:
             c = res.auto["chosen"]
             note(f"auto: after {res.auto['probe_rounds']} uncoded rounds switched to {c['scheme']} (predicted"
@@ -200,102 +380,142 @@ def run_configured(configured, callback):
         return res.result
     from gradcode.runtime import train
 
-    spec, cluster, faults, run = configured
-    return train(spec, cluster=cluster, faults=faults, run=run, callback=callback)
+    spec, cluster, faults, run, engine = configured
+    return train(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
 
 
-def configs(o: dict, code: str, code_params: dict, *, run_dir=None):
-    """The config objects ``(TrainSpec, ClusterConfig, FaultConfig, RunConfig)`` of
-    ``gradcode train``'s options ``o`` (its parameters by name) for the scheme ``code`` with
-    ``code_params``, or with ``--model`` the keywords of :func:`gradcode.torch.fit`
-    (:func:`torch_configs`); ``run_dir`` (several schemes: each its subfolder) replaces
-    ``--run-dir``. Refuses the options that would otherwise be silently dropped."""
+def _delay_model(o: TrainOptions):
+    """``(--delay-model, its --delay-param)``, or None."""
+    from gradcode.experiments.cli_sim import parse_kv
+
+    if o.delay_model is not None:
+        return o.delay_model, parse_kv(o.delay_param, "--delay-param")
+    if o.delay_param:
+        raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
+                         " add --delay-model NAME (gradcode models lists them)")
+    return None
+
+
+def _shared_configs(o: TrainOptions, run_dir):
+    """The config objects every run of ``o`` shares: ``(ClusterConfig, FaultConfig, RunConfig)``."""
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig
+
+    if o.resume and o.run_dir is None:  # the default run dir is a new timestamped folder
+        raise ValueError("--resume needs --run-dir: the folder of the run to continue")
+    if o.engine == "inprocess" and (o.address is not None or o.num_cpus is not None or o.cpus_per_worker):
+        raise ValueError("--address, --num-cpus and --cpus-per-worker are the Ray engine's; --engine inprocess"
+                         " runs the workers in this process")
+    cluster = ClusterConfig(address=o.address, num_cpus=o.num_cpus, start_timeout=o.start_timeout,
+                            worker_cpus=o.cpus_per_worker)
+    faults = FaultConfig(fail=tuple(o.fail or ()), round_timeout=o.round_timeout)
+    run = RunConfig(rounds=o.rounds, checkpoint_every=o.checkpoint_every,
+                    run_dir=o.run_dir if run_dir is None else run_dir, eval_every=o.eval_every,
+                    resume=o.resume, overwrite=o.overwrite)
+    return cluster, faults, run
+
+
+def configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None):
+    """The config objects ``(TrainSpec, ClusterConfig, FaultConfig, RunConfig, engine)`` of
+    ``gradcode train``'s options ``o`` for the scheme ``code`` with ``code_params``, or with
+    ``--model`` a :class:`TorchRun` (:func:`torch_configs`); ``run_dir`` (several schemes: each
+    its subfolder) replaces ``--run-dir``. Refuses the options that would otherwise be silently
+    dropped."""
+    from gradcode._validation import check_choice
     from gradcode.experiments.cli_sim import parse_close, parse_kv
-    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+    from gradcode.runtime import ENGINES, TrainSpec
 
-    if o["model"] is not None:
+    check_choice("--engine", o.engine, ENGINES)
+    if o.model is not None:
         return torch_configs(o, code, code_params, run_dir=run_dir)
     if code == "auto":
         raise ValueError("--scheme auto switches the workers' partitions mid-run, which needs every worker to hold"
                          " the whole data set: it trains torch models (--model); the built-in problems keep"
                          " only their partitions")
-    torch_only = [flag for flag, key, default in TORCH_ONLY if o[key] != default]
+    torch_only = [flag for flag, key, default in TORCH_ONLY if getattr(o, key) != default]
     if torch_only:
         raise ValueError(f"{', '.join(torch_only)} go with --model (a PyTorch model); the built-in problems train"
                          " full-batch with --optimizer gd|nesterov|sgd")
-    if o["resume"] and o["run_dir"] is None:  # the default run dir is a new timestamped folder
-        raise ValueError("--resume needs --run-dir: the folder of the run to continue")
-    data_name, data_params = _data_source(o["data"], o["target"], parse_kv(o["data_param"], "--data-param"))
-    delay_model = None
-    if o["delay_model"] is not None:
-        delay_model = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
-    elif o["delay_param"]:
-        raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
-                         " add --delay-model NAME (gradcode models lists them)")
-    opt_params = parse_kv(o["opt_param"], "--opt-param")
-    if o["lr"] is not None:
-        opt_params["lr"] = o["lr"]
-    spec = TrainSpec(code, workers=o["workers"], stragglers=o["stragglers"], delay=o["delay"],
-                     delay_model=delay_model, code_params=code_params or None, data=data_name,
-                     data_params=data_params, problem=o["problem"], optimizer=o["optimizer"],
-                     optimizer_params=opt_params, models=o["models"], seed=o["seed"], verify=o["verify"],
-                     inject=o["inject"], close=parse_close(o["close"]), waitout=o["waitout"])
-    cluster = ClusterConfig(address=o["address"], num_cpus=o["num_cpus"], start_timeout=o["start_timeout"])
-    faults = FaultConfig(fail=tuple(o["fail"] or ()), round_timeout=o["round_timeout"])
-    run = RunConfig(rounds=o["rounds"], checkpoint_every=o["checkpoint_every"],
-                    run_dir=o["run_dir"] if run_dir is None else run_dir, eval_every=o["eval_every"],
-                    resume=o["resume"], overwrite=o["overwrite"])
-    return spec, cluster, faults, run
+    data_name, data_params = _data_source(o.data, o.target, parse_kv(o.data_param, "--data-param"))
+    if data_name == "file" and not o.standardize:
+        data_params["standardize"] = False
+    elif not o.standardize:
+        raise ValueError("--no-standardize is for data files; the built-in data sets come prepared")
+    opt_params = parse_kv(o.opt_param, "--opt-param")
+    if o.lr is not None:
+        opt_params["lr"] = o.lr
+    spec = TrainSpec(code, workers=o.workers, stragglers=o.stragglers, delay=o.delay, delay_model=_delay_model(o),
+                     code_params=code_params or None, data=data_name, data_params=data_params, problem=o.problem,
+                     optimizer=o.optimizer, optimizer_params=opt_params, models=o.models, seed=o.seed,
+                     verify=o.verify, inject=o.inject, close=parse_close(o.close), waitout=o.waitout)
+    return (spec, *_shared_configs(o, run_dir), o.engine)
 
 
 #: options that only a torch model takes: (flag, option name, default)
 TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
               ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
-              ("--engine", "engine", "ray"), ("--probe", "probe", None))
+              ("--probe", "probe", None))
 
 
-def torch_configs(o: dict, code: str, code_params: dict, *, run_dir=None) -> dict:
-    """``gradcode train --model M``: the keywords of :func:`gradcode.torch.fit`. ``--data`` is
+@dataclass(frozen=True)
+class TorchRun:
+    """A ``gradcode train --model`` run: :func:`gradcode.torch.fit`'s arguments."""
+
+    model: object
+    data: object
+    spec: object
+    torch_config: object
+    cluster: object
+    faults: object
+    run: object
+    engine: str
+
+
+def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None) -> TorchRun:
+    """``gradcode train --model M``: :func:`gradcode.torch.fit`'s arguments. ``--data`` is
     ``digits`` (the default ``synthetic`` means it here), ``mnist:DIR``, ``cifar10:DIR``,
     ``cifar100:DIR`` or an ``.npz`` of ``X`` and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain
     SGD, ``nesterov`` SGD with Nesterov momentum 0.9), ``adam`` or ``adamw``."""
-    from gradcode.experiments.cli_sim import parse_close, parse_kv
-    from gradcode.torch import load_data
+    from gradcode.experiments.cli_sim import parse_close
+    from gradcode.runtime import TrainSpec
+    from gradcode.torch import TorchConfig, load_data
 
     refused = [flag for flag, key, default in (("--verify", "verify", False), ("--problem", "problem", None),
                                                ("--target", "target", None), ("--inject", "inject", "excess"),
-                                               ("--data-param", "data_param", None))
-               if o[key] not in (default, [], ())]
+                                               ("--data-param", "data_param", None),
+                                               ("--no-standardize", "standardize", True))
+               if getattr(o, key) not in (default, [], ())]
     if refused:
         raise ValueError(f"{', '.join(refused)} cannot be used with --model yet (torch models train from the"
                          " options --data, --batch-size, --optimizer, --lr, --momentum, --weight-decay, --wire-dtype)")
-    data = "digits" if o["data"] == "synthetic" else o["data"]
-    train_data, test_data = load_data(data, seed=o["seed"])
-    name = {"gd": "sgd", "nesterov": "sgd"}.get(o["optimizer"], o["optimizer"])
-    opt_params = parse_kv(o["opt_param"], "--opt-param")
-    opt_params.setdefault("lr", o["lr"] if o["lr"] is not None else (0.1 if name == "sgd" else 1e-3))
-    if o["optimizer"] == "nesterov":
-        opt_params.update(nesterov=True, momentum=o["momentum"] if o["momentum"] is not None else 0.9)
-    elif o["momentum"] is not None:
+    data = "digits" if o.data == "synthetic" else o.data
+    train_data, test_data = load_data(data, seed=o.seed)
+    name = {"gd": "sgd", "nesterov": "sgd"}.get(o.optimizer, o.optimizer)
+    spec = TrainSpec(code=code, workers=o.workers, stragglers=o.stragglers, delay=o.delay,
+                     delay_model=_delay_model(o), code_params=code_params or None, models=o.models, seed=o.seed,
+                     close=parse_close(o.close), waitout=o.waitout)
+    torch_config = TorchConfig(optimizer=name, optimizer_params=_torch_optimizer_params(o, name),
+                               batch_size=o.batch_size, wire_dtype=o.wire_dtype, eval_data=test_data,
+                               probe=o.probe if code == "auto" else None)
+    return TorchRun(resolve_model(o.model, train_data), train_data, spec, torch_config,
+                    *_shared_configs(o, run_dir), o.engine)
+
+
+def _torch_optimizer_params(o: TrainOptions, name: str) -> dict:
+    """The torch optimizer's parameters from ``--lr``, ``--momentum``, ``--weight-decay`` and
+    ``--opt-param`` (``lr`` 0.1 for SGD, 1e-3 for Adam by default)."""
+    from gradcode.experiments.cli_sim import parse_kv
+
+    params = parse_kv(o.opt_param, "--opt-param")
+    params.setdefault("lr", o.lr if o.lr is not None else (0.1 if name == "sgd" else 1e-3))
+    if o.optimizer == "nesterov":
+        params.update(nesterov=True, momentum=o.momentum if o.momentum is not None else 0.9)
+    elif o.momentum is not None:
         if name != "sgd":
-            raise ValueError(f"--momentum is SGD's; --optimizer {o['optimizer']} has its own betas (--opt-param)")
-        opt_params["momentum"] = o["momentum"]
-    if o["weight_decay"] is not None:
-        opt_params["weight_decay"] = o["weight_decay"]
-    delay_model = None
-    if o["delay_model"] is not None:
-        delay_model = (o["delay_model"], parse_kv(o["delay_param"], "--delay-param"))
-    return dict(
-        model=resolve_model(o["model"], train_data), data=train_data, eval_data=test_data, optimizer=name,
-        optimizer_params=opt_params, batch_size=o["batch_size"], code=code, workers=o["workers"],
-        stragglers=o["stragglers"], delay=o["delay"], delay_model=delay_model, code_params=code_params or None,
-        rounds=o["rounds"], models=o["models"], seed=o["seed"], engine=o["engine"], address=o["address"],
-        num_cpus=o["num_cpus"], wire_dtype=o["wire_dtype"], eval_every=o["eval_every"],
-        close=parse_close(o["close"]), waitout=o["waitout"], fail=tuple(o["fail"] or ()),
-        round_timeout=o["round_timeout"], run_dir=o["run_dir"] if run_dir is None else run_dir,
-        overwrite=o["overwrite"], checkpoint_every=o["checkpoint_every"], resume=o["resume"],
-        probe=o["probe"] if code == "auto" else None,
-    )
+            raise ValueError(f"--momentum is SGD's; --optimizer {o.optimizer} has its own betas (--opt-param)")
+        params["momentum"] = o.momentum
+    if o.weight_decay is not None:
+        params["weight_decay"] = o.weight_decay
+    return params
 
 
 def resolve_model(spec: str, train_data):
@@ -338,22 +558,16 @@ def resolve_model(spec: str, train_data):
 
 def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:
     """``--data``: a dataset name (aliases resolved) or a path to the user's own file, which
-    becomes the ``file`` dataset (``path``, and ``target`` for CSV)."""
-    import os
+    becomes the ``file`` dataset (``path``, and ``target`` for CSV):
+    :func:`~gradcode.problems.files.data_source`."""
+    from gradcode.problems.files import data_source
 
-    from gradcode.problems.files import FORMATS
-
-    looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
-    if looks_like_file:
-        if not os.path.isfile(data):
-            raise ValueError(f"--data {data}: no such file")
-        params = {**params, "path": os.path.abspath(data)}
-        if target is not None:
-            params["target"] = target
-        return "file", params
-    if target is not None:
+    name, params = data_source(DATA_ALIASES.get(data, data), params)
+    if name != "file" and target is not None:
         raise ValueError(f"--target names the column to predict in a CSV file; --data {data} is a dataset name")
-    return DATA_ALIASES.get(data, data), params
+    if target is not None:
+        params["target"] = target
+    return name, params
 
 
 def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
@@ -370,10 +584,12 @@ def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
 
 
 def summary_rows(result) -> list[dict]:
-    """One row per model: total training time, median round (ms), mean stragglers per round,
-    faults (each worker death, non-finite or dropped result once, however many tasks it failed),
-    the rounds waited out (``--close MU`` only), final training objective and the last held-out
-    loss, accuracy and ROC AUC."""
+    """One row per model, its keys in snake_case with their unit (the same keys in the table and
+    in ``--json``): ``time_s`` (total training time), ``round_ms`` (median round),
+    ``stragglers_per_round`` (mean), ``faults`` (each worker death, non-finite or dropped result
+    once, however many tasks it failed), ``waitouts`` (rounds waited out, ``--close MU`` only),
+    ``loss`` (final training objective) and the last held-out ``test_loss``, ``accuracy`` and
+    ``roc_auc``."""
     import numpy as np
 
     rows = []
@@ -386,16 +602,16 @@ def summary_rows(result) -> list[dict]:
         rows.append({
             "scheme": result.config["code"] + (f"/{m}" if len(result.params) > 1 else ""),
             "rounds": int(result.round_times.size),
-            "time s": float(result.round_times.sum()),
-            "round ms": 1e3 * float(np.median(result.round_times)),
-            "strag": float(strag.sum(axis=1).mean()),
-            "fails": len(result.faults),
+            "time_s": float(result.round_times.sum()),
+            "round_ms": 1e3 * float(np.median(result.round_times)),
+            "stragglers_per_round": float(strag.sum(axis=1).mean()),
+            "faults": len(result.faults),
             **({} if result.config.get("close", "decodable") == "decodable"
-               else {"wait-outs": int(result.waitouts.sum())}),
+               else {"waitouts": int(result.waitouts.sum())}),
             "loss": float(result.losses[-1, m]),
-            "test loss": met.get("loss"),
-            "acc": met.get("accuracy"),
-            "AUC": met.get("roc_auc"),
+            "test_loss": met.get("loss"),
+            "accuracy": met.get("accuracy"),
+            "roc_auc": met.get("roc_auc"),
         })
     return rows
 
@@ -527,7 +743,7 @@ def _subfolder(spec: str, taken: set) -> str:
     return name
 
 
-def train_several(opts: dict) -> None:
+def train_several(o: TrainOptions) -> None:
     """``gradcode train --scheme crc,frc,uncoded,ignore``: each scheme trained in turn on the same
     data, seed (initial parameters, code randomness) and injected delays (the delay model's draw
     depends on the seed and ``n`` only), one :func:`gradcode.runtime.train` call each; then one
@@ -541,57 +757,72 @@ def train_several(opts: dict) -> None:
     from gradcode.experiments.cli_output import err
     from gradcode.errors import GradcodeError
 
-    o = dict(opts)
     try:
-        runs, pngs = _plan_runs(o)
+        o, runs, pngs = _plan_runs(o)
+        session = _session(o)
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
-        _fail(exc, EXIT_USAGE, o["as_json"], err)
-    results, errors = _run_each(runs, o)
+        _fail(exc, EXIT_USAGE, o.as_json, err)
+    # Ray prints its notices (a worker's death) to sys.stdout whenever they come, also between
+    # two runs: stdout is kept for the table or the JSON document while the session lasts
+    with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))), session:
+        results, errors = _run_each(runs, o)
     _report_several(runs, results, errors, pngs, o)
 
 
-def _plan_runs(o: dict) -> tuple[list[dict], list[Path] | None]:
-    """The runs of ``train_several``, each scheme built and its config objects made (so that a bad
-    one is refused before anything runs), and the plot files; ``o["workers"]`` is set to the n the
-    schemes share when ``-n`` is absent."""
+def _session(o: TrainOptions):
+    """One Ray session for every scheme of ``train_several`` (:func:`~gradcode.runtime.engine.ray_session`:
+    Ray starts once, not once a scheme), or nothing to open for ``--engine inprocess``."""
+    if o.engine != "ray":
+        return contextlib.nullcontext()
+    from gradcode.runtime import ClusterConfig
+    from gradcode.runtime.engine import ray_session
+
+    cluster = ClusterConfig(address=o.address, num_cpus=o.num_cpus, start_timeout=o.start_timeout)
+    return ray_session(cluster, run_dir=o.run_dir)
+
+
+def _plan_runs(o: TrainOptions) -> tuple[TrainOptions, list[dict], list[Path] | None]:
+    """``(options, runs, plot files)`` of ``train_several``: each scheme built and its config
+    objects made (so that a bad one is refused before anything runs); the options' ``workers`` is
+    the n the schemes share when ``-n`` is absent."""
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import params_per_scheme, parse_kv, parse_scheme
     from gradcode.runtime import build_scheme
 
-    plot, run_dir = o["plot"], o["run_dir"]
-    specs = split_schemes(o["scheme"])
+    plot, run_dir = o.plot, o.run_dir
+    specs = split_schemes(o.scheme)
     if len(set(specs)) < len(specs):
-        raise ValueError(f"--scheme {o['scheme']} names a scheme twice")
+        raise ValueError(f"--scheme {o.scheme} names a scheme twice")
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
     pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
     parsed = [parse_scheme(spec) for spec in specs]
-    params_of = params_per_scheme(parse_kv(o["code_param"], "--param"), parsed)
-    if o["workers"] is None:  # n from the schemes that set one (they must agree), else the default
+    params_of = params_per_scheme(parse_kv(o.code_param, "--param"), parsed)
+    if o.workers is None:  # n from the schemes that set one (they must agree), else the default
         own = sorted({p["n"] for p in params_of if "n" in p})
         if len(own) > 1:
             raise ValueError(f"the schemes set different n ({', '.join(map(str, own))}); they are compared on"
                              " the same workers: give one -n")
-        o["workers"] = own[0] if own else _DEFAULT_WORKERS
+        o = o.replace(workers=own[0] if own else _DEFAULT_WORKERS)
     runs, taken = [], set()
     for spec, (name, _), params in zip(specs, parsed, params_of):
         if name == "auto":  # chosen during the run (torch models): refused below without --model
             configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
             runs.append({"spec": spec, "name": name, "params": params, "configs": configured, "exact": True})
             continue
-        built = build_scheme(name, workers=o["workers"], stragglers=o["stragglers"], seed=o["seed"],
-                             code_params=params or None, verify=o["verify"])
-        if built.n != o["workers"]:  # same injected delays need the same n
-            raise ValueError(f"{spec} has n = {built.n} but --workers is {o['workers']}: the schemes are"
+        built = build_scheme(name, workers=o.workers, stragglers=o.stragglers, seed=o.seed,
+                             code_params=params or None, verify=o.verify)
+        if built.n != o.workers:  # same injected delays need the same n
+            raise ValueError(f"{spec} has n = {built.n} but --workers is {o.workers}: the schemes are"
                              " compared on the same workers; leave n to --workers")
         code = getattr(built, "static_code", None)
         configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
         runs.append({"spec": spec, "name": name, "params": params, "configs": configured,
                      "exact": bool(getattr(code, "exact", True)) if code is not None else True})
-    return runs, pngs
+    return o, runs, pngs
 
 
-def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
+def _run_each(runs: list[dict], o: TrainOptions) -> tuple[list, list]:
     """Train each run in turn: ``(results, errors)``, a result (``None`` when nothing ran) and an
     error text (``None`` when it finished) per run. A run that stops is reported and the next one
     starts; when the first run fails before any round, the command stops as a single run would."""
@@ -603,15 +834,15 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
         err.print(f"[{i + 1}/{len(runs)}] {escape(r['spec'])}", highlight=False)
-        callback, finish = _progress(o["rounds"], err, enabled=True)
+        callback, finish = _progress(o.rounds, err, enabled=True)
         try:
-            with contextlib.redirect_stdout(ray_output(planned_failures=bool(o["fail"]))):
+            with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))):
                 result = run_configured(r["configs"], callback)
         except Exception as exc:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
             if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
-                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o["as_json"], err)  # nothing ran: as a single run would
+                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o.as_json, err)  # nothing ran: as a single run would
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
             error(f"{r['spec']}: {exc}")
@@ -624,7 +855,7 @@ def _run_each(runs: list[dict], o: dict) -> tuple[list, list]:
     return results, errors
 
 
-def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: dict) -> None:
+def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: TrainOptions) -> None:
     """The table (or ``--json`` document) of ``train_several``, the planned deaths, the plots;
     exit status 1 when a run stopped or the plots could not be written."""
     from gradcode.experiments.cli_output import emit, err
@@ -635,8 +866,8 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
         try:  # before printing, so that the document names the files written; the records are saved
             written = write_comparison_plots(runs, results, pngs)
         except Exception as exc:  # noqa: BLE001 - a plot never loses the printed result
-            plot_error = f"plots not written to {o['plot']}: {type(exc).__name__}: {exc}"
-    if o["as_json"]:
+            plot_error = f"plots not written to {o.plot}: {type(exc).__name__}: {exc}"
+    if o.as_json:
         doc = {"schemes": [r["spec"] for r in runs], "rows": rows, "plots": [str(p) for p in written],
                "runs": [dict(res.to_json(), scheme=r["spec"], exact=r["exact"]) if res is not None
                         else {"scheme": r["spec"], "exact": r["exact"], "error": e}
@@ -646,7 +877,7 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
         columns = [c for c in rows[0] if any(row.get(c) is not None for row in rows)] if rows else None
         emit({"rows": rows}, as_json=False, columns=columns,
              title=f"gradcode train: {len(runs)} schemes, same data, seed and injected delays")
-    if o["fail"]:
+    if o.fail:
         for r, res in zip(runs, results):
             if res is not None:
                 report_deaths(res, err, prefix=f"{r['spec']}: ")
@@ -677,21 +908,23 @@ def comparison_rows(runs: list[dict], results: list, errors: list) -> list[dict]
             if res.error is not None:
                 row["error"] = res.error_type
             elif r["name"] == "uncoded":  # the baseline of model i: a run that stopped is none
-                base.setdefault(i, row["time s"])
+                base.setdefault(i, row["time_s"])
             rows.append(row)
             model_of.append(i)
     for row, i in zip(rows, model_of):
         if i is not None:
             b = base.get(i)
-            row["speedup"] = b / row["time s"] if b and row["time s"] > 0 else None
+            row["speedup"] = b / row["time_s"] if b and row["time_s"] > 0 else None
     return rows
 
 
 def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -> list[Path]:
     """Every run on the same axes: held-out loss and ROC AUC (accuracy where the problem has no
     AUC) against wall-clock time (Tandon Figs. 6-7), and time per round against the round's largest
-    injected delay (Fig. 5). Inexact schemes are labelled so."""
+    injected delay (Fig. 5), drawn only when that delay varies. Inexact schemes are labelled so;
+    each run has its own line style and marker. Returns the files written."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -705,6 +938,10 @@ def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -
                  None)
     fig, axes = plt.subplots(1, 2 if score else 1, figsize=(11 if score else 5.5, 4), squeeze=False)
     axes = axes[0]
+    # exact schemes reach the same iterates: a line style and marker each keeps identical curves
+    # apart (drawn over each other, only the last would show)
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (1, 2)), "x")]
+    k = 0
     for label, res in drawn:
         for m in range(len(res.params)):
             pts = [x for x in res.metrics if x["model"] == m]
@@ -712,9 +949,12 @@ def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -
                 continue
             name = label + (f" model {m}" if len(res.params) > 1 else "")
             t = [x["elapsed"] for x in pts]
-            (line,) = axes[0].plot(t, [x["loss"] for x in pts], marker=".", label=name)
+            ls, mk = styles[k % len(styles)]
+            k += 1
+            style = dict(linestyle=ls, marker=mk, markersize=4, markerfacecolor="none", label=name)
+            (line,) = axes[0].plot(t, [x["loss"] for x in pts], **style)
             if score and score in pts[0]:
-                axes[1].plot(t, [x[score] for x in pts], marker=".", color=line.get_color(), label=name)
+                axes[1].plot(t, [x[score] for x in pts], color=line.get_color(), **style)
     axes[0].set(xlabel="wall-clock time (s)", ylabel="held-out loss", title="loss vs time")
     if score:
         what = "ROC AUC" if score == "roc_auc" else "accuracy"
@@ -726,6 +966,13 @@ def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -
     fig.savefig(paths[0], dpi=120)
     plt.close(fig)
 
+    injected = np.concatenate([res.injected.max(axis=1) for _, res in drawn]) if drawn else np.zeros(0)
+    if injected.size == 0 or np.ptp(injected) == 0:  # one delay for every round: a column of points says nothing
+        from gradcode.experiments.cli_output import note
+
+        note(f"{paths[1].name} not drawn: every round had the same injected delay"
+             f" ({float(injected.max(initial=0.0)):g} s); it plots time per round against a delay that varies")
+        return [paths[0]]
     fig, ax = plt.subplots(figsize=(5.5, 4))
     top = 0.0
     for label, res in drawn:

@@ -65,4 +65,4 @@ def register(app: typer.Typer) -> None:
 def _row(c: dict, best: bool = False) -> dict:
     params = ", ".join(f"{k}={v}" for k, v in c["params"].items())
     return {"scheme": c["scheme"], "params": params or "-", "load": c["load"], "T": c["delay"],
-            "time s": c["time"], "wait-outs": c["waitouts"]}
+            "time_s": c["time"], "waitouts": c["waitouts"]}

@@ -154,9 +154,7 @@ def table1(
     K = check_int("workers", workers, minimum=1)
     r = check_int("r", r, minimum=1)
     Ps = tuple(check_int("clusters", P, minimum=1) for P in clusters)
-    if isinstance(ssi, str):
-        ssi = (ssi,)
-    ssi = tuple(ssi)
+    ssi = (ssi,) if isinstance(ssi, str) else tuple(ssi)
     for s in ssi:
         if s not in ("perfect", "imperfect"):
             raise ValueError(f"ssi must hold 'perfect' and/or 'imperfect'; got {s!r}")
@@ -164,48 +162,45 @@ def table1(
     p_switch = check_real("p_switch", p_switch, minimum=0.0, maximum=1.0)
     runs = rounds // run_length
     model = make_delay_model("gilbert-elliot", mu_fast=10.0, mu_slow=0.1, p_switch=p_switch, alpha=0.01)
+    run_means = _run_means(model, runs, run_length, (K, r, Ps, ssi, seed, protocol_runs))
+    names = ["GC", "GC-SC"] + [f"GC-DC ({s} SSI)" for s in ssi]
+    from scipy import stats  # only here: importing scipy.stats is slow
 
+    mean = run_means.mean(axis=2)
+    quantile = stats.t.ppf(0.5 + confidence / 2, runs - 1)
+    half = quantile * run_means.std(axis=2, ddof=1) / math.sqrt(runs)
+    paper_setting = Ps == PAPER_TABLE1["clusters"] and (K, r) == (100, 10) and p_switch == 0.05
+    rows = tuple(
+        Table1Row(name, tuple(float(x) for x in mean[i]), tuple(float(x) for x in half[i]),
+                  PAPER_TABLE1["GC-DC" if name.startswith("GC-DC") else name] if paper_setting else None)
+        for i, name in enumerate(names)
+    )
+    return Table1Result(
+        clusters=Ps, rows=rows, rounds=rounds, runs=runs, run_length=run_length, confidence=confidence,
+        seed=seed, model=repr(model),
+        params={"workers": K, "r": r, "clusters_per_worker": "P", "p_switch": p_switch},
+    )
+
+
+def _run_means(model, runs: int, run_length: int, setting: tuple) -> np.ndarray:
+    """``(schemes, clusters, runs)``: each run's mean round time of GC, GC-SC and GC-DC under
+    each SSI, for each number of clusters, all on the same draws of ``model``."""
+    K, r, Ps, ssi, seed, protocol_runs = setting
     gc_rule = decode_rule(CRC(K, r - 1, seed=seed))
     sc_rules = [decode_rule(GCSC(K, P, r - 1, seed=seed)) for P in Ps]
-    names = ["GC", "GC-SC"] + [f"GC-DC ({s} SSI)" for s in ssi]
-    run_means = np.zeros((len(names), len(Ps), runs))
+    run_means = np.zeros((2 + len(ssi), len(Ps), runs))
     seeds = np.random.SeedSequence(seed).spawn(runs)
     for run in range(runs):
         draw = model.draw(run_length, K, np.random.default_rng(seeds[run]))
         times = draw.times(r / K)  # every worker computes r of the K equal partitions
-        gc = gc_rule.decode_time(times[:, :, None]).mean()
-        run_means[0, :, run] = gc
+        run_means[0, :, run] = gc_rule.decode_time(times[:, :, None]).mean()
         for j, P in enumerate(Ps):
             run_means[1, j, run] = sc_rules[j].decode_time(times[:, :, None]).mean()
             for i, s in enumerate(ssi):
                 scheme = GCDC(K, P, r, clusters_per_worker=P, ssi=s, seed=seed)
                 rt = gcdc_round_times(scheme, times, draw.straggling, protocol=run < protocol_runs)
                 run_means[2 + i, j, run] = rt.mean()
-    from scipy import stats  # only here: importing scipy.stats is slow
-
-    mean = run_means.mean(axis=2)
-    quantile = stats.t.ppf(0.5 + confidence / 2, runs - 1)
-    half = quantile * run_means.std(axis=2, ddof=1) / math.sqrt(runs)
-    paper = {"GC": PAPER_TABLE1["GC"], "GC-SC": PAPER_TABLE1["GC-SC"]}
-    rows = []
-    for i, name in enumerate(names):
-        ref = paper.get(name)
-        if name.startswith("GC-DC"):
-            ref = PAPER_TABLE1["GC-DC"]
-        if Ps != PAPER_TABLE1["clusters"] or (K, r) != (100, 10) or p_switch != 0.05:
-            ref = None
-        rows.append(Table1Row(name, tuple(float(x) for x in mean[i]), tuple(float(x) for x in half[i]), ref))
-    return Table1Result(
-        clusters=Ps,
-        rows=tuple(rows),
-        rounds=rounds,
-        runs=runs,
-        run_length=run_length,
-        confidence=confidence,
-        seed=seed,
-        model=repr(model),
-        params={"workers": K, "r": r, "clusters_per_worker": "P", "p_switch": p_switch},
-    )
+    return run_means
 
 
 def gcdc_round_times(scheme: GCDC, times: np.ndarray, straggling: np.ndarray, *, rates: np.ndarray | None = None,

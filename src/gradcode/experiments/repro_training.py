@@ -37,6 +37,7 @@ epoch would otherwise be slept).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -98,10 +99,12 @@ def _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine
 def _train(name, train, common, target, kw, *, fixed=None) -> tuple[dict, list]:
     """One run: its row (parameters, load, time to ``target`` jobs, search time, mean final
     accuracy) and its jobs-completed-against-time curve."""
-    from gradcode.torch import fit
+    from gradcode.torch import fit, fit_configs
 
     train, factory = train
-    res = fit(factory, train, **common, **kw)
+    options = {**common, **kw}
+    engine = options.pop("engine")
+    res = fit(factory, train, **fit_configs(**options), engine=engine)
     done, curve = 0, []
     for h in res.history:
         done += len(h["jobs"])
@@ -145,10 +148,8 @@ def _compare_note(rows, prefix: str) -> str:
 
 
 @reproduction("sgc-probe-switch")
-def sgc_probe_switch(workers: int = 16, models: int = 4, jobs: int = 120, probe: int = 20, load_slope: float = 2.0,
-                     seed: int = 0, trace: str | None = None, out: str = "sgc-probe-switch", plot: bool = True,
-                     data: str = "digits", model: str = "cnn", engine: str = "inprocess",
-                     time_scale: float = 1.0) -> dict:
+@dataclass(frozen=True)
+class SGCProbeSwitch:
     """SGC App. K, Fig. 18 (scaled): start uncoded, switch after T_probe rounds; M-SGC, SR-SGC, GC
     and uncoded training of 4 CNNs on the same bursty delays.
 
@@ -156,12 +157,36 @@ def sgc_probe_switch(workers: int = 16, models: int = 4, jobs: int = 120, probe:
     ``load_slope``: seconds per unit load of the delays and of the search; ``trace``: a profile
     file replayed instead of the synthetic one; ``out``: folder for the JSON and the PNG; ``data``,
     ``model``, ``engine``, ``time_scale``: module docstring."""
+
+    workers: int = 16
+    models: int = 4
+    jobs: int = 120
+    probe: int = 20
+    load_slope: float = 2.0
+    seed: int = 0
+    trace: str | None = None
+    out: str = "sgc-probe-switch"
+    plot: bool = True
+    data: str = "digits"
+    model: str = "cnn"
+    engine: str = "inprocess"
+    time_scale: float = 1.0
+
+    def run(self) -> dict:
+        return _sgc_probe_switch(self)
+
+
+def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
+    """:class:`SGCProbeSwitch`'s run, its options as local names."""
+    (workers, models, jobs, probe, load_slope, seed, trace, out, plot, data, model, engine, time_scale) = (
+        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.seed, o.trace, o.out, o.plot, o.data, o.model,
+        o.engine, o.time_scale)
     rounds = probe + jobs + 3  # the sequential codes' T stays below the number of models (4)
     _, workers, train, common = _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine,
                                        time_scale)
     target = probe + jobs
     rows, curves = [], {}
-    for name, family in (("uncoded", None), ("GC", "gc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
+    for name, family in (("uncoded", None), ("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         kw = dict(code="uncoded") if family is None else dict(code="auto", probe=probe, load_slope=load_slope,
                                                              families=(family,))
         row, curves[name] = _train(name, train, common, target, kw)
@@ -177,15 +202,38 @@ def sgc_probe_switch(workers: int = 16, models: int = 4, jobs: int = 120, probe:
 
 
 @reproduction("sgc-training")
-def sgc_training(workers: int = 16, models: int = 4, jobs: int = 120, probe: int = 40, load_slope: float = 2.0,
-                 seed: int = 0, trace: str | None = None, out: str = "sgc-training", plot: bool = True,
-                 data: str = "digits", model: str = "cnn", engine: str = "inprocess", time_scale: float = 1.0) -> dict:
+@dataclass(frozen=True)
+class SGCTraining:
     """SGC Sec. 4.2, Table 1 and Fig. 2 (scaled): M-SGC, SR-SGC and GC with parameters chosen from a
     reference profile (App. J), coded from round 1, against uncoded; 4 CNNs trained concurrently.
 
     The reference profile is ``probe`` rounds of the same delays measured beforehand at the uncoded
     load (App. J: the paper uses T_probe = 80); each family's best parameters on it are then run for
     ``jobs`` jobs (all models together). Other parameters as ``sgc-probe-switch``."""
+
+    workers: int = 16
+    models: int = 4
+    jobs: int = 120
+    probe: int = 40
+    load_slope: float = 2.0
+    seed: int = 0
+    trace: str | None = None
+    out: str = "sgc-training"
+    plot: bool = True
+    data: str = "digits"
+    model: str = "cnn"
+    engine: str = "inprocess"
+    time_scale: float = 1.0
+
+    def run(self) -> dict:
+        return _sgc_training(self)
+
+
+def _sgc_training(o: SGCTraining) -> dict:
+    """:class:`SGCTraining`'s run, its options as local names."""
+    (workers, models, jobs, probe, load_slope, seed, trace, out, plot, data, model, engine, time_scale) = (
+        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.seed, o.trace, o.out, o.plot, o.data, o.model,
+        o.engine, o.time_scale)
     from gradcode.schemes.switch import choose_after_probe
 
     rounds = jobs + 3
@@ -197,7 +245,7 @@ def sgc_training(workers: int = 16, models: int = 4, jobs: int = 120, probe: int
     rows, curves = [], {}
     row, curves["uncoded"] = _train("uncoded", train, common, jobs, dict(code="uncoded"))
     rows.append(row)
-    for name, family in (("GC", "gc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
+    for name, family in (("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         scheme, report = choose_after_probe(reference, jobs=jobs, models=models, close=1.0, waitout="all",
                                             load_slope=load_slope, seed=seed, families=(family,))
         row, curves[name] = _train(name, train, common, jobs, dict(code=scheme), fixed=report["chosen"])
@@ -248,10 +296,8 @@ def _agc_code(family: str, s_max, group: bool, n: int, d: int, L: int):
 
 
 @reproduction("agc-training")
-def agc_training(ps=(0.05, 0.1), iterations: int = 60, workers: int = 20, d: int = 3, L: int = 6,
-                 batch_size: int = 180, lr: float = 0.1, target: float = 0.8, schemes=None, seed: int = 0,
-                 wire_dtype: str = "float64", decode_rtol: float = 1e-3, out: str = "agc-training", plot: bool = True, data: str = "digits",
-                 model: str = "cnn", engine: str = "inprocess", time_scale: float = 1.0) -> dict:
+@dataclass(frozen=True)
+class AGCTraining:
     """AGC Sec. VIII (Fig. 5-6, Table VI, scaled): uncoded, Tandon's GC, CGC, G-CGC, AGC and G-AGC
     train the same CNN under the restart model with straggler probability p.
 
@@ -284,6 +330,36 @@ def agc_training(ps=(0.05, 0.1), iterations: int = 60, workers: int = 20, d: int
     accuracy after each iteration agrees across schemes to float rounding and the time axis tells
     them apart, as in the paper's Fig. 6.
     """
+
+    ps: tuple = (0.05, 0.1)
+    iterations: int = 60
+    workers: int = 20
+    d: int = 3
+    L: int = 6
+    batch_size: int = 180
+    lr: float = 0.1
+    target: float = 0.8
+    schemes: object = None
+    seed: int = 0
+    wire_dtype: str = "float64"
+    decode_rtol: float = 0.001
+    out: str = "agc-training"
+    plot: bool = True
+    data: str = "digits"
+    model: str = "cnn"
+    engine: str = "inprocess"
+    time_scale: float = 1.0
+
+    def run(self) -> dict:
+        return _agc_training(self)
+
+
+def _agc_training(o: AGCTraining) -> dict:
+    """:class:`AGCTraining`'s run, its options as local names."""
+    (ps, iterations, workers, d, L, batch_size, lr, target, schemes, seed, wire_dtype, decode_rtol, out, plot,
+     data, model, engine, time_scale) = (
+        o.ps, o.iterations, o.workers, o.d, o.L, o.batch_size, o.lr, o.target, o.schemes, o.seed, o.wire_dtype,
+        o.decode_rtol, o.out, o.plot, o.data, o.model, o.engine, o.time_scale)
     from gradcode.analysis import draw_restart_epochs
 
     iterations = check_int("iterations", iterations, minimum=1)
@@ -318,7 +394,7 @@ def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, 
     ``target``) and its accuracy-against-time curve (:func:`agc_training`)."""
     from gradcode.analysis import restart_outcome, scheme_aet
     from gradcode.experiments.repro_analysis import AGC_TABLE6, agc_timing
-    from gradcode.torch import fit
+    from gradcode.torch import fit, fit_configs
 
     workers = fit_options["workers"]
     family, s_max, group = AGC_TRAINING_SCHEMES[name]
@@ -327,7 +403,9 @@ def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, 
     own_s = None if key in ("agc", "uncoded") else s_max  # AGC and uncoded have no s_max parameter
     timing = agc_timing(key, own_s)
     delays = (timing.restart_time(epochs) + timing.t_cp) * time_scale  # worker w in at R(e_w) + t_cp
-    res = fit(train[1], train[0], code=code, delay_model=("trace", {"delays": delays}), **fit_options)
+    options = dict(fit_options, code=code, delay_model=("trace", {"delays": delays}))
+    engine = options.pop("engine")
+    res = fit(train[1], train[0], **fit_configs(**options), engine=engine)
     rule_epoch, _ = restart_outcome(epochs, s_max, groups=groups)
     epoch = np.where(res.result.messages > 0, epochs, 0).max(axis=1)  # the epoch the run decoded in
     Y, S = restart_outcome(epochs, s_max, groups=groups, at=np.maximum(epoch, rule_epoch))

@@ -24,7 +24,8 @@ REPRODUCTIONS: Registry[dict[str, Any]] = Registry("reproduction", modules=_MODU
 
 def reproduction(name: str):
     """Register ``fn(**params) -> {"rows": [...]}`` as reproduction ``name`` (summary: the first
-    paragraph of its docstring)."""
+    paragraph of its docstring), or a dataclass of its options whose ``run()`` returns that (a
+    reproduction with many options)."""
     return REPRODUCTIONS.register(name)
 
 
@@ -36,4 +37,5 @@ def available_reproductions() -> dict[str, str]:
 def run_reproduction(name: str, **kwargs) -> dict:
     """Run reproduction ``name`` with its keyword parameters; an unknown name or parameter
     raises the registry's error, listing the names or the parameters."""
-    return REPRODUCTIONS.make(name, **kwargs)
+    made = REPRODUCTIONS.make(name, **kwargs)
+    return made.run() if hasattr(made, "run") else made  # an options object (a dataclass) runs itself

@@ -17,6 +17,7 @@ import csv
 import os
 
 import numpy as np
+from scipy import sparse
 
 from gradcode._validation import check_choice
 from gradcode.problems.data import Dataset, register_dataset, shuffle_split
@@ -26,6 +27,21 @@ __all__ = ["read_csv", "read_npz", "read_svmlight"]
 FORMATS = {".csv": "csv", ".npz": "npz", ".svm": "svmlight", ".libsvm": "svmlight", ".svmlight": "svmlight"}
 #: most distinct integer labels still read as classes (more: regression)
 MAX_CLASSES = 100
+
+
+def data_source(data: str, params: dict | None = None) -> tuple[str, dict]:
+    """``(dataset name, params)`` for ``data``: a dataset name as it is, or a path to the user's
+    own file (one with a path separator, a known extension or that exists), which becomes the
+    ``file`` dataset with ``path`` (absolute) added to ``params`` (``target`` for a CSV stays in
+    them). So ``TrainSpec(data="mydata.csv", data_params={"target": "label"})`` and the CLI's
+    ``--data mydata.csv --target label`` name the same data."""
+    params = dict(params or {})
+    looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
+    if not looks_like_file:
+        return data, params
+    if not os.path.isfile(data):
+        raise ValueError(f"data {data!r}: no such file")
+    return "file", {**params, "path": os.path.abspath(data)}
 
 
 def read_csv(path: str, target: str, categorical=()):
@@ -143,9 +159,15 @@ def infer_task(y: np.ndarray) -> str:
 
 @register_dataset("file")
 def _file(rng, test_fraction, path: str | None = None, target: str | None = None, categorical: str | None = None,
-          format: str | None = None, task: str | None = None):
+          format: str | None = None, task: str | None = None, standardize: bool = True):
     """Your own data from a file: CSV (``target`` column; ``categorical`` comma-separated columns
-    one-hot encoded), NPZ (arrays ``X`` and ``y``) or LibSVM/svmlight (sparse)."""
+    one-hot encoded), NPZ (arrays ``X`` and ``y``) or LibSVM/svmlight (sparse).
+
+    ``standardize`` (default on, as the built-in datasets are): every feature centred and scaled
+    to unit variance with the *training* split's mean and deviation (scikit-learn's
+    ``StandardScaler`` fitted on the training rows only, so nothing of the held-out rows leaks
+    into training); sparse files are only scaled, not centred, which keeps them sparse. Without
+    it, features of very different scales make ``1/L`` steps crawl along the small ones."""
     if path is None:
         raise ValueError("the file dataset needs path=FILE (gradcode train --data FILE)")
     path = os.fspath(path)
@@ -176,7 +198,13 @@ def _file(rng, test_fraction, path: str | None = None, target: str | None = None
     if task == "multiclass":
         y = y.astype(np.int64)
     tr, te = shuffle_split(X.shape[0], rng, test_fraction)
-    info = {"path": os.path.abspath(path), "format": fmt}
+    info = {"path": os.path.abspath(path), "format": fmt, "standardized": bool(standardize)}
     if names is not None:
         info["columns"] = names
-    return Dataset(f"file:{os.path.basename(path)}", task, X[tr], y[tr], X[te], y[te], info=info)
+    X_train, X_test = X[tr], X[te]
+    if standardize:
+        from sklearn.preprocessing import StandardScaler
+
+        scaler = StandardScaler(with_mean=not sparse.issparse(X)).fit(X_train)
+        X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+    return Dataset(f"file:{os.path.basename(path)}", task, X_train, y[tr], X_test, y[te], info=info)

@@ -1,6 +1,6 @@
 """The runtime: real training with gradient coding (docs/architecture.md, "The runtime").
 
-:func:`train` (keywords, or the config objects of :mod:`gradcode.runtime.config`) and
+:func:`train` (the config objects of :mod:`gradcode.runtime.config`) and
 :func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.master`); a
 :class:`RoundDriver` (:mod:`gradcode.runtime.driver`) runs the rounds on an :class:`Engine`
 (:mod:`gradcode.runtime.base`): Ray actors (:mod:`gradcode.runtime.engine`, the only module that
@@ -11,10 +11,10 @@ Importing this package does not import Ray.
 """
 
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup
+from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, configs_from_keywords
+from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.inprocess import InProcessEngine
-from gradcode.runtime.master import build_scheme, parse_failures, prepare, resume, train
+from gradcode.runtime.master import ENGINES, build_scheme, make_engine, parse_failures, prepare, resume, runs_home, train
 from gradcode.runtime.records import CheckpointError, RunDirInUseError, TrainResult, TrainState
 from gradcode.runtime.safe_state import UnsafeStateError, trust_modules
 from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
@@ -22,6 +22,7 @@ from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
 __all__ = [
     "CheckpointError",
     "ClusterConfig",
+    "ENGINES",
     "Engine",
     "Event",
     "FaultConfig",
@@ -35,13 +36,17 @@ __all__ = [
     "TrainResult",
     "TrainSpec",
     "TrainState",
+    "TrainingStopped",
     "UnsafeStateError",
     "WireTask",
     "WorkerCore",
     "build_scheme",
+    "configs_from_keywords",
+    "make_engine",
     "parse_failures",
     "prepare",
     "resume",
+    "runs_home",
     "train",
     "trust_modules",
 ]

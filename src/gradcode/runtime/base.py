@@ -102,3 +102,4 @@ class Engine(ABC):
         """Why the cluster the workers run on is gone, if it is; None while it is there (or when
         the engine cannot tell). The driver asks before blaming a round's workers one by one."""
         return None
+

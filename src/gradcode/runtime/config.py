@@ -26,7 +26,7 @@ from typing import Any
 
 from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
 
-__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec"]
+__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "configs_from_keywords"]
 
 
 def _set(obj, name: str, value) -> None:
@@ -35,14 +35,19 @@ def _set(obj, name: str, value) -> None:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Where the workers run.
+    """Where the workers run: the Ray engine's settings (:func:`gradcode.runtime.make_engine`
+    builds a :class:`~gradcode.runtime.engine.RayEngine` from them; the in-process engine has no
+    cluster and refuses settings that would be ignored).
 
     ``address``: join an existing Ray cluster (``"auto"``, ``"host:port"``, ``"ray://..."``);
     None uses the Ray session already running in this process, or starts an embedded local one
     with ``num_cpus`` cores. ``start_timeout``: seconds the cluster may take to answer and the
     workers to start (build their data) before the run stops with a clear error.
-    ``worker_cpus``: CPUs each worker reserves; 0 (default) so that the number of workers is not
-    limited by the cores Ray sees (stragglers are simulated on few cores; 64 workers run on 2).
+    ``worker_cpus``: CPUs each worker reserves (Ray's ``num_cpus`` of the worker actors;
+    ``--cpus-per-worker``); 0 (default) so that the number of workers is not limited by the cores
+    Ray sees (stragglers are simulated on few cores; 64 workers run on 2). With 0, a run whose
+    workers outnumber the cluster's CPUs is warned about: they share cores, so the measured round
+    times include that contention.
     """
 
     address: str | None = None
@@ -96,7 +101,8 @@ class RunConfig:
     """How long the run goes and where its records go.
 
     ``rounds``: training rounds (with ``resume``, the total: more than the checkpoint's extends a
-    finished run). ``checkpoint_every``: rounds between checkpoints (0: none). ``run_dir``: where
+    finished run; None: :func:`gradcode.torch.fit`'s epochs decide, :func:`gradcode.train` refuses
+    it). ``checkpoint_every``: rounds between checkpoints (0: none). ``run_dir``: where
     records, checkpoints and Ray's temp dir go (None: a new ``./gradcode-runs/<code>-n<n>-<time>``).
     ``eval_every``: held-out metrics every ``K`` rounds and after the last (0: after the last only).
     ``resume``: continue the run in ``run_dir`` from its checkpoint (same spec, checked);
@@ -104,7 +110,7 @@ class RunConfig:
     refused).
     """
 
-    rounds: int = 100
+    rounds: int | None = 100
     checkpoint_every: int = 0
     run_dir: str | os.PathLike | None = None
     eval_every: int = 1
@@ -112,7 +118,8 @@ class RunConfig:
     overwrite: bool = False
 
     def __post_init__(self):
-        _set(self, "rounds", check_int("rounds", self.rounds, minimum=1))
+        if self.rounds is not None:  # None: the trainer's default (gradcode.torch.fit: one epoch)
+            _set(self, "rounds", check_int("rounds", self.rounds, minimum=1))
         _set(self, "checkpoint_every", check_int("checkpoint_every", self.checkpoint_every, minimum=0))
         _set(self, "eval_every", check_int("eval_every", self.eval_every, minimum=0))
         if self.resume and self.run_dir is None:  # the default run_dir is a new timestamped folder
@@ -121,19 +128,53 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """What is trained (see :func:`gradcode.runtime.train` for each field's meaning).
+    """What is trained: two runs with the same spec train the same models to the same iterates
+    (exact codes), whatever the engine, the cluster or the faults.
 
-    ``code``: a code name, a :class:`~gradcode.LinearCode` or a :class:`~gradcode.schemes.Scheme`
-    (with ``workers`` (default 4), ``stragglers``, ``seed`` and ``code_params`` for a name; a code
-    or scheme object brings its own ``n``, and a ``workers`` that differs is refused); ``data`` a
-    dataset name (with ``data_params`` and ``test_fraction``), a ``DataSpec``, or a problem spec
-    (anything picklable whose ``build()`` returns ``(problem, dataset)``); ``problem`` defaults to
-    the data's task. ``optimizer_params``: one dict for every model or a list of ``models`` dicts.
-    ``stragglers``/``delay``/``delay_model``/``inject``: the injected stragglers (also the
-    tolerance ``s`` of codes that take one). ``verify``: rounds wait for two spare results and
-    check them against each other. ``close``/``waitout``: the closing rule, ``"decodable"`` or the
-    ``mu >= 0`` of SGC's mu-rule, and what a round that rule leaves undecodable waits for
-    (``"decodable"`` or ``"all"``), as in :func:`gradcode.simulate`.
+    ``code``: a code name, built with ``n=workers`` (default 4, or the code's own ``n`` from
+    ``code_params``), ``s=stragglers`` and ``seed`` where the code takes them, plus ``code_params``
+    (:func:`~gradcode.schemes.factory.resolve_scheme`); a scheme family's name (``gc-dc``, with its
+    parameters in ``code_params``); a :class:`~gradcode.LinearCode` or any
+    :class:`~gradcode.schemes.Scheme` (it brings its own ``n``; a ``workers`` that differs is
+    refused).
+
+    ``stragglers``/``delay``: ``stragglers`` random workers per round sleep ``delay`` extra seconds
+    (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless ``delay_model`` (a delay model, a
+    name, or ``(name, params)``) is given; ``stragglers`` is also the tolerance ``s`` of codes that
+    take one. ``inject``: what a worker sleeps on top of its real computation, from the delay
+    model's draw (``time = intercept + slope * load``): ``"excess"`` (default) only what the model
+    adds beyond the round's fastest worker (``intercept`` and ``slope`` less their minimum over
+    workers), since the real computation already takes the fastest worker's time: a model with no
+    stragglers injects nothing, Tandon's ``fixed`` model exactly its delays, a shifted exponential
+    its spread; ``"full"``: the model's whole time (workers whose real computation is negligible
+    next to the modelled one).
+
+    ``data``: a dataset name (with ``data_params`` and ``test_fraction``; ``"file"`` with
+    ``data_params={"path": ..., "target": ...}`` for a CSV, NPZ or LibSVM file, whose features are
+    standardised with the training split's statistics unless ``standardize=False``), a path to such
+    a file (``data="mydata.csv", data_params={"target": "label"}``, as the CLI's ``--data``), a
+    :class:`~gradcode.problems.DataSpec`, or a problem spec: anything picklable whose ``build()``
+    returns ``(problem, dataset)``, which workers and master call to get the same problem.
+    ``problem`` defaults to ``logistic``/``linear``/``softmax`` by the data's task.
+
+    ``optimizer``: ``gd``, ``nesterov`` or ``sgd`` (or one optimizer object per model);
+    ``optimizer_params``: one dict for every model or a list of ``models`` dicts (e.g. a
+    learning-rate sweep); without a step size GD and Nesterov take ``1/L`` from
+    ``problem.smoothness()`` (the run's ``config.json`` records the step used). ``models``: models
+    trained at once (round ``j`` serves model ``j mod models``).
+
+    ``verify``: each round waits for two results more than decoding needs and checks them against
+    each other (:meth:`LinearCode.decode_verified`): a worker whose finite result is wrong is
+    named, left out of the round and recorded as a fault; a round whose results disagree with no
+    culprit located waits for more (``2e`` spare results locate ``e`` wrong workers). Its cost: a
+    verified round lasts until ``need + 2`` results are in.
+
+    ``close``: when a round ends. ``"decodable"`` (default): as soon as the due jobs decode. A
+    number ``mu >= 0``: SGC's mu-rule (Section 2, as :func:`gradcode.simulate` runs it): with
+    ``kappa`` the time the first worker delivers its whole task result, the round waits until
+    ``(1 + mu) kappa`` (or until every worker is in or has failed, if sooner); a round that cannot
+    decode then waits it out (``waitout``: ``"decodable"``, until it decodes; ``"all"``, the
+    paper's, for every worker that has not failed), and ``TrainResult.waitouts`` marks it.
     """
 
     code: Any = "crc"
@@ -175,6 +216,24 @@ class TrainSpec:
     def replace(self, **changes) -> TrainSpec:
         """A copy with ``changes`` (validated again)."""
         return replace(self, **changes)
+
+
+#: which config object each of the old ``train()`` keywords belongs to
+_KEYWORD_GROUPS = (("spec", TrainSpec), ("cluster", ClusterConfig), ("faults", FaultConfig), ("run", RunConfig))
+
+
+def configs_from_keywords(**keywords) -> dict:
+    """``{"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig, "run": RunConfig}``
+    from flat keywords (any field of the four, e.g. ``code="crc", workers=4, rounds=10,
+    round_timeout=5``), for ``train(**configs_from_keywords(...), engine=...)``; a keyword that is
+    no field of any of them is a ``TypeError`` naming it."""
+    out, left = {}, dict(keywords)
+    for name, cls in _KEYWORD_GROUPS:
+        out[name] = cls(**{k: left.pop(k) for k in field_names(cls) if k in left})
+    if left:
+        raise TypeError(f"unknown training option(s) {', '.join(sorted(left))}; the options are the fields of"
+                        " TrainSpec, ClusterConfig, FaultConfig and RunConfig")
+    return out
 
 
 def field_names(cls) -> tuple[str, ...]:

@@ -117,14 +117,25 @@ from gradcode.runtime.worker import WireTask
 from gradcode.schemes.static import task_schedule
 from gradcode.schemes.timing import message_arrivals
 
-__all__ = ["RoundDriver", "RoundTimeoutError", "RunSetup"]
+__all__ = ["RoundDriver", "RoundTimeoutError", "RunSetup", "TrainingStopped"]
 
 #: what a non-finite float16 message most likely is, and what to do about it
 _FLOAT16_OVERFLOW = ("float16 messages overflow above 65504: send float32 or float64, or use a code with smaller"
                      " coefficients")
 
 
-class RoundTimeoutError(GradcodeError):
+class TrainingStopped(GradcodeError):
+    """A started run stopped before its last round, for a reason of the run itself: a round that
+    could not be decoded in time (:class:`RoundTimeoutError`), a diverging step, a worker that
+    raised, a decoded gradient that is not finite, a lost cluster. ``result``: the completed
+    rounds as a :class:`~gradcode.runtime.records.TrainResult` (also saved under the run dir),
+    set by :func:`~gradcode.runtime.train` before the error reaches the caller."""
+
+    #: the completed rounds (None until the run's records are saved)
+    result = None
+
+
+class RoundTimeoutError(TrainingStopped):
     """A round could not be decoded within ``round_timeout`` seconds. The message names the round,
     the workers that held it up and why (died and not back, non-finite result, still computing or
     still busy with an earlier round)."""
@@ -273,45 +284,59 @@ class RoundDriver:
     # -------------------------------------------------------------- per round
     def round(self, t: int) -> dict[int, float]:
         """Run round ``t`` to its close; returns ``{model: training objective}`` of the models
-        updated in it."""
-        engine, scheme = self.engine, self.scheme
+        updated in it: open it (:meth:`_open_round`), wait until the scheme decodes and close it
+        (:meth:`_close_when_decodable`), record who arrived and step (:meth:`_record_round`)."""
         start = self.clock()
+        wire, unsent, retries = self._open_round(t, start)
+        deadline = start + self.timeout
+        waited = False
+        if self.mu is not None:
+            waited = self._wait_mu_deadline(t, wire, unsent, retries, start, deadline)
+        self.state.waitouts[t] = waited
+        finished, arrived = self._close_when_decodable(t, (wire, unsent, retries, start, deadline))
+        losses = self._record_round(t, wire, arrived, finished)
+        self.state.round_times[t] = self.clock() - start
+        self._end_round(t)
+        return losses
+
+    def _open_round(self, t: int, start: float) -> tuple[dict, set, dict]:
+        """Plan round ``t`` and send each idle worker its tasks: ``(wire tasks by worker, workers
+        still to send to (busy now), re-send schedule)``."""
+        scheme = self.scheme
         self.current = t
         self.starts[t] = start
         self.close_error = None
         if self.draw is not None:  # perfect straggler state information, for schemes that use it
             scheme.observe_states(t, self.draw.straggling[t],
                                   None if self.draw.rates is None else self.draw.rates[t])
-        plan = scheme.plan(t)
         wire = {}
-        for w, tasks in plan.items():
+        for w, tasks in scheme.plan(t).items():
             wire[w] = self._wire(t, w, tasks)
             self.state.injected[t, w] = wire[w][2][-1] if len(wire[w][2]) else 0.0
         unsent = set(wire)
-        retries: dict[int, tuple[float, int]] = {}  # worker -> (not before, attempts)
         for w in sorted(wire):
-            if engine.busy(w):
-                continue
-            self._send(t, w, wire[w])
-            unsent.discard(w)
-        deadline = start + self.timeout
-        waited = False
-        if self.mu is not None:
-            waited = self._wait_mu_deadline(t, wire, unsent, retries, start, deadline)
-        self.state.waitouts[t] = waited
+            if not self.engine.busy(w):
+                self._send(t, w, wire[w])
+                unsent.discard(w)
+        return wire, unsent, {}
+
+    def _close_when_decodable(self, t: int, waiting: tuple) -> tuple[list, frozenset]:
+        """Wait until the scheme can decode round ``t`` and close it: ``(finished jobs, workers
+        whose results it used)``. Stragglers by the simulator's rule (``round_stragglers``: the
+        code's, e.g. AGC's ``r_s`` messages; whole results for other schemes). A close the scheme
+        refuses keeps the round open: it waits for more (an imprecise or inconsistent decode: the
+        next message), re-sends, or times out."""
+        wire, unsent, retries, start, deadline = waiting
+        scheme = self.scheme
         while True:
             self._wait_ready(t, wire, unsent, retries, start, deadline)
-            # the scheme can decode: close the round. Stragglers by the simulator's rule
-            # (round_stragglers: the code's, e.g. AGC's r_s messages; whole results for other
-            # schemes); the arrival table holds the last message each non-straggler delivered
             counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
             planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
                                dtype=np.intp)
             late = scheme.round_stragglers(counts, planned)
             arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
             try:
-                finished = scheme.close(t, arrived)
-                break
+                return scheme.close(t, arrived), arrived
             except NotDecodableError as exc:
                 if self.mu is not None:  # past the mu-rule's deadline: the round is waited out
                     self.state.waitouts[t] = True
@@ -330,10 +355,16 @@ class RoundDriver:
                         what = ("the decoded gradient is still not accurate enough"
                                 if isinstance(exc, ImpreciseDecodeError) else
                                 "the results still disagree with no culprit located")
-                        raise GradcodeError(f"round {t}: every worker's result is in and {what}: {exc}") from exc
+                        raise TrainingStopped(f"round {t}: every worker's result is in and {what}: {exc}") from exc
                     continue
                 if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
-                    raise GradcodeError(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
+                    raise TrainingStopped(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
+
+    def _record_round(self, t: int, wire: dict, arrived: frozenset, finished) -> dict[int, float]:
+        """Record round ``t``'s arrivals (the last message each non-straggler delivered), the
+        results the scheme dropped, how each fault of the round was recovered, then step the
+        models with the decoded gradients (:meth:`_apply`)."""
+        scheme = self.scheme
         dropped = self._dropped_by_scheme(t, arrived)
         for w in wire:
             self.state.arrivals[t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
@@ -350,14 +381,18 @@ class RoundDriver:
                 self.fault_version += 1
         losses = self._apply(t, finished)
         self.finished_jobs = [int(job) for job, _ in finished]
-        self.state.round_times[t] = self.clock() - start
-        for w in range(scheme.n):
+        return losses
+
+    def _end_round(self, t: int) -> None:
+        """After round ``t`` closed: its message counts recorded, its work still running aborted,
+        and everything kept about it forgotten (later messages of the round are stale)."""
+        for w in range(self.scheme.n):
             self.state.messages[t, w] = self.counts.get((t, w), 0)
-        for w in range(scheme.n):
-            r = engine.running_round(w)
+        for w in range(self.scheme.n):
+            r = self.engine.running_round(w)
             if r is not None and r <= t:
-                engine.abort(w, t)
-        for key in [k for k in self.counts if k[0] <= t]:  # later messages of the round are stale
+                self.engine.abort(w, t)
+        for key in [k for k in self.counts if k[0] <= t]:
             self.counts.pop(key, None)
             self.streamed.pop(key, None)
             self.expected.pop(key, None)
@@ -366,7 +401,6 @@ class RoundDriver:
         self.overflowed = {k for k in self.overflowed if k[0] > t}
         self.lost = {k for k in self.lost if k[0] > t}
         self.first_done.pop(t, None)
-        return losses
 
     def _wait_mu_deadline(self, t, wire, unsent, retries, start, deadline) -> bool:
         """The mu-rule's wait (module docstring): handle events until ``(1 + mu) kappa`` after the
@@ -452,7 +486,7 @@ class RoundDriver:
             self._handle(ev)
             if ev.kind == "failed" and not ev.lost:
                 cause = getattr(ev.payload, "cause", None) or ev.payload
-                raise GradcodeError(
+                raise TrainingStopped(
                     f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
                 ) from None
             if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
@@ -647,7 +681,7 @@ class RoundDriver:
             m = job % self.models
             g = np.asarray(g)[: x.size]  # drop the zero padding of a chunked code's last chunk
             if not finite(g):  # every message used was finite: the scheme's sum overflowed
-                raise GradcodeError(
+                raise TrainingStopped(
                     f"round {t}: the decoded gradient of job {job} (model {m}) holds NaN or infinity"
                     " although every message used was finite; it was not applied"
                 )
@@ -660,7 +694,7 @@ class RoundDriver:
             if bad is None and not math.isfinite(loss):
                 bad = "training objective"
             if bad is not None:
-                raise GradcodeError(
+                raise TrainingStopped(
                     f"round {t}: training diverged: model {m}'s {bad} became non-finite (NaN or"
                     f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
                     f" gradient (norm {float(np.linalg.norm(grad)):.3g}): the step size is too large for"
@@ -682,7 +716,7 @@ class RoundDriver:
         """Stop with one clear error when the engine's cluster itself is gone (issue 20, item 9)."""
         why = self.engine.lost()
         if why is not None:
-            raise GradcodeError(f"round {t}: {why}; the workers' failures follow from that. Start the cluster"
+            raise TrainingStopped(f"round {t}: {why}; the workers' failures follow from that. Start the cluster"
                                 " again and continue the run with --resume (from its last checkpoint)")
 
     def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:

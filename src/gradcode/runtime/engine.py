@@ -52,6 +52,7 @@ cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import json
 import logging
@@ -104,11 +105,21 @@ class _RayWorker:
         # only the partitions' rows are kept (ProblemSpec.build_partitions)
         self.core = build_core(worker, spec, partitions, chunks)
         self._wake = asyncio.Event()
+        self._generation = 0  # +1 a reset: the tasks of an earlier run stop at their next sleep
+
+    async def reset(self, worker: int, spec, partitions: dict, chunks: int) -> int:
+        """Become worker ``worker`` of another run (:func:`ray_session` reuses actors between
+        runs): the tasks of the previous run end at their next sleep, the new core is built."""
+        self._generation += 1
+        self._wake.set()
+        self.core = build_core(worker, spec, partitions, chunks)
+        return os.getpid()
 
     async def run(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+        generation = self._generation
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
-                if not await self._sleep(t, item):
+                if not await self._sleep(t, item, generation):
                     return
             else:
                 yield item
@@ -117,19 +128,20 @@ class _RayWorker:
         """A round whose tasks send one message: a plain call returning it (None when aborted
         during its injected sleep). No generator: one object and one wait instead of a stream's
         item and end marker."""
-        out = None
+        out, generation = None, self._generation
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
-                if not await self._sleep(t, item):
+                if not await self._sleep(t, item, generation):
                     return None
             else:
                 out = item
         return out
 
-    async def _sleep(self, t: int, seconds: float) -> bool:
+    async def _sleep(self, t: int, seconds: float, generation: int) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        while self.core._aborted < t:
+        core = self.core
+        while core._aborted < t and self._generation == generation:
             left = deadline - loop.time()
             if left <= 0:
                 return True
@@ -354,6 +366,54 @@ def wait_for_address(address: str, timeout: float) -> None:
     )
 
 
+class SharedCoresWarning(RuntimeWarning):
+    """More workers than the cluster has CPUs, none reserving a core: they share cores, so round
+    times include that contention (a coded scheme can then look slower than uncoded)."""
+
+
+#: the session :func:`ray_session` opened: (its cluster settings, its temp dir), or None
+_session: dict = {}
+
+
+@contextlib.contextmanager
+def ray_session(cluster=None, *, run_dir=None):
+    """One Ray session for several runs (``gradcode train --scheme crc,frc,uncoded``): Ray starts
+    (or joins ``cluster.address``) once, every :class:`RayEngine` made inside uses it without
+    warning that its cluster settings are ignored, and it stops at the end, its logs kept under
+    ``run_dir/ray/logs``. Inside a Ray session that is already running (yours) it only shares the
+    workers; inside an outer ``ray_session`` it does nothing.
+
+    The worker actors are shared too: an engine's :meth:`~RayEngine.shutdown` leaves its live
+    actors to the next engine, which makes them its workers with :meth:`_RayWorker.reset` (a
+    rebuilt core, ~ms) instead of starting processes (~0.5 s each, measured on 2 cores). Ray
+    restarts a dead actor with its *first* constructor arguments, so an engine resets a reused
+    worker again after any lost task before it gives it work."""
+    from gradcode.runtime.config import ClusterConfig
+
+    cluster = cluster if cluster is not None else ClusterConfig()
+    if "pool" in _session:  # an outer ray_session
+        yield
+        return
+    owned = not ray.is_initialized()
+    temp_dir = None
+    if owned:
+        temp_dir = init_ray(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
+                            start_timeout=cluster.start_timeout)
+    _session.update(cluster=cluster if owned else None, pool={})
+    try:
+        yield
+    finally:
+        for actors in _session["pool"].values():
+            for a in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(a, no_restart=True)
+        _session.clear()
+        if owned:
+            ray.shutdown()
+            if temp_dir is not None:
+                retire_temp_dir(temp_dir, run_dir)
+
+
 class RayEngine(Engine):
     """Ray actors as gradcode workers.
 
@@ -361,7 +421,15 @@ class RayEngine(Engine):
     embedded local cluster (``num_cpus`` cores, temp dir from :func:`ray_temp_dir`) and stops it in
     :meth:`shutdown`; ``address="auto"`` or ``"host:port"`` joins an existing cluster (raising
     :class:`GradcodeError` when nothing answers there within ``start_timeout`` seconds).
+    ``worker_cpus``: CPUs each worker actor reserves (0: none, and a :class:`SharedCoresWarning`
+    when the workers outnumber the cluster's CPUs).
     """
+
+    @classmethod
+    def from_config(cls, cluster, *, run_dir=None) -> RayEngine:
+        """The engine of a :class:`~gradcode.runtime.config.ClusterConfig` (its Ray settings)."""
+        return cls(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
+                   worker_cpus=cluster.worker_cpus, start_timeout=cluster.start_timeout)
 
     def __init__(
         self,
@@ -381,7 +449,8 @@ class RayEngine(Engine):
             self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir,
                                      start_timeout=start_timeout)
             self._owned = True
-        else:
+        elif _session.get("cluster") is None or (_session["cluster"].address, _session["cluster"].num_cpus) != (
+                address, num_cpus):  # settings that ray_session applied are not ignored
             ignored = [f"{k}={v!r}" for k, v in (("address", address), ("num_cpus", num_cpus)) if v is not None]
             if ignored:
                 _warn_ignored(f"{' and '.join(ignored)} ignored: Ray is already running in this process"
@@ -390,6 +459,11 @@ class RayEngine(Engine):
         self._run: list[Any] = []
         self._running: dict[int, tuple[int, Any, bool]] = {}  # worker -> (round, reference, streaming)
         self._owner: dict[Any, int] = {}  # reference -> worker
+        self._specs: list[tuple] = []  # each worker's (problem spec, partitions, chunks)
+        self._reused: set[int] = set()  # workers taken over from the session's previous engine
+        self._stale: set[int] = set()  # reused workers to reset before their next task
+        self._killed: set[int] = set()
+        self._pool_key = None
 
     # ----------------------------------------------------------------- workers
     def spawn(self, specs: list[tuple[ProblemSpec, dict, int]], *, max_restarts: int = -1,
@@ -402,10 +476,23 @@ class RayEngine(Engine):
             max_task_retries=0,
             num_cpus=self.worker_cpus,
         )
-        self._actors = [cls.remote(w, spec, parts, chunks) for w, (spec, parts, chunks) in enumerate(specs)]
+        cpus = ray.cluster_resources().get("CPU", 0.0)
+        if self.worker_cpus == 0 and len(specs) > cpus:
+            warnings.warn(f"{len(specs)} workers share the cluster's {cpus:g} CPUs: their computations contend for"
+                          " cores, so round times include that (a coded scheme, with more work a worker, can look"
+                          " slower than uncoded); reserve cores with --cpus-per-worker (ClusterConfig.worker_cpus)"
+                          " or use fewer workers", SharedCoresWarning, stacklevel=2)
+        pool = _session.get("pool", {}).pop((max_restarts, self.worker_cpus), [])
+        reused = pool[: len(specs)]
+        for a in pool[len(specs):]:  # more than this run needs: kept for the next one
+            _session["pool"].setdefault((max_restarts, self.worker_cpus), []).append(a)
+        self._specs = [tuple(x) for x in specs]
+        self._stale = set()
+        self._actors = reused + [cls.remote(w, *specs[w]) for w in range(len(reused), len(specs))]
         self._run = [a.run.options(num_returns="streaming") for a in self._actors]
+        self._pool_key = (max_restarts, self.worker_cpus)
         try:
-            ray.get([a.ping.remote() for a in self._actors], timeout=start_timeout)
+            self._start(reused, cls, start_timeout)
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             raise GradcodeError(
@@ -419,6 +506,23 @@ class RayEngine(Engine):
                 "the workers could not start (each rebuilds its problem from the data spec in"
                 f" __init__; on a remote cluster gradcode must be installed on every node): {exc}"
             ) from None
+
+    def _start(self, reused: list, cls, timeout: float) -> None:
+        """Wait until every worker is up: new actors answer a ping, reused ones finish their
+        :meth:`_RayWorker.reset`; a reused actor that is dead is replaced by a new one."""
+        deadline = time.monotonic() + timeout
+        refs = [a.reset.remote(w, *self._specs[w]) for w, a in enumerate(reused)]
+        refs += [a.ping.remote() for a in self._actors[len(reused):]]
+        for w, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0))
+            except ray.exceptions.RayActorError:
+                if w >= len(reused):
+                    raise
+                self._actors[w] = cls.remote(w, *self._specs[w])
+                self._run[w] = self._actors[w].run.options(num_returns="streaming")
+                ray.get(self._actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
+        self._reused = set(range(len(reused)))
 
     @property
     def n(self) -> int:
@@ -456,6 +560,9 @@ class RayEngine(Engine):
         if w in self._running:
             raise RuntimeError(f"worker {w} is still busy with round {self._running[w][0]}")
         args = (t, tasks, tuple(float(x) for x in sleeps), bool(fail), *params)
+        if w in self._stale:  # a reused actor Ray may have restarted with another run's arguments
+            self._stale.discard(w)
+            self._actors[w].reset.remote(w, *self._specs[w])
         if task_messages(tasks) == 1:
             ref = self._actors[w].run_one.remote(*args)
             self._running[w] = (t, ref, False)
@@ -498,6 +605,7 @@ class RayEngine(Engine):
             except Exception as exc:  # the actor died before the stream started
                 self._forget(w)
                 events.append(Event(w, t, "failed", exc, lost=_lost(exc)))
+                self._lost_worker(w, exc)
                 continue
             fetch.append((w, t, item))
         if fetch:
@@ -514,11 +622,18 @@ class RayEngine(Engine):
                 if isinstance(value, _Failed):  # died mid-stream, or the task raised
                     self._forget(w)
                     events.append(Event(w, t, "failed", value.exc, lost=_lost(value.exc)))
+                    self._lost_worker(w, value.exc)
                 elif value is None:  # a plain call aborted in its sleep: no message
                     events.append(Event(w, t, "done"))
                 else:
                     events.append(Event(w, t, "message", value))
         return events
+
+    def _lost_worker(self, w: int, exc) -> None:
+        """A reused worker whose task was lost may come back restarted by Ray with the arguments
+        of the run that created it: reset it before its next task."""
+        if w in self._reused and _lost(exc):
+            self._stale.add(w)
 
     def _forget(self, w: int) -> None:
         entry = self._running.pop(w, None)
@@ -539,6 +654,7 @@ class RayEngine(Engine):
 
     def kill(self, w: int) -> None:
         ray.kill(self._actors[w], no_restart=True)
+        self._killed.add(w)
 
     def lost(self) -> str | None:
         """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with
@@ -561,8 +677,15 @@ class RayEngine(Engine):
 
     def shutdown(self) -> None:
         """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:
-        logs kept under ``run_dir/ray/logs``, a ``/tmp/gcray-*`` folder removed)."""
-        for a in self._actors:
+        logs kept under ``run_dir/ray/logs``, a ``/tmp/gcray-*`` folder removed). Inside a
+        :func:`ray_session` the workers not killed are left to the session's next engine."""
+        pool = _session.get("pool")
+        for w, a in enumerate(self._actors):
+            if pool is not None and w not in self._killed:
+                with contextlib.suppress(Exception):
+                    a.abort.remote(2**62)  # the run's sleeping tasks end now
+                pool.setdefault(self._pool_key, []).append(a)
+                continue
             try:
                 ray.kill(a, no_restart=True)
             except Exception:

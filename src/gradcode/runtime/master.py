@@ -11,9 +11,9 @@ follows. Whatever happens, the completed rounds are saved under the run dir
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gradcode._validation import check_int, check_real
+from gradcode._validation import check_choice, check_int, check_real
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, field_names
-from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup
+from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.records import (
     CHECKPOINT,
     RUN_FILES,
@@ -42,14 +42,43 @@ from gradcode.runtime.records import (
 )
 from gradcode.runtime.worker import ProblemSpec
 
-__all__ = ["CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainResult", "build_scheme", "json_safe",
-           "parse_failures", "prepare", "resume", "train"]
+__all__ = ["ENGINES", "CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainResult", "TrainingStopped",
+           "build_scheme", "json_safe", "make_engine", "parse_failures", "prepare", "resume", "runs_home", "train"]
 
 
 # ----------------------------------------------------------------------------------------- helpers
 
 #: workers of a code or scheme given by name when ``workers`` is not given
 DEFAULT_WORKERS = 4
+
+
+#: the engines :func:`make_engine` builds by name
+ENGINES = ("ray", "inprocess")
+
+
+def make_engine(engine=None, *, cluster: ClusterConfig | None = None, run_dir=None) -> Engine:
+    """The engine a run uses: ``engine`` itself when it is an :class:`Engine`; ``"ray"`` (the
+    default, also for None) a :class:`~gradcode.runtime.engine.RayEngine` built from ``cluster``
+    (a :class:`~gradcode.runtime.config.ClusterConfig`: the Ray engine's settings) with Ray's
+    temp dir under ``run_dir``; ``"inprocess"`` an
+    :class:`~gradcode.runtime.inprocess.InProcessEngine` timed by the workers' measured compute
+    (no processes, no Ray), which refuses cluster settings it would ignore."""
+    if isinstance(engine, Engine):
+        return engine
+    name = check_choice("engine", "ray" if engine is None else engine, ENGINES)
+    cluster = cluster if cluster is not None else ClusterConfig()
+    if name == "inprocess":
+        from gradcode.runtime.inprocess import InProcessEngine
+
+        set_ = [f for f in ("address", "num_cpus") if getattr(cluster, f) is not None]
+        set_ += ["worker_cpus"] if cluster.worker_cpus else []
+        if set_:
+            raise ValueError(f"the in-process engine runs the workers in this process, without a cluster:"
+                             f" {', '.join(set_)} are the Ray engine's settings (engine='ray', --engine ray)")
+        return InProcessEngine(compute_time="measured")
+    from gradcode.runtime.engine import RayEngine
+
+    return RayEngine.from_config(cluster, run_dir=run_dir)
 
 
 def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: int) -> frozenset[tuple[int, int]]:
@@ -180,99 +209,94 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     ``default_rng(seed)``), the failures to inject (``faults.fail``, checked against the workers
     and rounds) and the JSON config record. Raises ``ValueError``/``TypeError`` for anything
     wrong, before any worker starts."""
-    from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
-
     faults = faults or FaultConfig()
     rounds = check_int("rounds", rounds, minimum=1)
-    seed, models, data = spec.seed, spec.models, spec.data
-
-    # ---- data and problem
-    if hasattr(data, "build") and not isinstance(data, (str, DataSpec)):
-        pspec = data  # a ProblemSpec, or any picklable object whose build() -> (problem, dataset)
-        master_problem, _ = pspec.build()
-        data_record = pspec.to_dict() if hasattr(pspec, "to_dict") else repr(pspec)
-    else:
-        if isinstance(data, str):
-            dspec = DataSpec(data, dict(spec.data_params or {}), seed=seed, test_fraction=spec.test_fraction)
-        elif isinstance(data, DataSpec):
-            dspec = data
-        else:
-            raise TypeError(
-                f"data must be a dataset name, a DataSpec or a ProblemSpec, got {type(data).__name__}"
-            )
-        dataset = make_dataset(dspec)
-        problem = spec.problem or _default_problem(dataset)
-        pspec = ProblemSpec(dspec, problem, dict(spec.problem_params or {}))
-        master_problem = make_problem(problem, dataset, **pspec.params)
-        data_record = dspec.to_dict()
-
+    pspec, master_problem, data_record = _problem(spec)
     code = spec.code
-    scheme = build_scheme(code, workers=spec.workers,
-                          stragglers=spec.stragglers, seed=seed, code_params=spec.code_params,
-                          dim=int(master_problem.dim), verify=spec.verify)
+    scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, seed=spec.seed,
+                          code_params=spec.code_params, dim=int(master_problem.dim), verify=spec.verify)
     n = scheme.n
     if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
         raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
                          " object brings its own n) or build the code for that many")
+    optimizers, opt_names, opt_params = _optimizers(spec, master_problem)
+    dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
+    draw, comm = _injected(spec, dmodel, scheme, rounds)
+    failures = parse_failures(faults.fail, n=n, rounds=rounds)
+    config = {
+        "code": _scheme_name(code), "scheme": repr(scheme), "code_params": plain(dict(spec.code_params or {})),
+        "verify": bool(spec.verify), "workers": n, "stragglers": spec.stragglers, "delay": spec.delay,
+        "delay_model": repr(dmodel) if dmodel is not None else None, "inject": spec.inject, "close": spec.close,
+        "waitout": spec.waitout, "data": data_record, "problem": getattr(pspec, "problem", None),
+        "problem_params": dict(spec.problem_params or {}),
+        "optimizer": spec.optimizer if isinstance(spec.optimizer, str) else opt_names,
+        "optimizer_params": opt_params, "rounds": rounds, "models": spec.models, "seed": spec.seed,
+        "fail": sorted(f"{w}@{r}" for w, r in failures), "dim": int(master_problem.dim),
+        "n_train": int(master_problem.n_train),
+    }
+    return RunSetup(spec=spec, config=config, problem_spec=pspec, problem=master_problem, scheme=scheme,
+                    optimizers=optimizers, opt_names=opt_names, draw=draw, comm=comm, failures=failures,
+                    rounds=rounds)
 
-    # ---- optimizers
-    optimizer_params = spec.optimizer_params
+
+def _problem(spec: TrainSpec) -> tuple:
+    """``(problem spec the workers build from, the master's problem, the config's data record)``
+    of ``spec.data``: a problem spec (anything with ``build()``), a ``DataSpec``, a dataset name
+    or a path to a data file (:func:`~gradcode.problems.files.data_source`)."""
+    from gradcode.problems import DataSpec, make_dataset, make_problem
+    from gradcode.problems.files import data_source
+
+    data = spec.data
+    if hasattr(data, "build") and not isinstance(data, (str, DataSpec)):
+        master_problem, _ = data.build()
+        return data, master_problem, data.to_dict() if hasattr(data, "to_dict") else repr(data)
+    if isinstance(data, str):
+        name, params = data_source(data, spec.data_params)
+        data = DataSpec(name, params, seed=spec.seed, test_fraction=spec.test_fraction)
+    elif not isinstance(data, DataSpec):
+        raise TypeError(f"data must be a dataset name, a data file, a DataSpec or a ProblemSpec, got"
+                        f" {type(data).__name__}")
+    dataset = make_dataset(data)
+    pspec = ProblemSpec(data, spec.problem or _default_problem(dataset), dict(spec.problem_params or {}))
+    return pspec, make_problem(pspec.problem, dataset, **pspec.params), data.to_dict()
+
+
+def _optimizers(spec: TrainSpec, problem) -> tuple[list, list[str], list[dict]]:
+    """``(optimizers, their names, their resolved parameters)``, one per model: built from
+    ``spec.optimizer``'s name with the default steps filled in (:func:`_default_steps`), or the
+    optimizer objects given (which report their own ``hyperparameters`` when they have them)."""
+    from gradcode.problems import make_optimizer
+
+    models, given = spec.models, spec.optimizer_params
     if not isinstance(spec.optimizer, str):  # optimizer objects, one per model (gradcode.torch)
         optimizers = list(spec.optimizer)
         if len(optimizers) != models or not all(hasattr(o, "init") and hasattr(o, "step") for o in optimizers):
             raise ValueError(f"optimizer must be a name or {models} optimizer objects (init, step), one per model;"
                              f" got {spec.optimizer!r}")
-        opt_params, opt_names = [{} for _ in optimizers], [repr(o) for o in optimizers]
-    elif optimizer_params is None or isinstance(optimizer_params, Mapping):
-        opt_params = [dict(optimizer_params or {})] * models
+        return optimizers, [repr(o) for o in optimizers], [plain(dict(getattr(o, "hyperparameters", {})))
+                                                           for o in optimizers]
+    if given is None or isinstance(given, Mapping):
+        params = [dict(given or {})] * models
     else:
-        opt_params = [dict(p) for p in optimizer_params]
-        if len(opt_params) != models:
-            raise ValueError(f"optimizer_params lists {len(opt_params)} dicts; give one per model ({models})")
-    if isinstance(spec.optimizer, str):
-        opt_params = [_default_steps(spec.optimizer, p, master_problem) for p in opt_params]
-        optimizers = [make_optimizer(spec.optimizer, **p) for p in opt_params]
-        opt_names = [f"{spec.optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
-                                                      for k, v in p.items()) + ")" for p in opt_params]
+        params = [dict(p) for p in given]
+        if len(params) != models:
+            raise ValueError(f"optimizer_params lists {len(params)} dicts; give one per model ({models})")
+    params = [_default_steps(spec.optimizer, p, problem) for p in params]
+    names = [f"{spec.optimizer}(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v!r}"
+                                              for k, v in p.items()) + ")" for p in params]
+    return [make_optimizer(spec.optimizer, **p) for p in params], names, params
 
-    # ---- stragglers and failures
-    dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
+
+def _injected(spec: TrainSpec, dmodel, scheme, rounds: int):
+    """``(draw, comm)``: the delays injected in the run (the simulator's convention: one draw of
+    the delay model for the run from ``default_rng(seed)``; ``inject="excess"``: less the fastest
+    worker's) and each message's modelled communication time; ``(None, 0.0)`` without a model."""
     if dmodel is None:
-        draw, comm = None, 0.0
-    else:  # the simulator's convention: one draw for the run from default_rng(seed)
-        draw = dmodel.draw(rounds, n, np.random.default_rng(seed))
-        if spec.inject == "excess":
-            draw = _excess_over_fastest(draw)
-        comm = float(dmodel.message_time(1.0 / int(scheme.chunks)))
-    failures_planned = parse_failures(faults.fail, n=n, rounds=rounds)
-
-    config = {
-        "code": _scheme_name(code),
-        "scheme": repr(scheme),
-        "code_params": plain(dict(spec.code_params or {})),
-        "verify": bool(spec.verify),
-        "workers": n,
-        "stragglers": spec.stragglers,
-        "delay": spec.delay,
-        "delay_model": repr(dmodel) if dmodel is not None else None,
-        "inject": spec.inject,
-        "close": spec.close,
-        "waitout": spec.waitout,
-        "data": data_record,
-        "problem": getattr(pspec, "problem", None),
-        "problem_params": dict(spec.problem_params or {}),
-        "optimizer": spec.optimizer if isinstance(spec.optimizer, str) else opt_names,
-        "optimizer_params": opt_params,
-        "rounds": rounds,
-        "models": models,
-        "seed": seed,
-        "fail": sorted(f"{w}@{r}" for w, r in failures_planned),
-        "dim": int(master_problem.dim),
-        "n_train": int(master_problem.n_train),
-    }
-    return RunSetup(spec=spec, config=config, problem_spec=pspec, problem=master_problem, scheme=scheme,
-                    optimizers=optimizers, opt_names=opt_names, draw=draw, comm=comm, failures=failures_planned,
-                    rounds=rounds)
+        return None, 0.0
+    draw = dmodel.draw(rounds, scheme.n, np.random.default_rng(spec.seed))
+    if spec.inject == "excess":
+        draw = _excess_over_fastest(draw)
+    return draw, float(dmodel.message_time(1.0 / int(scheme.chunks)))
 
 
 def _scheme_name(code) -> str:
@@ -300,146 +324,88 @@ def initial_state(setup: RunSetup, params: list | None = None) -> TrainState:
 
 # ----------------------------------------------------------------------------------------- train
 
-#: train()'s keywords that each config object replaces
-_GROUPS = (
-    ("spec", TrainSpec, field_names(TrainSpec)),
-    ("cluster", ClusterConfig, ("address", "num_cpus", "start_timeout")),
-    ("faults", FaultConfig, field_names(FaultConfig)),
-    ("run", RunConfig, field_names(RunConfig)),
-)
-
 
 def train(
-    code="crc",
+    spec: TrainSpec | None = None,
     *,
-    workers: int | None = None,
-    stragglers: int = 0,
-    delay: float = 0.0,
-    delay_model=None,
-    code_params: Mapping | None = None,
-    data="tandon-synthetic",
-    data_params: Mapping | None = None,
-    test_fraction: float = 0.2,
-    problem: str | None = None,
-    problem_params: Mapping | None = None,
-    optimizer: str = "gd",
-    optimizer_params=None,
-    rounds: int = 100,
-    models: int = 1,
-    seed: int = 0,
-    fail: Iterable = (),
-    checkpoint_every: int = 0,
-    resume: bool = False,
-    run_dir: str | os.PathLike | None = None,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    round_timeout: float = 120.0,
-    max_restarts: int = -1,
-    start_timeout: float = 120.0,
-    eval_every: int = 1,
-    callback: Callable[[dict], None] | None = None,
-    verify: bool = False,
-    overwrite: bool = False,
-    inject: str = "excess",
-    close: str | float = "decodable",
-    waitout: str = "decodable",
     cluster: ClusterConfig | None = None,
     faults: FaultConfig | None = None,
     run: RunConfig | None = None,
-    engine: Engine | None = None,
+    engine: Engine | str | None = None,
+    callback: Callable[[dict], None] | None = None,
+    **keywords,
 ) -> TrainResult:
-    """Train ``models`` models with gradient coding on Ray workers (rules:
-    :mod:`gradcode.runtime.driver`).
+    """Train with gradient coding on workers (rules: :mod:`gradcode.runtime.driver`).
 
-    Either the keywords below, or the config objects: ``train(TrainSpec(...), cluster=
-    ClusterConfig(...), faults=FaultConfig(...), run=RunConfig(...))`` (each object replaces its
-    keywords, which must then be left at their defaults; a missing object is built from them).
-    ``engine``: an :class:`~gradcode.runtime.base.Engine` to run the workers on (default: a
-    :class:`~gradcode.runtime.engine.RayEngine` for ``cluster``), e.g.
-    :class:`~gradcode.runtime.inprocess.InProcessEngine` to run without Ray.
+    ``spec``: *what* is trained (:class:`~gradcode.runtime.config.TrainSpec`: the code or scheme,
+    data, problem, optimizer, injected stragglers, seed; default ``TrainSpec()``); ``cluster``:
+    the Ray engine's settings (:class:`~gradcode.runtime.config.ClusterConfig`); ``faults``:
+    failures to inject and how long a round may wait (:class:`~gradcode.runtime.config.FaultConfig`);
+    ``run``: rounds, checkpoints, the run dir (:class:`~gradcode.runtime.config.RunConfig`). As Ray
+    Train's trainers take ``ScalingConfig``/``RunConfig``/``FailureConfig``::
 
-    ``code``: a code name (built with ``n=workers``, ``s=stragglers`` and ``seed`` where the code
-    takes them, plus ``code_params``), a :class:`~gradcode.LinearCode` or any
-    :class:`~gradcode.schemes.Scheme`. ``stragglers``/``delay``: ``stragglers`` random workers per
-    round sleep ``delay`` extra seconds (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless
-    ``delay_model`` (a delay model, or ``(name, params)``) is given; also the tolerance ``s`` of codes
-    that take one. ``data``: a dataset name or a :class:`~gradcode.problems.DataSpec`; ``problem``
-    defaults to ``logistic``/``linear``/``softmax`` by the data's task. ``data`` may also be a
-    :class:`~gradcode.runtime.ProblemSpec` or any picklable object whose ``build()`` returns
-    ``(problem, dataset)``: workers and master call it to get the same problem. ``optimizer_params`` may be a
-    list of ``models`` dicts (one per model: e.g. a learning-rate sweep); without a step size GD and
-    Nesterov take ``1/L`` from ``problem.smoothness()``. ``fail``: ``"W@R"``
-    strings: worker ``W``'s process exits in round ``R``. ``run_dir``: where records, checkpoints
-    and Ray's temp dir go (default ``./gradcode-runs/<code>-<time>``). ``address``: join an existing
-    Ray cluster (default: the current Ray session, or an embedded local one with ``num_cpus``).
-    ``start_timeout``: seconds the cluster at ``address`` may take to answer and the workers to
-    start (build their data) before the run stops with a :class:`~gradcode.errors.GradcodeError`. ``eval_every``: held-out metrics every
-    ``K`` rounds and after the last one (0: after the last only), for problems that have
-    ``metrics(params)``. ``verify``: each round waits for two results more than decoding needs
-    and checks them against each other (:meth:`LinearCode.decode_verified`): a worker whose
-    finite result is wrong is named, left out of the round and recorded as a fault; a round
-    whose results disagree with no culprit located waits for more (``2e`` spare results locate
-    ``e`` wrong workers, :mod:`gradcode.codes.verify`), and stops when every result is in. Its
-    cost: a verified round lasts until ``need + 2`` results are in, i.e. with ``s`` stragglers
-    tolerated it waits for all but ``s - 2`` workers instead of all but ``s``. ``callback(record)`` is called after every round with a dict (round, time, loss, ...); an
-    exception it raises stops the run (a checkpoint taken before survives for ``resume``).
+        train(TrainSpec("crc", workers=8, stragglers=2, delay=0.5), run=RunConfig(rounds=50))
 
-    ``inject``: what a worker sleeps on top of its real computation, from the delay model's draw
-    (``time = intercept + slope * load``). ``"excess"`` (default): only what the model adds beyond
-    the fastest worker of the round (``intercept`` and ``slope`` less their minimum over workers),
-    since the real computation already takes the fastest worker's time: a model with no
-    stragglers (``bernoulli`` with ``p=0``) injects nothing, Tandon's ``fixed`` model exactly its
-    delays, a shifted exponential its spread. ``"full"``: the model's whole time (workers whose
-    real computation is negligible next to the modelled one).
+    ``engine``: ``"ray"`` (default: an embedded local cluster, or ``cluster.address``),
+    ``"inprocess"`` (the workers in this process on a virtual clock timed by their measured
+    compute: no processes) or an :class:`~gradcode.runtime.base.Engine` object
+    (:func:`~gradcode.runtime.master.make_engine`). ``callback(record)`` is called after every
+    round with a dict (round, time, loss, ...); an exception it raises stops the run (a
+    checkpoint taken before survives for ``resume``).
 
-    ``close``: when a round ends. ``"decodable"`` (default): as soon as the due jobs decode.
-    A number ``mu >= 0``: SGC's mu-rule (Section 2, as :func:`gradcode.simulate` runs it): with
-    ``kappa`` the time the first worker delivers its whole task result, the round waits until
-    ``(1 + mu) kappa`` (or until every worker is in or has failed, if sooner), so that workers
-    within ``mu`` of the fastest are not stragglers; a round that cannot decode then waits it out
-    (``waitout``: ``"decodable"``, until it decodes; ``"all"``, the paper's, for every worker
-    that has not failed), and ``TrainResult.waitouts`` marks it. ``round_timeout`` caps these
-    waits: a round that decodes when it comes closes then.
+    A ``run.run_dir`` that already holds a run (a checkpoint, a result or round records) is
+    refused unless ``run.resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend
+    a finished run, the added rounds taking their injected delays from the draw of the longer run)
+    or ``run.overwrite`` (replace it: the old checkpoint and records are removed first).
 
-    A ``run_dir`` that already holds a run (a checkpoint, a result or round records) is refused
-    unless ``resume`` (continue it; ``rounds`` may exceed the checkpoint's to extend a finished
-    run, the added rounds taking their injected delays from the draw of the longer run) or
-    ``overwrite`` (replace it: the old checkpoint and records are removed first).
+    A run that stops raises :class:`~gradcode.runtime.driver.TrainingStopped` (a round that cannot
+    be decoded in time: its subclass :class:`RoundTimeoutError`; a diverging step, a worker that
+    raises, a lost cluster) after the completed rounds are saved under the run dir with the
+    error; ``exc.result`` holds them as a :class:`TrainResult`. Any other exception that stops a
+    started run (the callback's, ``KeyboardInterrupt``) is raised as it is, carrying ``result``
+    too. A damaged checkpoint raises :class:`CheckpointError`. :func:`resume` continues a run
+    from its folder alone.
 
-    An exception that stops a started run (:class:`RoundTimeoutError`, a diverging step, a worker
-    that raises, an unreachable cluster, the callback's, ``KeyboardInterrupt``) is raised after the
-    completed rounds are saved under ``run_dir`` with the error; it carries them as ``exc.result``.
-    A damaged checkpoint raises :class:`CheckpointError`. :func:`resume` continues a run from its
-    folder alone.
+    Deprecated for one release: ``train("crc", workers=4, rounds=10, ...)``, the flat keywords
+    (any field of the four config objects; :func:`~gradcode.runtime.config.configs_from_keywords`
+    maps them) warn with a ``DeprecationWarning`` and run as the config objects they make.
     """
-    values = dict(locals())
-    spec = code if isinstance(code, TrainSpec) else None
-    if spec is not None:
-        values["code"] = _DEFAULTS["code"]
-    objs = {"spec": spec, "cluster": cluster, "faults": faults, "run": run}
-    for name, cls, keys in _GROUPS:
-        if objs[name] is None:
-            objs[name] = cls(**{k: values[k] for k in keys})
-        else:
-            if not isinstance(objs[name], cls):
-                raise TypeError(f"{name} must be a {cls.__name__}, got {type(objs[name]).__name__}")
-            both = [k for k in keys if not _is_default(values[k], _DEFAULTS[k])]
+    spec, cluster, faults, run = _configs(spec, cluster, faults, run, keywords)
+    return run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
+
+
+def _configs(spec, cluster, faults, run, keywords: dict) -> tuple:
+    """The four config objects of :func:`train`: those given, the rest default; with the
+    deprecated flat keywords (or a code as the first argument), the objects they make. A keyword
+    whose object is also given is a ``TypeError`` (which would win?)."""
+    from gradcode.runtime.config import configs_from_keywords
+
+    if spec is not None and not isinstance(spec, TrainSpec):  # train("crc", ...): a code first
+        if "code" in keywords:
+            raise TypeError("give the code once: as the first argument or as code=, not both")
+        keywords, spec = {"code": spec, **keywords}, None
+    given = {"spec": spec, "cluster": cluster, "faults": faults, "run": run}
+    if keywords:
+        warnings.warn("train()'s flat keywords are deprecated and go in the next release: pass the config"
+                      " objects, train(TrainSpec(code, workers=..., ...), run=RunConfig(rounds=...), faults=...,"
+                      " cluster=...)", DeprecationWarning, stacklevel=3)
+        built = configs_from_keywords(**keywords)
+        for name, obj in given.items():
+            if obj is None:
+                continue
+            both = sorted(k for k in keywords if k in field_names(type(built[name])))
             if both:
-                raise TypeError(f"give {', '.join(both)} either in the {cls.__name__} or as keywords, not both")
-    return run_training(objs["spec"], cluster=objs["cluster"], faults=objs["faults"], run=objs["run"],
-                        engine=engine, callback=callback)
-
-
-_DEFAULTS = {name: p.default for name, p in inspect.signature(train).parameters.items()}
-
-
-def _is_default(value, default) -> bool:
-    if value is default:
-        return True
-    try:
-        return type(value) is type(default) and bool(value == default)
-    except Exception:  # arrays and other values without a truth value
-        return False
+                raise TypeError(f"give {', '.join(both)} either in the {type(built[name]).__name__} or as"
+                                " keywords, not both")
+        given = {name: obj if obj is not None else built[name] for name, obj in given.items()}
+    out = []
+    for (name, obj), cls in zip(given.items(), (TrainSpec, ClusterConfig, FaultConfig, RunConfig)):
+        if obj is None:
+            obj = cls()
+        elif not isinstance(obj, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
+        out.append(obj)
+    return tuple(out)
 
 
 def resume(
@@ -484,46 +450,54 @@ def run_training(
     cluster: ClusterConfig,
     faults: FaultConfig,
     run: RunConfig,
-    engine: Engine | None = None,
+    engine: Engine | str | None = None,
     callback: Callable[[dict], None] | None = None,
     checkpoint: dict | None = None,
     initial_params: list | None = None,
 ) -> TrainResult:
-    """What :func:`train` and :func:`resume` do once the config objects are built: prepare the
-    run, set up its folder and state (fresh or from the checkpoint), start the workers, drive the
-    rounds, save the records. ``checkpoint``: the checkpoint document already read (resume);
+    """What :func:`train` and :func:`resume` do once the config objects are built, in three
+    steps: prepare the run and its folder (:func:`_open_run_dir`), its state (fresh or from the
+    checkpoint: :func:`_start_state`), then drive the rounds on the engine and save the records
+    (:func:`_drive`). ``checkpoint``: the checkpoint document already read (resume);
     ``initial_params``: each model's parameters before round 0 (default: the problem's
     ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights)."""
     setup = prepare(spec, rounds=run.rounds, faults=faults)
-    config = setup.config
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
-    run_dir = _open_run_dir(run, config, setup.n)
-    ckpt_path = run_dir / CHECKPOINT
+    run_dir = _open_run_dir(run, setup.config, setup.n)
     extra = _checkpoint_extra(spec, run, faults, setup.scheme) if run.checkpoint_every else None
-    if run.resume:
-        saved = checkpoint if checkpoint is not None else read_checkpoint(ckpt_path)
-        state, inflight = _restore(saved, setup, run)
-        resumed_from = state.next_round
-    else:
-        state, inflight, resumed_from = initial_state(setup, initial_params), None, None
-    atomic_write(run_dir / "config.json", json.dumps(config, indent=1, default=str).encode())
+    state, inflight, resumed_from = _start_state(setup, run, run_dir, checkpoint, initial_params)
+    atomic_write(run_dir / "config.json", json.dumps(setup.config, indent=1, default=str).encode())
+    return _drive(setup, state, inflight, worker_specs, run_dir=run_dir, resumed_from=resumed_from, extra=extra,
+                  options=(cluster, faults, run, engine, callback))
 
-    # ---- engine, workers and rounds
+
+def _start_state(setup: RunSetup, run: RunConfig, run_dir: Path, checkpoint, initial_params):
+    """``(state, in-flight jobs, round resumed from)``: the checkpoint's for a resumed run (read
+    from ``run_dir`` unless given), else a fresh state and None, None."""
+    if not run.resume:
+        return initial_state(setup, initial_params), None, None
+    saved = checkpoint if checkpoint is not None else read_checkpoint(run_dir / CHECKPOINT)
+    state, inflight = _restore(saved, setup, run)
+    return state, inflight, state.next_round
+
+
+def _drive(setup: RunSetup, state: TrainState, inflight, worker_specs, *, run_dir: Path, resumed_from, extra,
+           options: tuple) -> TrainResult:
+    """Start the engine's workers and drive the rounds; whatever happens, the completed rounds
+    are saved under ``run_dir``, and a stopped run's exception carries them (``exc.result``)."""
+    cluster, faults, run, engine, callback = options
+    config = setup.config
     log = RoundLog(run_dir / "rounds.jsonl", keep_before=state.next_round if run.resume else 0)
     driver = None
     try:
-        if engine is None:
-            from gradcode.runtime.engine import RayEngine
-
-            engine = RayEngine(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
-                               worker_cpus=cluster.worker_cpus, start_timeout=cluster.start_timeout)
+        engine = make_engine(engine, cluster=cluster, run_dir=run_dir)
         engine.spawn(worker_specs, max_restarts=faults.max_restarts, start_timeout=cluster.start_timeout)
         driver = RoundDriver(setup, engine, state, faults=faults)
         if inflight is not None:
             driver.restore(inflight)
 
         def save():
-            save_checkpoint(ckpt_path, config, state, setup.scheme, driver.inflight(), extra=extra)
+            save_checkpoint(run_dir / CHECKPOINT, config, state, setup.scheme, driver.inflight(), extra=extra)
 
         driver.run(run, log=log, checkpoint=save, callback=callback)
     except BaseException as exc:
@@ -537,10 +511,10 @@ def run_training(
             pass
         log.close()
         if isinstance(exc, (Exception, KeyboardInterrupt)):
-            exc.result = partial  # for callers (the CLI prints it with --json, also after SIGINT)
+            exc.result = partial  # TrainingStopped declares it; other exceptions carry it too (the CLI's --json)
         raise
     finally:
-        if engine is not None:
+        if isinstance(engine, Engine):
             engine.shutdown()
     log.close()
     result = state.result(config, run_dir, resumed_from)
@@ -548,13 +522,29 @@ def run_training(
     return result
 
 
+def runs_home() -> Path:
+    """Where runs go when no run dir is given: ``$GRADCODE_RUNS`` if set, else
+    ``~/.gradcode/runs``; never the working directory (a run holds records, checkpoints and Ray's
+    logs)."""
+    home = os.environ.get("GRADCODE_RUNS")
+    return Path(home).expanduser() if home else Path.home() / ".gradcode" / "runs"
+
+
 def _open_run_dir(run: RunConfig, config: dict, n: int) -> Path:
-    """The run's folder, made if missing (default ``./gradcode-runs/<code>-n<n>-<time>``). One that
-    holds a run is refused unless ``run.resume`` (continue it) or ``run.overwrite`` (its run files
-    are removed first)."""
-    run_dir = Path(run.run_dir) if run.run_dir is not None else Path("gradcode-runs") / (
-        f"{config['code']}-n{n}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
-    )
+    """The run's folder, made if missing (default :func:`runs_home` ``/<code>-n<n>-<UTC time>``,
+    with ``-2``, ``-3``... when two runs start in the same second). One that holds a run is
+    refused unless ``run.resume`` (continue it) or ``run.overwrite`` (its run files are removed
+    first)."""
+    if run.run_dir is None:
+        import re
+
+        stem = re.sub(r"[^\w.=-]+", "_", f"{config['code']}-n{n}")[:60]
+        base = runs_home() / f"{stem}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+        run_dir, i = base, 2
+        while run_dir.exists():
+            run_dir, i = base.with_name(f"{base.name}-{i}"), i + 1
+    else:
+        run_dir = Path(run.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run_dir {str(run_dir)!r} is a file, not a folder; pass a folder for the run's records")
     held = [name for name in RUN_FILES if (run_dir / name).exists()]

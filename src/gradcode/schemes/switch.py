@@ -60,10 +60,10 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     ``candidates`` (the best of each family with their predicted totals), ``alpha``,
     ``search_seconds``. The sequential codes are searched only when ``models`` exceeds their delay
     ``T`` (a model's next job must not start before its last one finished); ``families``: the
-    families searched (default ``none``, ``gc`` and, with several models, ``sr-sgc``, ``m-sgc``)."""
+    families searched (default ``uncoded``, ``crc`` and, with several models, ``sr-sgc``,
+    ``m-sgc``; their former names ``none``, ``gc`` warn)."""
     from gradcode.schemes.factory import make_scheme
-    from gradcode.schemes.sgc.tune import tune
-    from gradcode.schemes.static import StaticScheme
+    from gradcode.schemes.sgc.tune import family_names, tune
 
     started = time.perf_counter()
     X = np.asarray(times, dtype=np.float64)
@@ -80,8 +80,8 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
         alpha_from = "given"
     mu, rule = (0.0, "decodable") if close == "decodable" else (float(close), waitout)
     if families is None:
-        families = ("none", "gc") + (("sr-sgc", "m-sgc") if models > 1 else ())
-    families = tuple(families)
+        families = ("uncoded", "crc") + (("sr-sgc", "m-sgc") if models > 1 else ())
+    families = family_names(families)
     profile = np.resize(X, (jobs + 2 * max_w, n))  # the probe, repeated over the jobs left (and any T)
     result = tune(profile, jobs=jobs, alpha=alpha, mu=mu, waitout=rule, families=families, max_W=max_w)
     usable = [c for c in result.candidates if c.delay < models]
@@ -89,14 +89,8 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
         raise ValueError(f"no parameter set of {', '.join(families)} fits {models} model(s): the sequential codes"
                          " need more models than their delay T")
     best = usable[0]
-    if best.scheme in ("none",) or (best.scheme == "gc" and best.params["s"] == 0):
-        from gradcode.codes import make_code
-
-        scheme = StaticScheme(make_code("uncoded", n=n))
-    elif best.scheme == "gc":
-        from gradcode.codes import make_code
-
-        scheme = StaticScheme(make_code("crc", n=n, s=best.params["s"], seed=seed))
+    if best.scheme == "uncoded" or (best.scheme == "crc" and best.params["s"] == 0):  # crc with s = 0 is uncoded
+        scheme = make_scheme("uncoded", n=n)
     else:
         scheme = make_scheme(best.scheme, n=n, seed=seed, **best.params)
     firsts = {}
@@ -115,15 +109,15 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
 class ProbeThenSwitch(Scheme):
     """Uncoded for ``probe`` rounds, then the scheme :func:`choose_after_probe` picks from the
     measured times (module docstring). ``rounds``: the run's rounds (the jobs left are ``rounds -
-    probe``, one a round); ``models``, ``close``, ``waitout``, ``load_slope``, ``seed``, ``max_w``:
-    as :func:`choose_after_probe`; ``decode_rtol``: set on the chosen scheme's codes. ``report``
+    probe``, one a round); ``models``, ``close``, ``waitout``, ``load_slope``, ``seed``,
+    ``families``: as :func:`choose_after_probe` (which searches ``W <= 8``); ``decode_rtol``: set on the chosen scheme's codes. ``report``
     holds the choice once made."""
 
     changes_layout = True
     label = "auto"
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
-                 waitout: str = "decodable", load_slope: float | None = None, seed: int = 0, max_w: int = 8,
+                 waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
                  decode_rtol: float | None = None, families=None):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
@@ -134,17 +128,17 @@ class ProbeThenSwitch(Scheme):
         self.first = StaticScheme(make_code("uncoded", n=self.n))
         self.second: Scheme | None = None
         if families is not None:
-            from gradcode.schemes.sgc.tune import FAMILIES
+            from gradcode.schemes.sgc.tune import FAMILIES, family_names
 
             families = tuple(families)
-            unknown = [f for f in families if f not in FAMILIES]
-            if unknown or not families:
+            if not families or any(f not in FAMILIES and f not in ("none", "gc") for f in families):
                 raise ValueError(f"families must name some of {', '.join(FAMILIES)}; got {families!r}")
-            if models < 2 and not set(families) & {"none", "gc"}:
+            families = family_names(families)
+            if models < 2 and not set(families) & {"uncoded", "crc"}:
                 raise ValueError(f"families {families!r} are sequential codes, whose jobs span rounds: they need"
-                                 " models >= 2 (pipelined models), or add 'gc'")
+                                 " models >= 2 (pipelined models), or add 'crc'")
         self._options = dict(models=models, close=close, waitout=waitout, load_slope=load_slope, seed=seed,
-                             max_w=max_w, families=families)
+                             families=families)
         self._times = np.zeros((self.probe, self.n))
         self.decode_rtol = decode_rtol
         self.report: dict | None = None

@@ -171,16 +171,16 @@ def simulate(
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         block = _block_rounds(n * code.messages_per_worker)
         draws = draw_blocks(model, rounds, n, rng, block)
-        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
+        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records))
     if BATCHED and code is not None and scheme.batched_rounds:
         # a static scheme's rounds are independent: whole blocks at once, as on the fast path,
         # with each round closed in the scheme (its straggler history)
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
-        return _fast(code, model, draws, rounds, mu, close, seed, show, bool(records), wait_all, scheme=scheme)
+        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records), scheme=scheme)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
-    return _events(scheme, model, draws, rounds, mu, close, seed, show, bool(records), wait_all)
+    return _events(scheme, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records))
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -298,10 +298,12 @@ class _Sink:
         return SimulationResult(stats=self.stats, round_records=recs, **meta)
 
 
-def _fast(code, model, draws, rounds, mu, close, seed, show, records, wait_all=False, scheme=None) -> SimulationResult:
-    """The vectorized path, block by block. With ``scheme`` (a batched scheme with a static code, driven on
-    the event path), each block's rounds are also closed in the scheme, with the rows its own
-    ``close`` would record (the workers not in: stragglers and workers with nothing in)."""
+def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=None) -> SimulationResult:
+    """The vectorized path, block by block (``rule``: ``(mu, wait_all)``, the closing rule). With
+    ``scheme`` (a batched scheme with a static code, driven on the event path), each block's
+    rounds are also closed in the scheme, with the rows its own ``close`` would record (the
+    workers not in: stragglers and workers with nothing in)."""
+    mu, wait_all = rule
     n = code.n
     P, Rw = code_loads(code)
     rule = code.decode_rule()
@@ -395,7 +397,8 @@ class _JobLedger:
         return max(self.floor - 1, max(self.ahead, default=-1))
 
 
-def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_all=False) -> SimulationResult:
+def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> SimulationResult:
+    mu = rule[0]
     n = scheme.n
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     c = _message_time(model, scheme.chunks)
@@ -422,12 +425,12 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_a
                     plan = scheme.plan_loads(t)
                     started = max(started, plan.last_job)
                     end, waitout[k], planned, arrived, last, comp = _play_batched(
-                        scheme, t, plan, draw.intercept[k], draw.slope[k], c, mu, wait_all)
+                        scheme, t, plan, draw.intercept[k], draw.slope[k], c, rule)
                 else:
                     plan = scheme.plan(t)
                     started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
                     end, waitout[k], planned, arrived, last, comp = _play_round(
-                        scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, mu, wait_all)
+                        scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, rule)
                 round_times[k] = end
                 stragglers[k, planned] = ~arrived[planned]
                 if records:
@@ -458,12 +461,13 @@ def _events(scheme, model, draws, rounds, mu, close, seed, show, records, wait_a
     )
 
 
-def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu, wait_all=False):
-    """Feed round ``t``'s messages to the scheme in time order until it closes (see the module
-    docstring's closing rules). Returns ``(end, waited_out, planned, arrived, last, completion)``:
+def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, rule):
+    """Feed round ``t``'s messages to the scheme in time order until it closes under ``rule``,
+    ``(mu, wait_all)`` (see the module docstring's closing rules). Returns ``(end, waited_out, planned, arrived, last, completion)``:
     the round's length, whether the mu-rule had to wait it out, the workers given a task, those
     that were not stragglers, the arrival of each worker's last message delivered by the close
     (-1 if none) and the arrival of each worker's last message (``nan`` without a task)."""
+    mu, wait_all = rule
     times, wk, idx, comp = _round_events(plan, n, sizes, intercept, slope, c, cache, t)
     planned_msgs = np.bincount(wk, minlength=n)
     order = np.lexsort((idx, wk, times))
@@ -512,12 +516,13 @@ def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, mu, wait_
     return end, waited, planned, arrived, last, comp
 
 
-def _play_batched(scheme, t, plan, intercept, slope, c, mu, wait_all=False):
+def _play_batched(scheme, t, plan, intercept, slope, c, rule):
     """:func:`_play_round` for a batched scheme (:attr:`Scheme.batched_rounds`), with the same
     results bit for bit: the round's messages are timed and sorted at once, the scheme says after
     how many of them it is ready (:meth:`Scheme.ready_after`), and it receives them in one call
     (:meth:`Scheme.on_results`). The stable sort of the times in (worker, index) order is the
     per-message path's order (time, then worker, then index)."""
+    mu, wait_all = rule
     loads, msgs = plan.loads, plan.messages
     n, R = loads.shape
     A = message_arrivals(intercept, slope, loads, c)

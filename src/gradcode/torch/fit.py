@@ -19,9 +19,9 @@ import copy
 import math
 import sys
 import sysconfig
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from gradcode.torch.problem import (
     seeded_factory,
 )
 
-__all__ = ["FitResult", "fit"]
+__all__ = ["FitResult", "TorchConfig", "fit", "fit_configs"]
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -71,149 +71,217 @@ class FitResult:
         return [h["loss"] for h in self.history]
 
 
+@dataclass(frozen=True)
+class TorchConfig:
+    """How a torch model trains, beside the :class:`~gradcode.runtime.config.TrainSpec` (the code,
+    workers, stragglers, models, seed, closing rule) of :func:`fit`.
+
+    ``loss(output, target)``: a scalar; default cross-entropy for integer targets, mean squared
+    error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
+    ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
+    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
+    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``; plain ``"sgd"`` defaults to
+    ``lr=0.01``) or a factory ``params -> Optimizer``; it steps on the master with the decoded
+    gradient. ``scheduler``: a factory ``optimizer -> LR scheduler``, stepped after every
+    optimizer step. ``batch_size``: samples per job (None: full batch, or a ``DataLoader``'s).
+    ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
+    ``N / batch_size`` jobs per model).
+
+    ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
+    ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
+    refuses a decode whose error bound in that precision exceeds ``decode_rtol``
+    (:class:`~gradcode.codes.ImpreciseDecodeError`; default by precision,
+    :data:`gradcode.codes.DEFAULT_RTOL`: 1e-3 for float32, 5e-2 for float16). The bound is a worst
+    case, typically far above the real error; codes with large coefficients (AGC with L >= 6,
+    Vandermonde CGC) need float64 messages or a looser ``decode_rtol`` in float32.
+
+    ``eval_data``: held-out data as :func:`fit`'s ``data``; loss, accuracy and ``metrics`` (``name
+    -> fn(output, target)``) every ``RunConfig.eval_every`` rounds and after the last.
+
+    ``code="auto"`` (the spec's code): train uncoded for ``probe`` rounds (default 20), measure
+    the workers, then switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC
+    parameters that the paper's search predicts fastest for the rounds left (SGC App. K;
+    :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
+    estimated from the probe when not given; ``families``: those searched, a subset of
+    ``"uncoded"``, ``"crc"``, ``"sr-sgc"``, ``"m-sgc"``).
+    """
+
+    loss: Callable | None = None
+    loss_reduction: str = "mean"
+    optimizer: Any = "sgd"
+    optimizer_params: Mapping | None = None
+    scheduler: Callable | None = None
+    batch_size: int | None = 64
+    epochs: float | None = None
+    wire_dtype: str = "float32"
+    decode_rtol: float | None = None
+    eval_data: Any = None
+    metrics: Mapping[str, Callable] | None = None
+    probe: int | None = None
+    load_slope: float | None = None
+    families: Any = None
+
+    def __post_init__(self):
+        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
+        check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
+        if self.loss is not None and not callable(self.loss):
+            raise TypeError(f"loss must be a callable loss(output, target), got {type(self.loss).__name__}")
+        if self.optimizer_params is not None:
+            object.__setattr__(self, "optimizer_params", dict(self.optimizer_params))
+
+
+def fit_configs(**keywords) -> dict:
+    """``{"spec", "torch_config", "cluster", "faults", "run"}``, the config objects of :func:`fit`,
+    from flat keywords (any field of :class:`TorchConfig` and of the runtime's four config
+    objects; ``rounds`` left out: the epochs decide; ``eval_every`` left out: 0), for
+    ``fit(model, data, **fit_configs(...))``."""
+    from gradcode.runtime.config import configs_from_keywords, field_names
+
+    torch_kw = {k: keywords.pop(k) for k in field_names(TorchConfig) if k in keywords}
+    keywords.setdefault("rounds", None)
+    keywords.setdefault("eval_every", 0)
+    out = configs_from_keywords(**keywords)
+    out["torch_config"] = TorchConfig(**torch_kw)
+    return out
+
+
 def fit(
     model,
     data,
+    spec=None,
     *,
-    loss: Callable | None = None,
-    optimizer: str | type | Callable = "sgd",
-    optimizer_params: Mapping | None = None,
-    scheduler: Callable | None = None,
-    batch_size: int | None = 64,
-    code="crc",
-    workers: int | None = None,
-    stragglers: int = 0,
-    delay: float = 0.0,
-    delay_model=None,
-    code_params: Mapping | None = None,
-    rounds: int | None = None,
-    epochs: float | None = None,
-    models: int = 1,
-    seed: int = 0,
+    torch_config: TorchConfig | None = None,
+    run=None,
+    faults=None,
+    cluster=None,
     engine: str = "ray",
-    address: str | None = None,
-    num_cpus: int | None = None,
-    wire_dtype: str = "float32",
-    decode_rtol: float | None = None,
-    probe: int | None = None,
-    load_slope: float | None = None,
-    families=None,
-    inject: str = "excess",
-    loss_reduction: str = "mean",
-    eval_data=None,
-    eval_every: int = 0,
-    metrics: Mapping[str, Callable] | None = None,
     callback: Callable[[dict], None] | None = None,
-    close: str | float = "decodable",
-    waitout: str = "decodable",
-    fail: Sequence = (),
-    round_timeout: float = 120.0,
-    run_dir=None,
-    overwrite: bool = False,
-    checkpoint_every: int = 0,
-    resume: bool = False,
+    **keywords,
 ) -> FitResult:
-    """Train ``model`` on ``data`` with gradient code ``code`` on ``workers`` workers.
+    """Train ``model`` on ``data`` with gradient coding::
+
+        fit(net, (X, y), TrainSpec("crc", workers=6, stragglers=2, delay=0.2),
+            torch_config=TorchConfig(optimizer="adam", optimizer_params={"lr": 1e-3}, batch_size=128),
+            run=RunConfig(rounds=200, eval_every=20))
 
     ``model``: an ``nn.Module`` (its own initialisation is kept and copied to the workers) or a
     zero-argument factory (called once under ``torch.manual_seed(seed)``; with ``models=M`` each
     model is its own call). ``data``: a map-style ``Dataset`` of ``(input, target)`` pairs (a
     ``DataLoader`` gives its dataset and batch size), or ``(X, y)`` tensors or arrays.
-    ``loss(output, target)``: a scalar; default cross-entropy for integer targets, mean squared
-    error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
-    ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
-    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
-    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``) or a factory ``params ->
-    Optimizer``; it steps on the master with the decoded gradient. ``scheduler``: a factory
-    ``optimizer -> LR scheduler``, stepped after every optimizer step.
 
-    ``code="auto"``: train uncoded for ``probe`` rounds (default 20), measure the workers, then
-    switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC parameters that the
-    paper's search predicts fastest for the rounds left (SGC App. K;
-    :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
-    estimated from the probe when not given; ``families``: the ones searched, a subset of
-    ``"none"``, ``"gc"``, ``"sr-sgc"``, ``"m-sgc"``); ``FitResult.auto`` says what was chosen and why.
-    ``inject``: as :func:`gradcode.train` (``"excess"``: workers sleep what the delay model adds
-    beyond the round's fastest worker; ``"full"``: the model's whole time).
+    ``spec``: a :class:`~gradcode.runtime.config.TrainSpec` for the code or scheme (``"auto"``:
+    chosen after a probe, :class:`TorchConfig`), ``workers``, ``stragglers``/``delay``/
+    ``delay_model``/``inject`` (the injected stragglers), ``models``, ``seed`` and the closing
+    rule (``close``, ``waitout``), as :func:`gradcode.train`; its data, problem and optimizer
+    fields are this call's. ``torch_config``: the loss, optimizer, batches, wire type and evaluation
+    (:class:`TorchConfig`). ``run``: rounds (None, the default: ``torch_config.epochs``), evaluation
+    cadence (default 0: after the last round only), checkpoints (the models, the torch
+    optimizers' and schedulers' states and the scheme, every K rounds; ``resume=True`` with the
+    same arguments continues, ``rounds`` being the total) and the run dir (default: a new folder
+    under :func:`~gradcode.runtime.runs_home`). ``faults``, ``cluster``: as :func:`gradcode.train`.
 
-    ``batch_size``: samples per job (None: full batch). ``rounds`` or ``epochs`` (default one
-    epoch of ``N / batch_size`` jobs per model). ``code``, ``workers``, ``stragglers``, ``delay``,
-    ``delay_model``, ``code_params``, ``close``, ``waitout``, ``fail``, ``round_timeout``: as
-    :func:`gradcode.train` (``stragglers`` random workers a round sleep ``delay`` seconds).
-    ``engine``: ``"ray"`` (an embedded local cluster, or ``address``) or ``"inprocess"`` (the
-    workers in this process on a virtual clock: each message takes the time its computation took
-    here, plus the injected delays; which workers a round decodes from can therefore vary between
-    two runs, and the weights with it, by float32 rounding).
+    ``engine``: ``"ray"`` (an embedded local cluster, or ``cluster.address``) or ``"inprocess"``
+    (the workers in this process on a virtual clock: each message takes the time its computation
+    took here, plus the injected delays; which workers a round decodes from can therefore vary
+    between two runs, and the weights with it, by float32 rounding). ``callback(record)`` after
+    every round.
 
-    ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
-    ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
-    refuses a decode whose error bound in that precision exceeds its tolerance
-    (:class:`~gradcode.codes.ImpreciseDecodeError`; the run says which wider type or code to use).
-    ``decode_rtol``: that tolerance (default by precision, :data:`gradcode.codes.DEFAULT_RTOL`:
-    1e-3 for float32, 5e-2 for float16). The bound is a worst case, typically far above the real
-    error; codes with large coefficients (AGC with L >= 6, Vandermonde CGC) need float64 messages
-    or a looser ``decode_rtol`` in float32.
-    ``eval_data``: held-out data as ``data``; loss, accuracy and ``metrics`` (``name ->
-    fn(output, target)``) every ``eval_every`` rounds and after the last. ``callback(record)``
-    after every round. ``run_dir``: where the run's records go (default a new temporary folder).
-    ``checkpoint_every``: the models, the torch optimizers' and schedulers' states and the scheme
-    go to ``run_dir`` every K rounds; ``resume=True`` (with the same arguments and ``run_dir``)
-    continues from there, ``rounds`` being the total.
+    Deprecated for one release: the flat keywords (``fit(net, data, code="crc", workers=6,
+    rounds=50, lr=...)``: any field of the config objects, :func:`fit_configs`) warn with a
+    ``DeprecationWarning`` and run as the config objects they make.
     """
-    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.master import run_training
+    from gradcode.runtime import TrainSpec
 
-    seed = check_int("seed", seed, minimum=0)
-    models = check_int("models", models, minimum=1)
-    check_choice("engine", engine, ("ray", "inprocess"))
-    check_choice("loss_reduction", loss_reduction, ("mean", "sum"))
-    check_choice("wire_dtype", wire_dtype, WIRE_DTYPES)
+    spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster, keywords)
+    samples, eval_samples, batch_size = _samples(data, tconf)
+    auto = isinstance(spec.code, str) and spec.code == "auto"
+    scheme = _scheme(spec, tconf, auto)
+    tspec, optimizers = _torch_spec(model, samples, eval_samples, batch_size, spec, tconf, scheme)
+    rounds = _rounds(tspec, run.rounds, tconf.epochs, spec.models)
+    if auto:
+        probe = check_int("probe", 20 if tconf.probe is None else tconf.probe, minimum=1)
+        if rounds <= probe:
+            raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
+        scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
+                                 load_slope=tconf.load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
+                                 families=tconf.families)
+        tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
+    run_engine, shipping = _engine(engine, tspec)
+    spec = TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
+                     delay_model=spec.delay_model, data=tspec, optimizer=optimizers, models=spec.models,
+                     seed=spec.seed, close=spec.close, waitout=spec.waitout, inject=spec.inject)
+    run = replace(run, rounds=rounds)
+    return _train(spec, optimizers, scheme if auto else None, tspec,
+                  (cluster, faults, run, run_engine, shipping, callback))
+
+
+def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:
+    """:func:`fit`'s config objects: those given, the rest default (``RunConfig(rounds=None,
+    eval_every=0)``: the epochs decide); with the deprecated flat keywords, those they make."""
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+
+    given = {"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster}
+    if keywords:
+        warnings.warn("fit()'s flat keywords are deprecated and go in the next release: pass the config objects,"
+                      " fit(model, data, TrainSpec(code, workers=...), torch_config=TorchConfig(optimizer=...,"
+                      " batch_size=...), run=RunConfig(rounds=...))", DeprecationWarning, stacklevel=3)
+        built = fit_configs(**keywords)
+        for name, obj in given.items():
+            both = sorted(k for k in keywords if obj is not None and hasattr(obj, k))
+            if both:
+                raise TypeError(f"give {', '.join(both)} either in the {type(obj).__name__} or as keywords, not both")
+        given = {name: obj if obj is not None else built[name] for name, obj in given.items()}
+    classes = {"spec": TrainSpec, "torch_config": TorchConfig, "run": RunConfig, "faults": FaultConfig,
+               "cluster": ClusterConfig}
+    out = []
+    for name, cls in classes.items():
+        obj = given[name]
+        if obj is None:
+            obj = RunConfig(rounds=None, eval_every=0) if cls is RunConfig else cls()
+        elif not isinstance(obj, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
+        out.append(obj)
+    return tuple(out)
+
+
+def _samples(data, tconf: TorchConfig):
+    """``(training samples, held-out samples or None, batch size)``."""
     samples, loader_batch = as_samples(data, "data")
-    if batch_size is None and loader_batch is not None:
-        batch_size = loader_batch
-    if batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-    eval_samples = None if eval_data is None else as_samples(eval_data, "eval_data")[0]
+    batch_size = tconf.batch_size if tconf.batch_size is not None or loader_batch is None else loader_batch
+    eval_samples = None if tconf.eval_data is None else as_samples(tconf.eval_data, "eval_data")[0]
     N = length(samples)
     if batch_size is not None and N < batch_size:
         raise ValueError(f"data has {N} samples, fewer than one batch (batch_size={batch_size})")
-    factories = _model_factories(model, models, seed)
-    loss = _default_loss(samples) if loss is None else loss
-    if not callable(loss):
-        raise TypeError(f"loss must be a callable loss(output, target), got {type(loss).__name__}")
+    return samples, eval_samples, batch_size
 
-    auto = isinstance(code, str) and code == "auto"
-    scheme = _scheme(code, auto, workers=workers, stragglers=stragglers, seed=seed, code_params=code_params,
-                     decode_rtol=decode_rtol, auto_options=(probe, load_slope, families))
+
+def _torch_spec(model, samples, eval_samples, batch_size, spec, tconf: TorchConfig, scheme):
+    """``(TorchSpec of the run, one TorchOptimizer per model)``, after one forward and backward
+    pass on a copy of the model (:func:`_probe`)."""
+    factories = _model_factories(model, spec.models, spec.seed)
+    loss = _default_loss(samples) if tconf.loss is None else tconf.loss
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
+    N = length(samples)
     if N < sizes.size:
         raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
-    order = np.random.default_rng([seed, 0]).permutation(N)
-    spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=loss_reduction, batch_size=batch_size,
-                     sizes=sizes, seed=seed, wire_dtype=_numpy_dtype(wire_dtype), eval_samples=eval_samples,
-                     metrics=metrics, models=models)
-    spec = TorchSpec(model=factories[0], **spec_args)
-    _probe(spec)
-    opt_factory = _optimizer_factory(optimizer, optimizer_params)
-    optimizers = [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, scheduler) for f in factories]
-    rounds = _rounds(spec, rounds, epochs, models)
-    if auto:
-        probe = check_int("probe", 20 if probe is None else probe, minimum=1)
-        if rounds <= probe:
-            raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
-        scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=models, close=close, waitout=waitout,
-                                 load_slope=load_slope, seed=seed, decode_rtol=decode_rtol, families=families)
-        spec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
+    order = np.random.default_rng([spec.seed, 0]).permutation(N)
+    spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=tconf.loss_reduction,
+                     batch_size=batch_size, sizes=sizes, seed=spec.seed, wire_dtype=_numpy_dtype(tconf.wire_dtype),
+                     eval_samples=eval_samples, metrics=tconf.metrics, models=spec.models)
+    tspec = TorchSpec(model=factories[0], **spec_args)
+    _probe(tspec)
+    opt_factory = _optimizer_factory(tconf.optimizer, tconf.optimizer_params)
+    return tspec, [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, tconf.scheduler) for f in factories]
 
-    run_engine, shipping = _engine(engine, spec)
-    tspec = TrainSpec(code=scheme, workers=scheme.n, stragglers=stragglers, delay=delay, delay_model=delay_model,
-                      data=spec, optimizer=optimizers, models=models, seed=seed, close=close, waitout=waitout,
-                      inject=inject)
-    if resume and run_dir is None:
-        raise ValueError("resume=True needs run_dir: the folder of the run to continue")
-    run = RunConfig(rounds=rounds, eval_every=eval_every, checkpoint_every=checkpoint_every, resume=resume,
-                    run_dir=run_dir if run_dir is not None else tempfile.mkdtemp(prefix="gradcode-fit-"),
-                    overwrite=overwrite)
+
+def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> FitResult:
+    """Run the rounds (:func:`~gradcode.runtime.master.run_training`) from the modules' own
+    weights; load the trained weights back into them."""
+    from gradcode.runtime.master import run_training
+
+    cluster, faults, run, engine, shipping, callback = options
     history: list[dict] = []
 
     def record(rec: dict) -> None:
@@ -223,40 +291,40 @@ def fit(
 
     initial = [opt.layout.flatten(opt.module) for opt in optimizers]
     with shipping:
-        result = run_training(tspec, cluster=ClusterConfig(address=address, num_cpus=num_cpus),
-                              faults=FaultConfig(fail=tuple(fail), round_timeout=round_timeout), run=run,
-                              engine=run_engine, callback=record, initial_params=initial)
-    if auto:  # what was chosen and why, in the records too
-        result.config["auto"] = scheme.report
-        result.save(run.run_dir)
+        result = run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=record,
+                              initial_params=initial)
+    if switch is not None:  # what was chosen and why, in the records too
+        result.config["auto"] = switch.report
+        result.save(result.run_dir)
     trained = []
     for opt, x in zip(optimizers, result.params):
         opt.layout.load(opt.module, x)
         opt.module.train()
         trained.append(opt.module)
-    return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(run.run_dir),
-                     spec=spec, auto=scheme.report if auto else None)
+    return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(result.run_dir),
+                     spec=tspec, auto=switch.report if switch is not None else None)
 
 
 # ----------------------------------------------------------------------------------- steps of fit
 
 
-def _scheme(code, auto: bool, *, workers, stragglers, seed, code_params, decode_rtol, auto_options):
+def _scheme(spec, tconf: TorchConfig, auto: bool):
     """The run's scheme: the named code or a copy of the caller's object (``decode_rtol`` is set on
     the run's own codes, never on the caller's), or for ``code="auto"`` the probe's uncoded one
     (:class:`ProbeThenSwitch` wraps it once the rounds are known)."""
     from gradcode.runtime.master import build_scheme
 
     if auto:
-        if code_params:
+        if spec.code_params:
             raise ValueError("code='auto' chooses its own parameters; code_params go with a named code")
-        return build_scheme("uncoded", workers=check_int("workers", workers if workers is not None else 4, minimum=2))
-    if any(option is not None for option in auto_options):
+        workers = spec.workers if spec.workers is not None else 4
+        return build_scheme("uncoded", workers=check_int("workers", workers, minimum=2))
+    if any(option is not None for option in (tconf.probe, tconf.load_slope, tconf.families)):
         raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
-    scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code),
-                          workers=workers, stragglers=stragglers, seed=seed,
-                          code_params=code_params)
-    set_decode_rtol(scheme, decode_rtol)
+    code = spec.code
+    scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code), workers=spec.workers,
+                          stragglers=spec.stragglers, seed=spec.seed, code_params=spec.code_params)
+    set_decode_rtol(scheme, tconf.decode_rtol)
     return scheme
 
 
@@ -271,14 +339,14 @@ def _rounds(spec: TorchSpec, rounds, epochs, models: int) -> int:
     return check_int("rounds", rounds, minimum=1)
 
 
-def _engine(engine: str, spec: TorchSpec):
-    """``(engine, context)``: Ray (None: the runtime starts it; the user's code travels by value
-    while the run lasts) or the in-process engine timed by measured compute."""
+def _engine(engine, spec: TorchSpec):
+    """``(engine, context)``: Ray (the user's code travels by value while the run lasts) or the
+    in-process engine timed by measured compute (:func:`~gradcode.runtime.master.make_engine`)."""
     if engine == "ray":
-        return None, _user_code_by_value(spec)
-    from gradcode.runtime.inprocess import InProcessEngine
-
-    return InProcessEngine(compute_time="measured"), contextlib.nullcontext()
+        return engine, _user_code_by_value(spec)
+    if isinstance(engine, str):
+        check_choice("engine", engine, ("ray", "inprocess"))
+    return engine, contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------------- inputs

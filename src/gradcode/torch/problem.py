@@ -102,6 +102,7 @@ class ModelLayout:
                 off += k
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class TorchSpec:
     """What the master and every worker build their side of a torch run from (picklable: Ray
     ships it to each worker; cloudpickle carries the model's class by value where needed).
@@ -121,20 +122,29 @@ class TorchSpec:
     #: ``fit(..., resume=True)`` and the same arguments)
     checkpoint_record = False
 
-    def __init__(self, *, model: Callable[[], nn.Module], samples, order: np.ndarray, loss: Callable,
-                 loss_reduction: str, batch_size: int | None, sizes: np.ndarray, seed: int, wire_dtype,
-                 eval_samples=None, eval_batch: int = 1024, metrics: Mapping[str, Callable] | None = None,
-                 models: int = 1):
-        self.model, self.samples, self.order = model, samples, np.asarray(order, dtype=np.int64)
-        self.loss, self.loss_reduction = loss, loss_reduction
-        self.batch_size, self.seed, self.wire_dtype = batch_size, int(seed), wire_dtype
-        self.eval_samples, self.eval_batch, self.metrics = eval_samples, int(eval_batch), dict(metrics or {})
-        self.sizes = np.asarray(sizes, dtype=np.float64)
-        self.models = int(models)
+    model: Callable[[], nn.Module]
+    samples: Any
+    order: np.ndarray
+    loss: Callable
+    loss_reduction: str
+    batch_size: int | None
+    sizes: np.ndarray
+    seed: int
+    wire_dtype: Any
+    eval_samples: Any = None
+    eval_batch: int = 1024
+    metrics: Mapping[str, Callable] | None = None
+    models: int = 1
+
+    def __post_init__(self):
+        self.order = np.asarray(self.order, dtype=np.int64)
+        self.seed, self.eval_batch, self.models = int(self.seed), int(self.eval_batch), int(self.models)
+        self.metrics = dict(self.metrics or {})
+        self.sizes = np.asarray(self.sizes, dtype=np.float64)
         #: every worker keeps every sample (set for a scheme that changes its partitions mid-run)
         self.hold_all = False
         self.shards = _shard_lengths(len(self.order), self.sizes)
-        self.per_job = _per_job(self.shards, self.sizes, batch_size)
+        self.per_job = _per_job(self.shards, self.sizes, self.batch_size)
 
     @property
     def n_train(self) -> int:
@@ -304,6 +314,11 @@ class TorchOptimizer:
         self.scheduler = scheduler(self.optimizer) if scheduler is not None else None
         # the name as configured (a scheduler changes the live lr; a resumed run must match this)
         self._name = f"{type(self.optimizer).__name__}(lr={self.optimizer.param_groups[0].get('lr')})"
+        #: the torch optimizer's settings as configured (the first parameter group's, less the
+        #: tensors): what the run's ``config.json`` records as its optimizer parameters
+        self.hyperparameters = {"class": type(self.optimizer).__name__, **{
+            k: v for k, v in self.optimizer.param_groups[0].items()
+            if k != "params" and isinstance(v, (bool, int, float, str, tuple, type(None)))}}
         self._current = None
         self._state = None
 

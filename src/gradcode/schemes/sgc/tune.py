@@ -42,12 +42,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
+from gradcode.schemes.sgc.msgc import msgc_load
 from gradcode.schemes.sgc.srsgc import srsgc_s
 
 __all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profile_slope", "reference_profile",
            "replay", "tune"]
 
-FAMILIES = ("none", "gc", "sr-sgc", "m-sgc")
+FAMILIES = ("uncoded", "crc", "sr-sgc", "m-sgc")
+#: the families' former names (one release, with a DeprecationWarning)
+_FORMER = {"none": "uncoded", "gc": "crc"}
+
+
+def family_names(families) -> tuple[str, ...]:
+    """``families`` checked against :data:`FAMILIES` (the names :data:`~gradcode.schemes.SCHEMES`
+    and the code registry use, so a candidate is built with ``make_scheme(c.scheme, n=n,
+    **c.params)``); the former ``none``/``gc`` still work for a release, with a warning."""
+    out = []
+    for f in families:
+        if f in _FORMER:
+            warnings.warn(f"the tune family {f!r} is now {_FORMER[f]!r} (the old name goes in the next release)",
+                          DeprecationWarning, stacklevel=3)
+            f = _FORMER[f]
+        out.append(check_choice("family", f, FAMILIES))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -419,18 +436,13 @@ def replay(profile, scheme: str, params: dict, *, jobs: int, mu: float = 1.0, wa
     return res.candidates[0]
 
 
-def _msgc_load(n, B, W, lam):
-    lam = np.asarray(lam)
-    return np.where(lam == n, (W - 1 + B) / (n * (W - 1)),
-                    (lam + 1) * (W - 1 + B) / (n * (B + (W - 1) * (lam + 1))))
-
-
 def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: float = 1.0,
          waitout: str = "all", families=FAMILIES, max_W: int = 8, only: dict | None = None) -> TuneResult:
     """Estimate the run time of ``jobs`` jobs for every valid parameter set of each family in
-    ``families`` (``none``, ``gc``: ``s = 0 .. n - 1``; ``sr-sgc``: ``B | W - 1``, ``W <= max_W``,
-    ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_W``, ``0 <= lam <= n``)
-    and rank them (module docstring).
+    ``families`` (``uncoded``; ``crc``: ``s = 0 .. n - 1``; ``sr-sgc``: ``B | W - 1``, ``W <=
+    max_W``, ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_W``, ``0 <= lam
+    <= n``) and rank them (module docstring). Candidates are named as the scheme registries name
+    them: ``make_scheme(c.scheme, n=n, **c.params)`` builds one.
 
     ``profiles``: a ``(rounds, n)`` array of seconds, or a list of them measured at ``loads``
     (one load each; default ``[1/n]`` for a single profile). The profile at the smallest load is
@@ -440,63 +452,31 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
     ``"decodable"``. ``only``: replay one parameter set of the (single) family given."""
     ref = reference_profile(profiles, loads=loads, alpha=alpha)
     X, L0, alpha, notes = ref.profile, ref.load, ref.alpha, list(ref.notes)
-    n = X.shape[1]
     R = X.shape[0]
     jobs = check_int("jobs", jobs, minimum=1)
     mu = check_real("mu", mu, minimum=0.0)
     check_choice("waitout", waitout, ("all", "decodable"))
     max_W = check_int("max_W", max_W, minimum=2)
-    for f in families:
-        check_choice("family", f, FAMILIES)
+    families = family_names(families)
     if jobs > R:
         raise ValueError(
             f"the profile has {R} rounds but J = {jobs} jobs need at least J + T >= {jobs} rounds; give a"
             " longer profile (or fewer jobs): rounds are not recycled")
+    replay_args = (X, L0, alpha, jobs, mu, waitout)
     cands: list[Candidate] = []
     skipped = 0
-
-    def want(params):
-        return only is None or all(params.get(k) == v for k, v in only.items())
-
-    if "none" in families and want({}):  # load 1/n, shifted from the profile's load as every scheme is
+    if "uncoded" in families and (only is None or not only):
+        # load 1/n, shifted from the profile's load as every scheme is
+        n = X.shape[1]
         t = float((X[:jobs] + (1.0 / n - L0) * alpha).max(axis=1).sum())
-        cands.append(Candidate("none", {}, 1.0 / n, t, jobs, 0))
-    if "gc" in families:
-        s = np.arange(n) if only is None else np.array([check_int("s", only["s"], minimum=0, maximum=n - 1)])
-        L = (s + 1) / n
-        times, waits = _gc_times(X, (L - L0) * alpha, s, jobs, mu, waitout)
-        cands += [Candidate("gc", {"s": int(si)}, float(li), float(ti), int(wi), 0)
-                  for si, li, ti, wi in zip(s, L, times, waits)]
+        cands.append(Candidate("uncoded", {}, 1.0 / n, t, jobs, 0))
+    if "crc" in families:
+        cands += _crc_candidates(replay_args, only)
     for fam in ("sr-sgc", "m-sgc"):
-        if fam not in families:
-            continue
-        pairs = [(B, W) for W in range(2, max_W + 1) for B in range(1, W)
-                 if fam == "m-sgc" or (W - 1) % B == 0]
-        if only is not None:
-            pairs = [(only["B"], only["W"])]
-        for B, W in pairs:
-            T = B if fam == "sr-sgc" else W - 2 + B
-            if fam == "sr-sgc":
-                lam = np.arange(1, n + 1)
-                s = np.array([srsgc_s(B, W, int(x)) for x in lam])
-                keep = s <= n - 1
-                lam, s = lam[keep], s[keep]
-                L = (s + 1) / n
-            else:
-                lam = np.arange(0, n + 1)
-                s = lam
-                L = _msgc_load(n, B, W, lam)
-            if only is not None:
-                keep = lam == only["lam"]
-                lam, s, L = lam[keep], s[keep], L[keep]
-            if not lam.size:
-                continue
-            if jobs + T > R:
-                skipped += lam.size
-                continue
-            times, waits = _scan(fam, X, (L - L0) * alpha, B, W, lam, s, jobs, mu, waitout)
-            cands += [Candidate(fam, {"B": B, "W": W, "lam": int(x)}, float(li), float(ti), int(wi), T)
-                      for x, li, ti, wi in zip(lam, L, times, waits)]
+        if fam in families:
+            found, left_out = _sequential_candidates(fam, replay_args, max_W, only)
+            cands += found
+            skipped += left_out
     if skipped:
         msg = (f"{skipped} parameter sets left out: the profile has {R} rounds, and J = {jobs} jobs of a scheme"
                f" with delay T take J + T rounds (SGC Sec. 2), so only T <= {R - jobs} fit (rounds are not"
@@ -510,3 +490,52 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
     for c in cands:
         best.setdefault(c.scheme, c)
     return TuneResult(best, cands, float(alpha), L0, jobs, mu, waitout, skipped, notes)
+
+
+def _crc_candidates(replay_args: tuple, only: dict | None) -> list[Candidate]:
+    """Tandon's cyclic repetition code with every ``s = 0 .. n - 1`` (load ``(s + 1) / n``),
+    replayed at once (:func:`_gc_times`)."""
+    X, L0, alpha, jobs, mu, waitout = replay_args
+    n = X.shape[1]
+    s = np.arange(n) if only is None else np.array([check_int("s", only["s"], minimum=0, maximum=n - 1)])
+    L = (s + 1) / n
+    times, waits = _gc_times(X, (L - L0) * alpha, s, jobs, mu, waitout)
+    return [Candidate("crc", {"s": int(si)}, float(li), float(ti), int(wi), 0)
+            for si, li, ti, wi in zip(s, L, times, waits)]
+
+
+def _sequential_candidates(fam: str, replay_args: tuple, max_W: int, only: dict | None) -> tuple[list, int]:
+    """``(candidates, parameter sets left out)`` of SR-SGC or M-SGC: every valid ``(B, W)`` with
+    ``W <= max_W`` and every ``lam`` at once (:func:`_scan`), their ``T`` and loads from the
+    schemes' own functions (:func:`srsgc_s`, :func:`msgc_load`); a set whose ``J + T`` rounds
+    exceed the profile is left out and counted."""
+    X, L0, alpha, jobs, mu, waitout = replay_args
+    R, n = X.shape
+    pairs = [(B, W) for W in range(2, max_W + 1) for B in range(1, W) if fam == "m-sgc" or (W - 1) % B == 0]
+    if only is not None:
+        pairs = [(only["B"], only["W"])]
+    cands, skipped = [], 0
+    for B, W in pairs:
+        T = B if fam == "sr-sgc" else W - 2 + B
+        if fam == "sr-sgc":
+            lam = np.arange(1, n + 1)
+            s = np.array([srsgc_s(B, W, int(x)) for x in lam])
+            keep = s <= n - 1
+            lam, s = lam[keep], s[keep]
+            L = (s + 1) / n
+        else:
+            lam = np.arange(0, n + 1)
+            s = lam
+            L = np.array([msgc_load(n, B, W, int(x)) for x in lam])
+        if only is not None:
+            keep = lam == only["lam"]
+            lam, s, L = lam[keep], s[keep], L[keep]
+        if not lam.size:
+            continue
+        if jobs + T > R:
+            skipped += lam.size
+            continue
+        times, waits = _scan(fam, X, (L - L0) * alpha, B, W, lam, s, jobs, mu, waitout)
+        cands += [Candidate(fam, {"B": B, "W": W, "lam": int(x)}, float(li), float(ti), int(wi), T)
+                  for x, li, ti, wi in zip(lam, L, times, waits)]
+    return cands, skipped

@@ -4,6 +4,8 @@ stream). Load conventions: :mod:`gradcode.stragglers.models`."""
 
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -259,34 +261,33 @@ class GilbertElliotHet(_TwoStateChain, DelayModel):
 
 
 @register_delay_model("gilbert-elliot")
-def gilbert_elliot(
-    *,
-    mu_fast: float = 10.0,
-    mu_slow: float = 0.1,
-    p_switch: float = 0.05,
-    p_recover: float | None = None,
-    alpha: float = 0.01,
-    initial_slow: int | None = None,
-    partitions: int | None = None,
-    heterogeneous: bool = False,
-    rate_max: float = 5.0,
-    slow_factor: float = 10.0,
-    tau: float = 0.5,
-) -> GilbertElliot | GilbertElliotHet:
+def gilbert_elliot(*, heterogeneous: bool = False, **params) -> GilbertElliot | GilbertElliotHet:
     """The ``gilbert-elliot`` name: :class:`GilbertElliot`, or with ``heterogeneous=True``
     :class:`GilbertElliotHet` (then ``mu_fast`` and ``mu_slow`` are unused, as ``rate_max``,
     ``slow_factor`` and ``tau`` are without it).
 
     The flag predates the two classes; it is kept so that existing calls and ``--delay-param
-    heterogeneous=true`` keep working, and the name lists the parameters it has always listed.
+    heterogeneous=true`` keep working, and the name lists the parameters it has always listed
+    (the signature below, which the registry reads).
     """
-    chain = dict(p_switch=p_switch, p_recover=p_recover, alpha=alpha, initial_slow=initial_slow,
-                 partitions=partitions)
+    unknown = sorted(set(params) - set(_GE_PARAMS))
+    if unknown:
+        raise TypeError(f"gilbert_elliot() got unexpected parameter(s) {', '.join(unknown)}")
+    values = {**_GE_PARAMS, **params}
+    chain = {k: values[k] for k in ("p_switch", "p_recover", "alpha", "initial_slow", "partitions")}
     if _check_bool("heterogeneous", heterogeneous):
-        return GilbertElliotHet(**chain, rate_max=rate_max, slow_factor=slow_factor, tau=tau)
-    return GilbertElliot(mu_fast=mu_fast, mu_slow=mu_slow, **chain)
+        return GilbertElliotHet(**chain, rate_max=values["rate_max"], slow_factor=values["slow_factor"],
+                                tau=values["tau"])
+    return GilbertElliot(mu_fast=values["mu_fast"], mu_slow=values["mu_slow"], **chain)
 
 
+#: the parameters of the ``gilbert-elliot`` name and their defaults (both classes' together)
+_GE_PARAMS = {"mu_fast": 10.0, "mu_slow": 0.1, "p_switch": 0.05, "p_recover": None, "alpha": 0.01,
+              "initial_slow": None, "partitions": None, "rate_max": 5.0, "slow_factor": 10.0, "tau": 0.5}
+gilbert_elliot.__signature__ = inspect.Signature(
+    [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in _GE_PARAMS.items()][:7]
+    + [inspect.Parameter("heterogeneous", inspect.Parameter.KEYWORD_ONLY, default=False)]
+    + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in list(_GE_PARAMS.items())[7:]])
 gilbert_elliot.summary = GilbertElliot.summary
 gilbert_elliot.param_help = {
     **GilbertElliot.param_help,
