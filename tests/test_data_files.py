@@ -110,3 +110,19 @@ def test_cli_trains_on_a_csv_file(ray_session, tmp_path):
     doc = json.loads(res.stdout)
     assert len(doc["final_params"]) == 6  # 3 numeric + 2 one-hot + intercept
     assert doc["losses"][-1][0] < doc["losses"][0][0]
+
+
+def test_a_data_file_by_path_in_the_api_as_on_the_command_line(tmp_path):
+    """TrainSpec(data="people.csv", data_params={"target": ...}) names the same data as the CLI's
+    --data people.csv --target ...: the file dataset, standardised, recorded in the config."""
+    from gradcode.runtime import InProcessEngine, RunConfig, TrainSpec, train
+
+    path = tmp_path / "people.csv"
+    path.write_text(CSV + "".join(CSV.splitlines(keepends=True)[1:]) * 3)
+    res = train(TrainSpec("crc", workers=3, stragglers=1, data=str(path),
+                          data_params={"target": "bought", "categorical": "city"}),
+                run=RunConfig(rounds=2, run_dir=tmp_path / "run", eval_every=0), engine=InProcessEngine())
+    assert res.config["data"]["dataset"] == "file" and res.config["data"]["params"]["path"] == str(path)
+    with pytest.raises(ValueError, match="no such file"):
+        train(TrainSpec("crc", data=str(tmp_path / "missing.csv")), run=RunConfig(rounds=1, run_dir=tmp_path / "r2"),
+              engine=InProcessEngine())

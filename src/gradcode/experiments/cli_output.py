@@ -30,7 +30,7 @@ from rich.table import Table
 #: stderr console for people; stdout is reserved for --json documents and plain tables
 err = Console(stderr=True)
 # piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
-out = Console(width=None if sys.stdout.isatty() else 120)
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
@@ -46,7 +46,11 @@ def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | N
     table = Table(title=title)
     numeric = {c for c in columns if all(isinstance(r.get(c), (int, float, type(None))) for r in rows)}
     for c in columns:
-        table.add_column(c, justify="right" if c in numeric else "left")
+        # a key's words as the header (time_s: "time s"), which a narrow terminal wraps at the
+        # spaces instead of cutting it short; --json keeps the keys
+        header = c.replace("_", " ")
+        table.add_column(header, justify="right" if c in numeric else "left",
+                         min_width=max(map(len, header.split() or [""])))
     for r in rows:
         table.add_row(*(_fmt(r.get(c)) for c in columns))
     out.print(table)

@@ -203,7 +203,7 @@ def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
 
 @reproduction("sgc-training")
 @dataclass(frozen=True)
-class SGCTraining:
+class SGCTraining(SGCProbeSwitch):
     """SGC Sec. 4.2, Table 1 and Fig. 2 (scaled): M-SGC, SR-SGC and GC with parameters chosen from a
     reference profile (App. J), coded from round 1, against uncoded; 4 CNNs trained concurrently.
 
@@ -211,19 +211,8 @@ class SGCTraining:
     load (App. J: the paper uses T_probe = 80); each family's best parameters on it are then run for
     ``jobs`` jobs (all models together). Other parameters as ``sgc-probe-switch``."""
 
-    workers: int = 16
-    models: int = 4
-    jobs: int = 120
     probe: int = 40
-    load_slope: float = 2.0
-    seed: int = 0
-    trace: str | None = None
     out: str = "sgc-training"
-    plot: bool = True
-    data: str = "digits"
-    model: str = "cnn"
-    engine: str = "inprocess"
-    time_scale: float = 1.0
 
     def run(self) -> dict:
         return _sgc_training(self)

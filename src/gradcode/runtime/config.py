@@ -26,7 +26,7 @@ from typing import Any
 
 from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
 
-__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "configs_from_keywords"]
+__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "configs_from_keywords", "merge_configs"]
 
 
 def _set(obj, name: str, value) -> None:
@@ -103,7 +103,8 @@ class RunConfig:
     ``rounds``: training rounds (with ``resume``, the total: more than the checkpoint's extends a
     finished run; None: :func:`gradcode.torch.fit`'s epochs decide, :func:`gradcode.train` refuses
     it). ``checkpoint_every``: rounds between checkpoints (0: none). ``run_dir``: where
-    records, checkpoints and Ray's temp dir go (None: a new ``./gradcode-runs/<code>-n<n>-<time>``).
+    records, checkpoints and Ray's temp dir go (None: a new ``<code>-n<n>-<time>`` folder under
+    :func:`~gradcode.runtime.runs_home`, ``~/.gradcode/runs`` or ``$GRADCODE_RUNS``).
     ``eval_every``: held-out metrics every ``K`` rounds and after the last (0: after the last only).
     ``resume``: continue the run in ``run_dir`` from its checkpoint (same spec, checked);
     ``overwrite``: replace the run in ``run_dir`` (without either, a run dir that holds a run is
@@ -233,6 +234,28 @@ def configs_from_keywords(**keywords) -> dict:
     if left:
         raise TypeError(f"unknown training option(s) {', '.join(sorted(left))}; the options are the fields of"
                         " TrainSpec, ClusterConfig, FaultConfig and RunConfig")
+    return out
+
+
+def merge_configs(given: dict, classes: dict, built: dict | None = None, keywords=()) -> dict:
+    """The config objects of an entry point (``{name: object}``): each ``given`` object checked
+    to be of its class in ``classes``, a missing one taken from ``built`` (what the deprecated flat
+    ``keywords`` made) or its class's default (``classes[name]``: a class, or a zero-argument
+    factory returning the default object). A keyword that belongs to an object also given is a
+    ``TypeError``: which would win?"""
+    out = {}
+    for name, make in classes.items():
+        cls = make if isinstance(make, type) else type(make())
+        obj = given.get(name)
+        if obj is None:
+            out[name] = built[name] if built is not None else make()
+            continue
+        if not isinstance(obj, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
+        both = sorted(k for k in keywords if k in field_names(cls))
+        if both:
+            raise TypeError(f"give {', '.join(both)} either in the {cls.__name__} or as keywords, not both")
+        out[name] = obj
     return out
 
 

@@ -59,7 +59,7 @@ Rules the loop follows (docs/architecture.md, "The runtime"):
   ``t`` is held back until ``a_i = max(0, intercept[t, w] + slope[t, w] * prefix_i)`` seconds
   (accumulated, plus the model's message time), ``prefix_i`` the data fraction message ``i`` needs
   (:func:`gradcode.schemes.task_schedule`): the simulator's timing, slept by the worker on top of
-  its real compute. ``train(stragglers=S, delay=D)`` uses ``fixed`` with ``base=0``: only the delay
+  its real compute. ``TrainSpec(stragglers=S, delay=D)`` uses ``fixed`` with ``base=0``: only the delay
   is injected, the compute time is real.
 * **multi-model training** (SGC App. I): with ``models=M`` job ``j`` computes the gradient of model
   ``j mod M`` at its parameters when the job starts. Schemes whose jobs take up to ``T`` rounds

@@ -1,7 +1,6 @@
 """Entry points of real training: :func:`train` and :func:`resume`.
 
-They turn a :class:`~gradcode.runtime.config.TrainSpec` (or ``train()``'s keywords, which build
-one) into a :class:`~gradcode.runtime.driver.RunSetup` (:func:`prepare`: data, problem, scheme,
+They turn a :class:`~gradcode.runtime.config.TrainSpec` and its run's config objects into a :class:`~gradcode.runtime.driver.RunSetup` (:func:`prepare`: data, problem, scheme,
 optimizers, injected delays and failures, the JSON config record), set up the run dir (refusing
 one that holds a run unless resumed or overwritten), start the engine's workers and hand the rounds
 to a :class:`~gradcode.runtime.driver.RoundDriver`, whose module docstring states the rules a run
@@ -23,7 +22,7 @@ import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.runtime.base import Engine
-from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, field_names
+from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.records import (
     CHECKPOINT,
@@ -378,34 +377,22 @@ def _configs(spec, cluster, faults, run, keywords: dict) -> tuple:
     """The four config objects of :func:`train`: those given, the rest default; with the
     deprecated flat keywords (or a code as the first argument), the objects they make. A keyword
     whose object is also given is a ``TypeError`` (which would win?)."""
-    from gradcode.runtime.config import configs_from_keywords
+    from gradcode.runtime.config import configs_from_keywords, merge_configs
 
     if spec is not None and not isinstance(spec, TrainSpec):  # train("crc", ...): a code first
         if "code" in keywords:
             raise TypeError("give the code once: as the first argument or as code=, not both")
         keywords, spec = {"code": spec, **keywords}, None
-    given = {"spec": spec, "cluster": cluster, "faults": faults, "run": run}
+    built = None
     if keywords:
         warnings.warn("train()'s flat keywords are deprecated and go in the next release: pass the config"
                       " objects, train(TrainSpec(code, workers=..., ...), run=RunConfig(rounds=...), faults=...,"
                       " cluster=...)", DeprecationWarning, stacklevel=3)
         built = configs_from_keywords(**keywords)
-        for name, obj in given.items():
-            if obj is None:
-                continue
-            both = sorted(k for k in keywords if k in field_names(type(built[name])))
-            if both:
-                raise TypeError(f"give {', '.join(both)} either in the {type(built[name]).__name__} or as"
-                                " keywords, not both")
-        given = {name: obj if obj is not None else built[name] for name, obj in given.items()}
-    out = []
-    for (name, obj), cls in zip(given.items(), (TrainSpec, ClusterConfig, FaultConfig, RunConfig)):
-        if obj is None:
-            obj = cls()
-        elif not isinstance(obj, cls):
-            raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
-        out.append(obj)
-    return tuple(out)
+    out = merge_configs({"spec": spec, "cluster": cluster, "faults": faults, "run": run},
+                        {"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig, "run": RunConfig},
+                        built, keywords)
+    return out["spec"], out["cluster"], out["faults"], out["run"]
 
 
 def resume(
@@ -422,16 +409,16 @@ def resume(
     started; more extends a finished run). ``cluster``: where to run now (default: the current Ray
     session or an embedded local cluster). ``faults``: another round timeout or restart limit
     (without ``fail`` it keeps the run's planned failures; with one, it must be the run's). Same
-    result as ``train(..., resume=True)`` with the original arguments; a checkpoint written by a
-    version without this entry point is refused with that advice."""
+    result as ``train(spec, run=RunConfig(..., resume=True))`` with the original arguments; a
+    checkpoint written by a version without this entry point is refused with that advice."""
     path = Path(run_dir) / CHECKPOINT
     saved = read_checkpoint(path)
     spec, run = saved.get("spec"), saved.get("run")
     if not isinstance(spec, TrainSpec) or not isinstance(run, RunConfig):
         raise CheckpointError(
             f"resume: {path} does not hold the run's spec (its spec held objects a checkpoint cannot hold:"
-            " a function, a class from outside gradcode, in-memory data); continue it with train(...,"
-            " resume=True) and the arguments it was started with"
+            " a function, a class from outside gradcode, in-memory data); continue it with train(spec,"
+            " run=RunConfig(..., resume=True)) and the spec it was started with"
         )
     saved_faults = saved.get("faults") or FaultConfig()
     if faults is None:
@@ -600,7 +587,7 @@ def _restore(saved: dict, setup: RunSetup, run: RunConfig) -> tuple[TrainState, 
 def _resume_record(spec: TrainSpec, run: RunConfig, faults: FaultConfig) -> dict:
     """What a checkpoint keeps for :func:`resume`: the spec, run config and faults, when a
     checkpoint can hold them (a spec holding a function or a foreign object is still
-    checkpointed, for ``train(..., resume=True)``; :func:`resume` then says it cannot)."""
+    checkpointed, for ``train`` with ``RunConfig(resume=True)``; :func:`resume` then says it cannot)."""
     from gradcode.runtime.safe_state import UnsafeStateError, encode
 
     if not getattr(spec.data, "checkpoint_record", True):  # e.g. a torch run: no copy of its data set

@@ -221,29 +221,19 @@ def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:
     """:func:`fit`'s config objects: those given, the rest default (``RunConfig(rounds=None,
     eval_every=0)``: the epochs decide); with the deprecated flat keywords, those they make."""
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+    from gradcode.runtime.config import merge_configs
 
-    given = {"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster}
+    built = None
     if keywords:
         warnings.warn("fit()'s flat keywords are deprecated and go in the next release: pass the config objects,"
                       " fit(model, data, TrainSpec(code, workers=...), torch_config=TorchConfig(optimizer=...,"
                       " batch_size=...), run=RunConfig(rounds=...))", DeprecationWarning, stacklevel=3)
         built = fit_configs(**keywords)
-        for name, obj in given.items():
-            both = sorted(k for k in keywords if obj is not None and hasattr(obj, k))
-            if both:
-                raise TypeError(f"give {', '.join(both)} either in the {type(obj).__name__} or as keywords, not both")
-        given = {name: obj if obj is not None else built[name] for name, obj in given.items()}
-    classes = {"spec": TrainSpec, "torch_config": TorchConfig, "run": RunConfig, "faults": FaultConfig,
-               "cluster": ClusterConfig}
-    out = []
-    for name, cls in classes.items():
-        obj = given[name]
-        if obj is None:
-            obj = RunConfig(rounds=None, eval_every=0) if cls is RunConfig else cls()
-        elif not isinstance(obj, cls):
-            raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
-        out.append(obj)
-    return tuple(out)
+    out = merge_configs({"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster},
+                        {"spec": TrainSpec, "torch_config": TorchConfig,
+                         "run": lambda: RunConfig(rounds=None, eval_every=0), "faults": FaultConfig,
+                         "cluster": ClusterConfig}, built, keywords)
+    return out["spec"], out["torch_config"], out["run"], out["faults"], out["cluster"]
 
 
 def _samples(data, tconf: TorchConfig):
