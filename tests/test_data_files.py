@@ -126,3 +126,12 @@ def test_a_data_file_by_path_in_the_api_as_on_the_command_line(tmp_path):
     with pytest.raises(ValueError, match="no such file"):
         train(TrainSpec("crc", data=str(tmp_path / "missing.csv")), run=RunConfig(rounds=1, run_dir=tmp_path / "r2"),
               engine=InProcessEngine())
+
+
+def test_standardized_file_data_without_held_out_rows(tmp_path):
+    path = tmp_path / "people.csv"
+    path.write_text(CSV)
+    ds = make_dataset(DataSpec("file", {"path": str(path), "target": "bought", "categorical": "city"}, seed=0,
+                               test_fraction=0.0))
+    assert ds.n_test == 0 and ds.n_train == 6
+    np.testing.assert_allclose(ds.X_train.mean(axis=0), 0.0, atol=1e-12)

@@ -667,3 +667,17 @@ def test_cli_several_schemes_in_process_with_varying_delays_draw_both_figures(tm
     np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)
     assert set(doc["rows"][0]) >= {"time_s", "round_ms", "stragglers_per_round", "faults", "test_loss", "accuracy",
                                    "roc_auc", "speedup"}
+
+
+def test_a_bad_engine_is_refused_before_the_run_dir_holds_anything(tmp_path):
+    from gradcode.runtime import ClusterConfig
+
+    spec = TrainSpec("crc", workers=4, data_params=DATA)
+    for engine, cluster, match in (("inproc", None, "engine must be one of"),
+                                   ("inprocess", ClusterConfig(num_cpus=2), "num_cpus are the Ray engine's")):
+        with pytest.raises(ValueError, match=match):
+            train(spec, run=RunConfig(rounds=2, run_dir=tmp_path / "r"), cluster=cluster, engine=engine)
+        assert not (tmp_path / "r").exists()
+    res = train(spec, run=RunConfig(rounds=2, run_dir=tmp_path / "r", eval_every=0), engine="inprocess")
+    assert res.round_times.size == 2
+    assert train(spec, run=RunConfig(run_dir=tmp_path / "d", eval_every=0), engine="inprocess").round_times.size == 100

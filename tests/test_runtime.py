@@ -379,6 +379,11 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
         second.spawn(specs)
         assert second.pids() == pids and second.rows_held() == rows
         second.shutdown()
+        # Ray counts an actor's restarts over its life: a run with a restart limit gets its own
+        limited = RayEngine()
+        limited.spawn(specs, max_restarts=0)
+        assert not set(limited.pids()) & set(pids)
+        limited.shutdown()
         results = [run(tmp_path, code, code=code, stragglers=1, delay=0.05, fail=["1@1"]) for code in ("uncoded", "crc")]
     ref = reference(6)
     for res in results:

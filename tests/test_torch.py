@@ -576,3 +576,23 @@ def test_auto_families_are_checked_up_front(digits):
         fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("m-sgc",))
     with pytest.raises(ValueError, match="families must name"):
         fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("bogus",))
+
+
+def test_fit_config_objects_merge_with_keywords_and_refuse_what_fit_does_not_use(digits, tmp_path):
+    """optimizer is TorchConfig's (not a clash with TrainSpec's); a RunConfig without rounds leaves
+    them to the epochs; TrainSpec fields that fit does not use are refused, not dropped."""
+    from gradcode.runtime import RunConfig, TrainSpec
+
+    spec = TrainSpec("crc", workers=6, stragglers=1)
+    with pytest.warns(DeprecationWarning):
+        res = gt.fit(LNBNNet(), digits[0], spec, optimizer="adam", batch_size=60, rounds=1, engine="inprocess")
+    assert "Adam" in res.result.config["optimizer"][0]
+    epoch = gt.fit(LNBNNet(), digits[0], spec, torch_config=gt.TorchConfig(batch_size=300),
+                   run=RunConfig(run_dir=tmp_path / "r"), engine="inprocess")
+    plain = gt.fit(LNBNNet(), digits[0], spec, torch_config=gt.TorchConfig(batch_size=300), engine="inprocess")
+    assert len(epoch.history) == len(plain.history) < 10  # one epoch of whole batches, not 100 rounds
+    assert epoch.result.config["optimizer_params"][0]["lr"] == 0.01  # the resolved step size, recorded
+    with pytest.raises(ValueError, match="TrainSpec.verify is not used by fit"):
+        gt.fit(LNBNNet(), digits[0], TrainSpec("crc", workers=6, verify=True), engine="inprocess")
+    with pytest.raises(TypeError, match="and TorchConfig for fit"):
+        fit(LNBNNet(), digits[0], lr=0.1)

@@ -32,7 +32,8 @@ def _flags_without_a_value(display_type_rich):
     return display
 
 
-typer.core.TyperOption.display_type_rich = _flags_without_a_value(typer.core.TyperOption.display_type_rich)
+if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer >= 0.2x shows the type; earlier ones do not
+    typer.core.TyperOption.display_type_rich = _flags_without_a_value(typer.core.TyperOption.display_type_rich)
 
 
 def _version(value: bool) -> None:

@@ -764,7 +764,11 @@ def train_several(o: TrainOptions) -> None:
         _fail(exc, EXIT_USAGE, o.as_json, err)
     # Ray prints its notices (a worker's death) to sys.stdout whenever they come, also between
     # two runs: stdout is kept for the table or the JSON document while the session lasts
-    with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))), session:
+    with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))), contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(session)
+        except GradcodeError as exc:  # no cluster at --address, Ray could not start: nothing ran
+            _fail(exc, EXIT_FAILED, o.as_json, err)
         results, errors = _run_each(runs, o)
     _report_several(runs, results, errors, pngs, o)
 

@@ -5,7 +5,7 @@
   chosen beforehand from a reference profile (App. J) and run from round 1, against uncoded.
 * ``agc-training``: AGC Sec. VIII, Fig. 5-6 and Table VI: uncoded, Tandon's GC, CGC, G-CGC, AGC
   and G-AGC training one CNN with ``n = 20`` workers, ``d = 3``, SGD lr 0.1, batch 180, under the
-  restart model of Sec. VII (see :func:`agc_training`).
+  restart model of Sec. VII (see :class:`AGCTraining`).
 * ``sgc-probe-switch``: SGC App. K, Fig. 18. ``M = 4`` CNN classifiers trained concurrently
   (SGC Sec. 4.2; here scikit-learn's 8x8 digits and the small CNN, ``n = 16`` workers instead of
   256 Lambda functions). Every coded run starts uncoded, measures the workers for ``T_probe``
@@ -380,7 +380,7 @@ def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, 
              time_scale: float) -> tuple[dict, list]:
     """One scheme's training under the drawn restart epochs: its row (time per iteration measured
     and expected, Table VI's value, the decodes that needed a later epoch, final accuracy, time to
-    ``target``) and its accuracy-against-time curve (:func:`agc_training`)."""
+    ``target``) and its accuracy-against-time curve (:class:`AGCTraining`)."""
     from gradcode.analysis import restart_outcome, scheme_aet
     from gradcode.experiments.repro_analysis import AGC_TABLE6, agc_timing
     from gradcode.torch import fit, fit_configs

@@ -206,5 +206,6 @@ def _file(rng, test_fraction, path: str | None = None, target: str | None = None
         from sklearn.preprocessing import StandardScaler
 
         scaler = StandardScaler(with_mean=not sparse.issparse(X)).fit(X_train)
-        X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+        X_train = scaler.transform(X_train)
+        X_test = scaler.transform(X_test) if X_test.shape[0] else X_test  # test_fraction=0: no held-out rows
     return Dataset(f"file:{os.path.basename(path)}", task, X_train, y[tr], X_test, y[te], info=info)

@@ -101,8 +101,8 @@ class RunConfig:
     """How long the run goes and where its records go.
 
     ``rounds``: training rounds (with ``resume``, the total: more than the checkpoint's extends a
-    finished run; None: :func:`gradcode.torch.fit`'s epochs decide, :func:`gradcode.train` refuses
-    it). ``checkpoint_every``: rounds between checkpoints (0: none). ``run_dir``: where
+    finished run); None (default): the trainer's default, 100 for :func:`gradcode.train`, one
+    epoch (``TorchConfig.epochs``) for :func:`gradcode.torch.fit`. ``checkpoint_every``: rounds between checkpoints (0: none). ``run_dir``: where
     records, checkpoints and Ray's temp dir go (None: a new ``<code>-n<n>-<time>`` folder under
     :func:`~gradcode.runtime.runs_home`, ``~/.gradcode/runs`` or ``$GRADCODE_RUNS``).
     ``eval_every``: held-out metrics every ``K`` rounds and after the last (0: after the last only).
@@ -111,7 +111,7 @@ class RunConfig:
     refused).
     """
 
-    rounds: int | None = 100
+    rounds: int | None = None
     checkpoint_every: int = 0
     run_dir: str | os.PathLike | None = None
     eval_every: int = 1
@@ -242,17 +242,20 @@ def merge_configs(given: dict, classes: dict, built: dict | None = None, keyword
     to be of its class in ``classes``, a missing one taken from ``built`` (what the deprecated flat
     ``keywords`` made) or its class's default (``classes[name]``: a class, or a zero-argument
     factory returning the default object). A keyword that belongs to an object also given is a
-    ``TypeError``: which would win?"""
-    out = {}
+    ``TypeError``: which would win? A keyword goes to the first class in ``classes`` that has it
+    (``fit``: ``optimizer`` is ``TorchConfig``'s, not ``TrainSpec``'s)."""
+    out, claimed = {}, set()
     for name, make in classes.items():
         cls = make if isinstance(make, type) else type(make())
+        mine = {k for k in keywords if k in field_names(cls)} - claimed
+        claimed |= mine
         obj = given.get(name)
         if obj is None:
             out[name] = built[name] if built is not None else make()
             continue
         if not isinstance(obj, cls):
             raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
-        both = sorted(k for k in keywords if k in field_names(cls))
+        both = sorted(mine)
         if both:
             raise TypeError(f"give {', '.join(both)} either in the {cls.__name__} or as keywords, not both")
         out[name] = obj

@@ -88,6 +88,19 @@ _OWNER_FILE = "gradcode-driver.lock"
 _claims: dict[str, int] = {}
 
 
+#: seconds a task waits for the reset its engine sent just before it
+_STALE_WAIT = 2.0
+
+
+class StaleWorkerError(RuntimeError):
+    """A reused worker asked to compute on data it does not hold (Ray restarted it with the
+    constructor arguments of another run): its engine resets it and counts the task as lost."""
+
+
+def _stale(exc) -> bool:
+    return isinstance(exc, ray.exceptions.RayTaskError) and isinstance(getattr(exc, "cause", None), StaleWorkerError)
+
+
 def _lost(exc) -> bool:
     """Whether a failed task's exception says the worker's process died or is restarting (a
     straggler), as opposed to an exception raised by the task itself (a bug: not retried)."""
@@ -105,18 +118,32 @@ class _RayWorker:
         # only the partitions' rows are kept (ProblemSpec.build_partitions)
         self.core = build_core(worker, spec, partitions, chunks)
         self._wake = asyncio.Event()
-        self._generation = 0  # +1 a reset: the tasks of an earlier run stop at their next sleep
+        # which data the worker holds: 0 as created (and as Ray restarts it: with the constructor's
+        # arguments), then the number its engine gave with each reset; a task names the one it needs
+        self._generation = 0
 
-    async def reset(self, worker: int, spec, partitions: dict, chunks: int) -> int:
+    async def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
         """Become worker ``worker`` of another run (:func:`ray_session` reuses actors between
-        runs): the tasks of the previous run end at their next sleep, the new core is built."""
-        self._generation += 1
-        self._wake.set()
+        runs), holding data ``generation``: the tasks of the previous data end at their next
+        sleep, the new core is built."""
         self.core = build_core(worker, spec, partitions, chunks)
+        self._generation = generation
+        self._wake.set()
         return os.getpid()
 
-    async def run(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
-        generation = self._generation
+    async def _holds(self, generation: int) -> None:
+        """Wait (briefly: a reset sent just before the task may run after it starts, as an async
+        actor's calls may) until the worker holds data ``generation``; raise
+        :class:`StaleWorkerError` when it does not: Ray restarted it with another run's data."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _STALE_WAIT
+        while self._generation != generation:
+            if loop.time() > deadline:
+                raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
+            await asyncio.sleep(0.001)
+
+    async def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+        await self._holds(generation)
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
                 if not await self._sleep(t, item, generation):
@@ -124,11 +151,12 @@ class _RayWorker:
             else:
                 yield item
 
-    async def run_one(self, t: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+    async def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
         """A round whose tasks send one message: a plain call returning it (None when aborted
         during its injected sleep). No generator: one object and one wait instead of a stream's
         item and end marker."""
-        out, generation = None, self._generation
+        await self._holds(generation)
+        out = None
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
                 if not await self._sleep(t, item, generation):
@@ -371,7 +399,9 @@ class SharedCoresWarning(RuntimeWarning):
     times include that contention (a coded scheme can then look slower than uncoded)."""
 
 
-#: the session :func:`ray_session` opened: (its cluster settings, its temp dir), or None
+#: what :func:`ray_session` shares while it lasts: ``cluster`` (the settings it started Ray with,
+#: None when it joined a running session) and ``pool`` (idle worker actors and the data generation
+#: each holds, by ``(worker_cpus,)``; only actors restarted without limit); empty outside a session
 _session: dict = {}
 
 
@@ -386,8 +416,10 @@ def ray_session(cluster=None, *, run_dir=None):
     The worker actors are shared too: an engine's :meth:`~RayEngine.shutdown` leaves its live
     actors to the next engine, which makes them its workers with :meth:`_RayWorker.reset` (a
     rebuilt core, ~ms) instead of starting processes (~0.5 s each, measured on 2 cores). Ray
-    restarts a dead actor with its *first* constructor arguments, so an engine resets a reused
-    worker again after any lost task before it gives it work."""
+    restarts a dead actor with its *first* constructor arguments, so every task names the data
+    generation it needs and a worker that holds another refuses it (a lost task); the engine
+    resets a reused worker after any lost task before it gives it work. Only actors restarted
+    without limit (``max_restarts=-1``) are shared: Ray counts restarts over an actor's life."""
     from gradcode.runtime.config import ClusterConfig
 
     cluster = cluster if cluster is not None else ClusterConfig()
@@ -404,7 +436,7 @@ def ray_session(cluster=None, *, run_dir=None):
         yield
     finally:
         for actors in _session["pool"].values():
-            for a in actors:
+            for a, _ in actors:
                 with contextlib.suppress(Exception):
                     ray.kill(a, no_restart=True)
         _session.clear()
@@ -463,6 +495,7 @@ class RayEngine(Engine):
         self._reused: set[int] = set()  # workers taken over from the session's previous engine
         self._stale: set[int] = set()  # reused workers to reset before their next task
         self._killed: set[int] = set()
+        self._generations: list[int] = []  # the data each worker holds (reset count), which its tasks name
         self._pool_key = None
 
     # ----------------------------------------------------------------- workers
@@ -482,18 +515,21 @@ class RayEngine(Engine):
                           " cores, so round times include that (a coded scheme, with more work a worker, can look"
                           " slower than uncoded); reserve cores with --cpus-per-worker (ClusterConfig.worker_cpus)"
                           " or use fewer workers", SharedCoresWarning, stacklevel=2)
-        pool = _session.get("pool", {}).pop((max_restarts, self.worker_cpus), [])
+        # Ray counts an actor's restarts over its life: only actors restarted without limit are shared
+        self._pool_key = (self.worker_cpus,) if max_restarts == -1 else None
+        pool = _session.get("pool", {}).pop(self._pool_key, []) if self._pool_key is not None else []
         reused = pool[: len(specs)]
-        for a in pool[len(specs):]:  # more than this run needs: kept for the next one
-            _session["pool"].setdefault((max_restarts, self.worker_cpus), []).append(a)
+        for entry in pool[len(specs):]:  # more than this run needs: kept for the next one
+            _session["pool"].setdefault(self._pool_key, []).append(entry)
         self._specs = [tuple(x) for x in specs]
         self._stale = set()
-        self._actors = reused + [cls.remote(w, *specs[w]) for w in range(len(reused), len(specs))]
+        self._actors = [a for a, _ in reused] + [cls.remote(w, *specs[w]) for w in range(len(reused), len(specs))]
+        self._generations = [g + 1 for _, g in reused] + [0] * (len(specs) - len(reused))
         self._run = [a.run.options(num_returns="streaming") for a in self._actors]
-        self._pool_key = (max_restarts, self.worker_cpus)
         try:
-            self._start(reused, cls, start_timeout)
+            self._start(len(reused), cls, start_timeout)
         except ray.exceptions.GetTimeoutError:
+            self._killed.update(range(len(self._actors)))  # still starting: never left to another run
             self.shutdown()
             raise GradcodeError(
                 f"the workers did not start within {start_timeout:g} s (each rebuilds its problem from"
@@ -501,28 +537,29 @@ class RayEngine(Engine):
                 f" {len(specs)} workers?); raise the start timeout if they only need longer"
             ) from None
         except ray.exceptions.RayError as exc:
+            self._killed.update(range(len(self._actors)))
             self.shutdown()
             raise GradcodeError(
                 "the workers could not start (each rebuilds its problem from the data spec in"
                 f" __init__; on a remote cluster gradcode must be installed on every node): {exc}"
             ) from None
 
-    def _start(self, reused: list, cls, timeout: float) -> None:
-        """Wait until every worker is up: new actors answer a ping, reused ones finish their
-        :meth:`_RayWorker.reset`; a reused actor that is dead is replaced by a new one."""
+    def _start(self, reused: int, cls, timeout: float) -> None:
+        """Wait until every worker is up: new actors answer a ping, the ``reused`` first ones
+        finish their :meth:`_RayWorker.reset`; a reused actor that is dead is replaced by a new one."""
         deadline = time.monotonic() + timeout
-        refs = [a.reset.remote(w, *self._specs[w]) for w, a in enumerate(reused)]
-        refs += [a.ping.remote() for a in self._actors[len(reused):]]
+        refs = [self._actors[w].reset.remote(self._generations[w], w, *self._specs[w]) for w in range(reused)]
+        refs += [a.ping.remote() for a in self._actors[reused:]]
         for w, ref in enumerate(refs):
             try:
                 ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0))
             except ray.exceptions.RayActorError:
-                if w >= len(reused):
+                if w >= reused:
                     raise
-                self._actors[w] = cls.remote(w, *self._specs[w])
+                self._actors[w], self._generations[w] = cls.remote(w, *self._specs[w]), 0
                 self._run[w] = self._actors[w].run.options(num_returns="streaming")
                 ray.get(self._actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
-        self._reused = set(range(len(reused)))
+        self._reused = set(range(reused))
 
     @property
     def n(self) -> int:
@@ -559,10 +596,11 @@ class RayEngine(Engine):
         stream."""
         if w in self._running:
             raise RuntimeError(f"worker {w} is still busy with round {self._running[w][0]}")
-        args = (t, tasks, tuple(float(x) for x in sleeps), bool(fail), *params)
         if w in self._stale:  # a reused actor Ray may have restarted with another run's arguments
             self._stale.discard(w)
-            self._actors[w].reset.remote(w, *self._specs[w])
+            self._generations[w] += 1
+            self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
+        args = (t, self._generations[w], tasks, tuple(float(x) for x in sleeps), bool(fail), *params)
         if task_messages(tasks) == 1:
             ref = self._actors[w].run_one.remote(*args)
             self._running[w] = (t, ref, False)
@@ -604,8 +642,7 @@ class RayEngine(Engine):
                 continue
             except Exception as exc:  # the actor died before the stream started
                 self._forget(w)
-                events.append(Event(w, t, "failed", exc, lost=_lost(exc)))
-                self._lost_worker(w, exc)
+                events.append(Event(w, t, "failed", exc, lost=self._lost_worker(w, exc)))
                 continue
             fetch.append((w, t, item))
         if fetch:
@@ -621,19 +658,22 @@ class RayEngine(Engine):
             for (w, t, ref), value in zip(fetch, values):
                 if isinstance(value, _Failed):  # died mid-stream, or the task raised
                     self._forget(w)
-                    events.append(Event(w, t, "failed", value.exc, lost=_lost(value.exc)))
-                    self._lost_worker(w, value.exc)
+                    events.append(Event(w, t, "failed", value.exc, lost=self._lost_worker(w, value.exc)))
                 elif value is None:  # a plain call aborted in its sleep: no message
                     events.append(Event(w, t, "done"))
                 else:
                     events.append(Event(w, t, "message", value))
         return events
 
-    def _lost_worker(self, w: int, exc) -> None:
-        """A reused worker whose task was lost may come back restarted by Ray with the arguments
-        of the run that created it: reset it before its next task."""
-        if w in self._reused and _lost(exc):
+    def _lost_worker(self, w: int, exc) -> bool:
+        """Whether a failed task of worker ``w`` was lost. A reused worker whose task was lost
+        may come back restarted by Ray with the arguments of the run that created it (also after
+        a death while idle: its next task then finds the wrong data and says so, a lost task
+        too): it is reset before its next task."""
+        if w in self._reused and (_lost(exc) or _stale(exc)):
             self._stale.add(w)
+            return True
+        return _lost(exc)
 
     def _forget(self, w: int) -> None:
         entry = self._running.pop(w, None)
@@ -679,12 +719,12 @@ class RayEngine(Engine):
         """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:
         logs kept under ``run_dir/ray/logs``, a ``/tmp/gcray-*`` folder removed). Inside a
         :func:`ray_session` the workers not killed are left to the session's next engine."""
-        pool = _session.get("pool")
+        pool = _session.get("pool") if self._pool_key is not None else None
         for w, a in enumerate(self._actors):
             if pool is not None and w not in self._killed:
                 with contextlib.suppress(Exception):
                     a.abort.remote(2**62)  # the run's sleeping tasks end now
-                pool.setdefault(self._pool_key, []).append(a)
+                pool.setdefault(self._pool_key, []).append((a, self._generations[w]))
                 continue
             try:
                 ray.kill(a, no_restart=True)

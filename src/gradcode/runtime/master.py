@@ -49,6 +49,8 @@ __all__ = ["ENGINES", "CheckpointError", "RoundTimeoutError", "RunDirInUseError"
 
 #: workers of a code or scheme given by name when ``workers`` is not given
 DEFAULT_WORKERS = 4
+#: rounds of a run whose RunConfig leaves them unset
+DEFAULT_ROUNDS = 100
 
 
 #: the engines :func:`make_engine` builds by name
@@ -64,20 +66,30 @@ def make_engine(engine=None, *, cluster: ClusterConfig | None = None, run_dir=No
     (no processes, no Ray), which refuses cluster settings it would ignore."""
     if isinstance(engine, Engine):
         return engine
-    name = check_choice("engine", "ray" if engine is None else engine, ENGINES)
+    name = _check_engine(engine, cluster)
     cluster = cluster if cluster is not None else ClusterConfig()
     if name == "inprocess":
         from gradcode.runtime.inprocess import InProcessEngine
 
+        return InProcessEngine(compute_time="measured")
+    from gradcode.runtime.engine import RayEngine
+
+    return RayEngine.from_config(cluster, run_dir=run_dir)
+
+
+def _check_engine(engine, cluster: ClusterConfig | None) -> str | None:
+    """The engine's name (None for an engine object), after refusing an unknown name and Ray
+    settings given to the in-process engine, which would ignore them."""
+    if isinstance(engine, Engine):
+        return None
+    name = check_choice("engine", "ray" if engine is None else engine, ENGINES)
+    if name == "inprocess" and cluster is not None:
         set_ = [f for f in ("address", "num_cpus") if getattr(cluster, f) is not None]
         set_ += ["worker_cpus"] if cluster.worker_cpus else []
         if set_:
             raise ValueError(f"the in-process engine runs the workers in this process, without a cluster:"
                              f" {', '.join(set_)} are the Ray engine's settings (engine='ray', --engine ray)")
-        return InProcessEngine(compute_time="measured")
-    from gradcode.runtime.engine import RayEngine
-
-    return RayEngine.from_config(cluster, run_dir=run_dir)
+    return name
 
 
 def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: int) -> frozenset[tuple[int, int]]:
@@ -370,6 +382,8 @@ def train(
     maps them) warn with a ``DeprecationWarning`` and run as the config objects they make.
     """
     spec, cluster, faults, run = _configs(spec, cluster, faults, run, keywords)
+    if run.rounds is None:
+        run = replace(run, rounds=DEFAULT_ROUNDS)
     return run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
 
 
@@ -448,6 +462,7 @@ def run_training(
     (:func:`_drive`). ``checkpoint``: the checkpoint document already read (resume);
     ``initial_params``: each model's parameters before round 0 (default: the problem's
     ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights)."""
+    _check_engine(engine, cluster)  # a bad engine is refused before the run dir holds anything
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
     run_dir = _open_run_dir(run, setup.config, setup.n)

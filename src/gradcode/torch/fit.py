@@ -140,9 +140,11 @@ def fit_configs(**keywords) -> dict:
     from gradcode.runtime.config import configs_from_keywords, field_names
 
     torch_kw = {k: keywords.pop(k) for k in field_names(TorchConfig) if k in keywords}
-    keywords.setdefault("rounds", None)
     keywords.setdefault("eval_every", 0)
-    out = configs_from_keywords(**keywords)
+    try:
+        out = configs_from_keywords(**keywords)
+    except TypeError as exc:
+        raise TypeError(f"{exc} (and TorchConfig for fit)") from None
     out["torch_config"] = TorchConfig(**torch_kw)
     return out
 
@@ -177,7 +179,8 @@ def fit(
     rule (``close``, ``waitout``), as :func:`gradcode.train`; its data, problem and optimizer
     fields are this call's. ``torch_config``: the loss, optimizer, batches, wire type and evaluation
     (:class:`TorchConfig`). ``run``: rounds (None, the default: ``torch_config.epochs``), evaluation
-    cadence (default 0: after the last round only), checkpoints (the models, the torch
+    cadence (without ``run``: 0, after the last round only; a ``RunConfig`` given brings its own,
+    default 1), checkpoints (the models, the torch
     optimizers' and schedulers' states and the scheme, every K rounds; ``resume=True`` with the
     same arguments continues, ``rounds`` being the total) and the run dir (default: a new folder
     under :func:`~gradcode.runtime.runs_home`). ``faults``, ``cluster``: as :func:`gradcode.train`.
@@ -189,8 +192,9 @@ def fit(
     every round.
 
     Deprecated for one release: the flat keywords (``fit(net, data, code="crc", workers=6,
-    rounds=50, lr=...)``: any field of the config objects, :func:`fit_configs`) warn with a
-    ``DeprecationWarning`` and run as the config objects they make.
+    rounds=50, optimizer_params={"lr": 0.1})``: any field of the config objects,
+    :func:`fit_configs`) warn with a ``DeprecationWarning`` and run as the config objects they
+    make.
     """
     from gradcode.runtime import TrainSpec
 
@@ -218,8 +222,9 @@ def fit(
 
 
 def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:
-    """:func:`fit`'s config objects: those given, the rest default (``RunConfig(rounds=None,
-    eval_every=0)``: the epochs decide); with the deprecated flat keywords, those they make."""
+    """:func:`fit`'s config objects: those given, the rest default (``RunConfig(eval_every=0)``:
+    rounds by epochs, held-out metrics after the last round); with the deprecated flat keywords,
+    those they make. TrainSpec fields fit does not use are refused, not dropped."""
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
     from gradcode.runtime.config import merge_configs
 
@@ -230,10 +235,21 @@ def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:
                       " batch_size=...), run=RunConfig(rounds=...))", DeprecationWarning, stacklevel=3)
         built = fit_configs(**keywords)
     out = merge_configs({"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster},
-                        {"spec": TrainSpec, "torch_config": TorchConfig,
-                         "run": lambda: RunConfig(rounds=None, eval_every=0), "faults": FaultConfig,
-                         "cluster": ClusterConfig}, built, keywords)
-    return out["spec"], out["torch_config"], out["run"], out["faults"], out["cluster"]
+                        {"torch_config": TorchConfig, "spec": TrainSpec, "run": lambda: RunConfig(eval_every=0),
+                         "faults": FaultConfig, "cluster": ClusterConfig}, built, keywords)
+    spec = out["spec"]
+    default = TrainSpec()
+    ignored = [f for f in _NOT_FIT if getattr(spec, f) != getattr(default, f)]
+    if ignored:
+        raise ValueError(f"TrainSpec.{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by fit (its data,"
+                         " loss and optimizer are fit's arguments and its TorchConfig; verify is for the built-in"
+                         " problems): leave them at their defaults")
+    return spec, out["torch_config"], out["run"], out["faults"], out["cluster"]
+
+
+#: TrainSpec fields that fit does not use (its data, loss and optimizer come from its own arguments)
+_NOT_FIT = ("data", "data_params", "test_fraction", "problem", "problem_params", "optimizer", "optimizer_params",
+            "verify")
 
 
 def _samples(data, tconf: TorchConfig):
@@ -332,7 +348,7 @@ def _rounds(spec: TorchSpec, rounds, epochs, models: int) -> int:
 def _engine(engine, spec: TorchSpec):
     """``(engine, context)``: Ray (the user's code travels by value while the run lasts) or the
     in-process engine timed by measured compute (:func:`~gradcode.runtime.master.make_engine`)."""
-    if engine == "ray":
+    if engine is None or engine == "ray" or type(engine).__module__ == "gradcode.runtime.engine":
         return engine, _user_code_by_value(spec)
     if isinstance(engine, str):
         check_choice("engine", engine, ("ray", "inprocess"))

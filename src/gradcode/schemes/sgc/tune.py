@@ -17,8 +17,8 @@ straggler pattern would not conform to the scheme's model, :mod:`.common`), the 
 * ``waitout="decodable"`` (gradcode's simulator rule): the round lasts until the pattern
   conforms, i.e. until all but the ``k`` slowest workers are in, for the largest such ``k``.
 
-A round of a family resolves when: ``none`` never (it always waits for all ``n``); ``gc`` (``(n,
-s)``-GC) with at most ``s`` stragglers; SR-SGC / M-SGC when the effective pattern conforms on
+A round of a family resolves when: ``uncoded`` never (it always waits for all ``n``); ``crc``
+(``(n, s)``-GC, Tandon's cyclic repetition code) with at most ``s`` stragglers; SR-SGC / M-SGC when the effective pattern conforms on
 every live track (windows of ``W`` rounds bursty or at most ``s`` stragglers per round; each job's
 span ``[u, u + T]`` bursty or ``(B, W + B - 1, lambda)``-arbitrary). By Props. 3.1 / 3.2 the due
 jobs then decode, so the replay tracks only the pattern, not the jobs. ``J`` jobs take ``J + T``
@@ -26,7 +26,7 @@ rounds (Sec. 2), every one timed, except SR-SGC's final rounds with nothing left
 round ``t >= J`` has no job ``t``, only Algorithm 1's re-attempts of job ``t - B``, and none when
 job ``t - B`` got its ``n - s`` results in round ``t - B``; such a round costs 0 (:class:`_SRSGCWork`).
 M-SGC's final rounds always hold the last jobs' remaining mini-tasks and are timed. Every
-family, the uncoded ``none`` included, is replayed at its own load: the profile plus
+family, ``uncoded`` included, is replayed at its own load: the profile plus
 ``(L - L_0) alpha``.
 
 Speed: GC is vectorized over rounds and ``s``; SR-SGC and M-SGC scan the rounds once per
