@@ -681,3 +681,14 @@ def test_a_bad_engine_is_refused_before_the_run_dir_holds_anything(tmp_path):
     res = train(spec, run=RunConfig(rounds=2, run_dir=tmp_path / "r", eval_every=0), engine="inprocess")
     assert res.round_times.size == 2
     assert train(spec, run=RunConfig(run_dir=tmp_path / "d", eval_every=0), engine="inprocess").round_times.size == 100
+
+
+def test_every_result_json_field_is_an_attribute_of_the_result_of_the_same_name(tmp_path):
+    res = run(tmp_path, code="crc", stragglers=1, delay=0.1)
+    doc = json.loads(json.dumps(res.to_json(), default=str))
+    for key, value in doc.items():
+        assert hasattr(res, key), key
+        attr = getattr(res, key)
+        attr = attr.tolist() if isinstance(attr, np.ndarray) else attr
+        if key not in ("run_dir", "config", "metrics", "failures", "faults"):
+            assert json.loads(json.dumps(attr, default=str)) == value, key

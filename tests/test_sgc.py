@@ -572,3 +572,21 @@ def test_a_refused_decode_leaves_the_round_open_and_the_scheme_unchanged(name, m
     assert grads.keys() == expected.keys()
     for job, g in expected.items():
         np.testing.assert_allclose(grads[job], g, rtol=1e-12)
+
+
+def test_tune_clips_the_load_adjusted_profile_at_zero_as_every_trace_adjustment_does():
+    """A reference profile measured at a load above the scheme's shifts it down; the adjusted
+    seconds are clipped at 0 (adjust_trace_load's one rule), in the replay as in adjust_profile.
+    Hand-computed: uncoded (load 1/2) on X shifted by (1/2 - 1) * 4 = -2 is [[0, 1], [0, 0]]
+    after clipping: 1 + 0 = 1 s (without clipping round 2 would take -1 s)."""
+    from gradcode.stragglers.traces import adjust_trace_load
+
+    X = np.array([[1.0, 3.0], [1.0, 0.5]])
+    res = tune(X, jobs=2, loads=[1.0], alpha=4.0, families=("uncoded", "crc"))
+    assert res.best["uncoded"].time == pytest.approx(1.0)
+    adjusted = adjust_profile(X, 0.5, reference_load=1.0, alpha=4.0)
+    np.testing.assert_array_equal(adjusted, adjust_trace_load(X, from_load=1.0, to_load=0.5, slope=4.0))
+    assert adjusted.max(axis=1).sum() == pytest.approx(1.0)
+    crc = [c for c in res.candidates if c.scheme == "crc" and c.params == {"s": 1}][0]  # load 1: no shift
+    assert crc.time == pytest.approx(tune(X, jobs=2, loads=[1.0], alpha=0.0, families=("crc",), only={"s": 1})
+                                     .candidates[0].time)

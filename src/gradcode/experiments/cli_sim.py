@@ -407,7 +407,7 @@ def simulate_doc(scheme: str, params: dict, workers, stragglers, run: RunOptions
         rows.append({
             "repeat": i, "seed": run.seed + i, "jobs": s["jobs_done"], "total_time": s["total_time"],
             "mean": s["mean"], "median": s["median"], "p95": s["p95"],
-            "stragglers/round": s["stragglers_per_round"], "waitouts": s["waitouts"],
+            "stragglers_per_round": s["stragglers_per_round"], "waitouts": s["waitouts"],
         })
     summary = {
         "scheme": code.label, "kind": code.kind, "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
@@ -497,7 +497,7 @@ def compare_doc(schemes: list[str] | None, params: list[str] | None, workers, st
                 "scheme": label, "exact": code.exact,
                 "load": code.load, "rounds": n_rounds, "jobs": _jobs_done(results), **pooled_stats(results),
                 "total_time": float(np.mean([r.total_time for r in results])),
-                "stragglers/round": float(np.mean([r.stats.stragglers_per_round for r in results])),
+                "stragglers_per_round": float(np.mean([r.stats.stragglers_per_round for r in results])),
                 "waitouts": int(sum(r.waitouts for r in results)),
             })
     # the uncoded run's total over each scheme's: the mean-round-time ratio when all run as many
@@ -650,7 +650,7 @@ def compare_command(
     emit(doc, as_json=as_json,
          title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"
                f" scheme); fastest exact: {doc['fastest_exact']}",
-         columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers/round",
+         columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers_per_round",
                   "waitouts"])
 
 

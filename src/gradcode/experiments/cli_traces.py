@@ -28,7 +28,7 @@ def build_trace_model(traces: list, trace_loads, load_slope, params: dict):
       additive rule ``delay + (L - L0) * slope``; one trace without ``--trace-load`` is taken as
       recorded uncoded, ``L0 = 1/n`` (App. J's reference profile); several traces need a load
       each and, without ``--load-slope``, give the slope by a least-squares fit of their mean
-      times against their loads (:func:`gradcode.schemes.sgc.tune.reference_profile`, as
+      times against their loads (:func:`gradcode.stragglers.traces.reference_profile`, as
       ``gradcode tune`` does); a negative slope is warned about;
     * ``--trace-load`` with neither a slope nor a second trace is refused (``-M
       load_rule=proportional`` opts into scaling by ``L / L0`` instead).
@@ -37,7 +37,7 @@ def build_trace_model(traces: list, trace_loads, load_slope, params: dict):
     whether the slope was fitted."""
     import warnings
 
-    from gradcode.schemes.sgc.tune import reference_profile
+    from gradcode.stragglers.traces import reference_profile
     from gradcode.stragglers import load_trace, make_delay_model
 
     loads = list(trace_loads or [])

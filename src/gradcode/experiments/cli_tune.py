@@ -47,6 +47,8 @@ def register(app: typer.Typer) -> None:
         for w in caught:
             warn(str(w.message))
         doc = result.to_dict()
+        waits = "every worker" if waitout == "all" else "the workers it needs to decode"
+        doc["notes"] = [_RULE_NOTE.format(mu=mu, waits=waits), *doc["notes"]]
         if as_json:
             emit(doc, as_json=True)
             return
@@ -60,6 +62,13 @@ def register(app: typer.Typer) -> None:
                    f" alpha = {doc['alpha']:.4g} s per unit load)")
         emit({"rows": [_row(c) for c in doc["candidates"][:top]]}, as_json=False,
              title=f"fastest {min(top, len(doc['candidates']))} of {len(doc['candidates'])} parameter sets")
+
+
+#: what rule the replay follows, said in every output: tune's defaults are the paper's, not the
+#: decodable close of compare and train
+_RULE_NOTE = ("rounds replayed under the SGC paper's rule: the mu-deadline with mu = {mu:g}, and a round it leaves"
+              " undecodable waits for {waits} (tune's defaults mu = 1, --waitout all, as SGC App. J; compare and"
+              " train close a round as soon as it decodes unless given --close MU)")
 
 
 def _row(c: dict, best: bool = False) -> dict:

@@ -92,7 +92,7 @@ _claims: dict[str, int] = {}
 _STALE_WAIT = 2.0
 
 
-class StaleWorkerError(RuntimeError):
+class StaleWorkerError(GradcodeError):
     """A reused worker asked to compute on data it does not hold (Ray restarted it with the
     constructor arguments of another run): its engine resets it and counts the task as lost."""
 

@@ -121,6 +121,21 @@ class TrainResult:
         return float(self.losses[-1, 0]) if self.losses.size else float("nan")
 
     @property
+    def final_losses(self) -> list[float]:
+        """Each model's training objective after the last round (``result.json``'s ``final_losses``)."""
+        return self.losses[-1].tolist() if self.losses.size else []
+
+    @property
+    def final_params_checksum(self) -> str:
+        """A digest of the final parameters (``result.json``'s): equal runs agree bit for bit."""
+        return _checksum(self.params)
+
+    @property
+    def final_params_norm(self) -> list[float]:
+        """Each model's final parameter norm (``result.json``'s ``final_params_norm``)."""
+        return [float(np.linalg.norm(p)) for p in self.params]
+
+    @property
     def elapsed(self) -> np.ndarray:
         """Cumulative training time at the end of each round (evaluation excluded)."""
         return np.cumsum(self.round_times)
@@ -149,10 +164,10 @@ class TrainResult:
             "round_times": self.round_times.tolist(),
             "total_time": self.total_time,
             "final_loss": self.final_loss,
-            "final_losses": self.losses[-1].tolist() if self.losses.size else [],
+            "final_losses": self.final_losses,
             "losses": self.losses.tolist(),
-            "final_params_checksum": _checksum(self.params),
-            "final_params_norm": [float(np.linalg.norm(p)) for p in self.params],
+            "final_params_checksum": self.final_params_checksum,
+            "final_params_norm": self.final_params_norm,
             "arrivals": self.arrivals.tolist(),
             "messages": self.messages.tolist(),
             "injected": self.injected.tolist(),

@@ -32,6 +32,8 @@ import datetime as _dt
 import io
 import numbers
 import pickle
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +42,13 @@ from gradcode._validation import check_int, check_real
 from gradcode.errors import TraceError
 
 __all__ = [
+    "Reference",
+    "adjust_profile",
     "adjust_trace_load",
+    "as_profile",
     "fit_load_slope",
+    "fit_profile_slope",
+    "reference_profile",
     "load_trace",
     "save_trace",
     "validate_trace",
@@ -333,3 +340,94 @@ def fit_load_slope(loads, times) -> tuple[float, float]:
         raise ValueError("loads must not all be equal (the slope is undetermined)")
     slope, intercept = np.polynomial.polynomial.polyfit(x, y, 1)[::-1]
     return float(slope), float(intercept)
+
+
+# --------------------------------------------------------------------------- reference profiles (SGC App. J)
+
+
+def as_profile(p, name="profile") -> np.ndarray:
+    """A delay profile (``(rounds, workers)`` seconds) as a float64 array, checked as every trace
+    is (:func:`validate_trace`; an array already checked passes at the cost of one scan)."""
+    return validate_trace(p, source=name, stragglers="error")
+
+
+def fit_profile_slope(profiles, loads) -> tuple[float, float]:
+    """Least-squares line ``mean delay = a + alpha * load`` through profiles measured at ``loads``
+    (App. J, Fig. 16; :func:`fit_load_slope` on the profiles' means).
+    Returns ``(alpha, a)``; warns when ``alpha < 0`` (the load adjustment would then make a
+    heavier scheme faster)."""
+    profs = [as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    loads = np.asarray(loads, dtype=np.float64)
+    if loads.shape != (len(profs),):
+        raise ValueError(f"loads must give one load per profile ({len(profs)}), got shape {loads.shape}")
+    alpha, a = fit_load_slope(loads, np.array([p.mean() for p in profs]))
+    if alpha < 0:
+        warnings.warn(
+            f"the fitted load slope alpha = {alpha:.4g} s per unit load is negative: the load"
+            " adjustment would make a heavier scheme faster; check the profiles", RuntimeWarning, stacklevel=2)
+    return float(alpha), float(a)
+
+
+def adjust_profile(profile, load: float, *, reference_load: float, alpha: float) -> np.ndarray:
+    """The load-adjusted profile of App. J, ``profile + (load - reference_load) * alpha``, clipped
+    at 0: :func:`adjust_trace_load`, the one rule (``tune``'s replay clips the same way)."""
+    return adjust_trace_load(profile, from_load=reference_load, to_load=load, slope=alpha)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The profile a replay uses and how it is load-adjusted (App. J): ``profile`` (the one at
+    the smallest load, ``index`` in the list given), recorded at ``load``; ``alpha`` the load
+    slope (given, or ``fitted`` from the profiles); ``notes`` what was fitted."""
+
+    profile: np.ndarray
+    index: int
+    load: float
+    alpha: float
+    fitted: bool
+    notes: tuple = ()
+
+
+def reference_profile(profiles, *, loads=None, alpha: float | None = None) -> Reference:
+    """Pick the reference profile and the load slope from one profile or several measured at
+    ``loads`` (App. J), as :func:`tune` and ``gradcode simulate/compare --trace F --trace-load L
+    ...`` do. ``profiles``: a ``(rounds, n)`` array of seconds or a list of them (same ``n``);
+    ``loads``: one per profile (default ``[1/n]`` for a single profile: the paper's uncoded
+    reference); ``alpha``: the slope, or ``None`` to fit it (:func:`fit_profile_slope`: needs two or
+    more loads; warns when it is negative, as does a negative ``alpha`` given). The profile at the
+    smallest load is the one replayed."""
+    if isinstance(profiles, np.ndarray) or (isinstance(profiles, (list, tuple)) and profiles
+                                            and np.ndim(profiles[0]) == 1):
+        profs = [as_profile(profiles)]
+    else:
+        profs = [as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
+    if not profs:
+        raise ValueError("a replay needs at least one delay profile")
+    n = profs[0].shape[1]
+    if any(p.shape[1] != n for p in profs):
+        raise ValueError(f"every profile must have the same number of workers; got {[p.shape[1] for p in profs]}")
+    if loads is None:
+        if len(profs) > 1:
+            raise ValueError("several profiles need their loads (loads=[...], one per profile)")
+        loads = [1.0 / n]
+    loads = np.asarray(loads, dtype=np.float64)
+    if loads.shape != (len(profs),):
+        raise ValueError(f"loads must give one load per profile ({len(profs)}), got {loads.tolist()}")
+    if not (np.isfinite(loads).all() and (loads >= 0).all()):
+        raise ValueError(f"loads must be finite and >= 0, got {loads.tolist()}")
+    notes = []
+    fitted = alpha is None
+    if fitted:
+        if len(profs) < 2:
+            raise ValueError(
+                "the load slope alpha is needed to adjust the profile to each scheme's load: give it (alpha=,"
+                " --load-slope; seconds per unit load) or profiles measured at two or more loads")
+        alpha, _ = fit_profile_slope(profs, loads)
+        notes.append(f"alpha fitted from {len(profs)} profiles: {alpha:.6g} s per unit load")
+    else:
+        alpha = check_real("alpha", alpha)
+        if alpha < 0:
+            warnings.warn(f"alpha = {alpha} is negative: a heavier scheme would look faster", RuntimeWarning,
+                          stacklevel=2)
+    ref = int(np.argmin(loads))
+    return Reference(profs[ref], ref, float(loads[ref]), float(alpha), fitted, tuple(notes))

@@ -43,6 +43,7 @@ import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.schemes.sgc.msgc import msgc_load
+from gradcode.stragglers.traces import Reference, adjust_profile, as_profile, fit_profile_slope, reference_profile
 from gradcode.schemes.sgc.srsgc import srsgc_s
 
 __all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profile_slope", "reference_profile",
@@ -109,98 +110,6 @@ class TuneResult:
 
 
 # --------------------------------------------------------------------------- profiles
-
-
-def _as_profile(p, name="profile") -> np.ndarray:
-    a = np.asarray(p, dtype=np.float64)
-    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
-        raise ValueError(f"{name} must be a (rounds, workers) array of seconds, got shape {a.shape}")
-    if not np.isfinite(a).all() or (a < 0).any():
-        raise ValueError(f"{name} must hold finite, non-negative seconds")
-    return a
-
-
-def fit_profile_slope(profiles, loads) -> tuple[float, float]:
-    """Least-squares line ``mean delay = a + alpha * load`` through profiles measured at ``loads``
-    (App. J, Fig. 16; :func:`gradcode.stragglers.traces.fit_load_slope` on the profiles' means).
-    Returns ``(alpha, a)``; warns when ``alpha < 0`` (the load adjustment would then make a
-    heavier scheme faster)."""
-    from gradcode.stragglers.traces import fit_load_slope
-
-    profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
-    loads = np.asarray(loads, dtype=np.float64)
-    if loads.shape != (len(profs),):
-        raise ValueError(f"loads must give one load per profile ({len(profs)}), got shape {loads.shape}")
-    alpha, a = fit_load_slope(loads, np.array([p.mean() for p in profs]))
-    if alpha < 0:
-        warnings.warn(
-            f"the fitted load slope alpha = {alpha:.4g} s per unit load is negative: the load"
-            " adjustment would make a heavier scheme faster; check the profiles", RuntimeWarning, stacklevel=2)
-    return float(alpha), float(a)
-
-
-def adjust_profile(profile, load: float, *, reference_load: float, alpha: float) -> np.ndarray:
-    """The load-adjusted profile of App. J: ``profile + (load - reference_load) * alpha``."""
-    return _as_profile(profile) + (float(load) - float(reference_load)) * float(alpha)
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The profile a replay uses and how it is load-adjusted (App. J): ``profile`` (the one at
-    the smallest load, ``index`` in the list given), recorded at ``load``; ``alpha`` the load
-    slope (given, or ``fitted`` from the profiles); ``notes`` what was fitted."""
-
-    profile: np.ndarray
-    index: int
-    load: float
-    alpha: float
-    fitted: bool
-    notes: tuple = ()
-
-
-def reference_profile(profiles, *, loads=None, alpha: float | None = None) -> Reference:
-    """Pick the reference profile and the load slope from one profile or several measured at
-    ``loads`` (App. J), as :func:`tune` and ``gradcode simulate/compare --trace F --trace-load L
-    ...`` do. ``profiles``: a ``(rounds, n)`` array of seconds or a list of them (same ``n``);
-    ``loads``: one per profile (default ``[1/n]`` for a single profile: the paper's uncoded
-    reference); ``alpha``: the slope, or ``None`` to fit it (:func:`fit_profile_slope`: needs two or
-    more loads; warns when it is negative, as does a negative ``alpha`` given). The profile at the
-    smallest load is the one replayed."""
-    if isinstance(profiles, np.ndarray) or (isinstance(profiles, (list, tuple)) and profiles
-                                            and np.ndim(profiles[0]) == 1):
-        profs = [_as_profile(profiles)]
-    else:
-        profs = [_as_profile(p, f"profiles[{i}]") for i, p in enumerate(profiles)]
-    if not profs:
-        raise ValueError("tune needs at least one delay profile")
-    n = profs[0].shape[1]
-    if any(p.shape[1] != n for p in profs):
-        raise ValueError(f"every profile must have the same number of workers; got {[p.shape[1] for p in profs]}")
-    if loads is None:
-        if len(profs) > 1:
-            raise ValueError("several profiles need their loads (loads=[...], one per profile)")
-        loads = [1.0 / n]
-    loads = np.asarray(loads, dtype=np.float64)
-    if loads.shape != (len(profs),):
-        raise ValueError(f"loads must give one load per profile ({len(profs)}), got {loads.tolist()}")
-    if not (np.isfinite(loads).all() and (loads >= 0).all()):
-        raise ValueError(f"loads must be finite and >= 0, got {loads.tolist()}")
-    notes = []
-    fitted = alpha is None
-    if fitted:
-        if len(profs) < 2:
-            raise ValueError(
-                "the load slope alpha is needed to adjust the profile to each scheme's load: give alpha="
-                " (seconds per unit load) or profiles measured at two or more loads")
-        alpha, _ = fit_profile_slope(profs, loads)
-        notes.append(f"alpha fitted from {len(profs)} profiles: {alpha:.6g} s per unit load")
-    else:
-        alpha = check_real("alpha", alpha)
-        if alpha < 0:
-            warnings.warn(f"alpha = {alpha} is negative: a heavier scheme would look faster", RuntimeWarning,
-                          stacklevel=2)
-    ref = int(np.argmin(loads))
-    return Reference(profs[ref], ref, float(loads[ref]), float(alpha), fitted, tuple(notes))
 
 
 # --------------------------------------------------------------------------- the replay
@@ -312,6 +221,12 @@ class _Batch:
         self.flags.pop(end, None)
 
 
+def _clip(a):
+    """The load-adjusted profile's values are clipped at 0, as :func:`adjust_trace_load` clips
+    (NaN, an idle worker of a final round, stays NaN)."""
+    return np.maximum(a, 0.0, where=~np.isnan(a), out=np.array(a, dtype=np.float64, copy=True))
+
+
 def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
     """Replay ``X + shift[k]`` (``K`` replays) for SR-SGC / M-SGC: total times and wait-outs."""
     R, n = X.shape
@@ -328,11 +243,11 @@ def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
     for t in range(rounds):
         x = X[t]
         kappa, top = xs[t, 0], xs[t, -1]
-        cutoff = np.minimum((1.0 + mu) * (kappa + shift), top + shift)
-        cur = x[None, :] + shift[:, None] > cutoff[:, None]
+        cutoff = np.minimum((1.0 + mu) * _clip(kappa + shift), _clip(top + shift))
+        cur = _clip(x[None, :] + shift[:, None]) > cutoff[:, None]
         active = work.active(t) if work is not None else None
         if active is not None:  # a final round: only the re-attempting workers compute
-            xa = np.where(active, x[None, :], np.nan) + shift[:, None]
+            xa = _clip(np.where(active, x[None, :], np.nan) + shift[:, None])
             some = active.any(axis=1)
             filled = np.where(some[:, None], xa, 0.0)  # an idle replay: any finite row
             kap, hi = np.nanmin(filled, axis=1), np.nanmax(filled, axis=1)
@@ -340,7 +255,7 @@ def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
             late = np.where(some, hi, 0.0)
             cur = active & (xa > cutoff[:, None])
         else:
-            late = top + shift
+            late = _clip(top + shift)
         batch.begin(t)
         ok = batch.ok(cur)
         total += np.where(ok, cutoff, late)
@@ -363,7 +278,7 @@ def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
                 lo_k = np.where(open_ & good, mid, lo_k)
                 hi_k = np.where(open_ & ~good, mid, hi_k)
             k = lo_k
-            end = xs[t, n - 1 - k] + shift[bad]
+            end = _clip(xs[t, n - 1 - k] + shift[bad])
             total[bad] += end - late[bad]
             rows[bad] = rank[t][None, :] >= (n - k)[:, None]
         batch.commit(rows)
@@ -414,14 +329,15 @@ def _gc_times(X, shift, s, jobs, mu, waitout):
     n = x.shape[1]
     kappa, top = x[:, :1], x[:, -1:]
     c = shift[None, :]
-    cutoff = np.minimum((1.0 + mu) * (kappa + c), top + c)  # (J, S)
-    # stragglers: x + c > cutoff
-    strag = np.stack([(x + ci > cutoff[:, [i]]).sum(axis=1) for i, ci in enumerate(shift)], axis=1)
+    # the adjusted profile is clipped at 0 (adjust_trace_load); clipping is monotone, so it
+    # commutes with the order statistics taken here
+    cutoff = np.minimum((1.0 + mu) * _clip(kappa + c), _clip(top + c))  # (J, S)
+    strag = np.stack([(_clip(x + ci) > cutoff[:, [i]]).sum(axis=1) for i, ci in enumerate(shift)], axis=1)
     ok = strag <= s[None, :]
     if waitout == "all":
-        late = top + c
+        late = _clip(top + c)
     else:  # until n - s are in
-        late = x[:, np.clip(n - 1 - s, 0, n - 1)] + c
+        late = _clip(x[:, np.clip(n - 1 - s, 0, n - 1)] + c)
     times = np.where(ok, cutoff, late)
     return times.sum(axis=0), (~ok).sum(axis=0)
 
@@ -429,7 +345,7 @@ def _gc_times(X, shift, s, jobs, mu, waitout):
 def replay(profile, scheme: str, params: dict, *, jobs: int, mu: float = 1.0, waitout: str = "all",
            alpha: float = 0.0, reference_load: float | None = None) -> Candidate:
     """Estimated run time of ``J`` jobs for one parameter set (module docstring)."""
-    X = _as_profile(profile)
+    X = as_profile(profile)
     res = tune(X, jobs=jobs, mu=mu, waitout=waitout, alpha=alpha,
                loads=None if reference_load is None else [reference_load],
                families=(scheme,), only=params)
@@ -468,7 +384,7 @@ def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: flo
     if "uncoded" in families and (only is None or not only):
         # load 1/n, shifted from the profile's load as every scheme is
         n = X.shape[1]
-        t = float((X[:jobs] + (1.0 / n - L0) * alpha).max(axis=1).sum())
+        t = float(_clip(X[:jobs] + (1.0 / n - L0) * alpha).max(axis=1).sum())
         cands.append(Candidate("uncoded", {}, 1.0 / n, t, jobs, 0))
     if "crc" in families:
         cands += _crc_candidates(replay_args, only)
