@@ -145,23 +145,37 @@ def bench_tune(repeats, max_Ws, against=None):
 
 
 def bench_build(repeats):
-    """(d) Constructors at n = 256: the worst over lambda (every 8th) of M-SGC (B = 1, W = 2) and
-    SR-SGC (B = 1, W = 2), and the largest lambda."""
+    """(d) Constructors at n = 256 over a grid: W in 2, 3, 8, 16, 32, 64, B in 1, 2, W/2, W - 1
+    (M-SGC: B < W; SR-SGC: B | W - 1 not needed to build), lambda every 32 and 255; the worst
+    median build time of each family with its parameters, and what the worst one keeps in
+    memory (tracemalloc, a separate build)."""
+    import tracemalloc
+
     n = 256
     print(f"\n(d) building the schemes at n = {n} (seconds, median of {repeats})")
-    for cls, lams in ((MSGC, range(0, n, 8)), (SRSGC, range(1, n + 1, 8))):
-        worst = (0.0, None)
-        for lam in [*lams, n - 1]:
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                cls(n, 1, 2, lam)
-                times.append(time.perf_counter() - t0)
-            worst = max(worst, (statistics.median(times), lam))
-        t0 = time.perf_counter()
-        cls(n, 1, 2, n - 1)
-        print(f"{cls.__name__:6s} (1, 2, lam): worst {worst[0]:.3f} s at lam = {worst[1]}; lam = {n - 1}:"
-              f" {time.perf_counter() - t0:.3f} s")
+    for cls in (MSGC, SRSGC):
+        worst, built = (0.0, None), 0
+        for W in (2, 3, 8, 16, 32, 64):
+            for B in sorted({1, 2, W // 2, W - 1}):
+                for lam in [*range(1 if cls is SRSGC else 0, n, 32), n - 1]:
+                    try:
+                        cls(n, B, W, lam)
+                    except ValueError:  # not a valid parameter set of this family
+                        continue
+                    built += 1
+                    times = []
+                    for _ in range(repeats):
+                        t0 = time.perf_counter()
+                        cls(n, B, W, lam)
+                        times.append(time.perf_counter() - t0)
+                    worst = max(worst, (statistics.median(times), (B, W, lam)))
+        tracemalloc.start()
+        scheme = cls(n, *worst[1])
+        kept, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del scheme
+        print(f"{cls.__name__:6s} {built} parameter sets: worst {worst[0]:.3f} s at (B, W, lam) = {worst[1]};"
+              f" it keeps {kept / 1e6:.1f} MB (peak {peak / 1e6:.1f} MB while built)")
 
 
 def ray_delays(n, rounds, seed=2):

@@ -154,7 +154,8 @@ def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.nda
     ``N[i] c = 1``, an ``m x m`` system per row (``n`` of them in one batched solve; the same rows to
     ~1e-12 relative). At n = 256, s = 255 (M-SGC's (n, lambda)-GC with lambda = 255) that is 1 x 1
     instead of 255 x 255: 10 ms instead of 0.19 s. The crossover (3/4) is where the two measured
-    even at n = 256."""
+    even at n = 256. Both go by blocks of rows, so that what they hold at once stays near 8 MB
+    (at n = 256, s = 160 it was 53 MB)."""
     if s == 0:
         return np.eye(n)
     H = rng.standard_normal((s, n))
@@ -163,17 +164,24 @@ def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.nda
     window, off = cyclic[:, : s + 1], cyclic[:, s + 1:]  # row i's support (i first), the rest
     rows = np.arange(n)[:, None]
     B = np.zeros((n, n))
-    if 4 * (n - s) >= 3 * s:  # Algorithm 2 as written, its n solves in one batched call
-        blocks = H.T[window[:, 1:]].transpose(0, 2, 1)  # (n, s, s): H[:, j[1:]] of each row
-        B[rows, window[:, 1:]] = -np.linalg.solve(blocks, H.T[window[:, 0]][:, :, None])[:, :, 0]
+    if 4 * (n - s) >= 3 * s:  # Algorithm 2 as written, its n solves in batched calls
+        # (r, s, s) blocks H[:, j[1:]] of r rows at a time: ~8 MB at most, not n s^2 doubles at once
+        step = max(1, min(n, (1 << 20) // max(s * s, 1)))
+        for a in range(0, n, step):
+            w = window[a:a + step]
+            blocks = H.T[w[:, 1:]].transpose(0, 2, 1)
+            B[rows[a:a + step], w[:, 1:]] = -np.linalg.solve(blocks, H.T[w[:, 0]][:, :, None])[:, :, 0]
     else:
         m = n - s
         N = np.linalg.svd(H)[2][s:].T  # (n, m): H N = 0 (H has rank s: its s x s blocks invert)
-        A = np.concatenate([N[off], N[:, None, :]], axis=1)  # (n, m, m): zero off the support, N[i] c = 1
-        rhs = np.zeros((n, m, 1))
-        rhs[:, -1] = 1.0
-        c = np.linalg.solve(A, rhs)[:, :, 0]  # (n, m)
-        B[rows, window] = np.einsum("ikm,im->ik", N[window], c)
+        step = max(1, min(n, (1 << 20) // max((s + 1) * m, 1)))  # rows at a time: ~8 MB of N[window]
+        for a in range(0, n, step):
+            r = slice(a, a + step)
+            A = np.concatenate([N[off[r]], N[r, None, :]], axis=1)  # (r, m, m): zero off the support, N[i] c = 1
+            rhs = np.zeros((A.shape[0], m, 1))
+            rhs[:, -1] = 1.0
+            c = np.linalg.solve(A, rhs)[:, :, 0]  # (r, m)
+            B[rows[r], window[r]] = np.einsum("ikm,im->ik", N[window[r]], c)
     np.fill_diagonal(B, 1.0)
     return B
 

@@ -136,8 +136,9 @@ class MSGC(SequentialScheme):
         models = [("bursty", B, W, lam), ("arbitrary", B, W + B - 1, lam)]
         self._init_common(n, jobs, dim, models, lam)
         self._jobs: dict[int, _Job] = {}
-        n1 = (W - 1) * n
-        self._d1_tasks = [[(i * (W - 1) + j,) for j in range(W - 1)] for i in range(n)]
+        # D_1's chunk j of worker i is partition i (W - 1) + j; chunk i of D_2's group m is
+        # partition (W - 1) n + m n + i, and worker i codes over the base GC's partitions of it
+        # (built on demand: B n (lam + 1) tuples would be most of a large M-SGC's build)
         #: where each worker's coded coefficients end (task_schedule times a message by it), as
         #: a class index; and the prefix loads of each sequence of mini-task kinds (_round_loads)
         self._coded_end = np.zeros(n, dtype=np.int64)
@@ -146,9 +147,6 @@ class MSGC(SequentialScheme):
             ends = [np.flatnonzero(np.any(self.gc.coefficients(i)[0] != 0, axis=1)).max(initial=-1) for i in range(n)]
             _, self._coded_end = np.unique(ends, return_inverse=True)
             self._coded_end = self._coded_end.astype(np.int64)
-            self._coded_parts = [
-                [tuple(n1 + m * n + p for p in self.gc.partitions(i)) for i in range(n)] for m in range(B)
-            ]
         self._coded_end_bits = int(self._coded_end.max()).bit_length()
 
     def __repr__(self) -> str:
@@ -163,10 +161,15 @@ class MSGC(SequentialScheme):
         """``W - 1`` chunks of ``D_1`` and ``lam + 1`` chunks of each of the ``B`` groups of
         ``D_2`` (Sec. 3.3.2)."""
         i = self._check_worker(worker)
-        own = tuple(p for (p,) in self._d1_tasks[i])
+        own = tuple(range(i * (self.W - 1), (i + 1) * (self.W - 1)))
         if self.gc is None:
             return own
-        return own + tuple(p for m in range(self.B) for p in self._coded_parts[m][i])
+        return own + tuple(p for m in range(self.B) for p in self._coded_partitions(m, i))
+
+    def _coded_partitions(self, m: int, i: int) -> tuple[int, ...]:
+        """The partitions of worker ``i``'s coded mini-task for D_2's group ``m``."""
+        base = (self.W - 1) * self.n + m * self.n
+        return tuple(base + p for p in self.gc.partitions(i))
 
     # ----------------------------------------------------------- Algorithm 2
     def _job(self, u: int) -> _Job:
@@ -212,8 +215,8 @@ class MSGC(SequentialScheme):
 
     def _task(self, t: int, i: int, slot: int, kind: int, k: int) -> Task:
         if kind == 0:
-            return Task(t - slot, self._d1_tasks[i][k], ONE)
-        return Task(t - slot, self._coded_parts[k][i], self.gc.coefficients(i))
+            return Task(t - slot, (i * (self.W - 1) + k,), ONE)
+        return Task(t - slot, self._coded_partitions(k, i), self.gc.coefficients(i))
 
     def _round_tasks(self, r: _Round) -> dict[int, tuple[Task, ...]]:
         slot, kind, k = r.plan
