@@ -759,6 +759,8 @@ class LinearCode:
 
     @staticmethod
     def _row_ids(sol: Decoding, row_start: np.ndarray) -> np.ndarray:
+        if sol.row_ids is not None:  # a structured decoder that knows them (single-message codes)
+            return sol.row_ids
         flat = np.fromiter(itertools.chain.from_iterable(sol.rows), dtype=np.intp, count=2 * len(sol.rows))
         return row_start[flat[0::2]] + flat[1::2]
 

@@ -96,12 +96,22 @@ class NullspaceSolver:
         cond = 1.0
         if stragglers.size:
             Ns = self.null[stragglers]
-            u, sv, vt = np.linalg.svd(Ns, full_matrices=False)
-            tol = (sv[0] if sv.size else 0.0) * max(Ns.shape) * np.finfo(float).eps
-            r = int((sv > tol).sum())
-            if r:
-                cond = float(sv[0] / sv[r - 1])
-                c = vt[:r].T @ ((u[:, :r].T @ -self.a0[stragglers]) / sv[:r])
+            c = None
+            if Ns.shape[0] == Ns.shape[1]:  # as many stragglers as the null space's dimension
+                # the singular values alone (half an SVD's cost) give the condition; a full-rank
+                # square system then solves by LU, the same answer as the pseudo-inverse below
+                sv = np.linalg.svd(Ns, compute_uv=False)
+                if sv[-1] > sv[0] * Ns.shape[0] * np.finfo(float).eps:
+                    cond = float(sv[0] / sv[-1])
+                    c = np.linalg.solve(Ns, -self.a0[stragglers])
+            if c is None:
+                u, sv, vt = np.linalg.svd(Ns, full_matrices=False)
+                tol = (sv[0] if sv.size else 0.0) * max(Ns.shape) * np.finfo(float).eps
+                r = int((sv > tol).sum())
+                if r:
+                    cond = float(sv[0] / sv[r - 1])
+                    c = vt[:r].T @ ((u[:, :r].T @ -self.a0[stragglers]) / sv[:r])
+            if c is not None:
                 a += self.null @ c
             a[stragglers] = 0.0
         residual = np.linalg.norm(self.B.T @ a - 1.0) / math.sqrt(self.B.shape[1])

@@ -10,6 +10,7 @@ is robust to ``s`` stragglers iff ``1 in span{b_i : i in I}`` for every ``|I| = 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -224,10 +225,11 @@ class CRC(LinearCode):
     def _fast_solve(self, pattern):
         if self._solver is None:
             self._solver = NullspaceSolver(self.B, self.n - self.tolerance)
-        received = np.array([w for w, _ in pattern])
+        received = np.fromiter((w for w, _ in pattern), dtype=np.intp, count=len(pattern))
         a, cond = self._solver.solve(received, self.max_condition)
-        rows = tuple((int(w), 0) for w in received)
-        return Decoding(pattern, rows, a[None, :], cond, "crc-nullspace")
+        rows = tuple(zip(received.tolist(), itertools.repeat(0)))
+        # one message a worker: its row among all encoder rows is the worker itself
+        return Decoding(pattern, rows, a[None, :], cond, "crc-nullspace", row_ids=received)
 
     def decode_rule(self):
         return KOfN(self.n - self.tolerance)
