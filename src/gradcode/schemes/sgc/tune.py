@@ -144,7 +144,10 @@ class _Batch:
         self.H = np.zeros((K, rounds, self.words), dtype=np.uint64)  # packed straggler rows
         self.T = (W - 2 + B) if family == "m-sgc" else B
         if family == "m-sgc" and B > 1:  # straggling rounds per worker up to each round
-            self.C = np.zeros((K, rounds + 1, n), dtype=np.int32)
+            # a ring of the last T + 2 counts: the tracks of round t start at t - T at the earliest
+            # (the whole table was K (rounds + 1) n int32, 126 MB at n = 256, J = 480)
+            self._ring = self.T + 2
+            self.C = np.zeros((K, self._ring, n), dtype=np.int32)
         self.flags: dict[int, np.ndarray] = {}  # track start -> (K, models) flags
         self.K = K
 
@@ -188,7 +191,9 @@ class _Batch:
             if B == 1:  # one straggling round in the span is a burst of B
                 self._Ca = self._Da
             else:  # workers with B straggling rounds in the track's span so far
-                self._Ca = self.pack(self.C[:, t][None] - self.C[:, tracks].transpose(1, 0, 2) >= B)
+                ring = self._ring
+                now, starts = self.C[:, t % ring], self.C[:, np.asarray(tracks) % ring]
+                self._Ca = self.pack(now[None] - starts.transpose(1, 0, 2) >= B)
         ones = np.ones((self.K, 2), dtype=bool)
         self._prev = np.stack([self.flags.get(a, ones) for a in tracks])
 
@@ -213,7 +218,7 @@ class _Batch:
         t = self._t
         self.H[:, t] = self.pack(rows)
         if hasattr(self, "C"):
-            self.C[:, t + 1] = self.C[:, t] + rows
+            self.C[:, (t + 1) % self._ring] = self.C[:, t % self._ring] + rows
         if self._tracks:
             for a, f in zip(self._tracks, self._per_track(rows)):
                 self.flags[a] = f
