@@ -234,50 +234,50 @@ def train_command(
 @dataclass(frozen=True)
 class TrainOptions:
     """``gradcode train``'s options by name, as typed values (what :func:`configs` turns into the
-    runtime's config objects)."""
+    runtime's config objects). Every field is given: the defaults are the command's own."""
 
-    scheme: str = "crc"
-    workers: int | None = None
-    stragglers: int = 0
-    delay: float = 0.0
-    delay_model: str | None = None
-    delay_param: list[str] | None = None
-    code_param: list[str] | None = None
-    data: str = "synthetic"
-    target: str | None = None
-    standardize: bool = True
-    data_param: list[str] | None = None
-    problem: str | None = None
-    model: str | None = None
-    batch_size: int = 64
-    wire_dtype: str = "float32"
-    momentum: float | None = None
-    weight_decay: float | None = None
-    engine: str = "ray"
-    probe: int | None = None
-    optimizer: str = "gd"
-    lr: float | None = None
-    opt_param: list[str] | None = None
-    rounds: int = 100
-    models: int = 1
-    seed: int = 0
-    fail: list[str] | None = None
-    checkpoint_every: int = 0
-    resume: bool = False
-    run_dir: Path | None = None
-    address: str | None = None
-    num_cpus: int | None = None
-    cpus_per_worker: float = 0.0
-    round_timeout: float = 120.0
-    start_timeout: float = 120.0
-    eval_every: int = 1
-    inject: str = "excess"
-    overwrite: bool = False
-    close: str = "decodable"
-    waitout: str = "decodable"
-    verify: bool = False
-    plot: Path | None = None
-    as_json: bool = False
+    scheme: str
+    workers: int | None
+    stragglers: int
+    delay: float
+    delay_model: str | None
+    delay_param: list[str] | None
+    code_param: list[str] | None
+    data: str
+    target: str | None
+    standardize: bool
+    data_param: list[str] | None
+    problem: str | None
+    model: str | None
+    batch_size: int
+    wire_dtype: str
+    momentum: float | None
+    weight_decay: float | None
+    engine: str
+    probe: int | None
+    optimizer: str
+    lr: float | None
+    opt_param: list[str] | None
+    rounds: int
+    models: int
+    seed: int
+    fail: list[str] | None
+    checkpoint_every: int
+    resume: bool
+    run_dir: Path | None
+    address: str | None
+    num_cpus: int | None
+    cpus_per_worker: float
+    round_timeout: float
+    start_timeout: float
+    eval_every: int
+    inject: str
+    overwrite: bool
+    close: str
+    waitout: str
+    verify: bool
+    plot: Path | None
+    as_json: bool
 
     def replace(self, **changes) -> TrainOptions:
         return replace(self, **changes)
@@ -402,9 +402,6 @@ def _shared_configs(o: TrainOptions, run_dir):
 
     if o.resume and o.run_dir is None:  # the default run dir is a new timestamped folder
         raise ValueError("--resume needs --run-dir: the folder of the run to continue")
-    if o.engine == "inprocess" and (o.address is not None or o.num_cpus is not None or o.cpus_per_worker):
-        raise ValueError("--address, --num-cpus and --cpus-per-worker are the Ray engine's; --engine inprocess"
-                         " runs the workers in this process")
     cluster = ClusterConfig(address=o.address, num_cpus=o.num_cpus, start_timeout=o.start_timeout,
                             worker_cpus=o.cpus_per_worker)
     faults = FaultConfig(fail=tuple(o.fail or ()), round_timeout=o.round_timeout)

@@ -228,8 +228,9 @@ class _Batch:
 
 def _clip(a):
     """The load-adjusted profile's values are clipped at 0, as :func:`adjust_trace_load` clips
-    (NaN, an idle worker of a final round, stays NaN)."""
-    return np.maximum(a, 0.0, where=~np.isnan(a), out=np.array(a, dtype=np.float64, copy=True))
+    (``np.maximum`` keeps NaN, an idle worker of a final round). Its argument is always a fresh
+    sum, clipped in place: no copy on the replay's hot path."""
+    return np.maximum(a, 0.0, out=a) if isinstance(a, np.ndarray) else max(a, 0.0)
 
 
 def _scan(family, X, shift, B, W, lam, s, jobs, mu, waitout):
