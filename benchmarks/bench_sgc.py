@@ -11,7 +11,10 @@ the whole simulated round (the simulator's own event handling included). The pap
 static CRC s = 15 through the same event path for reference.
 
 (b) ``tune``: :func:`gradcode.schemes.sgc.tune.tune` over every parameter set of each family
-(GC: s = 0..255; SR-SGC and M-SGC: W <= max_W, every lambda) on a 100-round profile, J = 80.
+(GC: s = 0..255; SR-SGC and M-SGC: W <= max_W, default J, every lambda, every delay T that the
+profile fits): J = 80 on a 100-round profile with W <= 8 (the earlier default) and W <= J, J = 30
+on a 40-round profile (the paper's probe, App. K), J = 480 on a 500-round profile (the paper's
+jobs); bounded (tune's default) and exhaustive.
 
 (c) ``ray``: multi-model training on Ray (SGC App. I: job j trains model j mod M) through the
 public :func:`gradcode.runtime.train`, M-SGC against GC (CRC) and uncoded on the same injected
@@ -43,6 +46,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -122,26 +126,46 @@ def tune_at(rev: str):
     return module.tune
 
 
-def bench_tune(repeats, max_Ws, against=None):
+def bench_tune(repeats, quick=False, against=None):
+    """(b): each search on a synthetic profile (``profile``), n = 256: the bounded search (tune's
+    default, ``within=0``), the exhaustive one (``within=None``: every set replayed to the end), and
+    with ``--against REV`` the revision's tune on the same (profile, J, max_W), interleaved."""
     n = 256
-    X = profile(n, 100, seed=1)
-    print(f"\n(b) tune, n = {n}, 100-round profile, J = 80, waitout = all (seconds, median of {repeats})")
-    versions = {"now": tune} if against is None else {"now": tune, against: tune_at(against)}
-    print(f"{'family':8s} {'max_W':>5s} {'sets':>6s} " + " ".join(f"{k:>9s}" for k in versions) + "  best")
-    for max_W in max_Ws:
-        for fam in ("crc", "sr-sgc", "m-sgc"):
-            times = {k: [] for k in versions}
-            for _ in range(repeats):  # interleaved: the versions share the machine's state
-                for k, fn in versions.items():
-                    t0 = time.perf_counter()
+    # (profile rounds, J, max_W): the W <= 8 search of earlier revisions, the default W <= J, the
+    # paper's probe (App. K: 40 rounds) and its 480 jobs
+    cases = [(100, 80, 8), (100, 80, None), (40, 30, None)] + ([] if quick else [(500, 480, None)])
+    tune(profile(8, 12), jobs=4, alpha=1.0)  # compile (or load) the replay before timing
+    old = None if against is None else tune_at(against)
+    print(f"\n(b) tune, n = {n}, waitout = all (seconds, median of {repeats}; sets: searched / listed)")
+    print(f"{'family':7s} {'rounds':>6s} {'J':>4s} {'max_W':>5s} {'sets':>16s} {'bounded':>8s} {'every':>8s}"
+          + (f" {against:>9s}" if against else "") + "  best")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the sets the profile is too short for
+        for R, J, max_W in cases:
+            X = profile(n, R, seed=1)
+            for fam in ("crc", "sr-sgc", "m-sgc"):
+                runs = {"bounded": lambda: tune(X, jobs=J, alpha=3.0, families=(fam,), max_W=max_W),
+                        "every": lambda: tune(X, jobs=J, alpha=3.0, families=(fam,), max_W=max_W, within=None)}
+                if old is not None and max_W is not None:
                     # revisions before the families took the registries' names called crc "gc"
-                    family = fam if k == "now" else {"crc": "gc"}.get(fam, fam)
-                    res = fn(X, jobs=80, alpha=3.0, families=(family,), max_W=max_W)
-                    times[k].append(time.perf_counter() - t0)
-                    if k == "now":
-                        b, sets = res.best[fam], len(res.candidates)
-            print(f"{fam:8s} {max_W:5d} {sets:6d} " + " ".join(f"{statistics.median(v):9.2f}" for v in times.values())
-                  + f"  {b.params} load {b.load:.4f} est. {b.time:.1f} s")
+                    runs[against] = lambda: old(X, jobs=J, alpha=3.0, families=({"crc": "gc"}.get(fam, fam),),
+                                                max_W=max_W)
+                if J >= 480 and fam == "sr-sgc":
+                    del runs["every"]  # 438k sets of 500 rounds each: minutes
+                times = {k: [] for k in runs}
+                for _ in range(repeats):  # interleaved: the versions share the machine's state
+                    for k, fn in runs.items():
+                        t0 = time.perf_counter()
+                        res = fn()
+                        times[k].append(time.perf_counter() - t0)
+                        if k == "bounded":
+                            b, listed, searched = res.best[fam], len(res.candidates), len(res.candidates) + res.bounded
+                cells = [f"{statistics.median(times[k]):8.2f}" if k in times else f"{'-':>8s}"
+                         for k in ("bounded", "every")]
+                if against:
+                    cells.append(f"{statistics.median(times[against]):9.2f}" if against in times else f"{'-':>9s}")
+                print(f"{fam:7s} {R:6d} {J:4d} {str(max_W or 'J'):>5s} {f'{searched} / {listed}':>16s} "
+                      + " ".join(cells) + f"  {b.params} load {b.load:.4f} est. {b.time:.1f} s")
 
 
 def bench_build(repeats):
@@ -259,7 +283,7 @@ def main():
     if "build" in which:
         bench_build(3)
     if "tune" in which:
-        bench_tune(1 if args.quick else 3, (4,) if args.quick else (4, 8), args.against)
+        bench_tune(1 if args.quick else 3, args.quick, args.against)
     if "ray" in which:
         bench_ray(1 if args.quick else 3, 12 if args.quick else 40,
                   "decodable" if args.close is None else args.close, args.waitout)

@@ -582,7 +582,7 @@ def test_tune_clips_the_load_adjusted_profile_at_zero_as_every_trace_adjustment_
     from gradcode.stragglers.traces import adjust_trace_load
 
     X = np.array([[1.0, 3.0], [1.0, 0.5]])
-    res = tune(X, jobs=2, loads=[1.0], alpha=4.0, families=("uncoded", "crc"))
+    res = tune(X, jobs=2, loads=[1.0], alpha=4.0, families=("uncoded", "crc"), within=None)
     assert res.best["uncoded"].time == pytest.approx(1.0)
     adjusted = adjust_profile(X, 0.5, reference_load=1.0, alpha=4.0)
     np.testing.assert_array_equal(adjusted, adjust_trace_load(X, from_load=1.0, to_load=0.5, slope=4.0))

@@ -24,7 +24,13 @@ def register(app: typer.Typer) -> None:
         mu: float = typer.Option(1.0, "--mu", help="Tolerance of the mu-deadline rule."),
         waitout: str = typer.Option("all", "--waitout", help="'all' (the paper's: wait for every worker when the"
                                     " deadline leaves a round unresolved) or 'decodable'."),
-        max_w: int = typer.Option(8, "--max-w", help="Largest W searched for SR-SGC and M-SGC."),
+        max_w: int = typer.Option(None, "--max-w", help="Largest W searched for SR-SGC and M-SGC (default: the"
+                                  " jobs, every W as the paper searches)."),
+        max_delay: int = typer.Option(None, "--max-delay", help="Largest delay T searched (default: any that the"
+                                      " profile fits)."),
+        within: float = typer.Option(0.05, "--within", min=0.0, help="List every parameter set within this fraction"
+                                     " of its family's best; the others are bounded out of the replay."),
+        every: bool = typer.Option(False, "--all", help="Replay and list every parameter set (no bounding)."),
         top: int = typer.Option(10, "--top", min=1, help="Candidates listed in the table (all of them with --json)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ):
@@ -41,7 +47,8 @@ def register(app: typer.Typer) -> None:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, loads=loads,
-                              alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w)
+                              alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w, max_delay=max_delay,
+                              within=None if every else within)
         except (ValueError, TypeError, OSError, GradcodeError) as exc:
             fail(exc, exit_code_of(exc), as_json=as_json)
         for w in caught:
@@ -60,8 +67,11 @@ def register(app: typer.Typer) -> None:
         emit({"rows": rows}, as_json=False,
              title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"
                    f" alpha = {doc['alpha']:.4g} s per unit load)")
+        kept = len(doc["candidates"])
+        scope = "parameter sets" if every else (f"parameter sets within {within:.3g} of their family's best"
+                                                f" ({doc['bounded']} more bounded out)")
         emit({"rows": [_row(c) for c in doc["candidates"][:top]]}, as_json=False,
-             title=f"fastest {min(top, len(doc['candidates']))} of {len(doc['candidates'])} parameter sets")
+             title=f"fastest {min(top, kept)} of {kept} {scope}")
 
 
 #: what rule the replay follows, said in every output: tune's defaults are the paper's, not the

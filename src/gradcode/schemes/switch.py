@@ -54,12 +54,13 @@ def set_decode_rtol(scheme, rtol: float | None) -> None:
 
 def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="decodable",
                        waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                       max_w: int = 8, families=None) -> tuple[Scheme, dict]:
+                       max_w: int | None = None, families=None) -> tuple[Scheme, dict]:
     """The scheme to switch to for ``jobs`` more jobs after a probe that measured ``times`` (``(T,
     n)`` seconds, module docstring), and the report: ``chosen`` (family and parameters),
     ``candidates`` (the best of each family with their predicted totals), ``alpha``,
     ``search_seconds``. The sequential codes are searched only when ``models`` exceeds their delay
-    ``T`` (a model's next job must not start before its last one finished); ``families``: the
+    ``T`` (a model's next job must not start before its last one finished), over every ``W`` (up to
+    ``max_w``, default the jobs); ``families``: the
     families searched (default ``uncoded``, ``crc`` and, with several models, ``sr-sgc``,
     ``m-sgc``; their former names ``none``, ``gc`` warn)."""
     from gradcode.schemes.factory import make_scheme
@@ -82,24 +83,22 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     if families is None:
         families = ("uncoded", "crc") + (("sr-sgc", "m-sgc") if models > 1 else ())
     families = family_names(families)
-    profile = np.resize(X, (jobs + 2 * max_w, n))  # the probe, repeated over the jobs left (and any T)
-    result = tune(profile, jobs=jobs, alpha=alpha, mu=mu, waitout=rule, families=families, max_W=max_w)
-    usable = [c for c in result.candidates if c.delay < models]
-    if not usable:
+    if models == 1 and not {"uncoded", "crc"} & set(families):
         raise ValueError(f"no parameter set of {', '.join(families)} fits {models} model(s): the sequential codes"
                          " need more models than their delay T")
-    best = usable[0]
+    # the probe, repeated over the jobs left and the delays T < models the sequential codes may have
+    profile = np.resize(X, (jobs + models - 1, n))
+    result = tune(profile, jobs=jobs, alpha=alpha, mu=mu, waitout=rule, families=families, max_W=max_w,
+                  max_delay=models - 1)
+    best = result.candidates[0]
     if best.scheme == "uncoded" or (best.scheme == "crc" and best.params["s"] == 0):  # crc with s = 0 is uncoded
         scheme = make_scheme("uncoded", n=n)
     else:
         scheme = make_scheme(best.scheme, n=n, seed=seed, **best.params)
-    firsts = {}
-    for c in usable:
-        firsts.setdefault(c.scheme, c)
     report = {
         "chosen": {"family": best.scheme, "params": dict(best.params), "scheme": repr(scheme),
                    "predicted_total": best.time, "load": best.load},
-        "candidates": [c.to_dict() for c in sorted(firsts.values(), key=lambda c: c.time)],
+        "candidates": [c.to_dict() for c in sorted(result.best.values(), key=lambda c: (c.time, c.load))],
         "alpha": alpha, "alpha_from": alpha_from, "probe_rounds": int(X.shape[0]), "jobs": jobs,
         "rule": {"mu": mu, "waitout": rule}, "search_seconds": time.perf_counter() - started,
     }
@@ -110,7 +109,7 @@ class ProbeThenSwitch(Scheme):
     """Uncoded for ``probe`` rounds, then the scheme :func:`choose_after_probe` picks from the
     measured times (module docstring). ``rounds``: the run's rounds (the jobs left are ``rounds -
     probe``, one a round); ``models``, ``close``, ``waitout``, ``load_slope``, ``seed``,
-    ``families``: as :func:`choose_after_probe` (which searches ``W <= 8``); ``decode_rtol``: set on the chosen scheme's codes. ``report``
+    ``families``: as :func:`choose_after_probe` (which searches every ``W`` up to the jobs left); ``decode_rtol``: set on the chosen scheme's codes. ``report``
     holds the choice once made."""
 
     changes_layout = True

@@ -76,9 +76,16 @@ def msgc_partition_sizes(n: int, B: int, W: int, lam: int) -> np.ndarray:
 def msgc_load(n: int, B: int, W: int, lam: int) -> float:
     """Eq. (1)."""
     n, B, W, lam = check_msgc(n, B, W, lam)
-    if lam == n:
-        return (W - 1 + B) / (n * (W - 1))
-    return (lam + 1) * (W - 1 + B) / (n * (B + (W - 1) * (lam + 1)))
+    return float(msgc_loads(n, B, W, np.array([lam]))[0])
+
+
+def msgc_loads(n: int, B: int, W: int, lam: np.ndarray) -> np.ndarray:
+    """Eq. (1) for every ``lam`` of an array of valid ones (``0 <= lam <= n``, unchecked): ``(lam +
+    1)(W - 1 + B) / (n (B + (W - 1)(lam + 1)))``, and ``(W - 1 + B) / (n (W - 1))`` at ``lam = n``
+    (Remark 3.2)."""
+    lam = np.asarray(lam, dtype=np.float64)
+    coded = (lam + 1) * (W - 1 + B) / (n * (B + (W - 1) * (lam + 1)))
+    return np.where(lam == n, (W - 1 + B) / (n * (W - 1)), coded)
 
 
 class _Job:

@@ -1,0 +1,418 @@
+"""The replay of SR-SGC and M-SGC over a delay profile (SGC App. J), compiled, one parameter set at
+a time, with branch and bound over a family's parameter sets (:func:`replay_family`).
+
+**The rule replayed** (:mod:`.tune`'s docstring has the paper's wording). Round ``t`` of a set
+with load shift ``c`` (``(L - L_0) alpha``) and profile row ``x``: ``kappa = min x``; the deadline
+is ``cutoff = min((1 + mu) max(kappa + c, 0), max(max x + c, 0))``; the stragglers ``S_t`` are the
+workers with ``max(x_w + c, 0) > cutoff``, i.e. the ``k`` slowest of the row for some ``k``
+(the adjustment and the clip are monotone). The round *resolves* when the effective pattern, the
+rounds before committed plus ``S_t``, conforms to the scheme's straggler model on every live
+*track* (SGC Sec. 2, Props. 3.1/3.2):
+
+* SR-SGC: track ``a`` is the window of rounds ``a .. a + W - 1``, live at rounds
+  ``t in [a, a + W - 1]``; it conforms while it is ``(B, W, lambda)``-bursty (at most
+  ``lambda`` distinct stragglers in it, and each one's straggling rounds within ``B`` consecutive
+  rounds) *or* has at most ``s`` stragglers in every round;
+* M-SGC: track ``u < J`` is job ``u``'s span ``u .. u + T`` (``T = W - 2 + B``); it conforms
+  while every window of ``W`` rounds of it, clipped to the span, is ``(B, W, lambda)``-bursty
+  *or* the span is ``(B, W + B - 1, lambda)``-arbitrary (at most ``lambda`` distinct stragglers,
+  each in at most ``B`` rounds).
+
+A resolved round lasts ``cutoff`` and commits ``S_t``; otherwise it waits out: ``waitout="all"``
+lasts ``max x + c`` (clipped) and commits no stragglers; ``"decodable"`` lasts until all but the
+``k`` slowest are in, for the largest ``k`` that conforms (bisection, from ``k = 0``), and commits
+those ``k``. SR-SGC's final rounds ``t >= J`` compute only Algorithm 1's re-attempts of job
+``t - B`` (the first ``n - s - N(t - B)`` by index of the workers that did not return it in round
+``t - B``); only they are timed, and a final round with none costs 0.
+
+**Only the oldest live track is checked.** For tracks ``a < a'`` both live at ``t``, every window
+of ``a'`` is a sub-window (or equal clip) of one of ``a``'s, so each of the two models holding on
+``a`` implies it on ``a'``: the round resolves iff the oldest live track conforms. Its state is
+kept in closed form, so a round costs ``O(|S_t|)`` (plus ``O(W)`` additions), whatever ``W``:
+
+* distinct stragglers of rounds ``lo .. t - 1``: the workers whose last straggling round is
+  ``>= lo``, a sum over a histogram of last straggling rounds;
+* a burst broken: the latest round ``r'`` with a pair of straggling rounds ``(r', r)`` of one
+  worker, ``B <= r - r' <= W - 1``; the track of ``a`` broke iff ``r' >= a``;
+* more than ``B`` straggling rounds in a span (M-SGC): the latest ``r`` with some worker
+  straggling ``B + 1`` times in ``r .. now``;
+* M-SGC's clipped windows: the distinct stragglers of each ``W``-round window (kept when its last
+  round commits) and of each ``(W - 1)``-round window (the track's first, clipped window at its
+  largest);
+* more than ``s`` stragglers in a round (SR-SGC): the latest such round.
+
+**Branch and bound** (``within >= 0``): every round costs at least its ``cutoff`` (a waited-out
+round costs more; SR-SGC's final rounds at least 0), so ``sum_t cutoff_t`` bounds a set's total
+from below. Sets are replayed in increasing order of that bound; a set stops as soon as its partial
+total plus the bound of its remaining rounds exceeds ``(1 + within)`` times the best total so far
+(plus ``1e-9`` of it, so that rounding never drops a tie), and once a set's whole bound exceeds it
+no later set is replayed. Every set whose total is within ``within`` of the family's best is
+replayed in full; ``within < 0`` replays every set.
+
+The totals are the per-track vectorized replay's bit for bit (the tests keep that replay as the
+oracle): the same float64 operations, summed in the same order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["SRSGC", "MSGC", "replay_family"]
+
+SRSGC, MSGC = 0, 1
+_MARGIN = 1e-9
+
+
+@njit(cache=True)
+def _clip(v):
+    return v if v > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _cutoff(xs_t, c, mu):
+    """The deadline of a row (sorted ``xs_t``) under shift ``c``: ``(cutoff, late)``."""
+    late = _clip(xs_t[-1] + c)
+    return min((1.0 + mu) * _clip(xs_t[0] + c), late), late
+
+
+@njit(cache=True)
+def _latest_at_most(hist, cnt, w, r):
+    """Worker ``w``'s latest committed straggling round ``<= r`` (-1: none)."""
+    j = cnt[w] - 1
+    while j >= 0 and hist[w, j] > r:
+        j -= 1
+    return hist[w, j] if j >= 0 else -1
+
+
+@njit(cache=True)
+def _tree_add(tree, r, v):
+    """Add ``v`` at round ``r`` of a Fenwick tree over rounds (``tree[0]`` unused)."""
+    i = r + 1
+    while i < tree.size:
+        tree[i] += v
+        i += i & -i
+
+
+@njit(cache=True)
+def _tree_prefix(tree, r):
+    """The sum over rounds ``0 .. r - 1``."""
+    total = 0
+    i = r
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total
+
+
+@njit(cache=True)
+def _distinct(lasthist, lo, hi):
+    """Workers whose last committed straggling round is in ``lo .. hi - 1`` (``lasthist``: a
+    Fenwick tree of the histogram of last straggling rounds, so ``O(log rounds)`` whatever ``W``)."""
+    lo = max(lo, 0)
+    return _tree_prefix(lasthist, hi) - _tree_prefix(lasthist, lo) if hi > lo else 0
+
+
+@njit(cache=True)
+def _at_most(u, lam, iv):
+    """``u <= lam``, narrowing ``iv`` to the ``lam`` for which the answer is the same."""
+    if u <= lam:
+        iv[0] = max(iv[0], u)
+        return True
+    iv[1] = min(iv[1], u - 1)
+    return False
+
+
+@njit(cache=True)
+def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
+    """Whether stragglers ``cur[:ncur]`` in round ``t`` keep the oldest live track conforming.
+
+    ``hist[w, :cnt[w]]``: worker ``w``'s committed straggling rounds; ``lasthist``: how many workers'
+    last one is each round (a Fenwick tree); ``fw1[r]``: distinct stragglers of rounds ``r - W + 2 .. r``; ``st``: the
+    latest round starting a broken burst, the latest start of ``B + 1`` straggling rounds of one
+    worker, the latest round with more than ``s`` stragglers, the latest end of a ``W``-round window
+    with more than ``lam`` (-1: none); ``iv``: narrowed to the ``lam`` that answer alike
+    (:func:`_at_most`)."""
+    if fam == 0:  # SR-SGC: window a0 .. t
+        a0 = max(0, t - W + 1)
+        if ncur <= s and st[2] < a0:
+            return True
+        if st[0] >= a0:
+            return False
+        u = _distinct(lasthist, a0, t)
+        for i in range(ncur):
+            w = cur[i]
+            last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+            if last < a0:
+                u += 1
+            if _latest_at_most(hist, cnt, w, t - B) >= a0:
+                return False
+        return _at_most(u, lam, iv)
+    u0 = max(0, t - T)  # M-SGC: job u0's span
+    # arbitrary (B, W + B - 1, lam) on the span
+    arbitrary = st[1] < u0
+    if arbitrary:
+        u = _distinct(lasthist, u0, t)
+        for i in range(ncur):
+            w = cur[i]
+            last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+            if last < u0:
+                u += 1
+            if cnt[w] >= B and hist[w, cnt[w] - B] >= u0:
+                arbitrary = False
+                break
+        if arbitrary:
+            arbitrary = _at_most(u, lam, iv)
+    if arbitrary:
+        return True
+    # bursty on every window of W rounds clipped to the span
+    if st[0] >= u0 or st[3] >= u0 + W - 1:
+        return False
+    if t - 1 >= u0 + W - 2 and not _at_most(fw1[u0 + W - 2], lam, iv):
+        return False
+    lo = max(u0, t - W + 1)
+    u = _distinct(lasthist, lo, t)
+    for i in range(ncur):
+        w = cur[i]
+        last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+        if last < lo:
+            u += 1
+        if _latest_at_most(hist, cnt, w, t - B) >= lo:
+            return False
+    return _at_most(u, lam, iv)
+
+
+@njit(cache=True)
+def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv):
+    for i in range(nrows):
+        w = rows[i]
+        prev = _latest_at_most(hist, cnt, w, t - B)
+        if prev >= 0 and prev >= t - W + 1 and prev > st[0]:
+            st[0] = prev
+        if fam == 1 and cnt[w] >= B and hist[w, cnt[w] - B] > st[1]:
+            st[1] = hist[w, cnt[w] - B]
+        if cnt[w] > 0:
+            _tree_add(lasthist, hist[w, cnt[w] - 1], -1)
+        _tree_add(lasthist, t, 1)
+        hist[w, cnt[w]] = t
+        cnt[w] += 1
+    if fam == 0:
+        if nrows > s:
+            st[2] = t
+    else:
+        if t - W + 1 >= 0 and not _at_most(_distinct(lasthist, t - W + 1, t + 1), lam, iv):
+            st[3] = t
+        fw1[t] = _distinct(lasthist, t - W + 2, t + 1)
+
+
+@njit(cache=True)
+def _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp):
+    """Algorithm 1's re-attempts planned for round ``t`` (into ``reatt[t]``): the first ``n - s -
+    N(t - B)`` by index of the workers that did not return job ``t - B`` in round ``t - B``."""
+    old = t - B
+    nreatt[t] = 0
+    if old < 0:
+        return
+    lack = max(need - count[old], 0)
+    if lack == 0:
+        return
+    m = 0
+    for i in range(nreatt[old]):  # the union of two short lists, then its first lack by index
+        mark[reatt[old, i]] = stamp
+        reatt[t, m] = reatt[old, i]
+        m += 1
+    for i in range(ncomm[old]):
+        if mark[comm[old, i]] != stamp:
+            reatt[t, m] = comm[old, i]
+            m += 1
+    reatt[t, :m].sort()
+    nreatt[t] = min(m, lack)
+
+
+@njit(cache=True)
+def _replay_one(fam, X, xs, order, J, B, W, T, lam, s, c, mu, wait_all, bound, lbs,
+                hist, cnt, lasthist, fw1, comm, ncomm, reatt, nreatt, count, mark, cur, iv):
+    """One parameter set: ``(total, waitouts, finished)``; stops (unfinished) once the partial total
+    plus the remaining rounds' bound ``lbs`` exceeds ``bound``. ``iv`` ends as the interval of
+    ``lam`` whose replay is this one, comparison for comparison."""
+    n = X.shape[1]
+    iv[0], iv[1] = -1, n + 1
+    rounds = J + T
+    cnt[:] = 0
+    lasthist[:] = 0
+    st = np.full(4, -1, dtype=np.int64)
+    need = n - s
+    total = 0.0
+    waits = 0
+    stamp = 0
+    for t in range(rounds):
+        final = fam == 0 and t >= J
+        if fam == 0:
+            stamp += 1
+            _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp)
+        if final:  # only the re-attempting workers compute
+            na = nreatt[t]
+            cutoff, late, ncur = 0.0, 0.0, 0
+            if na > 0:
+                kap, hi = np.inf, -np.inf
+                for i in range(na):
+                    v = _clip(X[t, reatt[t, i]] + c)
+                    kap = min(kap, v)
+                    hi = max(hi, v)
+                cutoff, late = min((1.0 + mu) * kap, hi), hi
+                for i in range(na):
+                    w = reatt[t, i]
+                    if _clip(X[t, w] + c) > cutoff:
+                        cur[ncur] = w
+                        ncur += 1
+            rows = cur
+        else:
+            cutoff, late = _cutoff(xs[t], c, mu)
+            k = 0
+            while k < n and _clip(xs[t, n - 1 - k] + c) > cutoff:
+                k += 1
+            ncur = k
+            rows = order[t, n - k:]
+        ok = _resolves(fam, t, rows, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv)
+        if ok:
+            total += cutoff
+            nrows = ncur
+        else:
+            total += late
+            waits += 1
+            nrows = 0
+            if not wait_all and not final:  # largest k that conforms, by bisection
+                lo_k, hi_k = 0, ncur
+                while hi_k - lo_k > 1:
+                    mid = (lo_k + hi_k) // 2
+                    if _resolves(fam, t, order[t, n - mid:], mid, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
+                        lo_k = mid
+                    else:
+                        hi_k = mid
+                end = _clip(xs[t, n - 1 - lo_k] + c)
+                total += end - late
+                rows = order[t, n - lo_k:]
+                nrows = lo_k
+        if fam == 0 and t < J:  # Algorithm 1's bookkeeping: who returned job t in round t
+            stamp += 1
+            for i in range(nreatt[t]):
+                mark[reatt[t, i]] = stamp
+            missing = nreatt[t]
+            for i in range(nrows):
+                comm[t, i] = rows[i]
+                if mark[rows[i]] != stamp:
+                    missing += 1
+            ncomm[t] = nrows
+            count[t] = n - missing
+        _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
+        if total + lbs[t + 1] > bound:
+            return total, waits, False
+    return total, waits, True
+
+
+@njit(cache=True)
+def _lower_bounds(fam, xs, J, Ts, shifts, sid, nshift, mu):
+    """Each set's lower bound ``sum_t cutoff_t`` (SR-SGC's final rounds 0), one pass over the
+    rounds per distinct shift ``shifts[k]`` (``sid[i]``: set ``i``'s)."""
+    K = Ts.size
+    rounds_max = xs.shape[0]
+    lb = np.zeros(K)
+    groups = np.argsort(sid, kind="mergesort")
+    prefix = np.zeros(rounds_max + 1)
+    j = 0
+    for k in range(nshift):
+        for t in range(rounds_max):
+            prefix[t + 1] = prefix[t] + _cutoff(xs[t], shifts[k], mu)[0]
+        while j < K and sid[groups[j]] == k:
+            i = groups[j]
+            lb[i] = prefix[J] if fam == 0 else prefix[J + Ts[i]]
+            j += 1
+    return lb
+
+
+@njit(cache=True)
+def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, mu, wait_all, within):
+    """Every set, in increasing order of its lower bound (module docstring). The sets are sorted by
+    ``(B, W, s, shift, lam)``; ``group_end[i]``: the end of set ``i``'s run of equal ``(B, W, s,
+    shift)``, whose members differ only in ``lam``: one replay settles every member whose ``lam``
+    makes the same comparisons come out alike (the same trajectory, bit for bit)."""
+    K = Bs.size
+    R, n = X.shape
+    rounds_max = R
+    lb = _lower_bounds(fam, xs, J, Ts, shifts, sid, shifts.size, mu)
+    visit = np.argsort(lb, kind="mergesort")
+    times = np.full(K, np.nan)
+    waits = np.zeros(K, dtype=np.int64)
+    state = np.zeros(K, dtype=np.int64)  # 0: not replayed, 1: replayed in full, 2: bounded out
+    lbs = np.zeros(rounds_max + 1)
+    hist = np.empty((n, rounds_max), dtype=np.int64)
+    cnt = np.zeros(n, dtype=np.int64)
+    lasthist = np.zeros(rounds_max + 1, dtype=np.int64)
+    fw1 = np.zeros(rounds_max, dtype=np.int64)
+    comm = np.empty((rounds_max, n), dtype=np.int64)
+    ncomm = np.zeros(rounds_max, dtype=np.int64)
+    reatt = np.empty((rounds_max, n), dtype=np.int64)
+    nreatt = np.zeros(rounds_max, dtype=np.int64)
+    count = np.zeros(rounds_max, dtype=np.int64)
+    mark = np.zeros(n, dtype=np.int64)
+    cur = np.empty(n, dtype=np.int64)
+    iv = np.zeros(2, dtype=np.int64)
+    best = np.inf
+    for j in range(K):
+        i = visit[j]
+        if state[i]:
+            continue
+        bound = np.inf if within < 0 else best * (1.0 + within) + _MARGIN * best
+        if lb[i] > bound:
+            break
+        c, T = shifts[sid[i]], Ts[i]
+        lbs[J + T] = 0.0  # the bound of the rounds after t, for stopping early
+        for t in range(J + T - 1, -1, -1):
+            lbs[t] = lbs[t + 1] + (0.0 if (fam == 0 and t >= J) else _cutoff(xs[t], c, mu)[0])
+        mark[:] = 0
+        total, w, fin = _replay_one(fam, X, xs, order, J, Bs[i], Ws[i], T, lams[i], ss[i], c, mu,
+                                    wait_all, bound, lbs, hist, cnt, lasthist, fw1, comm, ncomm, reatt,
+                                    nreatt, count, mark, cur, iv)
+        # the members of i's run with lam in iv: i itself, and neighbours (lam ascending)
+        lo = i
+        while lo > 0 and group_end[lo - 1] == group_end[i] and lams[lo - 1] >= iv[0]:
+            lo -= 1
+        hi = i + 1
+        while hi < group_end[i] and lams[hi] <= iv[1]:
+            hi += 1
+        for m in range(lo, hi):
+            if fin:
+                times[m], waits[m], state[m] = total, w, 1
+            else:
+                state[m] = 2
+        if fin:
+            best = min(best, total)
+    return times, waits, state == 1
+
+
+def replay_family(family: str, X: np.ndarray, jobs: int, B, W, lam, s, shift, *, mu: float, waitout: str,
+                  within: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replay ``X + shift[i]`` for SR-SGC or M-SGC parameter sets ``(B[i], W[i], lam[i], s[i])``
+    (module docstring): ``(times, waitouts, replayed)``; a set left out by the bound (``within >=
+    0``) has ``replayed`` false and a NaN time. Every set must fit the profile (``J + T`` rounds)."""
+    fam = SRSGC if family == "sr-sgc" else MSGC
+    shifts, sid = np.unique(np.asarray(shift, dtype=np.float64), return_inverse=True)
+    sid = sid.ravel()
+    perm = np.lexsort((lam, sid, s, W, B))  # runs of equal (B, W, s, shift), lam ascending
+    B, W, lam, s, sid = (np.ascontiguousarray(np.asarray(a)[perm], dtype=np.int64) for a in (B, W, lam, s, sid))
+    key = np.stack([B, W, s, sid])
+    starts = np.flatnonzero(np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)])
+    group_end = np.repeat(np.r_[starts[1:], B.size], np.diff(np.r_[starts, B.size]))
+    T = B if fam == SRSGC else W - 2 + B
+    rounds = jobs + int(T.max(initial=0))
+    if rounds > X.shape[0]:
+        raise ValueError(f"the profile has {X.shape[0]} rounds; these sets need {rounds}")
+    Xr = np.ascontiguousarray(X[:rounds], dtype=np.float64)
+    order = np.argsort(Xr, axis=1, kind="stable")
+    xs = np.take_along_axis(Xr, order, axis=1)
+    times, waits, replayed = _family(fam, Xr, xs, order.astype(np.int64), int(jobs), B, W, np.ascontiguousarray(T),
+                                     lam, s, shifts, sid, group_end, float(mu), waitout == "all", float(within))
+    out = [np.empty_like(a) for a in (times, waits, replayed)]
+    for o, a in zip(out, (times, waits, replayed)):
+        o[perm] = a
+    return tuple(out)
