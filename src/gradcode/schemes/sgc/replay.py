@@ -43,11 +43,23 @@ kept in closed form, so a round costs ``O(|S_t|)`` (plus ``O(W)`` additions), wh
 
 **Branch and bound** (``within >= 0``): every round costs at least its ``cutoff`` (a waited-out
 round costs more; SR-SGC's final rounds at least 0), so ``sum_t cutoff_t`` bounds a set's total
-from below. Sets are replayed in increasing order of that bound; a set stops as soon as its partial
-total plus the bound of its remaining rounds exceeds ``(1 + within)`` times the best total so far
-(plus ``1e-9`` of it, so that rounding never drops a tie), and once a set's whole bound exceeds it
-no later set is replayed. Every set whose total is within ``within`` of the family's best is
-replayed in full; ``within < 0`` replays every set.
+from below. With ``waitout="all"`` the bound also counts wait-outs that no replay avoids: a round
+that resolves with more than ``s`` stragglers (SR-SGC; any straggler for M-SGC) needs the oldest
+live track to conform to a model that allows at most ``lambda`` distinct stragglers, each in at
+most ``B`` of its rounds, over a window that holds the ``W`` rounds up to it. So in every block of
+``W`` consecutive rounds the rounds that resolve so carry at most ``B lambda`` stragglers in all,
+and the others wait out, each paying ``late - cutoff``: a fractional knapsack per block (weights:
+stragglers, values: ``late - cutoff``) bounds what resolving can save. Sets are replayed in
+increasing order of their bound; a replay stops as soon as its partial total plus the cutoffs of
+its remaining rounds exceeds ``(1 + within)`` times the best total so far (plus ``1e-9`` of it, so
+that rounding never drops a tie), and once a set's bound exceeds it no later set is replayed.
+Every set whose total is within ``within`` of the family's best is replayed in full; ``within <
+0`` replays every set.
+
+**Sets that differ only in ``lambda``** (SR-SGC's sets of one ``(B, W, s)`` share their load):
+``lambda`` enters a replay only through comparisons ``u <= lambda``; one replay records the
+interval of ``lambda`` for which each comparison comes out alike, and settles every set of the run
+whose ``lambda`` lies in it.
 
 The totals are the per-track vectorized replay's bit for bit (the tests keep that replay as the
 oracle): the same float64 operations, summed in the same order.
@@ -79,10 +91,11 @@ def _cutoff(xs_t, c, mu):
 @njit(cache=True)
 def _latest_at_most(hist, cnt, w, r):
     """Worker ``w``'s latest committed straggling round ``<= r`` (-1: none)."""
+    ring = hist.shape[1]
     j = cnt[w] - 1
-    while j >= 0 and hist[w, j] > r:
+    while j >= 0 and hist[w, j % ring] > r:
         j -= 1
-    return hist[w, j] if j >= 0 else -1
+    return hist[w, j % ring] if j >= 0 else -1
 
 
 @njit(cache=True)
@@ -127,7 +140,9 @@ def _at_most(u, lam, iv):
 def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
     """Whether stragglers ``cur[:ncur]`` in round ``t`` keep the oldest live track conforming.
 
-    ``hist[w, :cnt[w]]``: worker ``w``'s committed straggling rounds; ``lasthist``: how many workers'
+    ``hist[w]``: worker ``w``'s last ``B + 1`` committed straggling rounds (a ring: its ``j``-th
+    is at ``j % (B + 1)``, ``cnt[w]`` in all; enough, as at most ``B - 1`` of them are later than
+    ``t - B``); ``lasthist``: how many workers'
     last one is each round (a Fenwick tree); ``fw1[r]``: distinct stragglers of rounds ``r - W + 2 .. r``; ``st``: the
     latest round starting a broken burst, the latest start of ``B + 1`` straggling rounds of one
     worker, the latest round with more than ``s`` stragglers, the latest end of a ``W``-round window
@@ -142,7 +157,7 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
         u = _distinct(lasthist, a0, t)
         for i in range(ncur):
             w = cur[i]
-            last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+            last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
             if last < a0:
                 u += 1
             if _latest_at_most(hist, cnt, w, t - B) >= a0:
@@ -155,10 +170,10 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
         u = _distinct(lasthist, u0, t)
         for i in range(ncur):
             w = cur[i]
-            last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+            last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
             if last < u0:
                 u += 1
-            if cnt[w] >= B and hist[w, cnt[w] - B] >= u0:
+            if cnt[w] >= B and hist[w, (cnt[w] - B) % (B + 1)] >= u0:
                 arbitrary = False
                 break
         if arbitrary:
@@ -174,7 +189,7 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
     u = _distinct(lasthist, lo, t)
     for i in range(ncur):
         w = cur[i]
-        last = hist[w, cnt[w] - 1] if cnt[w] > 0 else -1
+        last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
         if last < lo:
             u += 1
         if _latest_at_most(hist, cnt, w, t - B) >= lo:
@@ -189,12 +204,12 @@ def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
         prev = _latest_at_most(hist, cnt, w, t - B)
         if prev >= 0 and prev >= t - W + 1 and prev > st[0]:
             st[0] = prev
-        if fam == 1 and cnt[w] >= B and hist[w, cnt[w] - B] > st[1]:
-            st[1] = hist[w, cnt[w] - B]
+        if fam == 1 and cnt[w] >= B and hist[w, (cnt[w] - B) % (B + 1)] > st[1]:
+            st[1] = hist[w, (cnt[w] - B) % (B + 1)]
         if cnt[w] > 0:
-            _tree_add(lasthist, hist[w, cnt[w] - 1], -1)
+            _tree_add(lasthist, hist[w, (cnt[w] - 1) % (B + 1)], -1)
         _tree_add(lasthist, t, 1)
-        hist[w, cnt[w]] = t
+        hist[w, cnt[w] % (B + 1)] = t
         cnt[w] += 1
     if fam == 0:
         if nrows > s:
@@ -230,7 +245,7 @@ def _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp):
 
 
 @njit(cache=True)
-def _replay_one(fam, X, xs, order, J, B, W, T, lam, s, c, mu, wait_all, bound, lbs,
+def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait_all, bound, lbs,
                 hist, cnt, lasthist, fw1, comm, ncomm, reatt, nreatt, count, mark, cur, iv):
     """One parameter set: ``(total, waitouts, finished)``; stops (unfinished) once the partial total
     plus the remaining rounds' bound ``lbs`` exceeds ``bound``. ``iv`` ends as the interval of
@@ -267,12 +282,8 @@ def _replay_one(fam, X, xs, order, J, B, W, T, lam, s, c, mu, wait_all, bound, l
                         ncur += 1
             rows = cur
         else:
-            cutoff, late = _cutoff(xs[t], c, mu)
-            k = 0
-            while k < n and _clip(xs[t, n - 1 - k] + c) > cutoff:
-                k += 1
-            ncur = k
-            rows = order[t, n - k:]
+            cutoff, late, ncur = cut[t], lat[t], kk[t]
+            rows = order[t, n - ncur:]
         ok = _resolves(fam, t, rows, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv)
         if ok:
             total += cutoff
@@ -311,27 +322,110 @@ def _replay_one(fam, X, xs, order, J, B, W, T, lam, s, c, mu, wait_all, bound, l
 
 
 @njit(cache=True)
-def _lower_bounds(fam, xs, J, Ts, shifts, sid, nshift, mu):
-    """Each set's lower bound ``sum_t cutoff_t`` (SR-SGC's final rounds 0), one pass over the
-    rounds per distinct shift ``shifts[k]`` (``sid[i]``: set ``i``'s)."""
+def _rounds_at(xs, c, mu, kk, cut, lat):
+    """Every round's stragglers count ``kk``, deadline ``cut`` and wait-out end ``lat`` under shift
+    ``c``: computed once per shift, so that a replay reads three short arrays, not the profile."""
+    n = xs.shape[1]
+    for t in range(xs.shape[0]):
+        cutoff, late = _cutoff(xs[t], c, mu)
+        k = 0
+        while k < n and _clip(xs[t, n - 1 - k] + c) > cutoff:
+            k += 1
+        kk[t], cut[t], lat[t] = k, cutoff, late
+
+
+@njit(cache=True)
+def _waiting_blocks(kk, cut, lat, end, W, heavy, blocks, pv, pw, totals):
+    """The items of :func:`_forced_waits` for a shift ``c``: the rounds ``0 .. end - 1`` with more
+    than ``heavy`` stragglers, by blocks of ``W`` rounds, each block's in decreasing order of
+    ``(late - cutoff) / stragglers`` as prefix sums of values ``pv`` and weights ``pw`` (block
+    ``b``'s are ``blocks[b] .. blocks[b + 1] - 1``; ``totals[b]`` its total value). Returns the
+    number of blocks."""
+    nb = 0
+    m = 0
+    value, weight = np.empty(W), np.empty(W)
+    for a in range(0, end, W):
+        blocks[nb] = m
+        q = 0
+        for t in range(a, min(a + W, end)):
+            if kk[t] > heavy and lat[t] > cut[t]:
+                value[q], weight[q] = lat[t] - cut[t], kk[t]
+                q += 1
+        order = np.argsort(-(value[:q] / weight[:q]))
+        v, w = 0.0, 0.0
+        for j in order:
+            v += value[j]
+            w += weight[j]
+            pv[m], pw[m] = v, w
+            m += 1
+        totals[nb] = v
+        nb += 1
+    blocks[nb] = m
+    return nb
+
+
+@njit(cache=True)
+def _forced_waits(nb, blocks, pv, pw, totals, cap):
+    """A lower bound on what waiting out adds (``waitout="all"``): in any ``W`` consecutive rounds,
+    the rounds that resolve with more than ``heavy`` stragglers commit at most ``cap = B lam``
+    straggling (worker, round) pairs (module docstring), so in each block of ``W`` rounds the rest
+    wait out, paying ``late - cutoff`` each; the fractional knapsack of the block's rounds
+    (:func:`_waiting_blocks`) bounds what resolving can save."""
+    extra = 0.0
+    for b in range(nb):
+        lo, hi = blocks[b], blocks[b + 1]
+        if lo == hi:
+            continue
+        j = np.searchsorted(pw[lo:hi], cap, side="right")  # whole items that fit
+        saved = pv[lo + j - 1] if j > 0 else 0.0
+        if j < hi - lo:  # and a fraction of the next
+            wj = pw[lo + j] - (pw[lo + j - 1] if j > 0 else 0.0)
+            vj = pv[lo + j] - saved
+            done = pw[lo + j - 1] if j > 0 else 0.0
+            saved += vj * (cap - done) / wj
+        extra += max(totals[b] - saved, 0.0)
+    return extra
+
+
+@njit(cache=True)
+def _lower_bounds(fam, xs, J, Bs, Ws, Ts, lams, ss, shifts, sid, by_shift, mu, forced):
+    """Each set's lower bound: ``sum_t cutoff_t`` (SR-SGC's final rounds 0), plus with ``forced``
+    the wait-outs no replay can avoid (:func:`_forced_waits`). The sets are taken by shift, then
+    ``W``, then ``T`` (the order ``by_shift``), so that each shift's rounds and each block list are
+    computed once."""
     K = Ts.size
-    rounds_max = xs.shape[0]
+    R = xs.shape[0]
     lb = np.zeros(K)
-    groups = np.argsort(sid, kind="mergesort")
-    prefix = np.zeros(rounds_max + 1)
-    j = 0
-    for k in range(nshift):
-        for t in range(rounds_max):
-            prefix[t + 1] = prefix[t] + _cutoff(xs[t], shifts[k], mu)[0]
-        while j < K and sid[groups[j]] == k:
-            i = groups[j]
-            lb[i] = prefix[J] if fam == 0 else prefix[J + Ts[i]]
-            j += 1
+    kk, cut, lat = np.zeros(R, dtype=np.int64), np.zeros(R), np.zeros(R)
+    prefix = np.zeros(R + 1)
+    blocks = np.zeros(R + 2, dtype=np.int64)
+    pv, pw, totals = np.zeros(R), np.zeros(R), np.zeros(R + 1)
+    at = -1  # the shift whose rounds kk, cut, lat hold
+    blocks_of = (-1, -1, -1)  # the (W, heavy, end) whose blocks are held
+    nb = 0
+    for i in by_shift:
+        if sid[i] != at:
+            at = sid[i]
+            if forced:
+                _rounds_at(xs, shifts[at], mu, kk, cut, lat)
+            else:  # the deadlines alone (M-SGC: as many shifts as sets)
+                for t in range(R):
+                    cut[t] = _cutoff(xs[t], shifts[at], mu)[0]
+            for t in range(R):
+                prefix[t + 1] = prefix[t] + cut[t]
+            blocks_of = (-1, -1, -1)
+        end, heavy = (J, ss[i]) if fam == 0 else (J + Ts[i], 0)
+        lb[i] = prefix[end]
+        if forced:
+            if blocks_of != (Ws[i], heavy, end):
+                blocks_of = (Ws[i], heavy, end)
+                nb = _waiting_blocks(kk, cut, lat, end, Ws[i], heavy, blocks, pv, pw, totals)
+            lb[i] += _forced_waits(nb, blocks, pv, pw, totals, Bs[i] * lams[i])
     return lb
 
 
 @njit(cache=True)
-def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, mu, wait_all, within):
+def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, by_shift, mu, wait_all, within):
     """Every set, in increasing order of its lower bound (module docstring). The sets are sorted by
     ``(B, W, s, shift, lam)``; ``group_end[i]``: the end of set ``i``'s run of equal ``(B, W, s,
     shift)``, whose members differ only in ``lam``: one replay settles every member whose ``lam``
@@ -339,13 +433,16 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
     K = Bs.size
     R, n = X.shape
     rounds_max = R
-    lb = _lower_bounds(fam, xs, J, Ts, shifts, sid, shifts.size, mu)
+    forced = within >= 0 and wait_all
+    # SR-SGC's shifts are few (one per s): its forced wait-outs order the visit; M-SGC's differ per
+    # lam, so each set's are computed when it is reached
+    lb = _lower_bounds(fam, xs, J, Bs, Ws, Ts, lams, ss, shifts, sid, by_shift, mu, forced and fam == 0)
     visit = np.argsort(lb, kind="mergesort")
     times = np.full(K, np.nan)
     waits = np.zeros(K, dtype=np.int64)
     state = np.zeros(K, dtype=np.int64)  # 0: not replayed, 1: replayed in full, 2: bounded out
     lbs = np.zeros(rounds_max + 1)
-    hist = np.empty((n, rounds_max), dtype=np.int64)
+    hist = np.empty((n, Bs.max() + 1), dtype=np.int64)  # rings of the last B + 1 straggling rounds
     cnt = np.zeros(n, dtype=np.int64)
     lasthist = np.zeros(rounds_max + 1, dtype=np.int64)
     fw1 = np.zeros(rounds_max, dtype=np.int64)
@@ -357,6 +454,10 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
     mark = np.zeros(n, dtype=np.int64)
     cur = np.empty(n, dtype=np.int64)
     iv = np.zeros(2, dtype=np.int64)
+    kk, cut, lat = np.zeros(rounds_max, dtype=np.int64), np.zeros(rounds_max), np.zeros(rounds_max)
+    at = -1  # the shift they hold
+    blocks = np.zeros(rounds_max + 2, dtype=np.int64)
+    pv, pw, totals = np.zeros(rounds_max), np.zeros(rounds_max), np.zeros(rounds_max + 1)
     best = np.inf
     for j in range(K):
         i = visit[j]
@@ -366,12 +467,20 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
         if lb[i] > bound:
             break
         c, T = shifts[sid[i]], Ts[i]
+        if sid[i] != at:
+            _rounds_at(xs, c, mu, kk, cut, lat)
+            at = sid[i]
+        if forced and fam == 1:
+            nb = _waiting_blocks(kk, cut, lat, J + T, Ws[i], 0, blocks, pv, pw, totals)
+            if lb[i] + _forced_waits(nb, blocks, pv, pw, totals, Bs[i] * lams[i]) > bound:
+                state[i] = 2
+                continue
         lbs[J + T] = 0.0  # the bound of the rounds after t, for stopping early
         for t in range(J + T - 1, -1, -1):
-            lbs[t] = lbs[t + 1] + (0.0 if (fam == 0 and t >= J) else _cutoff(xs[t], c, mu)[0])
+            lbs[t] = lbs[t + 1] + (0.0 if (fam == 0 and t >= J) else cut[t])
         mark[:] = 0
-        total, w, fin = _replay_one(fam, X, xs, order, J, Bs[i], Ws[i], T, lams[i], ss[i], c, mu,
-                                    wait_all, bound, lbs, hist, cnt, lasthist, fw1, comm, ncomm, reatt,
+        total, w, fin = _replay_one(fam, X, xs, order, kk, cut, lat, J, Bs[i], Ws[i], T, lams[i], ss[i], c, mu,
+                                    wait_all, bound, lbs, hist[:, :Bs[i] + 1], cnt, lasthist, fw1, comm, ncomm, reatt,
                                     nreatt, count, mark, cur, iv)
         # the members of i's run with lam in iv: i itself, and neighbours (lam ascending)
         lo = i
@@ -411,7 +520,8 @@ def replay_family(family: str, X: np.ndarray, jobs: int, B, W, lam, s, shift, *,
     order = np.argsort(Xr, axis=1, kind="stable")
     xs = np.take_along_axis(Xr, order, axis=1)
     times, waits, replayed = _family(fam, Xr, xs, order.astype(np.int64), int(jobs), B, W, np.ascontiguousarray(T),
-                                     lam, s, shifts, sid, group_end, float(mu), waitout == "all", float(within))
+                                     lam, s, shifts, sid, group_end, np.lexsort((T, W, sid)), float(mu),
+                                     waitout == "all", float(within))
     out = [np.empty_like(a) for a in (times, waits, replayed)]
     for o, a in zip(out, (times, waits, replayed)):
         o[perm] = a
