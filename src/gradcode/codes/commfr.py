@@ -31,8 +31,10 @@ least-squares decoder where both decode, see tests):
 * ``repetition``: ``K = 1``, ``G = 1``: the first received worker of each group, coefficient 1.
 * ``ldpc``: ``G`` the systematic generator of a random ``(dc, dv)``-regular binary parity-check
   matrix ``H`` (``N - K = N dv / dc`` checks, row weight ``dc``, column weight ``dv``;
-  configuration-model ensemble without multi-edges, full rank over the reals). Decoding is the
-  peeling decoder of Proposition 2: a check with one erased coordinate recovers it; it stops when
+  configuration-model ensemble without multi-edges, full rank over the reals), kept sparse and
+  encoded by a greedy triangulation (:mod:`gradcode.codes.ldpc`, ``parity_check`` is the sparse
+  ``H``, ``ldpc`` the :class:`~gradcode.codes.ldpc.SparseLDPC`). Decoding is the peeling decoder
+  of Proposition 2 in ``O(edges)`` steps: a check with one erased coordinate recovers it; it stops when
   the ``K`` information coordinates are known and *reports failure* (``NotDecodableError``) on a
   stopping set, even where the generic solve would succeed. The paper's "ensemble C(3,6)" with
   threshold 0.4294 (Remark 3) is the rate-1/2 ensemble with column weight 3 and row weight 6, i.e.
@@ -59,6 +61,7 @@ from scipy.optimize import minimize_scalar
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
 from gradcode.codes.compose import DirectSumCode
+from gradcode.codes.ldpc import SparseLDPC
 from gradcode.codes.linalg import min_norm_left_solve
 from gradcode.codes.rules import KOfN
 from gradcode.errors import NotDecodableError
@@ -89,32 +92,11 @@ def ldpc_threshold(dc: int, dv: int) -> float:
 
 
 def regular_ldpc_parity_check(N: int, dc: int, dv: int, rng, tries: int = 50) -> np.ndarray:
-    """A random ``(dc, dv)``-regular binary parity-check matrix ``H`` (``N dv / dc x N``): the
-    configuration model (a uniform matching of the ``N dv`` variable sockets to the check sockets)
-    with repeated edges removed by swapping one of their sockets with a random socket until none is
-    left, redrawn if the result does not have full row rank over the reals."""
-    rows = N * dv // dc
-    chk = np.repeat(np.arange(rows), dc)
-    for _ in range(tries):
-        var = rng.permutation(np.repeat(np.arange(N), dv))
-        for _ in range(1000):
-            key = chk * N + var
-            order = np.argsort(key, kind="stable")
-            dup = order[1:][key[order[1:]] == key[order[:-1]]]
-            if dup.size == 0:
-                break
-            for a, b in zip(dup, rng.integers(0, var.size, size=dup.size)):
-                var[a], var[b] = var[b], var[a]
-        else:
-            continue
-        H = np.zeros((rows, N))
-        H[chk, var] = 1.0
-        if np.linalg.matrix_rank(H) == rows:
-            return H
-    raise ValueError(
-        f"could not draw a ({dc}, {dv})-regular parity-check matrix with N={N} without repeated edges"
-        f" and of full rank in {tries} tries; use a larger N or smaller dc"
-    )
+    """A random ``(dc, dv)``-regular binary parity-check matrix ``H`` (``N dv / dc x N``, dense):
+    the configuration model without repeated edges, redrawn until ``H`` has full row rank over the
+    reals (:meth:`gradcode.codes.ldpc.SparseLDPC.random`, whose sparse ``H`` the ``ldpc``
+    construction keeps)."""
+    return SparseLDPC.random(N, dc, dv, rng, tries).H.toarray()
 
 
 def systematic_generator(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,13 +214,10 @@ class CommFR(DirectSumCode):
                     f"a ({dc}, {dv})-regular LDPC code of length N has N dv / dc checks, so N dv must be"
                     f" divisible by dc <= N and K = N (1 - dv/dc); got N={N}, K={K}, dc={dc}, dv={dv}"
                 )
-            H = regular_ldpc_parity_check(N, dc, dv, rng)
-            G, self.info_positions = systematic_generator(H)
-            H.flags.writeable = False
-            self.parity_check = H
-            self._checks_of = [np.flatnonzero(H[:, j]) for j in range(N)]
-            self._vars_of = [np.flatnonzero(H[c]) for c in range(H.shape[0])]
-            return G, dc, dv
+            self.ldpc = SparseLDPC.random(N, dc, dv, rng)
+            self.info_positions = self.ldpc.info.copy()
+            self.parity_check = self.ldpc.H
+            return self.ldpc.generator(), dc, dv
         G = np.array(generator, dtype=np.float64)
         if G.shape != (K, N) or not np.isfinite(G).all():
             raise ValueError(f"generator must be a finite ({K}, {N}) matrix (K x N); got shape {G.shape}")
@@ -308,63 +287,9 @@ class CommFR(DirectSumCode):
         return (used, A, cond)
 
     def _peeling_solve(self, T):
-        """Peeling decoder (Proposition 2) on the erasure set ``[N] \\ T``, tracking each recovered
-        coordinate as a combination of the received messages."""
-        H = self.parity_check
-        known = {j: None for j in T}  # None = the received message itself
-        index = {j: u for u, j in enumerate(T)}
-        order = self._peel_order(set(T))
-        if order is None:
-            raise NotDecodableError(
-                "LDPC peeling stalled on a stopping set before recovering the information coordinates"
-            )
-        t = len(T)
-        vec = {}
-
-        def coef(j):
-            if known[j] is None:
-                v = np.zeros(t)
-                v[index[j]] = 1.0
-                return v
-            return known[j]
-
-        for c, e in order:
-            acc = np.zeros(t)
-            for j in self._vars_of[c]:
-                if j != e:
-                    acc += H[c, j] * (vec[j] if j in vec else coef(j))
-            vec[e] = -acc / H[c, e]
-            known[e] = vec[e]
-        A = np.stack([coef(j) for j in self.info_positions])
-        return (T, A, 1.0)
-
-    def _peel_order(self, received: set[int]):
-        """The peeling schedule ``[(check, recovered coordinate), ...]`` until every information
-        coordinate is known, or ``None`` if it stalls first."""
-        N = self.N
-        erased = set(range(N)) - received
-        need = {int(j) for j in self.info_positions if j in erased}
-        if not need:
-            return []
-        count = {}
-        for j in erased:
-            for c in self._checks_of[j]:
-                count[c] = count.get(c, 0) + 1
-        queue = [c for c, v in count.items() if v == 1]
-        order = []
-        while queue and need:
-            c = queue.pop()
-            if count.get(c) != 1:
-                continue
-            e = next(int(j) for j in self._vars_of[c] if j in erased)
-            order.append((c, e))
-            erased.discard(e)
-            need.discard(e)
-            for c2 in self._checks_of[e]:
-                count[c2] -= 1
-                if count[c2] == 1:
-                    queue.append(c2)
-        return order if not need else None
+        """Peeling decoder (Proposition 2) on the erasure set ``[N] \\ T``: each information
+        coordinate as a combination of the received messages (:meth:`SparseLDPC.decoding_matrix`)."""
+        return (T, self.ldpc.decoding_matrix(T), 1.0)
 
     # ------------------------------------------------------------------ tolerance
     def _certify_tolerance(self) -> tuple[int, bool]:
@@ -389,7 +314,7 @@ class CommFR(DirectSumCode):
     def _group_decodable(self, T: tuple[int, ...]) -> bool:
         """Whether the group decoder succeeds from positions ``T`` (index-only peeling for LDPC)."""
         if self.construction == "ldpc":
-            return len(T) >= self.K and self._peel_order(set(T)) is not None
+            return len(T) >= self.K and self.ldpc.decodable(T)
         return self.group.can_decode({j: 1 for j in T})
 
 

@@ -1,0 +1,405 @@
+"""Sparse LDPC codes over the reals for CommFR-GC at Remark 3's scale (Kadhe et al., Sec. IV-A,
+Prop. 2): a ``(dc, dv)``-regular parity-check matrix ``H`` kept sparse, a systematic encoder that
+never forms the dense generator, and the peeling decoder in ``O(edges)`` steps.
+
+**H.** The configuration model: the ``N dv`` variable sockets are matched uniformly to the ``r =
+N dv / dc`` checks' sockets, and a repeated edge is removed by swapping one of its sockets with a
+random one until none is left (:func:`regular_parity_check`). Entries are 1; a codeword ``x`` (one
+real vector per coordinate) satisfies ``sum_{v in c} x_v = 0`` for every check ``c``.
+
+**Encoder** (greedy triangulation, in the spirit of Richardson and Urbanke's efficient encoding).
+Peel with every variable unknown: a check with one unknown variable *determines* it (a pivot);
+when no check has one, declare ``d - 1`` unknown variables of a check of least unknown degree
+``d`` as information. Every variable ends either information or a pivot, and the pivots come in an
+order in which each is the negated sum of variables known before it: a triangular system. The
+``g`` checks that lost their last unknown variable without becoming a pivot (the *gap*) constrain
+the information variables: their sums, with every pivot substituted (one backward pass over the
+pivots, ``O(g edges)``), give ``C x_I = 0`` with ``C`` ``g x |I|``. A column-pivoted QR of ``C``
+picks ``g`` information variables whose ``g x g`` block is invertible; they move to the parity
+side and are solved from the rest. What is left of ``I`` (``K = N - r`` variables, as many as the
+code's dimension when ``H`` has full rank, which this also proves) is the systematic information
+set: ``encode`` sets ``x_I`` to the message, solves the ``g`` gap variables, then the pivots in
+order, in ``O(edges m + g K m)`` for ``m``-long coordinates. A rank-deficient ``C`` (``H`` not of
+full rank) is refused and :meth:`SparseLDPC.random` draws again.
+
+**Peeling decoder** (Prop. 2). Given the received coordinates, a check with exactly one erased
+variable recovers it as the negated sum of the others; recovered variables lower their checks'
+counts, so each edge is visited a bounded number of times: ``O(edges)`` steps of ``m``-long sums.
+It stops once every information coordinate is known, and reports a *stopping set* (no check with
+one erased variable while some information coordinate is erased), where a least-squares decode
+might still succeed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from scipy import linalg as sla
+from scipy import sparse
+
+from gradcode._validation import as_generator, check_int
+from gradcode.codes.base import UNIT_ROUNDOFF, ImpreciseDecodeError
+from gradcode.errors import NotDecodableError
+
+__all__ = ["SparseLDPC", "regular_parity_check"]
+
+
+def regular_parity_check(N: int, dc: int, dv: int, rng) -> sparse.csr_array:
+    """A random ``(dc, dv)``-regular binary parity-check matrix (``N dv / dc x N``, CSR) from the
+    configuration model without repeated edges (module docstring)."""
+    rows = N * dv // dc
+    chk = np.repeat(np.arange(rows), dc)
+    var = rng.permutation(np.repeat(np.arange(N), dv))
+    for _ in range(1000):
+        key = chk * N + var
+        order = np.argsort(key, kind="stable")
+        dup = order[1:][key[order[1:]] == key[order[:-1]]]
+        if dup.size == 0:
+            H = sparse.csr_array((np.ones(chk.size), (chk, var)), shape=(rows, N))
+            H.sort_indices()
+            return H
+        for a, b in zip(dup, rng.integers(0, var.size, size=dup.size)):
+            var[a], var[b] = var[b], var[a]
+    raise ValueError(f"could not draw a ({dc}, {dv})-regular parity-check matrix with N={N} without repeated"
+                     " edges; use a larger N or smaller dc")
+
+
+@njit(cache=True)
+def _triangulate(c_ptr, c_idx, v_ptr, v_idx, N):
+    """The greedy triangulation (module docstring): ``(pivot_check, pivot_var, npiv, info, ninfo,
+    gap_checks, ngap)``, pivots in the order they are determined."""
+    r = c_ptr.size - 1
+    deg = np.empty(r, dtype=np.int64)
+    for c in range(r):
+        deg[c] = c_ptr[c + 1] - c_ptr[c]
+    known = np.zeros(N, dtype=np.bool_)
+    used = np.zeros(r, dtype=np.bool_)
+    stack = np.empty(r * 2 + N * 2, dtype=np.int64)
+    top = 0
+    pivot_check = np.empty(r, dtype=np.int64)
+    pivot_var = np.empty(r, dtype=np.int64)
+    info = np.empty(N, dtype=np.int64)
+    npiv = ninfo = nknown = 0
+    # checks bucketed by unknown degree, for the least-degree choice when peeling stalls
+    order = np.argsort(deg, kind="mergesort")
+    scan = 0
+    while nknown < N:
+        # peel
+        while top > 0:
+            top -= 1
+            c = stack[top]
+            if used[c] or deg[c] != 1:
+                continue
+            v = -1
+            for j in range(c_ptr[c], c_ptr[c + 1]):
+                if not known[c_idx[j]]:
+                    v = c_idx[j]
+                    break
+            used[c] = True
+            pivot_check[npiv], pivot_var[npiv] = c, v
+            npiv += 1
+            known[v] = True
+            nknown += 1
+            for j in range(v_ptr[v], v_ptr[v + 1]):
+                c2 = v_idx[j]
+                deg[c2] -= 1
+                if deg[c2] == 1 and not used[c2]:
+                    stack[top] = c2
+                    top += 1
+        if nknown >= N:
+            break
+        # stalled: the unused check of least unknown degree >= 2 (a variable in no check: info)
+        best, bestdeg = -1, 1 << 30
+        for c in range(r):
+            if not used[c] and 2 <= deg[c] < bestdeg:
+                best, bestdeg = c, deg[c]
+                if bestdeg == 2:
+                    break
+        if best < 0:
+            for v in range(N):
+                if not known[v]:
+                    known[v] = True
+                    nknown += 1
+                    info[ninfo] = v
+                    ninfo += 1
+                    for j in range(v_ptr[v], v_ptr[v + 1]):
+                        deg[v_idx[j]] -= 1
+                    break
+            continue
+        left = bestdeg - 1
+        for j in range(c_ptr[best], c_ptr[best + 1]):
+            v = c_idx[j]
+            if left == 0:
+                break
+            if known[v]:
+                continue
+            known[v] = True
+            nknown += 1
+            info[ninfo] = v
+            ninfo += 1
+            left -= 1
+            for q in range(v_ptr[v], v_ptr[v + 1]):
+                c2 = v_idx[q]
+                deg[c2] -= 1
+                if deg[c2] == 1 and not used[c2]:
+                    stack[top] = c2
+                    top += 1
+    gap = np.empty(r, dtype=np.int64)
+    ngap = 0
+    for c in range(r):
+        if not used[c]:
+            gap[ngap] = c
+            ngap += 1
+    return pivot_check[:npiv], pivot_var[:npiv], info[:ninfo], gap[:ngap]
+
+
+@njit(cache=True)
+def _gap_rows(c_ptr, c_idx, pivot_check, pivot_var, gap, N):
+    """``(g, N)``: each gap check's sum with every pivot variable substituted by the negated sum
+    of its check's other variables (backward over the pivots): the weights it puts on the
+    information variables."""
+    g = gap.size
+    Wt = np.zeros((N, g))
+    for i in range(g):
+        c = gap[i]
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            Wt[c_idx[j], i] += 1.0
+    for p in range(pivot_var.size - 1, -1, -1):
+        v, c = pivot_var[p], pivot_check[p]
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            u = c_idx[j]
+            if u != v:
+                for i in range(g):
+                    Wt[u, i] -= Wt[v, i]
+        for i in range(g):
+            Wt[v, i] = 0.0
+    return Wt.T.copy()
+
+
+@njit(cache=True)
+def _solve_pivots(x, c_ptr, c_idx, pivot_check, pivot_var):
+    """Each pivot variable, in order, as the negated sum of its check's other variables (rows of
+    ``x``, in place)."""
+    m = x.shape[1]
+    for p in range(pivot_var.size):
+        v, c = pivot_var[p], pivot_check[p]
+        for k in range(m):
+            x[v, k] = 0.0
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            u = c_idx[j]
+            if u != v:
+                for k in range(m):
+                    x[v, k] -= x[u, k]
+
+
+@njit(cache=True)
+def _peel(known_in, need, c_ptr, c_idx, v_ptr, v_idx):
+    """The peeling schedule from the known variables ``known_in``: ``(checks, vars, complete)``,
+    the checks used and the variables they recovered, in order, until every variable flagged in
+    ``need`` is known (``complete``) or peeling stalls on a stopping set."""
+    r = c_ptr.size - 1
+    N = v_ptr.size - 1
+    known = known_in.copy()
+    missing = 0
+    for v in range(N):
+        if need[v] and not known[v]:
+            missing += 1
+    erased = np.zeros(r, dtype=np.int64)
+    stack = np.empty(r + N * 2, dtype=np.int64)
+    top = 0
+    for c in range(r):
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            if not known[c_idx[j]]:
+                erased[c] += 1
+        if erased[c] == 1:
+            stack[top] = c
+            top += 1
+    checks = np.empty(N, dtype=np.int64)
+    vars_ = np.empty(N, dtype=np.int64)
+    steps = 0
+    while top > 0 and missing > 0:
+        top -= 1
+        c = stack[top]
+        if erased[c] != 1:
+            continue
+        v = -1
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            if not known[c_idx[j]]:
+                v = c_idx[j]
+                break
+        checks[steps], vars_[steps] = c, v
+        steps += 1
+        known[v] = True
+        if need[v]:
+            missing -= 1
+        for j in range(v_ptr[v], v_ptr[v + 1]):
+            c2 = v_idx[j]
+            erased[c2] -= 1
+            if erased[c2] == 1:
+                stack[top] = c2
+                top += 1
+    return checks[:steps], vars_[:steps], missing == 0
+
+
+@njit(cache=True)
+def _peel_bound(err, norms, c_ptr, c_idx, checks, vars_, eps):
+    """First-order bounds on each recovered coordinate's error (2-norm), in the schedule's order:
+    the errors of the terms it sums, plus the rounding of adding them (``(terms - 1) eps`` times
+    their norms). ``err`` holds the received coordinates' own errors on entry."""
+    for p in range(vars_.size):
+        v, c = vars_[p], checks[p]
+        e, size = 0.0, 0.0
+        terms = c_ptr[c + 1] - c_ptr[c] - 1
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            u = c_idx[j]
+            if u != v:
+                e += err[u]
+                size += norms[u]
+        err[v] = e + max(terms - 1, 0) * eps * size
+
+
+class SparseLDPC:
+    """A binary LDPC code over the reals with sparse parity checks ``H`` (``r x N``): ``info``,
+    the ``K = N - r`` positions of its systematic information set, in increasing order;
+    :meth:`encode` (``O(edges m)``), :meth:`decode` and :meth:`decodable` (peeling, ``O(edges)``
+    steps), :meth:`generator` (the dense ``K x N`` generator, for small codes). See the module
+    docstring."""
+
+    def __init__(self, H):
+        H = sparse.csr_array(H, dtype=np.float64)
+        if H.nnz and not np.all(H.data == 1.0):
+            raise ValueError("SparseLDPC takes a binary parity-check matrix (entries 0 or 1)")
+        H.sort_indices()
+        self.H = H
+        self.r, self.N = H.shape
+        Hc = H.tocsc()
+        Hc.sort_indices()
+        self._c = (H.indptr.astype(np.int64), H.indices.astype(np.int64))
+        self._v = (Hc.indptr.astype(np.int64), Hc.indices.astype(np.int64))
+        pc, pv, info, gap = _triangulate(*self._c, *self._v, self.N)
+        C = _gap_rows(*self._c, pc, pv, gap, self.N)[:, info] if gap.size else np.zeros((0, info.size))
+        if gap.size:
+            _, R, piv = sla.qr(C, mode="economic", pivoting=True)
+            diag = np.abs(np.diag(R))
+            if diag.size < gap.size or not diag[-1] > 1e-9 * max(diag[0], 1.0):
+                raise ValueError(f"H does not have full row rank over the reals (a {gap.size}-check gap of rank"
+                                 f" < {gap.size})")
+            moved = np.sort(piv[: gap.size])
+        else:
+            moved = np.zeros(0, dtype=np.intp)
+        keep = np.setdiff1d(np.arange(info.size), moved)
+        order = np.argsort(info[keep])
+        self.info = info[keep][order]
+        self.K = self.info.size
+        self._gap_vars = info[moved]
+        self._pivots = (pc, pv)
+        if gap.size:  # C_G x_G = -C_I x_I
+            self._gap_lu = sla.lu_factor(C[:, moved])
+            self._gap_rhs = -C[:, keep][:, order]
+        self.gap = int(gap.size)
+        self.info.flags.writeable = False
+
+    @classmethod
+    def random(cls, N: int, dc: int, dv: int, seed=0, tries: int = 50) -> "SparseLDPC":
+        """A ``(dc, dv)``-regular code of length ``N`` from the configuration model, drawn again
+        until ``H`` has full row rank (``K = N (1 - dv / dc)``)."""
+        N = check_int("N", N, minimum=2)
+        dc = check_int("dc", dc, minimum=2, maximum=N)
+        dv = check_int("dv", dv, minimum=1)
+        if (N * dv) % dc:
+            raise ValueError(f"a ({dc}, {dv})-regular code of length N needs dc | N dv; got N={N}")
+        rng = as_generator(seed)
+        for _ in range(tries):
+            try:
+                return cls(regular_parity_check(N, dc, dv, rng))
+            except ValueError:
+                continue
+        raise ValueError(f"could not draw a full-rank ({dc}, {dv})-regular code of length N={N} in {tries} tries")
+
+    def encode(self, u) -> np.ndarray:
+        """The codeword ``(N, m)`` whose information coordinates ``x[info]`` are the ``(K, m)``
+        message ``u``: the gap's ``g x g`` solve, then every pivot in order (module docstring).
+        Long pivot chains round: ``H x`` is about ``1e-9`` of ``x`` at ``N = 10,000``
+        (``benchmarks/bench_comm_codes.py --only ldpc``)."""
+        u = np.asarray(u, dtype=np.float64)
+        if u.ndim != 2 or u.shape[0] != self.K:
+            raise ValueError(f"the message must be a (K={self.K}, m) array, got shape {u.shape}")
+        x = np.zeros((self.N, u.shape[1]))
+        x[self.info] = u
+        if self.gap:
+            x[self._gap_vars] = sla.lu_solve(self._gap_lu, self._gap_rhs @ u)
+        _solve_pivots(x, *self._c, *self._pivots)
+        return x
+
+    def generator(self) -> np.ndarray:
+        """The dense systematic generator ``G`` (``K x N``, ``G[:, info] = I``): ``O(K N)`` memory."""
+        return self.encode(np.eye(self.K)).T
+
+    def _schedule(self, received):
+        known = np.zeros(self.N, dtype=np.bool_)
+        known[np.asarray(received, dtype=np.intp)] = True
+        need = np.zeros(self.N, dtype=np.bool_)
+        need[self.info] = True
+        return _peel(known, need, *self._c, *self._v)
+
+    def decodable(self, received) -> bool:
+        """Whether peeling from the coordinates ``received`` recovers every information one."""
+        return bool(self._schedule(received)[2])
+
+    def decoding_matrix(self, received) -> np.ndarray:
+        """``A`` (``K x t``): the information coordinates as combinations of the received ones
+        (peeling applied to the identity, ``O(edges t)``); :class:`NotDecodableError` on a
+        stopping set."""
+        received = np.asarray(received, dtype=np.intp)
+        checks, vars_, complete = self._schedule(received)
+        if not complete:
+            raise NotDecodableError("LDPC peeling stalled on a stopping set before recovering the information"
+                                    " coordinates")
+        x = np.zeros((self.N, received.size))
+        x[received, np.arange(received.size)] = 1.0
+        _solve_pivots(x, *self._c, checks, vars_)
+        return x[self.info]
+
+    def decode_report(self, received, values, *, precision: str = "float64", errors=None) -> tuple[np.ndarray, float]:
+        """``(u, relative_bound)``: the ``(K, m)`` message from the coordinates ``received`` (``t``
+        ids) and their ``(t, m)`` values, by peeling, and a first-order bound on its error
+        relative to ``||u||``: the received values' errors (``errors``: bounds on each one's
+        2-norm, default 0) plus their rounding to ``precision`` (a key of
+        :data:`~gradcode.codes.base.UNIT_ROUNDOFF`), carried along the peeling chains with the
+        float64 sums' own rounding (so the bound grows with the chains' depth).
+        :class:`NotDecodableError` on a stopping set."""
+        received = np.asarray(received, dtype=np.intp)
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 2 or values.shape[0] != received.size:
+            raise ValueError(f"values must be ({received.size}, m), one row per received coordinate; got {values.shape}")
+        if not np.isfinite(values).all():
+            raise ValueError("values must be finite")
+        checks, vars_, complete = self._schedule(received)
+        if not complete:
+            raise NotDecodableError("LDPC peeling stalled on a stopping set before recovering the information"
+                                    " coordinates")
+        x = np.zeros((self.N, values.shape[1]))
+        x[received] = values
+        _solve_pivots(x, *self._c, checks, vars_)
+        norms = np.linalg.norm(x, axis=1)
+        err = np.zeros(self.N)
+        err[received] = UNIT_ROUNDOFF[precision] * norms[received]
+        if errors is not None:
+            err[received] += np.broadcast_to(np.asarray(errors, dtype=np.float64), received.shape)
+        _peel_bound(err, norms, *self._c, checks, vars_, float(np.finfo(np.float64).eps))
+        u = x[self.info]
+        size = float(np.linalg.norm(norms[self.info]))
+        bound = float(np.linalg.norm(err[self.info]))
+        return u, (bound / size if size > 0 else (0.0 if bound == 0 else np.inf))
+
+    def decode(self, received, values, *, precision: str = "float64", errors=None, rtol: float = 1e-6) -> np.ndarray:
+        """The ``(K, m)`` message (:meth:`decode_report`); :class:`ImpreciseDecodeError` when its
+        error bound exceeds ``rtol`` of it (long peeling chains amplify the received values'
+        errors), :class:`NotDecodableError` on a stopping set."""
+        u, rel = self.decode_report(received, values, precision=precision, errors=errors)
+        if not rel <= rtol:
+            raise ImpreciseDecodeError(
+                f"the peeling decode's error bound is {rel:.1e} of the message (> rtol={rtol:g}) for {precision}"
+                " values: its chains add up the received values' rounding; more received coordinates (shorter"
+                " chains) or a wider wire type decode it", relative_bound=rel, precision=precision, rtol=rtol)
+        return u
