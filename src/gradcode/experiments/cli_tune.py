@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
              title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"
                    f" alpha = {doc['alpha']:.4g} s per unit load)")
         kept = len(doc["candidates"])
-        scope = "parameter sets" if every else (f"parameter sets within {within:.3g} of their family's best"
+        scope = "parameter sets" if every else (f"parameter sets within {100 * within:g} % of their family's best"
                                                 f" ({doc['bounded']} more bounded out)")
         emit({"rows": [_row(c) for c in doc["candidates"][:top]]}, as_json=False,
              title=f"fastest {min(top, kept)} of {kept} {scope}")
