@@ -104,3 +104,18 @@ def test_tune_refuses_bad_search_bounds():
         tune(X, jobs=10, alpha=1.0, max_delay=-1)
     with pytest.raises(ValueError, match="max_W"):
         tune(X, jobs=10, alpha=1.0, max_W=1)
+
+
+def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing():
+    """Members of one (B, W, s) run meet different bounds (B lam varies), so a run-mate's shared
+    replay must not overwrite a member already settled (found by review: replayed False with a
+    time); n = 1 has no SR-SGC set at all."""
+    X = np.array([[6, 6, 1, 6, 6], [6, 1, 1, 1, 1], [1, 6, 6, 6, 1], [6, 6, 6, 6, 6], [1, 6, 1, 6, 1],
+                  [6, 6, 6, 1, 6], [1, 1, 6, 6, 1], [6, 6, 1, 1, 6], [6, 6, 6, 1, 1], [6, 1, 6, 6, 1],
+                  [1, 6, 1, 1, 1], [1, 6, 1, 1, 1], [6, 1, 6, 6, 1], [6, 6, 1, 1, 6], [1, 1, 6, 1, 6]], float)
+    B, W, lam, s, load = _sets("sr-sgc", 5, 8, 8)
+    times, _, replayed = replay_family("sr-sgc", X, 7, B, W, lam, s, (load - 0.2) * 1.0, mu=2.0, waitout="all",
+                                       within=0.0)
+    assert np.isnan(times[~replayed]).all() and not np.isnan(times[replayed]).any()
+    res = tune(1.0 + np.random.default_rng(0).random((12, 1)), jobs=8, alpha=1.0)
+    assert set(res.best) == {"uncoded", "crc", "m-sgc"}

@@ -490,6 +490,8 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
         while hi < group_end[i] and lams[hi] <= iv[1]:
             hi += 1
         for m in range(lo, hi):
+            if state[m]:  # settled by its own replay (a run's members meet other bounds: B lam varies)
+                continue
             if fin:
                 times[m], waits[m], state[m] = total, w, 1
             else:
@@ -505,6 +507,8 @@ def replay_family(family: str, X: np.ndarray, jobs: int, B, W, lam, s, shift, *,
     (module docstring): ``(times, waitouts, replayed)``; a set left out by the bound (``within >=
     0``) has ``replayed`` false and a NaN time. Every set must fit the profile (``J + T`` rounds)."""
     fam = SRSGC if family == "sr-sgc" else MSGC
+    if np.size(B) == 0:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     shifts, sid = np.unique(np.asarray(shift, dtype=np.float64), return_inverse=True)
     sid = sid.ravel()
     perm = np.lexsort((lam, sid, s, W, B))  # runs of equal (B, W, s, shift), lam ascending
