@@ -65,85 +65,81 @@ def regular_parity_check(N: int, dc: int, dv: int, rng) -> sparse.csr_array:
 
 
 @njit(cache=True)
+def _unknown_in(c, c_ptr, c_idx, known):
+    """The first variable of check ``c`` not known yet (-1: none)."""
+    for j in range(c_ptr[c], c_ptr[c + 1]):
+        if not known[c_idx[j]]:
+            return c_idx[j]
+    return -1
+
+
+@njit(cache=True)
+def _learn(v, known, deg, v_ptr, v_idx, stack, top):
+    """Variable ``v`` becomes known: its checks lose an unknown; those left with one are pushed.
+    Returns the new stack top."""
+    known[v] = True
+    for j in range(v_ptr[v], v_ptr[v + 1]):
+        c = v_idx[j]
+        deg[c] -= 1
+        if deg[c] == 1:
+            stack[top] = c
+            top += 1
+    return top
+
+
+@njit(cache=True)
 def _triangulate(c_ptr, c_idx, v_ptr, v_idx, N):
-    """The greedy triangulation (module docstring): ``(pivot_check, pivot_var, npiv, info, ninfo,
-    gap_checks, ngap)``, pivots in the order they are determined."""
+    """The greedy triangulation (module docstring): ``(pivot_checks, pivot_vars, info, gap)``,
+    the pivots in the order they are determined, the variables declared information, and the
+    checks left without a pivot."""
     r = c_ptr.size - 1
-    deg = np.empty(r, dtype=np.int64)
+    deg = np.empty(r, dtype=np.int64)  # unknown variables of each check
+    stack = np.empty(r + 1, dtype=np.int64)  # a check is pushed once: when its unknowns fall to 1
+    top = 0
     for c in range(r):
         deg[c] = c_ptr[c + 1] - c_ptr[c]
+        if deg[c] == 1:
+            stack[top] = c
+            top += 1
     known = np.zeros(N, dtype=np.bool_)
     used = np.zeros(r, dtype=np.bool_)
-    stack = np.empty(r * 2 + N * 2, dtype=np.int64)
-    top = 0
     pivot_check = np.empty(r, dtype=np.int64)
     pivot_var = np.empty(r, dtype=np.int64)
     info = np.empty(N, dtype=np.int64)
     npiv = ninfo = nknown = 0
-    # checks bucketed by unknown degree, for the least-degree choice when peeling stalls
-    order = np.argsort(deg, kind="mergesort")
-    scan = 0
     while nknown < N:
-        # peel
-        while top > 0:
+        while top > 0:  # peel: a check with one unknown variable determines it
             top -= 1
             c = stack[top]
             if used[c] or deg[c] != 1:
                 continue
-            v = -1
-            for j in range(c_ptr[c], c_ptr[c + 1]):
-                if not known[c_idx[j]]:
-                    v = c_idx[j]
-                    break
+            v = _unknown_in(c, c_ptr, c_idx, known)
             used[c] = True
             pivot_check[npiv], pivot_var[npiv] = c, v
             npiv += 1
-            known[v] = True
             nknown += 1
-            for j in range(v_ptr[v], v_ptr[v + 1]):
-                c2 = v_idx[j]
-                deg[c2] -= 1
-                if deg[c2] == 1 and not used[c2]:
-                    stack[top] = c2
-                    top += 1
+            top = _learn(v, known, deg, v_ptr, v_idx, stack, top)
         if nknown >= N:
             break
-        # stalled: the unused check of least unknown degree >= 2 (a variable in no check: info)
-        best, bestdeg = -1, 1 << 30
+        # stalled: declare d - 1 unknowns of an unused check of least unknown degree d >= 2 as
+        # information (with none, any unknown variable: it is in no unused check)
+        best, bestdeg = -1, 1 << 62
         for c in range(r):
             if not used[c] and 2 <= deg[c] < bestdeg:
                 best, bestdeg = c, deg[c]
                 if bestdeg == 2:
                     break
-        if best < 0:
-            for v in range(N):
-                if not known[v]:
-                    known[v] = True
-                    nknown += 1
-                    info[ninfo] = v
-                    ninfo += 1
-                    for j in range(v_ptr[v], v_ptr[v + 1]):
-                        deg[v_idx[j]] -= 1
-                    break
-            continue
-        left = bestdeg - 1
-        for j in range(c_ptr[best], c_ptr[best + 1]):
-            v = c_idx[j]
-            if left == 0:
-                break
-            if known[v]:
-                continue
-            known[v] = True
-            nknown += 1
+        left = bestdeg - 1 if best >= 0 else 1
+        v = 0
+        while left > 0:
+            v = _unknown_in(best, c_ptr, c_idx, known) if best >= 0 else v
+            while best < 0 and known[v]:
+                v += 1
             info[ninfo] = v
             ninfo += 1
+            nknown += 1
             left -= 1
-            for q in range(v_ptr[v], v_ptr[v + 1]):
-                c2 = v_idx[q]
-                deg[c2] -= 1
-                if deg[c2] == 1 and not used[c2]:
-                    stack[top] = c2
-                    top += 1
+            top = _learn(v, known, deg, v_ptr, v_idx, stack, top)
     gap = np.empty(r, dtype=np.int64)
     ngap = 0
     for c in range(r):
@@ -205,7 +201,7 @@ def _peel(known_in, need, c_ptr, c_idx, v_ptr, v_idx):
         if need[v] and not known[v]:
             missing += 1
     erased = np.zeros(r, dtype=np.int64)
-    stack = np.empty(r + N * 2, dtype=np.int64)
+    stack = np.empty(r + 1, dtype=np.int64)  # a check is pushed once: when its erased fall to 1
     top = 0
     for c in range(r):
         for j in range(c_ptr[c], c_ptr[c + 1]):
@@ -222,11 +218,7 @@ def _peel(known_in, need, c_ptr, c_idx, v_ptr, v_idx):
         c = stack[top]
         if erased[c] != 1:
             continue
-        v = -1
-        for j in range(c_ptr[c], c_ptr[c + 1]):
-            if not known[c_idx[j]]:
-                v = c_idx[j]
-                break
+        v = _unknown_in(c, c_ptr, c_idx, known)
         checks[steps], vars_[steps] = c, v
         steps += 1
         known[v] = True

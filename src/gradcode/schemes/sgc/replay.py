@@ -137,32 +137,42 @@ def _at_most(u, lam, iv):
 
 
 @njit(cache=True)
+def _last(hist, cnt, w, B):
+    """Worker ``w``'s latest committed straggling round (-1: none)."""
+    return hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
+
+
+@njit(cache=True)
+def _bursty(lo, t, cur, ncur, B, lam, hist, cnt, lasthist, iv):
+    """Rounds ``lo .. t`` with stragglers ``cur[:ncur]`` in round ``t``: at most ``lam`` distinct
+    stragglers, and no worker of round ``t`` straggling in ``lo .. t - B`` too (a burst of more
+    than ``B``; the earlier rounds' own bursts are the caller's)."""
+    u = _distinct(lasthist, lo, t)
+    for i in range(ncur):
+        w = cur[i]
+        if _last(hist, cnt, w, B) < lo:
+            u += 1
+        if _latest_at_most(hist, cnt, w, t - B) >= lo:
+            return False
+    return _at_most(u, lam, iv)
+
+
+@njit(cache=True)
 def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
     """Whether stragglers ``cur[:ncur]`` in round ``t`` keep the oldest live track conforming.
 
     ``hist[w]``: worker ``w``'s last ``B + 1`` committed straggling rounds (a ring: its ``j``-th
     is at ``j % (B + 1)``, ``cnt[w]`` in all; enough, as at most ``B - 1`` of them are later than
-    ``t - B``); ``lasthist``: how many workers'
-    last one is each round (a Fenwick tree); ``fw1[r]``: distinct stragglers of rounds ``r - W + 2 .. r``; ``st``: the
-    latest round starting a broken burst, the latest start of ``B + 1`` straggling rounds of one
-    worker, the latest round with more than ``s`` stragglers, the latest end of a ``W``-round window
-    with more than ``lam`` (-1: none); ``iv``: narrowed to the ``lam`` that answer alike
-    (:func:`_at_most`)."""
-    if fam == 0:  # SR-SGC: window a0 .. t
+    ``t - B``); ``lasthist``: how many workers' last one is each round (a Fenwick tree);
+    ``fw1[r]``: distinct stragglers of rounds ``r - W + 2 .. r``; ``st``: the latest round
+    starting a broken burst, the latest start of ``B + 1`` straggling rounds of one worker, the
+    latest round with more than ``s`` stragglers, the latest end of a ``W``-round window with more
+    than ``lam`` (-1: none); ``iv``: narrowed to the ``lam`` that answer alike (:func:`_at_most`)."""
+    if fam == 0:  # SR-SGC: window a0 .. t, bursty or at most s stragglers a round
         a0 = max(0, t - W + 1)
         if ncur <= s and st[2] < a0:
             return True
-        if st[0] >= a0:
-            return False
-        u = _distinct(lasthist, a0, t)
-        for i in range(ncur):
-            w = cur[i]
-            last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
-            if last < a0:
-                u += 1
-            if _latest_at_most(hist, cnt, w, t - B) >= a0:
-                return False
-        return _at_most(u, lam, iv)
+        return st[0] < a0 and _bursty(a0, t, cur, ncur, B, lam, hist, cnt, lasthist, iv)
     u0 = max(0, t - T)  # M-SGC: job u0's span
     # arbitrary (B, W + B - 1, lam) on the span
     arbitrary = st[1] < u0
@@ -170,8 +180,7 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
         u = _distinct(lasthist, u0, t)
         for i in range(ncur):
             w = cur[i]
-            last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
-            if last < u0:
+            if _last(hist, cnt, w, B) < u0:
                 u += 1
             if cnt[w] >= B and hist[w, (cnt[w] - B) % (B + 1)] >= u0:
                 arbitrary = False
@@ -185,16 +194,7 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
         return False
     if t - 1 >= u0 + W - 2 and not _at_most(fw1[u0 + W - 2], lam, iv):
         return False
-    lo = max(u0, t - W + 1)
-    u = _distinct(lasthist, lo, t)
-    for i in range(ncur):
-        w = cur[i]
-        last = hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
-        if last < lo:
-            u += 1
-        if _latest_at_most(hist, cnt, w, t - B) >= lo:
-            return False
-    return _at_most(u, lam, iv)
+    return _bursty(max(u0, t - W + 1), t, cur, ncur, B, lam, hist, cnt, lasthist, iv)
 
 
 @njit(cache=True)
@@ -207,7 +207,7 @@ def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
         if fam == 1 and cnt[w] >= B and hist[w, (cnt[w] - B) % (B + 1)] > st[1]:
             st[1] = hist[w, (cnt[w] - B) % (B + 1)]
         if cnt[w] > 0:
-            _tree_add(lasthist, hist[w, (cnt[w] - 1) % (B + 1)], -1)
+            _tree_add(lasthist, _last(hist, cnt, w, B), -1)
         _tree_add(lasthist, t, 1)
         hist[w, cnt[w] % (B + 1)] = t
         cnt[w] += 1
