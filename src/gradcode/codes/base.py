@@ -84,6 +84,9 @@ from gradcode.registry import Registry
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
 _EPS = float(np.finfo(np.float64).eps)
+#: encoder rows at least this dense are kept as a dense array for the decoding check's product,
+#: up to this many entries (25M: 200 MB)
+DENSE_ROWS, DENSE_ROWS_MAX = 0.25, 25_000_000
 #: unit roundoff of each wire precision messages may arrive in
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 #: a decode within this many times the error of a plain sum of the partial gradients is accepted
@@ -781,7 +784,7 @@ class LinearCode:
 
         Returns ``(amplification, None, |A B_F - T|)`` when the answer can be trusted (the last is
         ``(L, k L)``, None for inexact codes), else ``(amplification, reason, None)``. Costs one
-        sparse product over the received rows."""
+        product over the received rows (sparse, or dense where the rows are)."""
         BT, row_start, _, _, _ = self._sparse_rows()
         ids = self._row_ids(sol, row_start)
         A = sol.coefficients
@@ -790,10 +793,12 @@ class LinearCode:
         with np.errstate(over="ignore", invalid="ignore"):
             if self._exact:
                 L = self._chunks
-                # A B_F as B^T applied to A scattered over all rows: no sparse row slicing
-                scattered = np.zeros((BT.shape[1], L))
-                scattered[ids] = A.T
-                AB = (BT @ scattered).T.reshape(L, self._k, L)
+                if isinstance(BT, np.ndarray):  # dense rows (_sparse_rows): BLAS on the received ones
+                    AB = (BT[:, ids] @ A.T).T.reshape(L, self._k, L)
+                else:  # A B_F as B^T applied to A scattered over all rows: no sparse row slicing
+                    scattered = np.zeros((BT.shape[1], L))
+                    scattered[ids] = A.T
+                    AB = (BT @ scattered).T.reshape(L, self._k, L)
                 AB -= np.eye(L)[:, None, :]
                 residual = float(np.linalg.norm(AB)) / math.sqrt(self._k * L)
                 if not residual <= RESIDUAL_TOL:
@@ -816,7 +821,8 @@ class LinearCode:
             return float((np.abs(sol.coefficients) @ row_l1[self._row_ids(sol, row_start)]).max()) / self._k
 
     def _sparse_rows(self):
-        """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T``; the
+        """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T`` (a dense
+        array when at least :data:`DENSE_ROWS` of it is non-zero and it is small enough); the
         index of each worker's first row; the rows' 1-norms and their numbers of non-zeros; ``B``
         itself (CSR). Built on first use (fresh patterns and error bounds only)."""
         if self._rows_cache is None:
@@ -836,7 +842,11 @@ class LinearCode:
             )
             row_start = np.concatenate([[0], np.cumsum(self._messages)[:-1]]).astype(np.intp)
             row_l1 = np.asarray(abs(B).sum(axis=1)).ravel()
-            self._rows_cache = (B.T.tocsr(), row_start, row_l1, np.diff(B.indptr), B)
+            # mostly non-zero rows (MDS and LDPC generators) are kept dense for the check's product:
+            # a sparse product over them runs 10x slower than BLAS
+            dense = B.nnz >= DENSE_ROWS * B.shape[0] * B.shape[1] and B.shape[0] * B.shape[1] <= DENSE_ROWS_MAX
+            BT = B.T.toarray() if dense else B.T.tocsr()
+            self._rows_cache = (BT, row_start, row_l1, np.diff(B.indptr), B)
         return self._rows_cache
 
     def decode_rule(self) -> DecodeRule:
