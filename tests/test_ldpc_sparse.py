@@ -102,3 +102,42 @@ def test_bad_inputs_are_refused():
         code.encode(np.ones((5, 1)))
     with pytest.raises(ValueError, match="dc \\| N dv"):
         SparseLDPC.random(10, 4, 3)
+
+
+def test_received_ids_precision_and_errors_are_checked():
+    """Found by review: a duplicated id counted a coordinate twice in the decoding matrix; ids
+    out of range, negative or fractional were taken as something else."""
+    code = SparseLDPC.random(12, 6, 3, seed=0)
+    x = code.encode(np.ones((code.K, 1)))
+    T = np.arange(12)
+    with pytest.raises(ValueError, match="distinct"):
+        code.decoding_matrix(np.r_[T, code.info[0]])
+    with pytest.raises(ValueError, match="0..11"):
+        code.decodable([0, 1, 12])
+    with pytest.raises(ValueError, match="0..11"):
+        code.decode([-1, 0, 1, 2, 3, 4, 5, 6], x[:8])
+    with pytest.raises(TypeError, match="integer"):
+        code.decodable([0.5, 1.7])
+    u, rel = code.decode_report(T, x, precision=np.float32)  # a dtype, as the wire types elsewhere
+    assert rel > 0
+    with pytest.raises(ValueError, match="precision|float8|wire"):
+        code.decode_report(T, x, precision="float8")
+    with pytest.raises(ValueError, match="errors"):
+        code.decode_report(T, x, errors=-1.0)
+    with pytest.raises(ValueError, match="binary"):  # a repeated (row, column) entry adds up to 2
+        SparseLDPC(sparse.csr_array((np.ones(3), np.array([0, 0, 2]), np.array([0, 3])), shape=(1, 3)))
+    with pytest.raises(ValueError, match="finite"):
+        code.encode(np.full((code.K, 1), np.nan))
+    assert not code.H.data.flags.writeable
+
+
+def test_codes_the_encoder_cannot_serve_are_refused_with_the_reason(monkeypatch):
+    """Large gaps: the N x g substitution is refused before it is allocated; an encoder whose
+    codewords miss H by more than MAX_RESIDUAL is refused (random draws again, then says why)."""
+    monkeypatch.setattr(SparseLDPC, "MAX_GAP_BYTES", 8 * 600)
+    with pytest.raises(ValueError, match="MAX_GAP_BYTES"):
+        SparseLDPC.random(600, 6, 3, seed=0)
+    monkeypatch.undo()
+    monkeypatch.setattr(SparseLDPC, "MAX_RESIDUAL", 1e-30)
+    with pytest.raises(ValueError, match="usable .* MAX_RESIDUAL"):
+        SparseLDPC.random(600, 6, 3, seed=0, tries=2)

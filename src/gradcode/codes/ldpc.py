@@ -20,7 +20,11 @@ side and are solved from the rest. What is left of ``I`` (``K = N - r`` variable
 code's dimension when ``H`` has full rank, which this also proves) is the systematic information
 set: ``encode`` sets ``x_I`` to the message, solves the ``g`` gap variables, then the pivots in
 order, in ``O(edges m + g K m)`` for ``m``-long coordinates. A rank-deficient ``C`` (``H`` not of
-full rank) is refused and :meth:`SparseLDPC.random` draws again.
+full rank) is refused, and so is an encoder whose codewords miss ``H`` by more than
+``MAX_RESIDUAL`` (``C``'s entries are integers that grow along the pivot chains, and the chains
+round: the residual ``|H x| / |x|`` is ``SparseLDPC.residual``, about ``1e-11`` for the ``(6, 3)``
+ensemble at ``N = 10,000`` and ``1e-8`` at ``30,000``); :meth:`SparseLDPC.random` then draws
+again.
 
 **Peeling decoder** (Prop. 2). Given the received coordinates, a check with exactly one erased
 variable recovers it as the negated sum of the others; recovered variables lower their checks'
@@ -38,10 +42,15 @@ from scipy import linalg as sla
 from scipy import sparse
 
 from gradcode._validation import as_generator, check_int
-from gradcode.codes.base import UNIT_ROUNDOFF, ImpreciseDecodeError
+from gradcode.codes.base import UNIT_ROUNDOFF, ImpreciseDecodeError, wire_precision
 from gradcode.errors import NotDecodableError
 
 __all__ = ["SparseLDPC", "regular_parity_check"]
+
+
+class _Refused(ValueError):
+    """A drawn H that cannot serve (rank-deficient, or an encoder that rounds too much):
+    :meth:`SparseLDPC.random` draws again."""
 
 
 def regular_parity_check(N: int, dc: int, dv: int, rng) -> sparse.csr_array:
@@ -257,11 +266,27 @@ class SparseLDPC:
     steps), :meth:`generator` (the dense ``K x N`` generator, for small codes). See the module
     docstring."""
 
+    #: the largest relative residual ``max |H x| / max |x|`` of the encoder on a random message:
+    #: beyond it the pivot chains and the gap's entries (integers that grow along the chains)
+    #: round too much for the codewords to be trusted
+    MAX_RESIDUAL = 1e-6
+    #: the gap substitution's ``N x g`` work array is refused beyond this many bytes
+    MAX_GAP_BYTES = 1 << 30
+
     def __init__(self, H):
-        H = sparse.csr_array(H, dtype=np.float64)
+        H = sparse.csr_array(H)
+        if len(H.shape) != 2:
+            raise ValueError(f"H must be a 2-D (checks x N) matrix, got shape {H.shape}")
+        if np.iscomplexobj(H.data):
+            raise ValueError("H must be real (a binary parity-check matrix)")
+        H = H.astype(np.float64)
+        H.sum_duplicates()  # a repeated (row, column) entry adds up, as scipy reads it
+        H.eliminate_zeros()
         if H.nnz and not np.all(H.data == 1.0):
             raise ValueError("SparseLDPC takes a binary parity-check matrix (entries 0 or 1)")
         H.sort_indices()
+        for a in (H.data, H.indices, H.indptr):
+            a.flags.writeable = False
         self.H = H
         self.r, self.N = H.shape
         Hc = H.tocsc()
@@ -269,16 +294,21 @@ class SparseLDPC:
         self._c = (H.indptr.astype(np.int64), H.indices.astype(np.int64))
         self._v = (Hc.indptr.astype(np.int64), Hc.indices.astype(np.int64))
         pc, pv, info, gap = _triangulate(*self._c, *self._v, self.N)
-        C = _gap_rows(*self._c, pc, pv, gap, self.N)[:, info] if gap.size else np.zeros((0, info.size))
+        if gap.size * self.N * 8 > self.MAX_GAP_BYTES:
+            raise ValueError(f"the triangulation left a gap of {gap.size} checks: substituting it needs a"
+                             f" {self.N} x {gap.size} array ({gap.size * self.N * 8 / 1e9:.1f} GB, more than"
+                             f" MAX_GAP_BYTES); use a smaller N")
+        moved = np.zeros(0, dtype=np.intp)
         if gap.size:
+            C = _gap_rows(*self._c, pc, pv, gap, self.N)[:, info]
             _, R, piv = sla.qr(C, mode="economic", pivoting=True)
             diag = np.abs(np.diag(R))
-            if diag.size < gap.size or not diag[-1] > 1e-9 * max(diag[0], 1.0):
-                raise ValueError(f"H does not have full row rank over the reals (a {gap.size}-check gap of rank"
-                                 f" < {gap.size})")
+            # numpy's matrix_rank rule: singular values (here R's diagonal) below max(shape) eps of
+            # the largest are zero
+            if diag.size < gap.size or not diag[-1] > max(C.shape) * np.finfo(np.float64).eps * diag[0]:
+                raise _Refused(f"H does not have full row rank over the reals (a {gap.size}-check gap of rank"
+                               f" < {gap.size})")
             moved = np.sort(piv[: gap.size])
-        else:
-            moved = np.zeros(0, dtype=np.intp)
         keep = np.setdiff1d(np.arange(info.size), moved)
         order = np.argsort(info[keep])
         self.info = info[keep][order]
@@ -290,6 +320,13 @@ class SparseLDPC:
             self._gap_rhs = -C[:, keep][:, order]
         self.gap = int(gap.size)
         self.info.flags.writeable = False
+        probe = self.encode(np.random.default_rng(0).standard_normal((self.K, 1)))
+        #: the encoder's relative residual ``max |H x| / max |x|`` on a random message
+        self.residual = float(np.abs(H @ probe).max() / max(np.abs(probe).max(), 1e-300))
+        if not self.residual <= self.MAX_RESIDUAL:
+            raise _Refused(f"the encoder's codewords miss H by {self.residual:.1e} of their size (> MAX_RESIDUAL ="
+                           f" {self.MAX_RESIDUAL:g}): its pivot chains and gap ({self.gap} checks) round too much;"
+                           " use a smaller N or another ensemble")
 
     @classmethod
     def random(cls, N: int, dc: int, dv: int, seed=0, tries: int = 50) -> "SparseLDPC":
@@ -301,21 +338,25 @@ class SparseLDPC:
         if (N * dv) % dc:
             raise ValueError(f"a ({dc}, {dv})-regular code of length N needs dc | N dv; got N={N}")
         rng = as_generator(seed)
+        reason = ""
         for _ in range(tries):
             try:
                 return cls(regular_parity_check(N, dc, dv, rng))
-            except ValueError:
-                continue
-        raise ValueError(f"could not draw a full-rank ({dc}, {dv})-regular code of length N={N} in {tries} tries")
+            except _Refused as exc:
+                reason = str(exc)
+        raise ValueError(f"could not draw a usable ({dc}, {dv})-regular code of length N={N} in {tries} tries;"
+                         f" the last: {reason}")
 
     def encode(self, u) -> np.ndarray:
         """The codeword ``(N, m)`` whose information coordinates ``x[info]`` are the ``(K, m)``
         message ``u``: the gap's ``g x g`` solve, then every pivot in order (module docstring).
-        Long pivot chains round: ``H x`` is about ``1e-9`` of ``x`` at ``N = 10,000``
-        (``benchmarks/bench_comm_codes.py --only ldpc``)."""
+        The codeword misses ``H`` by about :attr:`residual` of its size (rounding along the pivot
+        chains); a decode of it carries that inconsistency on top of its own bound."""
         u = np.asarray(u, dtype=np.float64)
         if u.ndim != 2 or u.shape[0] != self.K:
             raise ValueError(f"the message must be a (K={self.K}, m) array, got shape {u.shape}")
+        if not np.isfinite(u).all():
+            raise ValueError("the message must be finite")
         x = np.zeros((self.N, u.shape[1]))
         x[self.info] = u
         if self.gap:
@@ -327,22 +368,35 @@ class SparseLDPC:
         """The dense systematic generator ``G`` (``K x N``, ``G[:, info] = I``): ``O(K N)`` memory."""
         return self.encode(np.eye(self.K)).T
 
-    def _schedule(self, received):
+    def _ids(self, received) -> np.ndarray:
+        """``received`` checked: distinct integer coordinate ids in ``0 .. N - 1``, 1-D."""
+        ids = np.asarray(received)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise TypeError(f"received must be a 1-D sequence of integer coordinate ids, got dtype {ids.dtype}"
+                            f" and shape {ids.shape}")
+        ids = ids.astype(np.intp)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.N):
+            raise ValueError(f"received ids must be in 0..{self.N - 1}; got {ids[(ids < 0) | (ids >= self.N)][:5].tolist()}")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("received ids must be distinct (a coordinate arrives once)")
+        return ids
+
+    def _schedule(self, ids):
         known = np.zeros(self.N, dtype=np.bool_)
-        known[np.asarray(received, dtype=np.intp)] = True
+        known[ids] = True
         need = np.zeros(self.N, dtype=np.bool_)
         need[self.info] = True
         return _peel(known, need, *self._c, *self._v)
 
     def decodable(self, received) -> bool:
         """Whether peeling from the coordinates ``received`` recovers every information one."""
-        return bool(self._schedule(received)[2])
+        return bool(self._schedule(self._ids(received))[2])
 
     def decoding_matrix(self, received) -> np.ndarray:
         """``A`` (``K x t``): the information coordinates as combinations of the received ones
         (peeling applied to the identity, ``O(edges t)``); :class:`NotDecodableError` on a
         stopping set."""
-        received = np.asarray(received, dtype=np.intp)
+        received = self._ids(received)
         checks, vars_, complete = self._schedule(received)
         if not complete:
             raise NotDecodableError("LDPC peeling stalled on a stopping set before recovering the information"
@@ -356,11 +410,12 @@ class SparseLDPC:
         """``(u, relative_bound)``: the ``(K, m)`` message from the coordinates ``received`` (``t``
         ids) and their ``(t, m)`` values, by peeling, and a first-order bound on its error
         relative to ``||u||``: the received values' errors (``errors``: bounds on each one's
-        2-norm, default 0) plus their rounding to ``precision`` (a key of
-        :data:`~gradcode.codes.base.UNIT_ROUNDOFF`), carried along the peeling chains with the
+        2-norm, default 0) plus their rounding to ``precision`` (the wire type: a dtype or its
+        name, :func:`~gradcode.codes.base.wire_precision`), carried along the peeling chains with the
         float64 sums' own rounding (so the bound grows with the chains' depth).
         :class:`NotDecodableError` on a stopping set."""
-        received = np.asarray(received, dtype=np.intp)
+        received = self._ids(received)
+        unit = UNIT_ROUNDOFF[wire_precision(precision)]
         values = np.asarray(values, dtype=np.float64)
         if values.ndim != 2 or values.shape[0] != received.size:
             raise ValueError(f"values must be ({received.size}, m), one row per received coordinate; got {values.shape}")
@@ -375,9 +430,12 @@ class SparseLDPC:
         _solve_pivots(x, *self._c, checks, vars_)
         norms = np.linalg.norm(x, axis=1)
         err = np.zeros(self.N)
-        err[received] = UNIT_ROUNDOFF[precision] * norms[received]
+        err[received] = unit * norms[received]
         if errors is not None:
-            err[received] += np.broadcast_to(np.asarray(errors, dtype=np.float64), received.shape)
+            errors = np.broadcast_to(np.asarray(errors, dtype=np.float64), received.shape)
+            if not (np.isfinite(errors).all() and (errors >= 0).all()):
+                raise ValueError("errors must be finite bounds >= 0, one per received coordinate")
+            err[received] += errors
         _peel_bound(err, norms, *self._c, checks, vars_, float(np.finfo(np.float64).eps))
         u = x[self.info]
         size = float(np.linalg.norm(norms[self.info]))
