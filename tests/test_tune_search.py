@@ -104,6 +104,8 @@ def test_tune_refuses_bad_search_bounds():
         tune(X, jobs=10, alpha=1.0, max_delay=-1)
     with pytest.raises(ValueError, match="max_W"):
         tune(X, jobs=10, alpha=1.0, max_W=1)
+    with pytest.raises(ValueError, match="B to divide W - 1"):  # one set replayed: checked as the scheme checks it
+        tune(X, jobs=10, alpha=1.0, families=("sr-sgc",), only={"B": 2, "W": 4, "lam": 3})
 
 
 def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing():

@@ -24,7 +24,7 @@ span ``[u, u + T]`` bursty or ``(B, W + B - 1, lambda)``-arbitrary). By Props. 3
 jobs then decode, so the replay tracks only the pattern, not the jobs. ``J`` jobs take ``J + T``
 rounds (Sec. 2), every one timed, except SR-SGC's final rounds with nothing left to compute:
 round ``t >= J`` has no job ``t``, only Algorithm 1's re-attempts of job ``t - B``, and none when
-job ``t - B`` got its ``n - s`` results in round ``t - B``; such a round costs 0 (:class:`_SRSGCWork`).
+job ``t - B`` got its ``n - s`` results in round ``t - B``; such a round costs 0 (:mod:`.replay`).
 M-SGC's final rounds always hold the last jobs' remaining mini-tasks and are timed. Every
 family, ``uncoded`` included, is replayed at its own load: the profile plus
 ``(L - L_0) alpha``.
@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
-from gradcode.schemes.sgc.msgc import msgc_loads
+from gradcode.schemes.sgc.msgc import check_msgc, msgc_loads
 from gradcode.schemes.sgc.replay import replay_family
-from gradcode.schemes.sgc.srsgc import srsgc_s
+from gradcode.schemes.sgc.srsgc import check_srsgc, srsgc_s
 from gradcode.stragglers.traces import Reference, adjust_profile, as_profile, fit_profile_slope, reference_profile
 
 __all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profile_slope", "reference_profile",
@@ -250,7 +250,8 @@ def _parameter_sets(fam: str, n: int, max_W: int, max_T: int, only: dict | None)
     max_T`` (or ``only``), one ``(B, W)`` pair at a time: ``(B, W, T, lam, s, load)`` with arrays
     over ``lam``, ``s`` and loads from the schemes' own rules (:func:`srsgc_s`,
     :func:`msgc_loads`)."""
-    if only is not None:
+    if only is not None:  # one set, checked as the scheme checks it
+        (check_srsgc if fam == "sr-sgc" else check_msgc)(n, only["B"], only["W"], only["lam"])
         pairs = [(only["B"], only["W"])]
     elif fam == "sr-sgc":  # T = B, W = x B + 1
         pairs = [(B, W) for B in range(1, min(max_T, max_W - 1) + 1) for W in range(B + 1, max_W + 1, B)]
