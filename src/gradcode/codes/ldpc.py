@@ -322,7 +322,7 @@ class SparseLDPC:
         self.info.flags.writeable = False
         probe = self.encode(np.random.default_rng(0).standard_normal((self.K, 1)))
         #: the encoder's relative residual ``max |H x| / max |x|`` on a random message
-        self.residual = float(np.abs(H @ probe).max() / max(np.abs(probe).max(), 1e-300))
+        self.residual = float(np.abs(H @ probe).max(initial=0.0) / max(np.abs(probe).max(initial=0.0), 1e-300))
         if not self.residual <= self.MAX_RESIDUAL:
             raise _Refused(f"the encoder's codewords miss H by {self.residual:.1e} of their size (> MAX_RESIDUAL ="
                            f" {self.MAX_RESIDUAL:g}): its pivot chains and gap ({self.gap} checks) round too much;"

@@ -28,10 +28,10 @@ those ``k``. SR-SGC's final rounds ``t >= J`` compute only Algorithm 1's re-atte
 **Only the oldest live track is checked.** For tracks ``a < a'`` both live at ``t``, every window
 of ``a'`` is a sub-window (or equal clip) of one of ``a``'s, so each of the two models holding on
 ``a`` implies it on ``a'``: the round resolves iff the oldest live track conforms. Its state is
-kept in closed form, so a round costs ``O(|S_t|)`` (plus ``O(W)`` additions), whatever ``W``:
+kept in closed form, so a round costs ``O(|S_t| + log rounds)``, whatever ``W``:
 
 * distinct stragglers of rounds ``lo .. t - 1``: the workers whose last straggling round is
-  ``>= lo``, a sum over a histogram of last straggling rounds;
+  ``>= lo``, from a Fenwick tree over the histogram of last straggling rounds;
 * a burst broken: the latest round ``r'`` with a pair of straggling rounds ``(r', r)`` of one
   worker, ``B <= r - r' <= W - 1``; the track of ``a`` broke iff ``r' >= a``;
 * more than ``B`` straggling rounds in a span (M-SGC): the latest ``r`` with some worker
@@ -199,6 +199,8 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
 
 @njit(cache=True)
 def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv):
+    """Round ``t`` commits stragglers ``rows[:nrows]``: their rings, the histogram of last
+    straggling rounds, and the latest events of ``st`` (:func:`_resolves` says which)."""
     for i in range(nrows):
         w = rows[i]
         prev = _latest_at_most(hist, cnt, w, t - B)
