@@ -43,12 +43,12 @@ from scipy import sparse
 
 from gradcode._validation import as_generator, check_int
 from gradcode.codes.base import UNIT_ROUNDOFF, ImpreciseDecodeError, wire_precision
-from gradcode.errors import NotDecodableError
+from gradcode.errors import GradcodeError, NotDecodableError
 
 __all__ = ["SparseLDPC", "regular_parity_check"]
 
 
-class _Refused(ValueError):
+class _Refused(GradcodeError, ValueError):
     """A drawn H that cannot serve (rank-deficient, or an encoder that rounds too much):
     :meth:`SparseLDPC.random` draws again."""
 
