@@ -657,3 +657,24 @@ def test_table1_validation():
         table1(rounds=400, seed=0)
     with pytest.raises(ValueError, match="ssi must hold"):
         table1(rounds=800, seed=0, ssi="oracle")
+
+
+@pytest.mark.parametrize("K, P, nc", [(12, 4, 2), (12, 4, 4), (20, 5, 2), (60, 6, 2), (100, 10, 5), (100, 10, 10),
+                                      (30, 10, 3), (200, 20, 7)])
+def test_compiled_phase_one_places_as_the_python_turns_did(K, P, nc):
+    """The compiled Phase I (classes, candidate lists, turn orders and turns in one kernel) against
+    the Python turns it replaced, on random states (every straggler probability) and rates."""
+    from gcdc_reference import _phase_one as reference
+
+    from gradcode.schemes.gcdc.clustering import _phase_one, _states_and_columns
+
+    rng = np.random.default_rng(K + P + nc)
+    for seed in range(3):
+        A = ClusterAssignment.random(K, P, nc, seed=seed)
+        for _ in range(25):
+            for kw in ({"straggling": rng.random(K) < rng.random()}, {"rates": rng.random(K) * 5, "tau": 2.5}):
+                strag, columns = _states_and_columns(A, kw.get("straggling"), kw.get("rates"), kw.get("tau"))
+                got = _phase_one(A, strag, columns)
+                want = reference(A, strag, columns)
+                assert got[0] == want[0] and got[1] == [list(o) for o in want[1]]
+                assert got[2] == want[2] and got[3] == want[3]
