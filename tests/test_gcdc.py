@@ -663,7 +663,8 @@ def test_table1_validation():
                                       (30, 10, 3), (200, 20, 7)])
 def test_compiled_phase_one_places_as_the_python_turns_did(K, P, nc):
     """The compiled Phase I (classes, candidate lists, turn orders and turns in one kernel) against
-    the Python turns it replaced, on random states (every straggler probability) and rates."""
+    the Python turns it replaced, on random states (every straggler probability) and rates (tied
+    ones too); the columns dealt in rate order equal a stable sort of each column by rate."""
     from gcdc_reference import _phase_one as reference
 
     from gradcode.schemes.gcdc.clustering import _phase_one, _states_and_columns
@@ -672,8 +673,12 @@ def test_compiled_phase_one_places_as_the_python_turns_did(K, P, nc):
     for seed in range(3):
         A = ClusterAssignment.random(K, P, nc, seed=seed)
         for _ in range(25):
-            for kw in ({"straggling": rng.random(K) < rng.random()}, {"rates": rng.random(K) * 5, "tau": 2.5}):
+            for kw in ({"straggling": rng.random(K) < rng.random()}, {"rates": rng.random(K) * 5, "tau": 2.5},
+                       {"rates": rng.integers(0, 4, K).astype(float), "tau": 2.0}):  # ties
                 strag, columns = _states_and_columns(A, kw.get("straggling"), kw.get("rates"), kw.get("tau"))
+                if "rates" in kw:  # fastest first, ties by index: a stable sort of each column by rate
+                    by_rate = np.argsort(-kw["rates"][A.columns], axis=1, kind="stable")
+                    np.testing.assert_array_equal(columns, np.take_along_axis(A.columns, by_rate, axis=1))
                 got = _phase_one(A, strag, columns)
                 want = reference(A, strag, columns)
                 assert got[0] == want[0] and got[1] == [list(o) for o in want[1]]

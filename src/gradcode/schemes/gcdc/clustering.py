@@ -390,8 +390,9 @@ def _states_and_columns(assignment, straggling, rates, tau):
         tau = check_tau(tau)
         mu = check_rates(rates, K)
         strag = mu < tau
-        order = np.argsort(-mu[columns], axis=1, kind="stable")
-        columns = np.take_along_axis(columns, order, axis=1)
+        # every worker once, fastest first (ties by index), dealt into the columns it is in: each
+        # column in that order, as a stable sort of each (index-sorted) column by rate
+        columns = _dealt(np.argsort(-mu, kind="stable"), assignment.clusters_of, *columns.shape)
     else:
         if tau is not None:
             raise TypeError("tau applies to rates; with straggling states give no tau")
@@ -401,6 +402,19 @@ def _states_and_columns(assignment, straggling, rates, tau):
     strag = strag.copy()
     strag.flags.writeable = False
     return strag, columns
+
+
+@njit(cache=True)
+def _dealt(order, clusters_of, P, m):
+    """``(P, m)``: the workers of each cluster's column in the order ``order`` lists them."""
+    out = np.empty((P, m), dtype=np.int64)
+    fill = np.zeros(P, dtype=np.int64)
+    for w in order:
+        for j in range(clusters_of.shape[1]):
+            p = clusters_of[w, j]
+            out[p, fill[p]] = w
+            fill[p] += 1
+    return out
 
 
 def _single_swap(k, open_clusters, members, clusters_k, membership) -> Swap | None:
