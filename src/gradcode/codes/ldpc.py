@@ -230,15 +230,9 @@ def _peel(known_in, need, c_ptr, c_idx, v_ptr, v_idx):
         v = _unknown_in(c, c_ptr, c_idx, known)
         checks[steps], vars_[steps] = c, v
         steps += 1
-        known[v] = True
         if need[v]:
             missing -= 1
-        for j in range(v_ptr[v], v_ptr[v + 1]):
-            c2 = v_idx[j]
-            erased[c2] -= 1
-            if erased[c2] == 1:
-                stack[top] = c2
-                top += 1
+        top = _learn(v, known, erased, v_ptr, v_idx, stack, top)
     return checks[:steps], vars_[:steps], missing == 0
 
 
