@@ -67,7 +67,8 @@ def profile(n, rounds, seed=0):
 def timed(scheme):
     """Wrap the protocol calls of ``scheme`` (instance attributes shadow the methods)."""
     spent = [0.0]
-    for name in ("plan", "on_result", "ready", "close", "plan_loads", "ready_after", "on_results", "close_rounds"):
+    for name in ("plan", "on_result", "ready", "close", "plan_loads", "ready_after", "on_results", "close_rounds",
+                 "play_rounds"):
         if not hasattr(scheme, name):
             continue
         fn = getattr(scheme, name)

@@ -37,19 +37,18 @@ def _model():
     return gradcode.make_delay_model("bernoulli", p=0.25, slowdown=5.0, comm=0.05)
 
 
-def _run(name, params, close, waitout, batched, monkeypatch, rounds=40):
-    monkeypatch.setattr(simulator, "BATCHED", batched)
+def _run(name, params, close, waitout, batched, monkeypatch, rounds=40, model=None, seed=7):
+    """``batched``: ``False`` (message by message), ``True`` (batched, and compiled blocks for
+    the schemes that have them) or ``"batched"`` (batched, never compiled)."""
+    monkeypatch.setattr(simulator, "BATCHED", bool(batched))
+    monkeypatch.setattr(simulator, "COMPILED", batched is True)
     scheme = make_scheme(name, **params)
     assert scheme.batched_rounds
-    res = gradcode.simulate(scheme, _model(), rounds, seed=7, close=close, waitout=waitout, records=True)
+    res = gradcode.simulate(scheme, model or _model(), rounds, seed=seed, close=close, waitout=waitout, records=True)
     return scheme, res
 
 
-@pytest.mark.parametrize("close,waitout", CLOSES)
-@pytest.mark.parametrize("name,params", SCHEMES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(SCHEMES)])
-def test_batched_rounds_equal_the_per_message_path(name, params, close, waitout, monkeypatch):
-    s1, r1 = _run(name, params, close, waitout, True, monkeypatch)
-    s0, r0 = _run(name, params, close, waitout, False, monkeypatch)
+def _assert_same_run(s1, r1, s0, r0):
     for field in ("round_times", "stragglers", "arrivals", "finish_times", "waitout_rounds", "job_done_round"):
         a, b = getattr(r1, field), getattr(r0, field)
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), field
@@ -57,6 +56,127 @@ def test_batched_rounds_equal_the_per_message_path(name, params, close, waitout,
     assert r1.stats.jobs_done == r0.stats.jobs_done
     for counter in ("stale_messages", "duplicate_messages", "reattempts"):
         assert getattr(s1, counter, None) == getattr(s0, counter, None)
+    if hasattr(s0, "conformance"):  # the sequential codes' state: jobs, finished jobs, tracks
+        _assert_same_sgc_state(s1, s0)
+
+
+def _assert_same_sgc_state(s1, s0):
+    assert s1._next == s0._next and s1._round is None and s0._round is None
+    assert sorted(s1._jobs) == sorted(s0._jobs) and s1._finished == s0._finished
+    for u, job in s0._jobs.items():
+        for field in ("recv", "count", "fresh", "have", "missing", "coded", "coded_n"):
+            if hasattr(job, field):
+                assert np.array_equal(getattr(s1._jobs[u], field), getattr(job, field)), (u, field)
+    f1, f0 = s1.conformance.flags, s0.conformance.flags
+    assert sorted(f1) == sorted(f0) and all(np.array_equal(f1[a], f0[a]) for a in f0)
+    assert s1.conformance.broken == s0.conformance.broken
+
+
+@pytest.mark.parametrize("close,waitout", CLOSES)
+@pytest.mark.parametrize("name,params", SCHEMES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(SCHEMES)])
+def test_batched_rounds_equal_the_per_message_path(name, params, close, waitout, monkeypatch):
+    s0, r0 = _run(name, params, close, waitout, False, monkeypatch)
+    modes = (True, "batched") if make_scheme(name, **params).compiled_rounds else (True,)
+    for mode in modes:
+        s1, r1 = _run(name, params, close, waitout, mode, monkeypatch)
+        _assert_same_run(s1, r1, s0, r0)
+
+
+def test_compiled_rounds_equal_the_other_paths_on_random_configurations(monkeypatch):
+    """Random SR-SGC / M-SGC (and GC-Rep) parameters, job counts, closing rules, delay models and
+    run lengths: the compiled blocks, the batched rounds and the per-message path agree on every
+    record and leave the scheme in the same state."""
+    rng = np.random.default_rng(2026)
+    rules = [("decodable", "decodable"), (0.0, "decodable"), (0.3, "decodable"), (1.0, "all"), (0.5, "all")]
+    played = 0
+    while played < 60:
+        family = str(rng.choice(["sr-sgc", "sr-sgc-rep", "m-sgc", "m-sgc-rep"]))
+        n, B = int(rng.integers(3, 16)), int(rng.integers(1, 4))
+        if family.startswith("sr"):
+            params = dict(n=n, B=B, W=B * int(rng.integers(1, 4)) + 1, lam=int(rng.integers(1, n + 1)))
+        else:
+            params = dict(n=n, B=B, W=int(rng.integers(B + 1, B + 4)), lam=int(rng.integers(0, n + 1)))
+        if rng.random() < 0.3:
+            params["jobs"] = int(rng.integers(1, 30))
+        try:
+            make_scheme(family, **params)
+        except ValueError:
+            continue
+        close, waitout = rules[int(rng.integers(len(rules)))]
+        model = (gradcode.make_delay_model("bernoulli", p=float(rng.uniform(0.05, 0.5)), slowdown=5.0,
+                                           comm=float(rng.choice([0.0, 0.05])))
+                 if rng.random() < 0.7 else gradcode.make_delay_model("shifted-exp", mu=1.0, alpha=0.1))
+        kw = dict(rounds=int(rng.integers(1, 50)), model=model, seed=int(rng.integers(1000)))
+        s0, r0 = _run(family, params, close, waitout, False, monkeypatch, **kw)
+        for mode in (True, "batched"):
+            s1, r1 = _run(family, params, close, waitout, mode, monkeypatch, **kw)
+            _assert_same_run(s1, r1, s0, r0)
+        played += 1
+
+
+@pytest.mark.parametrize("name,params", [("sr-sgc", dict(n=12, B=2, W=3, lam=4)), ("m-sgc-rep", dict(n=12, B=2, W=3, lam=2)),
+                                         ("m-sgc", dict(n=10, B=2, W=4, lam=3, jobs=20))])
+def test_play_rounds_goes_on_from_a_scheme_played_message_by_message(name, params):
+    """The compiled blocks start from whatever state the protocol left (rings filled from the
+    scheme's jobs and tracks): 13 rounds by hand, then the rest in one block, as 30 by hand."""
+    from gradcode.schemes.timing import message_arrivals
+
+    draw = _model().draw(30, params["n"], np.random.default_rng(4))
+    c = _model().message_time(1.0)
+
+    def by_hand(scheme, t):
+        loads = scheme.plan_loads(t)
+        A = message_arrivals(draw.intercept[t], draw.slope[t], loads.loads, c)
+        workers = np.repeat(np.arange(scheme.n), loads.messages)
+        indices = np.concatenate([np.arange(m) for m in loads.messages])
+        times = A[workers, indices]
+        order = np.argsort(times, kind="stable")
+        workers, indices, times = workers[order], indices[order], times[order]
+        k = scheme.ready_after(t, workers, indices)
+        fed = int(np.searchsorted(times, times[max(k, 1) - 1], side="right")) if times.size else 0
+        scheme.on_results(t, workers[:fed], indices[:fed], times[:fed])
+        arrived = np.bincount(workers[:fed], minlength=scheme.n) == loads.messages
+        end = times[fed - 1] if fed else 0.0
+        return end, [job for job, _ in scheme.close(t, arrived & (loads.messages > 0))]
+
+    whole, part = make_scheme(name, **params), make_scheme(name, **params)
+    expected = [by_hand(whole, t) for t in range(30)]
+    head = [by_hand(part, t) for t in range(13)]
+    played = part.play_rounds(13, draw.intercept[13:], draw.slope[13:], c, None, False, False)
+    assert [e for e, _ in head] + played.end.tolist() == [e for e, _ in expected]
+    jobs = [j for _, js in expected[13:] for j in js]
+    assert played.jobs.tolist() == jobs
+    assert np.array_equal(part.straggler_history, whole.straggler_history)
+    _assert_same_sgc_state(part, whole)
+    # and it goes on by hand after the block
+    def tasks(scheme):
+        return {w: [(task.job, task.partitions) for task in ts] for w, ts in scheme.plan(30).items()}
+
+    assert tasks(part) == tasks(whole)
+
+
+def test_play_rounds_refuses_rounds_out_of_order():
+    scheme = make_scheme("sr-sgc", n=6, B=1, W=2, lam=2)
+    draw = _model().draw(4, 6, np.random.default_rng(0))
+    with pytest.raises(ProtocolError, match="round 0 is next"):
+        scheme.play_rounds(2, draw.intercept, draw.slope, 0.0, None, False, False)
+    scheme.plan_loads(0)
+    with pytest.raises(ProtocolError, match="still open"):
+        scheme.play_rounds(0, draw.intercept, draw.slope, 0.0, None, False, False)
+    fresh = make_scheme("m-sgc", n=6, B=1, W=2, lam=2)
+    with pytest.raises(ValueError, match="rounds, 6"):
+        fresh.play_rounds(0, draw.intercept[:, :5], draw.slope[:, :5], 0.0, None, False, False)
+
+
+def test_a_subclass_with_methods_of_its_own_is_not_compiled():
+    from gradcode.schemes.sgc import MSGC, SRSGCRep
+
+    class Logged(MSGC):
+        def _receive_batch(self, r, workers, indices):
+            return super()._receive_batch(r, workers, indices)
+
+    assert not Logged(6, 1, 2, 2).compiled_rounds and Logged(6, 1, 2, 2).batched_rounds
+    assert SRSGCRep(6, 1, 2, 2).compiled_rounds  # data attributes (_rep) only
 
 
 def test_the_draws_above_do_wait_out(monkeypatch):

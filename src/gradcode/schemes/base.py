@@ -225,6 +225,33 @@ class Scheme(ABC):
         the close of round ``first + i``), as :meth:`close` would have closed them one by one."""
         raise NotImplementedError(f"{type(self).__name__} does not close rounds by blocks")
 
+    @property
+    def compiled_rounds(self) -> bool:
+        """Whether the simulator may play whole blocks of this scheme's rounds in one call
+        (:meth:`play_rounds`: compiled, with the batched path's results bit for bit; tests
+        compare the three paths). A class declares it with ``_compiled_family = True``; as the
+        compiled code replaces the scheme's methods wholesale, a subclass of it that defines any
+        method or property of its own is played by the batched path."""
+        if not self.batched_rounds:
+            return False
+        mro = type(self).__mro__
+        family = next((c for c in mro if "_compiled_family" in c.__dict__), None)
+        if family is None or not family.__dict__["_compiled_family"]:
+            return False
+        own = mro[: mro.index(family)]
+        return not any(callable(v) or isinstance(v, (property, classmethod, staticmethod))
+                       for c in own for k, v in c.__dict__.items() if not k.startswith("__"))
+
+    def play_rounds(self, first: int, intercept: np.ndarray, slope: np.ndarray, message_time: float,
+                    mu: float | None, wait_all: bool, records: bool) -> PlayedRounds:
+        """Play rounds ``first .. first + m - 1`` as the simulator's event path plays them
+        (``intercept``/``slope``: ``(m, n)``, the delay draw of those rounds; ``message_time``;
+        the closing rule ``mu`` (``None``: decodable) and ``wait_all``), planning, receiving and
+        closing each in the scheme, which is left as after closing the last of them. With
+        ``records`` the arrival and finish tables are filled too. Schemes with
+        :attr:`compiled_rounds` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not play compiled rounds")
+
     def on_results(self, t: int, workers: np.ndarray, indices: np.ndarray, times: np.ndarray) -> None:
         """:meth:`on_result` with payload ``None`` for each message of the sequence, in order
         (the simulator's batched rounds; a batched scheme updates its state with array
@@ -262,16 +289,20 @@ class Scheme(ABC):
 
     def _record(self, t: int, row: np.ndarray) -> None:
         """Record round ``t``'s stragglers (``_close`` calls it; ``straggler_history`` shows it)."""
+        self._history_rows(t + 1)[t] = row
+        self._history_rounds = max(self._history_rounds, t + 1)
+
+    def _history_rows(self, rows: int) -> np.ndarray:
+        """The history array, grown (doubling) to hold at least ``rows`` rounds."""
         history = self.__dict__.get("_history")
-        if history is None or t >= history.shape[0]:
+        if history is None or rows > history.shape[0]:
             size = 0 if history is None else history.shape[0]
-            grown = np.zeros((max(2 * size, t + 1, 64), self.n), dtype=bool)
+            grown = np.zeros((max(2 * size, rows, 64), self.n), dtype=bool)
             if history is not None:
                 grown[:size] = history
             self._history = history = grown
             self._history_rounds = getattr(self, "_history_rounds", 0)
-        history[t] = row
-        self._history_rounds = max(self._history_rounds, t + 1)
+        return history
 
     def _observe_states(self, t: int, straggling: np.ndarray, rates: np.ndarray | None) -> None:
         """Default: ignore the states (imperfect information: use ``straggler_history``)."""
@@ -297,6 +328,24 @@ class RoundLoads(NamedTuple):
 
     loads: np.ndarray
     messages: np.ndarray
+    last_job: int
+
+
+class PlayedRounds(NamedTuple):
+    """What :meth:`Scheme.play_rounds` returns for ``m`` rounds: ``end`` ``(m,)`` each round's
+    length, ``waitout`` ``(m,)`` whether the mu-rule waited it out, ``stragglers`` ``(m, n)`` (the
+    simulator's rows: workers given a task that had not delivered it all by the close),
+    ``arrivals`` and ``finish`` ``(m, n)`` (the simulator's records; ``None`` without records),
+    ``jobs`` and ``job_rounds``: the jobs finished and the round of each, in order, and
+    ``last_job``: the highest job given work (``-1``: none)."""
+
+    end: np.ndarray
+    waitout: np.ndarray
+    stragglers: np.ndarray
+    arrivals: np.ndarray | None
+    finish: np.ndarray | None
+    jobs: np.ndarray
+    job_rounds: np.ndarray
     last_job: int
 
 

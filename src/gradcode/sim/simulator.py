@@ -69,6 +69,9 @@ scheme after how many of them it is ready (``ready_after``) and hands them over 
 (``on_results``); for any other scheme it feeds each message with ``on_result`` and asks
 ``ready`` after each instant. Both give the same results bit for bit (tests compare every
 record), and the per-message path stays the reference (``BATCHED = False`` selects it). A
+scheme with :attr:`Scheme.compiled_rounds <gradcode.schemes.Scheme.compiled_rounds>` (SR-SGC,
+M-SGC) goes further: a whole block of rounds is one compiled call (:meth:`Scheme.play_rounds`),
+again with the same results bit for bit (``COMPILED = False`` selects the batched rounds). A
 :class:`~gradcode.schemes.StaticScheme`'s rounds do not depend on each other, so they go by whole
 blocks, as on the fast path, each closed in the scheme (``close_rounds``: its straggler history).
 In simulation (no payloads) a static code's exact rule decides decodability on every path (for
@@ -106,6 +109,9 @@ _EVENT_PROGRESS = 2_000
 #: play rounds of batched schemes (:attr:`Scheme.batched_rounds`) with array calls; tests turn it
 #: off to compare with the per-message path
 BATCHED = True
+#: ... and whole blocks of rounds of compiled schemes (:attr:`Scheme.compiled_rounds`) in one call;
+#: tests turn it off to compare with the batched path
+COMPILED = True
 
 #: the most rounds one simulation takes (about 20 minutes at the fast path's best rate)
 MAX_ROUNDS = 10**9
@@ -408,9 +414,24 @@ def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> S
     cache: dict = {}
     waitouts = mu is not None
     batched = BATCHED and scheme.batched_rounds
+    blocks = batched and COMPILED and scheme.compiled_rounds
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
+            if blocks:
+                played = scheme.play_rounds(a, draw.intercept, draw.slope, c, mu, rule[1], records)
+                started = max(started, played.last_job)
+                for job, t in zip(played.jobs.tolist(), played.job_rounds.tolist()):
+                    ledger.finish(job, t, scheme)
+
+                def write_tables(arr, fin, played=played):
+                    np.copyto(arr, played.arrivals)
+                    np.copyto(fin, played.finish)
+
+                sink.put(a, b, played.end, played.stragglers, played.waitout if waitouts else None, write_tables)
+                if prog is not None:
+                    prog.update(task, completed=b)
+                continue
             m = b - a
             # this block's rounds (copied into the records, if kept, by sink.put)
             round_times = np.empty(m)

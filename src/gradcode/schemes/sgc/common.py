@@ -47,7 +47,16 @@ import numpy as np
 from gradcode._validation import check_int
 from gradcode.codes.tandon import CRC, FRC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, RoundLoads, Scheme, Task, accept_messages, check_round
+from gradcode.schemes.base import (
+    PlayedRounds,
+    ProtocolError,
+    RoundLoads,
+    Scheme,
+    Task,
+    accept_messages,
+    check_round,
+)
+from gradcode.schemes.sgc import rounds as compiled
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
 
@@ -459,6 +468,90 @@ class SequentialScheme(Scheme):
             k = max(k, self._due_after(r, u, at, never))
         k = max(k, self.conformance.first_ok(done, r.cur, never))
         return None if k > N else k
+
+    # ----------------------------------------------------------- compiled rounds (simulator)
+    def play_rounds(self, first, intercept, slope, message_time, mu, wait_all, records) -> PlayedRounds:
+        """:meth:`Scheme.play_rounds`: the rounds played by the compiled kernels of
+        :mod:`~gradcode.schemes.sgc.rounds` on rings of the scheme's state (``_to_rings``),
+        which are written back after the block (``_from_rings``), so the scheme ends as the
+        batched path leaves it, history, jobs, tracks and counters alike."""
+        first = check_round(first)
+        if self._round is not None or first != self._next:
+            raise ProtocolError(f"{type(self).__name__} plays rounds in order: round {self._next} is next"
+                                + (f" (round {self._round.t} is still open)" if self._round is not None else "")
+                                + f"; got play_rounds({first})")
+        if self._real:
+            raise ProtocolError(f"{type(self).__name__} got array payloads earlier; play_rounds simulates without")
+        intercept = np.ascontiguousarray(intercept, dtype=np.float64)
+        slope = np.ascontiguousarray(slope, dtype=np.float64)
+        m, n = intercept.shape
+        if n != self.n or slope.shape != (m, n):
+            raise ValueError(f"intercept and slope must be (rounds, {self.n}); got {intercept.shape}, {slope.shape}")
+        hist = self._history_rows(first + m)
+        rings = self._to_rings()
+        end = np.empty(m)
+        waited = np.zeros(m, dtype=bool)
+        strag = np.zeros((m, n), dtype=bool)
+        arr = np.empty((m, n) if records else (0, 0))
+        fin = np.empty((m, n) if records else (0, 0))
+        fjobs = np.empty(m * (self._T + 1), dtype=np.int64)
+        frounds = np.empty_like(fjobs)
+        info = np.zeros(7, dtype=np.int64)
+        info[compiled.LAST_JOB] = -1
+        self._kernel(first, intercept, slope, float(message_time), -1.0 if mu is None else float(mu), bool(wait_all),
+                     hist, rings, bool(records), end, waited, strag, arr, fin, fjobs, frounds, info)
+        played = int(info[compiled.PLAYED])
+        self._from_rings(rings)
+        self._history_rounds = max(self._history_rounds, first + played)
+        self._next = first + played
+        if info[compiled.RECEIVED]:
+            self._real = False
+        nfin = int(info[compiled.FINISHED])
+        if info[compiled.STATUS] == 1:
+            raise NotDecodableError(f"{self!r} cannot finish round {int(info[compiled.AT])} even with every message")
+        if info[compiled.STATUS]:
+            raise RuntimeError(f"{self!r}: the compiled rounds reached a state the protocol rules out in round"
+                               f" {int(info[compiled.AT])} (a track that no model fits, or a job left"
+                               " unfinished past its window); please report it")
+        return PlayedRounds(end, waited, strag, arr if records else None, fin if records else None,
+                            fjobs[:nfin].copy(), frounds[:nfin].copy(), int(info[compiled.LAST_JOB]))
+
+    def _rings(self, R: int, FR: int, jobs) -> tuple:
+        """Shared part of ``_to_rings``: the track flags at ``start mod FR`` (``fl_id`` the start
+        or -1, ``fl_st`` 1 flags / 2 broken, ``fl_val`` per model) and the job ids and finished
+        flags at ``u mod R`` for the jobs ``jobs``."""
+        fl_id = np.full(FR, -1, dtype=np.int64)
+        fl_st = np.zeros(FR, dtype=np.int8)
+        fl_val = np.zeros((FR, len(self.conformance.models)), dtype=bool)
+        conf = self.conformance
+        for a, state in [*((a, 1) for a in conf.flags), *((a, 2) for a in conf.broken)]:
+            x = a % FR
+            if fl_id[x] >= 0:
+                raise ProtocolError(f"{type(self).__name__}: tracks {int(fl_id[x])} and {a} are both live; the"
+                                    " compiled rounds keep at most the scheme's window of them")
+            fl_id[x], fl_st[x] = a, state
+            if state == 1:
+                fl_val[x] = conf.flags[a]
+        jid = np.full(R, -1, dtype=np.int64)
+        jfin = np.zeros(R, dtype=bool)
+        for u in jobs:
+            x = u % R
+            if jid[x] >= 0:
+                raise ProtocolError(f"{type(self).__name__}: jobs {int(jid[x])} and {u} are both live; the"
+                                    " compiled rounds keep at most the scheme's window of them")
+            jid[x] = u
+            jfin[x] = u in self._finished
+        return fl_id, fl_st, fl_val, jid, jfin
+
+    def _unrings(self, fl_id, fl_st, fl_val, jid, jfin) -> list[tuple[int, int]]:
+        """Shared part of ``_from_rings``: the track flags, the finished set; returns the live
+        jobs as ``(job, ring slot)``, for the subclass to rebuild."""
+        conf = self.conformance
+        conf.flags = {int(a): fl_val[x].copy() for x, a in enumerate(fl_id.tolist()) if a >= 0 and fl_st[x] == 1}
+        conf.broken = {int(a) for x, a in enumerate(fl_id.tolist()) if a >= 0 and fl_st[x] == 2}
+        live = sorted((int(u), x) for x, u in enumerate(jid.tolist()) if u >= 0)
+        self._finished = {u for u, x in live if jfin[x]}
+        return live
 
     def why_not_ready(self, t: int) -> str:
         """Why round ``t`` is not ready (for errors and people)."""

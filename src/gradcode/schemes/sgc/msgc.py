@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.sgc import rounds as compiled_rounds
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
 from gradcode.schemes.static import task_schedule
 
@@ -131,6 +132,7 @@ class MSGC(SequentialScheme):
     summary = "M-SGC (SGC Sec. 3.3): diagonally interleaved mini-tasks, B (n, lam)-GCs, T = W - 2 + B"
     _rep = False
     _batched_family = True
+    _compiled_family = True
 
     def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
                  dim: int | None = None):
@@ -149,9 +151,12 @@ class MSGC(SequentialScheme):
         #: where each worker's coded coefficients end (task_schedule times a message by it), as
         #: a class index; and the prefix loads of each sequence of mini-task kinds (_round_loads)
         self._coded_end = np.zeros(n, dtype=np.int64)
+        #: the position in its coded mini-task of the last partition worker i's coefficients use
+        self._coded_last = np.full(n, -1, dtype=np.int64)
         self._loads_cache: dict = {}
         if self.gc is not None:
             ends = [np.flatnonzero(np.any(self.gc.coefficients(i)[0] != 0, axis=1)).max(initial=-1) for i in range(n)]
+            self._coded_last[:] = ends
             _, self._coded_end = np.unique(ends, return_inverse=True)
             self._coded_end = self._coded_end.astype(np.int64)
         self._coded_end_bits = int(self._coded_end.max()).bit_length()
@@ -375,6 +380,50 @@ class MSGC(SequentialScheme):
 
     def _forget(self, u: int) -> None:
         self._jobs.pop(u, None)
+
+    # ----------------------------------------------------------- compiled rounds
+    def _to_rings(self) -> tuple:
+        """The state :func:`~gradcode.schemes.sgc.rounds.msgc_rounds` works on: track flags and
+        jobs by ``u mod T + 2``; per job ``have``, ``missing``, ``coded``, ``coded_n`` and, for
+        GC-Rep, the results per group ``cov`` and the groups not covered ``uncov``."""
+        n, B, W, R = self.n, self.B, self.W, self._T + 2
+        groups = self.gc.groups if (self.gc is not None and self.gc.rep) else 1
+        fl_id, fl_st, fl_val, jid, jfin = self._rings(R, R, self._jobs)
+        have = np.zeros((R, n, W - 1), dtype=bool)
+        missing = np.zeros(R, dtype=np.int64)
+        coded = np.zeros((R, B, n), dtype=bool)
+        coded_n = np.zeros((R, B), dtype=np.int64)
+        cov = np.zeros((R, B, groups), dtype=np.int64)
+        uncov = np.full((R, B), groups, dtype=np.int64)
+        for u, job in self._jobs.items():
+            x = u % R
+            have[x], missing[x], coded[x], coded_n[x] = job.have, job.missing, job.coded, job.coded_n
+            if self.gc is not None and self.gc.rep:
+                for g in range(B):
+                    cov[x, g] = np.bincount(self.gc.group[job.coded[g]], minlength=groups)
+                uncov[x] = (cov[x] == 0).sum(axis=1)
+        return fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin
+
+    def _from_rings(self, rings) -> None:
+        fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin = rings
+        jobs = {}
+        for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):
+            job = jobs[u] = _Job(self.n, self.W, self.B)
+            job.have[:] = have[x]
+            job.coded[:] = coded[x]
+            job.missing, job.coded_n = int(missing[x]), coded_n[x].tolist()
+        self._jobs = jobs
+
+    def _kernel(self, first, intercept, slope, c, mu, wait_all, hist, rings, records, *out) -> None:
+        gc, n = self.gc, self.n
+        rep = gc is not None and gc.rep
+        group = (gc.group if rep else np.zeros(n)).astype(np.int64)
+        sizes = self.partition_sizes
+        size2 = float(sizes[(self.W - 1) * n]) if gc is not None else 0.0
+        compiled_rounds.msgc_rounds(
+            first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam,
+            -1 if self.jobs is None else self.jobs, rep, group, gc.groups if rep else 1, self._coded_last,
+            float(sizes[0]), size2, hist, *rings, records, *out)
 
     def _track_starts(self, t: int):
         lo = max(0, t - self._T)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.sgc import rounds as compiled_rounds
 from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
 from gradcode.schemes.static import task_schedule
 
@@ -94,6 +95,7 @@ class SRSGC(SequentialScheme):
     summary = "SR-SGC (SGC Sec. 3.2): (n, s)-GC with selective re-attempts, s = ceil(B lam/(W-1+B)), T = B"
     _rep = False
     _batched_family = True
+    _compiled_family = True
 
     def __init__(self, n: int, B: int, W: int, lam: int, *, seed=0, jobs: int | None = None,
                  dim: int | None = None):
@@ -156,12 +158,16 @@ class SRSGC(SequentialScheme):
     def _round_loads(self, r: _Round) -> np.ndarray:
         """A worker's task is the same for every job (its base-code result): timed once by
         :func:`~gradcode.schemes.static.task_schedule`."""
+        return np.where(r.planned > 0, self._round_loads_prefix(), 0.0)[:, None]
+
+    def _round_loads_prefix(self) -> np.ndarray:
+        """``(n,)``: the prefix load of each worker's one message, timed once."""
         prefix = self.__dict__.get("_prefix")
         if prefix is None:
             gc, sizes = self.gc, self.partition_sizes
             prefix = self._prefix = np.array(
                 [task_schedule([Task(0, gc.partitions(i), gc.coefficients(i))], sizes)[0][0] for i in range(self.n)])
-        return np.where(r.planned > 0, prefix, 0.0)[:, None]
+        return prefix
 
     def _receive(self, r: _Round, w: int, index: int, payload) -> None:
         job = self._jobs[int(r.plan[w])]
@@ -219,6 +225,41 @@ class SRSGC(SequentialScheme):
 
     def _forget(self, u: int) -> None:
         self._jobs.pop(u, None)
+
+    # ----------------------------------------------------------- compiled rounds
+    def _to_rings(self) -> tuple:
+        """The state :func:`~gradcode.schemes.sgc.rounds.srsgc_rounds` works on: track flags
+        by start ``mod W + 1``; jobs by ``u mod B + 2`` with ``recv``, ``count``, ``fresh``."""
+        R = self.B + 2
+        fl_id, fl_st, fl_val, jid, jfin = self._rings(R, self.W + 1, self._jobs)
+        recv = np.zeros((R, self.n), dtype=bool)
+        count = np.zeros(R, dtype=np.int64)
+        fresh = np.zeros(R, dtype=np.int64)
+        for u, job in self._jobs.items():
+            x = u % R
+            recv[x], count[x], fresh[x] = job.recv, job.count, job.fresh
+        return fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin
+
+    def _from_rings(self, rings) -> None:
+        fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
+        jobs = {}
+        for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):
+            job = jobs[u] = _Job(u, self.n)
+            job.recv[:] = recv[x]
+            job.count, job.fresh = int(count[x]), int(fresh[x])
+        self._jobs = jobs
+
+    def _kernel(self, first, intercept, slope, c, mu, wait_all, hist, rings, records, *out) -> None:
+        gc = self.gc
+        fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
+        group = gc.group if gc.rep else np.zeros(self.n, dtype=np.intp)
+        self._round_loads_prefix()
+        info = out[-1]
+        compiled_rounds.srsgc_rounds(
+            first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam, self.s,
+            -1 if self.jobs is None else self.jobs, gc.rep, group.astype(np.int64), gc.groups or 0, self._prefix,
+            hist, fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin, records, *out)
+        self.reattempts += int(info[compiled_rounds.REATTEMPTS])
 
     def _track_starts(self, t: int):
         return list(range(max(0, t - self.W + 1), t + 1))

@@ -1,0 +1,802 @@
+"""SR-SGC and M-SGC played by the simulator a block of rounds per call, compiled (numba).
+
+:meth:`SequentialScheme.play_rounds <gradcode.schemes.sgc.common.SequentialScheme.play_rounds>`
+calls these kernels; they play exactly the protocol that the simulator's batched event path plays
+through ``plan_loads``, ``ready_after``, ``on_results`` and ``close`` (:mod:`gradcode.sim.simulator`
+has the timing and closing rules), with the same float64 operations in the same order, so every
+record and the scheme's state after the block are the same bit for bit (the tests compare all three
+paths: per message, batched, compiled). What changes is only where the work happens: one call per
+block instead of about a hundred numpy calls per round.
+
+Per round ``t`` (of ``t0 .. t0 + m - 1``):
+
+1. **plan**: Algorithm 1 (SR-SGC; Algorithm 3 for GC-Rep) or Algorithm 2 (M-SGC), as
+   ``_new_round`` does it on the job states;
+2. **time**: each message's arrival, ``message_arrivals``' recurrence per worker, and the
+   messages' order (a stable sort of the times in worker-major order: ties by worker, then index);
+3. **conformance**: the wait-out rule's tracks and models as :class:`~.common.Conformance`
+   builds them (per track and model: the window's past stragglers ``D``, the workers forbidden
+   to straggle now ``F``, the limit), kept as counts that a worker's last message updates in
+   ``O(tracks x models)``;
+4. **receive** the messages in order until the round is ready (at most ``max_cur`` incomplete
+   workers, the due job decodes, the pattern conforms on every live track: conditions that only
+   improve as messages arrive, so the first message after which all hold is ``ready_after``'s
+   threshold), then the rest of what the closing rule takes in;
+5. **close**: the jobs that decode finish (in job order), the stragglers' row is recorded, the
+   tracks' flags are committed and the jobs and tracks that leave the window are forgotten.
+
+State between blocks lives in the scheme's own objects; the kernels work on rings of it (jobs by
+``u mod (T + 2)``, track flags by start), filled from the scheme before a block and written back
+after it (``SequentialScheme._to_rings`` / ``_from_rings``).
+
+Status codes in ``info[STATUS]``: 0 played, 1 a round cannot finish even with every message (the
+simulator's ``NotDecodableError``), 2 a track broke or a job was left unfinished past its window
+(cannot happen when the rules above hold; reported rather than trusted).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: ``info`` slots the kernels fill: re-attempted tasks, jobs finished, the highest job given
+#: work, whether any message was received, status, the round it refers to, rounds played
+REATTEMPTS, FINISHED, LAST_JOB, RECEIVED, STATUS, AT, PLAYED = range(7)
+#: model kinds of the conformance tracks (common.Conformance's "bursty", "arbitrary", "per-round")
+BURSTY, ARBITRARY, PER_ROUND = 0, 1, 2
+
+
+@njit(cache=True)
+def _in_range(u, J):
+    return u >= 0 and (J < 0 or u < J)
+
+
+@njit(cache=True)
+def _time_round(ic, sl, k, loads, planned, c, A, comp):
+    """``message_arrivals`` (the same operations) for every worker's planned messages in round
+    ``k`` of the block: ``A[w, i]``, ``comp[w]`` (its last message); returns the first and last
+    completion."""
+    cwmin = np.inf
+    cwmax = -np.inf
+    for w in range(A.shape[0]):
+        p = planned[w]
+        if not p:
+            continue
+        prev = 0.0
+        for i in range(p):
+            x = ic[k, w] + sl[k, w] * loads[w, i]
+            if not x >= 0.0:
+                x = 0.0
+            if i and not x >= prev:
+                x = prev
+            if c != 0.0:
+                x += c
+            A[w, i] = x
+            prev = x
+        comp[w] = prev
+        if prev < cwmin:
+            cwmin = prev
+        if prev > cwmax:
+            cwmax = prev
+    return cwmin, cwmax
+
+
+@njit(cache=True)
+def _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n):
+    """Conformance.begin for the ``K`` live tracks ``starts[:K]`` (``prev[k * M + m]``: track
+    ``k`` still conforms to model ``m``) and the round's stragglers so far ``cur``: per entry
+    ``e = k * M + m``, ``nonD``, ``F``, ``base = |D| + |cur \\ D|`` and ``fcnt = |F ∩ cur|``."""
+    M = kinds.shape[0]
+    longest = 0
+    for m in range(M):
+        if kinds[m] != PER_ROUND and Ws[m] > longest:
+            longest = Ws[m]
+    rows = min(t, max(longest - 1, 0))
+    for w in range(n):
+        cnt[0, w] = 0
+    for L in range(1, rows + 1):
+        row = hist[t - L]
+        for w in range(n):
+            cnt[L, w] = cnt[L - 1, w] + (1 if row[w] else 0)
+    for k in range(K):
+        a = starts[k]
+        for m in range(M):
+            e = k * M + m
+            lim[e] = lims[m]
+            D = 0
+            b = 0
+            f = 0
+            if kinds[m] == PER_ROUND:
+                for w in range(n):
+                    nonD[e, w] = True
+                    F[e, w] = False
+                    if cur[w]:
+                        b += 1
+            else:
+                lo = t - Ws[m] + 1
+                L = t - (a if a > lo else lo)
+                if L > rows:
+                    L = rows
+                short = Ns[m] - 1 if Ns[m] - 1 < L else L
+                for w in range(n):
+                    x = cnt[L, w]
+                    nd = x == 0
+                    nonD[e, w] = nd
+                    if kinds[m] == BURSTY:
+                        fb = x - cnt[short, w] > 0
+                    else:
+                        fb = x >= Ns[m]
+                    F[e, w] = fb
+                    if not nd:
+                        D += 1
+                    if cur[w]:
+                        if nd:
+                            b += 1
+                        if fb:
+                            f += 1
+            base[e] = D + b
+            fcnt[e] = f
+
+
+@njit(cache=True)
+def _entry_ok(e, prev, base, lim, fcnt):
+    return prev[e] and base[e] <= lim[e] and fcnt[e] == 0
+
+
+@njit(cache=True)
+def _conf_ok(K, M, ncur, prev, base, lim, fcnt):
+    """Conformance.ok: every live track conforms to some model (with no stragglers left: every
+    track still has a model)."""
+    for k in range(K):
+        good = False
+        for m in range(M):
+            e = k * M + m
+            if (prev[e] if ncur == 0 else _entry_ok(e, prev, base, lim, fcnt)):
+                good = True
+                break
+        if not good:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, first):
+    """The simulator's closing rule (``_play_batched``) in time: ``found``/``ready0`` whether the
+    round becomes ready / is ready before any message, ``tau`` the earliest arrival by which it is
+    (readiness changes only as workers complete, and only improves); ``cwmin``/``cwmax`` the
+    first and last completion, ``first`` the first arrival. Returns ``(end, waited, ok)``; the
+    round takes in every message that arrived by ``end`` (the batched path's ``fed``, ties
+    included)."""
+    if mu >= 0.0 and nplanned > 0:
+        cutoff = min((1.0 + mu) * cwmin, cwmax)
+        if ready0 or (found and tau <= cutoff):
+            return cutoff, False, True
+        if not found:
+            return 0.0, True, False
+        return (cwmax if wait_all else tau), True, True
+    if not found:
+        return 0.0, False, False
+    if nplanned == 0:
+        return 0.0, False, True
+    return (first if ready0 else tau), False, True
+
+
+@njit(cache=True)
+def _by_completion(comp, planned, n, ct, cw, over):
+    """The planned workers in the order the scan receives them (``comp[w]``: the arrival of
+    ``w``'s last message): ``(order, head, first)``. No round is ready before ``over`` workers
+    have completed (at most ``max_cur`` may be incomplete), so the ``head`` workers that complete
+    by the ``over``-th completion ``first`` (ties included) come first, in any order (one
+    selection), and only the rest are sorted (``head = 0``: all sorted)."""
+    N = 0
+    for w in range(n):
+        if planned[w]:
+            ct[N] = comp[w]
+            cw[N] = w
+            N += 1
+    out = np.empty(N, dtype=np.int64)
+    if over <= 0 or over > N:
+        order = np.argsort(ct[:N])
+        for x in range(N):
+            out[x] = cw[order[x]]
+        return out, 0, 0.0
+    first = np.partition(ct[:N], over - 1)[over - 1]
+    head = 0
+    for x in range(N):
+        if ct[x] <= first:
+            out[head] = cw[x]
+            head += 1
+    rest = np.empty(N - head)
+    idx = np.empty(N - head, dtype=np.int64)
+    r = 0
+    for x in range(N):
+        if ct[x] > first:
+            rest[r] = ct[x]
+            idx[r] = cw[x]
+            r += 1
+    order = np.argsort(rest)
+    for x in range(r):
+        out[head + x] = idx[order[x]]
+    return out, head, first
+
+
+@njit(cache=True)
+def _group(order, i, head, first, comp):
+    """The end of the scan's next group from ``i``: the head, or the workers that complete at
+    the same instant as ``order[i]``; returns ``(stop, time)``."""
+    if i < head:
+        return head, first
+    tg = comp[order[i]]
+    stop = i + 1
+    while stop < order.shape[0] and comp[order[stop]] == tg:
+        stop += 1
+    return stop, tg
+
+
+@njit(cache=True)
+def _records(k, n, planned, counts, last, A, records, strag, arr, fin):
+    for w in range(n):
+        p = planned[w]
+        strag[k, w] = p > 0 and counts[w] < p
+        if records:
+            arr[k, w] = last[w] if (p > 0 and counts[w] == p) else -1.0
+            fin[k, w] = A[w, p - 1] if p > 0 else 0.0
+
+
+# ------------------------------------------------------------------------------------ SR-SGC
+
+
+@njit(cache=True)
+def _sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
+    if not rep:
+        return jcount[sl] >= need_n
+    for g in range(groups):
+        gseen[g] = False
+    got = 0
+    for w in range(recv.shape[1]):
+        if recv[sl, w] and not gseen[group[w]]:
+            gseen[group[w]] = True
+            got += 1
+    return got == groups
+
+
+@njit(cache=True)
+def _sr_take(t, old, due, order, lo, hi, by, A, job_of, R, recv, jcount, jfresh, rep, group, gcov, uncovered,
+             cur, E, nonD, F, base, fcnt, counts):
+    """Receive the results of workers ``order[lo:hi]`` that arrived by ``by`` (each one message,
+    for job ``t`` or the re-attempted ``old``): they leave the round's stragglers. Returns
+    ``(workers taken, the due job's groups still uncovered (GC-Rep))``. One call per batch of
+    workers, with the receipt written out in the loop: a call per worker costs more than the
+    receipt itself."""
+    taken = 0
+    for z in range(lo, hi):
+        w = order[z]
+        if counts[w] or A[w, 0] > by:
+            continue
+        counts[w] = 1
+        taken += 1
+        cur[w] = False
+        for e in range(E):
+            if nonD[e, w]:
+                base[e] -= 1
+            if F[e, w]:
+                fcnt[e] -= 1
+        u = job_of[w]
+        x = u % R
+        if not recv[x, w]:
+            recv[x, w] = True
+            jcount[x] += 1
+            if u == t:
+                jfresh[x] += 1
+            if due and u == old and rep:
+                if gcov[group[w]] == 0:
+                    uncovered -= 1
+                gcov[group[w]] += 1
+    return taken, uncovered
+
+
+@njit(cache=True)
+def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, groups, prefix, hist,
+                 fl_id, fl_st, fl_val, jid, recv, jcount, jfresh, jfin,
+                 records, end, waited, strag, arr, fin, fjobs, frounds, info):
+    """SR-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring). Rings: jobs at ``u mod (B + 2)``
+    (``jid`` the job or -1, ``recv``, ``jcount``, ``jfresh`` = N(u), ``jfin``); track flags at
+    ``a mod (W + 1)`` (``fl_id`` the start or -1, ``fl_st`` 1 flags / 2 broken, ``fl_val`` per
+    model: bursty, per-round)."""
+    m_rounds, n = ic.shape
+    T = B
+    need_n = n - s
+    max_cur = max(lam, s)
+    R = jid.shape[0]
+    FR = fl_id.shape[0]
+    kinds = np.array([BURSTY, PER_ROUND], dtype=np.int64)
+    Ns = np.array([B, 0], dtype=np.int64)
+    Ws = np.array([W, 0], dtype=np.int64)
+    lims = np.array([lam, s], dtype=np.int64)
+    M = 2
+    KM = W * M
+    starts = np.zeros(W, dtype=np.int64)
+    prev = np.zeros(KM, dtype=np.bool_)
+    cnt = np.zeros((W, n), dtype=np.int32)
+    nonD = np.zeros((KM, n), dtype=np.bool_)
+    F = np.zeros((KM, n), dtype=np.bool_)
+    base = np.zeros(KM, dtype=np.int64)
+    fcnt = np.zeros(KM, dtype=np.int64)
+    lim = np.zeros(KM, dtype=np.int64)
+    job_of = np.empty(n, dtype=np.int64)
+    planned = np.zeros(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    cur = np.zeros(n, dtype=np.bool_)
+    last = np.empty(n)
+    A = np.zeros((n, 1))
+    prefix2 = prefix.reshape(n, 1)
+    ct = np.empty(n)
+    comp = np.zeros(n)
+    cw = np.empty(n, dtype=np.int64)
+    gseen = np.zeros(max(groups, 1), dtype=np.bool_)
+    gcov = np.zeros(max(groups, 1), dtype=np.int64)
+    nfin = 0
+    for k in range(m_rounds):
+        t = t0 + k
+        # ---- plan: Algorithm 1 (3 for GC-Rep)
+        own = _in_range(t, J)
+        for w in range(n):
+            job_of[w] = t if own else -1
+        if own:
+            x = t % R
+            if jid[x] != t:
+                if jid[x] >= 0:
+                    info[STATUS] = 2
+                    info[AT] = t
+                    return
+                jid[x] = t
+                recv[x, :] = False
+                jcount[x] = 0
+                jfresh[x] = 0
+                jfin[x] = False
+        old = t - B
+        xo = old % R
+        due = _in_range(old, J) and not (jid[xo] == old and jfin[xo])
+        if due:
+            if jid[xo] != old:
+                if jid[xo] >= 0:
+                    info[STATUS] = 2
+                    info[AT] = t
+                    return
+                jid[xo] = old
+                recv[xo, :] = False
+                jcount[xo] = 0
+                jfresh[xo] = 0
+                jfin[xo] = False
+            if rep:
+                for g in range(groups):
+                    gseen[g] = False
+                for w in range(n):
+                    if recv[xo, w]:
+                        gseen[group[w]] = True
+            quota = need_n - jfresh[xo]
+            for w in range(n):
+                if quota <= 0:
+                    break
+                if not recv[xo, w] and not (rep and gseen[group[w]]):
+                    job_of[w] = old
+                    quota -= 1
+                    info[REATTEMPTS] += 1
+        last_job = -1
+        ncur = 0
+        nplanned = 0
+        for w in range(n):
+            p = 1 if job_of[w] >= 0 else 0
+            planned[w] = p
+            counts[w] = 0
+            cur[w] = p > 0
+            ncur += p
+            nplanned += p
+            if job_of[w] > last_job:
+                last_job = job_of[w]
+        if last_job > info[LAST_JOB]:
+            info[LAST_JOB] = last_job
+        # ---- conformance: tracks a = max(0, t - W + 1) .. t that are not broken
+        K = 0
+        for a in range(max(0, t - W + 1), t + 1):
+            x = a % FR
+            if fl_id[x] == a and fl_st[x] == 2:
+                continue
+            starts[K] = a
+            for mm in range(M):
+                prev[K * M + mm] = fl_val[x, mm] if (fl_id[x] == a and fl_st[x] == 1) else True
+            K += 1
+        _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
+        E = K * M
+        # ---- the due job's state (job t - B): decodable once n - s results (one per group)
+        due_ok = True
+        uncovered = 0
+        if due:
+            if rep:
+                for g in range(groups):
+                    gcov[g] = 0
+                uncovered = groups
+                for w in range(n):
+                    if recv[xo, w]:
+                        if gcov[group[w]] == 0:
+                            uncovered -= 1
+                        gcov[group[w]] += 1
+                due_ok = uncovered == 0
+            else:
+                due_ok = jcount[xo] >= need_n
+        # ---- time the messages
+        cwmin, cwmax = _time_round(ic, sl_, k, prefix2, planned, c, A, comp)
+        # ---- receive the workers in order of arrival until the round is ready (only completions
+        # change readiness), then every message in by the close
+        order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
+        N = order.shape[0]
+        ready0 = ncur <= max_cur and due_ok and _conf_ok(K, M, ncur, prev, base, lim, fcnt)
+        found = ready0
+        tau = 0.0
+        i = 0
+        while not found and i < N:
+            stop, tg = _group(order, i, head, tau1, comp)
+            taken, uncovered = _sr_take(t, old, due, order, i, stop, np.inf, A, job_of, R, recv, jcount, jfresh, rep,
+                                        group, gcov, uncovered, cur, E, nonD, F, base, fcnt, counts)
+            ncur -= taken
+            i = stop
+            due_ok = not due or (uncovered == 0 if rep else jcount[xo] >= need_n)
+            if ncur <= max_cur and due_ok and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
+                found = True
+                tau = tg
+        e_, wt, ok = _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, cwmin)
+        if not ok:
+            info[STATUS] = 1
+            info[AT] = t
+            return
+        taken, uncovered = _sr_take(t, old, due, order, i, N, e_, A, job_of, R, recv, jcount, jfresh, rep, group, gcov,
+                                    uncovered, cur, E, nonD, F, base, fcnt, counts)
+        ncur -= taken
+        for w in range(n):
+            if counts[w]:
+                last[w] = A[w, 0]
+                info[RECEIVED] = 1
+        end[k] = e_
+        waited[k] = wt
+        # ---- close: finish what decodes, record, commit the tracks, forget
+        for u in range(max(0, t - T), t + 1):
+            x = u % R
+            if _in_range(u, J) and jid[x] == u and not jfin[x]:
+                if _sr_decodable(x, jcount, recv, need_n, rep, group, groups, gseen):
+                    jfin[x] = True
+                    fjobs[nfin] = u
+                    frounds[nfin] = t
+                    nfin += 1
+        _records(k, n, planned, counts, last, A, records, strag, arr, fin)
+        for w in range(n):
+            hist[t, w] = strag[k, w]
+        for kk in range(K):
+            a = starts[kk]
+            x = a % FR
+            anyok = False
+            for mm in range(M):
+                f = _entry_ok(kk * M + mm, prev, base, lim, fcnt)
+                fl_val[x, mm] = f
+                anyok = anyok or f
+            fl_id[x] = a
+            fl_st[x] = 1 if anyok else 2
+            if not anyok:
+                info[STATUS] = 2
+                info[AT] = t
+                return
+        gone = t - W + 1
+        if gone >= 0 and fl_id[gone % FR] == gone:
+            fl_id[gone % FR] = -1
+            fl_st[gone % FR] = 0
+        u = t - T - 1
+        x = u % R
+        if u >= 0 and jid[x] == u and jfin[x]:
+            jid[x] = -1
+            jfin[x] = False
+        info[PLAYED] = k + 1
+        info[FINISHED] = nfin
+
+
+# ------------------------------------------------------------------------------------- M-SGC
+
+
+@njit(cache=True)
+def _m_group_ok(x, g, coded_n, uncov, need_n, rep):
+    return uncov[x, g] == 0 if rep else coded_n[x, g] >= need_n
+
+
+@njit(cache=True)
+def _m_decodable(x, Bc, missing, coded_n, uncov, need_n, rep):
+    if missing[x]:
+        return False
+    for g in range(Bc):
+        if not _m_group_ok(x, g, coded_n, uncov, need_n, rep):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups):
+    jid[x] = u
+    have[x] = False
+    missing[x] = have.shape[1] * have.shape[2]
+    coded[x] = False
+    coded_n[x] = 0
+    cov[x] = 0
+    uncov[x] = groups
+    jfin[x] = False
+
+
+@njit(cache=True)
+def _m_take(t, order, lo, hi, last_only, by, A, planned, slot, kind, kk, R, have, missing, coded, coded_n, cov,
+            uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last):
+    """Receive, for workers ``order[lo:hi]``, their last message (``last_only``: the scan) or
+    every message that arrived by ``by`` (then ``counts`` and ``last`` are set); a worker whose
+    last message is in leaves the round's stragglers. Returns how many left. Receiving is
+    idempotent (a message already held changes nothing), so the close's pass may take the
+    scan's messages again. One call per batch of workers, the receipt written out in the loop:
+    a call per message costs more than the receipt itself."""
+    taken = 0
+    for z in range(lo, hi):
+        w = order[z]
+        p = planned[w]
+        a = p - 1 if last_only else 0
+        b = p
+        if not last_only:
+            b = 0
+            while b < p and A[w, b] <= by:
+                b += 1
+            counts[w] = b
+            if b:
+                last[w] = A[w, b - 1]
+        for i in range(a, b):
+            u = t - slot[w, i]
+            x = u % R
+            g = kk[w, i]
+            if kind[w, i] == 0:
+                if not have[x, w, g]:
+                    have[x, w, g] = True
+                    missing[x] -= 1
+            elif not coded[x, g, w]:
+                coded[x, g, w] = True
+                coded_n[x, g] += 1
+                if rep:
+                    q = group[w]
+                    if cov[x, g, q] == 0:
+                        uncov[x, g] -= 1
+                    cov[x, g, q] += 1
+        if b == p and p > 0 and cur[w]:
+            taken += 1
+            cur[w] = False
+            for e in range(E):
+                if nonD[e, w]:
+                    base[e] -= 1
+                if F[e, w]:
+                    fcnt[e] -= 1
+    return taken
+
+
+@njit(cache=True)
+def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, coded_last, size1, size2,
+                hist, fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin,
+                records, end, waited, strag, arr, fin, fjobs, frounds, info):
+    """M-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring). Rings by job ``u mod (T + 2)``:
+    ``jid``, ``have`` ``(n, W - 1)`` D_1 chunks held, ``missing``, ``coded`` ``(B, n)`` coded
+    results held, ``coded_n``, ``cov``/``uncov`` (GC-Rep: results per group, groups uncovered),
+    ``jfin``; track flags by job (``fl_*``, models: bursty, arbitrary). ``coded_last[i]``: the
+    last partition of worker ``i``'s coded mini-task its coefficients use (-1: none);
+    ``size1``/``size2``: a ``D_1`` / ``D_2`` chunk's data fraction."""
+    m_rounds, n = ic.shape
+    T = W - 2 + B
+    S = W - 1 + B
+    coded_ok = lam < n
+    Bc = B if coded_ok else 0
+    need_n = n - lam
+    max_cur = lam
+    R = jid.shape[0]
+    FR = fl_id.shape[0]
+    kinds = np.array([BURSTY, ARBITRARY], dtype=np.int64)
+    Ns = np.array([B, B], dtype=np.int64)
+    Ws = np.array([W, W + B - 1], dtype=np.int64)
+    lims = np.array([lam, lam], dtype=np.int64)
+    M = 2
+    KM = (T + 1) * M
+    starts = np.zeros(T + 1, dtype=np.int64)
+    prev = np.zeros(KM, dtype=np.bool_)
+    cnt = np.zeros((T + 1, n), dtype=np.int32)
+    nonD = np.zeros((KM, n), dtype=np.bool_)
+    F = np.zeros((KM, n), dtype=np.bool_)
+    base = np.zeros(KM, dtype=np.int64)
+    fcnt = np.zeros(KM, dtype=np.int64)
+    lim = np.zeros(KM, dtype=np.int64)
+    slot = np.zeros((n, S), dtype=np.int64)
+    kind = np.zeros((n, S), dtype=np.int8)
+    kk = np.zeros((n, S), dtype=np.int64)
+    planned = np.zeros(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    cur = np.zeros(n, dtype=np.bool_)
+    last = np.empty(n)
+    A = np.zeros((n, S))
+    loads = np.zeros((n, S))
+    memo = np.full((n, S), -1, dtype=np.int8)  # the kinds each worker's loads row was timed for
+    memo_n = np.full(n, -1, dtype=np.int64)
+    ct = np.empty(n)
+    comp = np.zeros(n)
+    cw = np.empty(n, dtype=np.int64)
+    everyone = np.arange(n)
+    nfin = 0
+    for k in range(m_rounds):
+        t = t0 + k
+        # ---- plan: Algorithm 2
+        for w in range(n):
+            planned[w] = 0
+        last_job = -1
+        for j in range(S):
+            u = t - j
+            if not _in_range(u, J):
+                continue
+            if u > last_job:
+                last_job = u
+            x = u % R
+            if jid[x] != u:
+                if jid[x] >= 0:
+                    info[STATUS] = 2
+                    info[AT] = t
+                    return
+                _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups)
+            for w in range(n):
+                col = planned[w]
+                if j <= W - 2:
+                    slot[w, col], kind[w, col], kk[w, col] = j, 0, j
+                    planned[w] = col + 1
+                    continue
+                first = -1
+                for b in range(W - 1):
+                    if not have[x, w, b]:
+                        first = b
+                        break
+                if first < 0:
+                    if coded_ok:
+                        slot[w, col], kind[w, col], kk[w, col] = j, 1, j - (W - 1)
+                        planned[w] = col + 1
+                else:
+                    slot[w, col], kind[w, col], kk[w, col] = j, 0, first
+                    planned[w] = col + 1
+        if last_job > info[LAST_JOB]:
+            info[LAST_JOB] = last_job
+        ncur = 0
+        nplanned = 0
+        for w in range(n):
+            counts[w] = 0
+            cur[w] = planned[w] > 0
+            if planned[w] > 0:
+                ncur += 1
+                nplanned += 1
+        # ---- conformance: one track per live job u in [t - T, t] not finished (and not broken)
+        K = 0
+        for u in range(max(0, t - T), t + 1):
+            x = u % R
+            if not _in_range(u, J) or (jid[x] == u and jfin[x]):
+                continue
+            y = u % FR
+            if fl_id[y] == u and fl_st[y] == 2:
+                continue
+            starts[K] = u
+            for mm in range(M):
+                prev[K * M + mm] = fl_val[y, mm] if (fl_id[y] == u and fl_st[y] == 1) else True
+            K += 1
+        _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
+        E = K * M
+        # ---- prefix loads (task_schedule's running sums), memoised per worker by its kinds
+        for w in range(n):
+            p = planned[w]
+            same = memo_n[w] == p
+            if same:
+                for i in range(p):
+                    if memo[w, i] != kind[w, i]:
+                        same = False
+                        break
+            if same:
+                continue
+            acc = 0.0
+            pv = 0.0
+            for i in range(p):
+                if kind[w, i] == 0:
+                    acc += size1
+                    v = acc
+                else:
+                    v = 0.0
+                    for q in range(lam + 1):
+                        acc += size2
+                        if q == coded_last[w]:
+                            v = acc
+                if i and not v >= pv:
+                    v = pv
+                loads[w, i] = v
+                pv = v
+                memo[w, i] = kind[w, i]
+            memo_n[w] = p
+        # ---- time the messages
+        cwmin, cwmax = _time_round(ic, sl_, k, loads, planned, c, A, comp)
+        # ---- receive the workers in order of completion until the round is ready: only a worker's
+        # last message changes readiness (it ends the worker's stragglership, and the due job's
+        # mini-tasks are in slot T, each worker's last); then every message in by the close
+        u_due = t - T
+        xd = u_due % R
+        due = _in_range(u_due, J) and not (jid[xd] == u_due and jfin[xd])
+        ready0 = ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
+            xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt)
+        found = ready0
+        tau = 0.0
+        order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
+        N = order.shape[0]
+        i = 0
+        while not found and i < N:
+            stop, tg = _group(order, i, head, tau1, comp)
+            ncur -= _m_take(t, order, i, stop, True, np.inf, A, planned, slot, kind, kk, R, have, missing, coded,
+                            coded_n, cov, uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last)
+            i = stop
+            if ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
+                    xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
+                found = True
+                tau = tg
+        first = np.inf
+        for w in range(n):
+            if planned[w] and A[w, 0] < first:
+                first = A[w, 0]
+        e_, wt, ok = _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, first)
+        if not ok:
+            info[STATUS] = 1
+            info[AT] = t
+            return
+        ncur -= _m_take(t, everyone, 0, n, False, e_, A, planned, slot, kind, kk, R, have, missing, coded, coded_n,
+                        cov, uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last)
+        for w in range(n):
+            if counts[w]:
+                info[RECEIVED] = 1
+                break
+        end[k] = e_
+        waited[k] = wt
+        # ---- close: finish, record, commit; the ending tracks are t - T and the jobs finished
+        # before this round (those finished now end with the next round's commit)
+        for u in range(max(0, t - T), t + 1):
+            x = u % FR
+            if _in_range(u, J) and jid[u % R] == u and jfin[u % R] and u > t - T and fl_id[x] == u:
+                fl_id[x] = -1
+                fl_st[x] = 0
+        for u in range(max(0, t - T), t + 1):
+            x = u % R
+            if _in_range(u, J) and jid[x] == u and not jfin[x]:
+                if _m_decodable(x, Bc, missing, coded_n, uncov, need_n, rep):
+                    jfin[x] = True
+                    fjobs[nfin] = u
+                    frounds[nfin] = t
+                    nfin += 1
+        _records(k, n, planned, counts, last, A, records, strag, arr, fin)
+        for w in range(n):
+            hist[t, w] = strag[k, w]
+        for q in range(K):
+            a = starts[q]
+            y = a % FR
+            anyok = False
+            for mm in range(M):
+                f = _entry_ok(q * M + mm, prev, base, lim, fcnt)
+                fl_val[y, mm] = f
+                anyok = anyok or f
+            fl_id[y] = a
+            fl_st[y] = 1 if anyok else 2
+            if not anyok:
+                info[STATUS] = 2
+                info[AT] = t
+                return
+        gone = t - T
+        if gone >= 0 and fl_id[gone % FR] == gone:
+            fl_id[gone % FR] = -1
+            fl_st[gone % FR] = 0
+        u = t - T - 1
+        x = u % R
+        if u >= 0 and jid[x] == u and jfin[x]:
+            jid[x] = -1
+            jfin[x] = False
+        info[PLAYED] = k + 1
+        info[FINISHED] = nfin
