@@ -127,9 +127,17 @@ def simulate_rates(rounds, repeats):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
+    ap.add_argument("--only", choices=["plan", "simulate"], help="one of the two tables")
     args = ap.parse_args()
     rounds, repeats = (50, 3) if args.quick else (200, 5)
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
+    if args.only != "simulate":
+        plan_table(rounds, repeats)
+    if args.only != "plan":
+        simulate_table(500 if args.quick else 2000, repeats)
+
+
+def plan_table(rounds, repeats):
     print(f"{rounds} rounds, median of {repeats} repeats, CPU microseconds per round")
     print(f"{'K':>5} {'P':>4} {'n_c':>4} {'lemma1':>6} {'states':>9} {'rates':>9} {'plan':>9} {'round':>9}"
           f" {'conflicts':>10}")
@@ -141,12 +149,36 @@ def main():
         )
     print("plan = observe_states + plan(t); round = plan + K on_result calls + close"
           " (simulation mode, everyone arrives, r = 2)")
-    sim_rounds = 500 if args.quick else 2000
+
+
+def simulate_table(sim_rounds, repeats):
     print(f"\nsimulate: K = 100, P = 10, r = 6, n_c = 6, gilbert-elliot p_switch = 0.2, seed 1, {sim_rounds} rounds,"
           f" best of {repeats} (wall clock)")
     print(f"{'scheme':<22} {'rounds/s':>10} {'mean round time':>16}")
     for label, rate, mean in simulate_rates(sim_rounds, repeats):
         print(f"{label:<22} {rate:>10.0f} {mean:>16.4f}")
+    print(f"\nGC-DC perfect SSI against K: P = 10, r = 6, n_c the smallest meeting Lemma 1, {sim_rounds // 4} rounds")
+    print(f"{'K':>6} {'n_c':>4} {'rounds/s':>10} {'us/round':>9}")
+    for K in (100, 300, 1000):
+        nc, rate = simulate_k(K, sim_rounds // 4, repeats)
+        print(f"{K:>6} {nc:>4} {rate:>10.0f} {1e6 / rate:>9.1f}")
+
+
+def simulate_k(K, rounds, repeats):
+    """``(n_c, rounds/s)`` of GC-DC (perfect SSI) at ``K`` workers on the same model."""
+    from gradcode.schemes.gcdc import min_clusters_per_worker
+    from gradcode.sim import simulate
+    from gradcode.stragglers import make_delay_model
+
+    model = make_delay_model("gilbert-elliot", p_switch=0.2)
+    nc = min_clusters_per_worker(K, 10)
+    best = float("inf")
+    for _ in range(repeats):
+        scheme = GCDC(K, 10, 6, clusters_per_worker=nc, ssi="perfect", seed=0)
+        t0 = time.perf_counter()
+        simulate(scheme, model, rounds, seed=1, progress=False, records=False)
+        best = min(best, time.perf_counter() - t0)
+    return nc, rounds / best
 
 
 if __name__ == "__main__":

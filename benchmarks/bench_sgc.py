@@ -8,7 +8,8 @@ scheme's protocol calls (``plan``, ``on_result``, ``ready``, ``close``, measured
 them, and the batched calls ``plan_loads``, ``ready_after``, ``on_results`` and
 ``close_rounds`` that replace them for batched schemes), i.e. the master's bookkeeping; ``total``
 the whole simulated round (the simulator's own event handling included). The paper's parameters: M-SGC (1, 2, 27), SR-SGC (2, 3, 23), and the
-static CRC s = 15 through the same event path for reference.
+static CRC s = 15 through the same event path for reference. The sequential codes play whole
+blocks of rounds in one compiled call (``play_rounds``); ``scheme`` is then that call.
 
 (b) ``tune``: :func:`gradcode.schemes.sgc.tune.tune` over every parameter set of each family
 (GC: s = 0..255; SR-SGC and M-SGC: W <= max_W, default J, every lambda, every delay T that the
@@ -33,7 +34,8 @@ median over repeats, with the simulator's total of the same rounds under the sam
 lambda = 255: the worst time.
 
 Run: ``python benchmarks/bench_sgc.py [--quick] [--only round|tune|build|ray] [--against REV]
-[--close MU] [--waitout all]``. Times are medians of wall time; ``--against REV`` times ``tune`` at
+[--n 64,256,1024] [--close MU] [--waitout all]``. ``--n``: the numbers of workers of (a) (the
+profile and the parameters stay the paper's). Times are medians of wall time; ``--against REV`` times ``tune`` at
 git revision REV beside the working tree's, interleaved.
 """
 
@@ -84,8 +86,8 @@ def timed(scheme):
     return spent
 
 
-def bench_rounds(repeats, rounds):
-    n, alpha = 256, 3.0
+def bench_rounds(repeats, rounds, n=256):
+    alpha = 3.0
     X = profile(n, rounds + 8)
     model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
     makers = {
@@ -270,6 +272,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["round", "tune", "build", "ray"], action="append")
     ap.add_argument("--against", metavar="REV", help="time tune at git revision REV beside the working tree's")
+    ap.add_argument("--n", default="256", help="(a): the numbers of workers, comma-separated (default 256)")
     ap.add_argument("--close", type=float, default=None, help="(c): the mu of the mu-rule (default: decodable)")
     ap.add_argument("--waitout", choices=["decodable", "all"], default="decodable", help="(c): with --close")
     args = ap.parse_args()
@@ -280,7 +283,8 @@ def main():
         ap.error("--waitout all waits out the mu-rule's deadline: give --close MU too")
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
     if "round" in which:
-        bench_rounds(1 if args.quick else 3, 120 if args.quick else 480)
+        for n in (int(x) for x in args.n.split(",")):
+            bench_rounds(1 if args.quick else 3, 120 if args.quick else 480, n)
     if "build" in which:
         bench_build(3)
     if "tune" in which:

@@ -58,6 +58,15 @@ def _assert_same_run(s1, r1, s0, r0):
         assert getattr(s1, counter, None) == getattr(s0, counter, None)
     if hasattr(s0, "conformance"):  # the sequential codes' state: jobs, finished jobs, tracks
         _assert_same_sgc_state(s1, s0)
+    if hasattr(s0, "assignment"):  # GC-DC's: closed rounds, observed states, last plan, the GC-SC rounds
+        assert s1._closed == s0._closed and not s1._plans and not s1._received
+        for observed in ("_states", "_rates"):
+            a, b = getattr(s1, observed), getattr(s0, observed)
+            assert sorted(a) == sorted(b) and all(np.array_equal(a[u], b[u]) for u in b)
+        assert (s1.last_plan.round, s1.last_plan.source) == (s0.last_plan.round, s0.last_plan.source)
+        assert np.array_equal(s1.last_plan.codeword, s0.last_plan.codeword)
+        assert np.array_equal(s1._static.straggler_history, s0._static.straggler_history)
+        assert s1._static._closed == s0._static._closed
 
 
 def _assert_same_sgc_state(s1, s0):
@@ -112,6 +121,49 @@ def test_compiled_rounds_equal_the_other_paths_on_random_configurations(monkeypa
             s1, r1 = _run(family, params, close, waitout, mode, monkeypatch, **kw)
             _assert_same_run(s1, r1, s0, r0)
         played += 1
+
+
+def test_compiled_gcdc_rounds_equal_the_other_paths_on_random_configurations(monkeypatch):
+    """GC-DC with random shapes, SSI, clusters per worker (down to 1 and 2, where Lemma 1 fails
+    and Algorithm 1 needs its augmenting chains: the compiled code stops before those rounds and
+    the protocol plays them), closing rules, and rates with tau on the heterogeneous model."""
+    rng = np.random.default_rng(11)
+    rules = [("decodable", "decodable"), (0.0, "decodable"), (0.3, "decodable"), (1.0, "all")]
+    for _ in range(40):
+        P, ell = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        params = dict(n=P * ell, clusters=P, r=int(rng.integers(1, ell + 1)), ssi=str(rng.choice(["perfect", "imperfect"])),
+                      clusters_per_worker=int(rng.integers(1, P + 1)), seed=int(rng.integers(100)))
+        if rng.random() < 0.3:
+            params["tau"] = 1.0
+            model = gradcode.make_delay_model("gilbert-elliot-het")
+        else:
+            model = gradcode.make_delay_model("bernoulli", p=float(rng.uniform(0.1, 0.5)), slowdown=5.0, comm=0.05)
+        close, waitout = rules[int(rng.integers(len(rules)))]
+        kw = dict(rounds=int(rng.integers(1, 60)), model=model, seed=int(rng.integers(1000)))
+        s0, r0 = _run("gc-dc", params, close, waitout, False, monkeypatch, **kw)
+        for mode in (True, "batched"):
+            s1, r1 = _run("gc-dc", params, close, waitout, mode, monkeypatch, **kw)
+            _assert_same_run(s1, r1, s0, r0)
+
+
+def test_compiled_gcdc_hands_the_rounds_that_need_chains_to_the_protocol(monkeypatch):
+    from gradcode.schemes.gcdc import GCDC
+
+    shorter = []
+    play = GCDC.play_rounds
+
+    def counted(self, first, intercept, *args):
+        out = play(self, first, intercept, *args)
+        shorter.append(out.end.shape[0] < intercept.shape[0])
+        return out
+
+    monkeypatch.setattr(GCDC, "play_rounds", counted)
+    params = dict(n=20, clusters=5, r=2, clusters_per_worker=2, ssi="perfect", seed=3)
+    model = gradcode.make_delay_model("bernoulli", p=0.4, slowdown=5.0)
+    s1, r1 = _run("gc-dc", params, 0.5, "decodable", True, monkeypatch, rounds=300, model=model, seed=1)
+    assert sum(shorter) >= 3  # some rounds went through the protocol
+    s0, r0 = _run("gc-dc", params, 0.5, "decodable", False, monkeypatch, rounds=300, model=model, seed=1)
+    _assert_same_run(s1, r1, s0, r0)
 
 
 @pytest.mark.parametrize("name,params", [("sr-sgc", dict(n=12, B=2, W=3, lam=4)), ("m-sgc-rep", dict(n=12, B=2, W=3, lam=2)),

@@ -243,12 +243,16 @@ class Scheme(ABC):
                        for c in own for k, v in c.__dict__.items() if not k.startswith("__"))
 
     def play_rounds(self, first: int, intercept: np.ndarray, slope: np.ndarray, message_time: float,
-                    mu: float | None, wait_all: bool, records: bool) -> PlayedRounds:
+                    mu: float | None, wait_all: bool, records: bool, straggling: np.ndarray | None = None,
+                    rates: np.ndarray | None = None) -> PlayedRounds:
         """Play rounds ``first .. first + m - 1`` as the simulator's event path plays them
         (``intercept``/``slope``: ``(m, n)``, the delay draw of those rounds; ``message_time``;
-        the closing rule ``mu`` (``None``: decodable) and ``wait_all``), planning, receiving and
-        closing each in the scheme, which is left as after closing the last of them. With
-        ``records`` the arrival and finish tables are filled too. Schemes with
+        the closing rule ``mu`` (``None``: decodable) and ``wait_all``; ``straggling`` and
+        ``rates``: ``(m, n)``, what the driver would hand to :meth:`observe_states` before each
+        round, or ``None``), planning, receiving and closing each in the scheme, which is left as
+        after closing the last round played. It may play fewer rounds than given (the result's
+        length says how many): the driver then plays the next round through the protocol and
+        calls again. With ``records`` the arrival and finish tables are filled too. Schemes with
         :attr:`compiled_rounds` implement it."""
         raise NotImplementedError(f"{type(self).__name__} does not play compiled rounds")
 

@@ -70,7 +70,7 @@ scheme after how many of them it is ready (``ready_after``) and hands them over 
 ``ready`` after each instant. Both give the same results bit for bit (tests compare every
 record), and the per-message path stays the reference (``BATCHED = False`` selects it). A
 scheme with :attr:`Scheme.compiled_rounds <gradcode.schemes.Scheme.compiled_rounds>` (SR-SGC,
-M-SGC) goes further: a whole block of rounds is one compiled call (:meth:`Scheme.play_rounds`),
+M-SGC, GC-DC) goes further: a whole block of rounds is one compiled call (:meth:`Scheme.play_rounds`),
 again with the same results bit for bit (``COMPILED = False`` selects the batched rounds). A
 :class:`~gradcode.schemes.StaticScheme`'s rounds do not depend on each other, so they go by whole
 blocks, as on the fast path, each closed in the scheme (``close_rounds``: its straggler history).
@@ -418,20 +418,6 @@ def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> S
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
-            if blocks:
-                played = scheme.play_rounds(a, draw.intercept, draw.slope, c, mu, rule[1], records)
-                started = max(started, played.last_job)
-                for job, t in zip(played.jobs.tolist(), played.job_rounds.tolist()):
-                    ledger.finish(job, t, scheme)
-
-                def write_tables(arr, fin, played=played):
-                    np.copyto(arr, played.arrivals)
-                    np.copyto(fin, played.finish)
-
-                sink.put(a, b, played.end, played.stragglers, played.waitout if waitouts else None, write_tables)
-                if prog is not None:
-                    prog.update(task, completed=b)
-                continue
             m = b - a
             # this block's rounds (copied into the records, if kept, by sink.put)
             round_times = np.empty(m)
@@ -439,8 +425,26 @@ def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> S
             arrivals = np.full((m, n), -1.0) if records else None
             finish = np.zeros((m, n)) if records else None
             waitout = np.zeros(m, dtype=bool)
-            for t in range(a, b):
+            t = a
+            while t < b:
                 k = t - a
+                if blocks:  # as many rounds as the scheme's compiled code plays, then one by the protocol
+                    played = scheme.play_rounds(t, draw.intercept[k:], draw.slope[k:], c, mu, rule[1], records,
+                                                draw.straggling[k:], None if draw.rates is None else draw.rates[k:])
+                    done = played.end.shape[0]
+                    round_times[k:k + done] = played.end
+                    waitout[k:k + done] = played.waitout
+                    stragglers[k:k + done] = played.stragglers
+                    if records:
+                        arrivals[k:k + done] = played.arrivals
+                        finish[k:k + done] = played.finish
+                    started = max(started, played.last_job)
+                    for job, u in zip(played.jobs.tolist(), played.job_rounds.tolist()):
+                        ledger.finish(job, u, scheme)
+                    t += done
+                    if t == b:
+                        break
+                    k = t - a
                 scheme.observe_states(t, draw.straggling[k], None if draw.rates is None else draw.rates[k])
                 if batched:
                     plan = scheme.plan_loads(t)
@@ -459,8 +463,11 @@ def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> S
                     finish[k, planned] = comp[planned]
                 for job, _ in scheme.close(t, arrived):
                     ledger.finish(job, t, scheme)
-                if prog is not None and (t % 256 == 255 or t == rounds - 1):
-                    prog.update(task, completed=t + 1)
+                t += 1
+                if prog is not None and (t % 256 == 0 or t == rounds):
+                    prog.update(task, completed=t)
+            if blocks and prog is not None:
+                prog.update(task, completed=b)
 
             def write_tables(arr, fin, arrivals=arrivals, finish=finish):
                 np.copyto(arr, arrivals)

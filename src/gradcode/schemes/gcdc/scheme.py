@@ -58,7 +58,7 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.clustering import GCSC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import SCHEMES, ProtocolError, RoundLoads, Scheme, Task, check_round
+from gradcode.schemes.base import SCHEMES, PlayedRounds, ProtocolError, RoundLoads, Scheme, Task, check_round
 from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
 from gradcode.schemes.gcdc.clustering import (
     ClusterPlacement,
@@ -67,7 +67,8 @@ from gradcode.schemes.gcdc.clustering import (
     check_tau,
     dynamic_clustering,
 )
-from gradcode.schemes.static import StaticScheme
+from gradcode.schemes.gcdc.rounds import gcdc_rounds
+from gradcode.schemes.static import StaticScheme, code_loads
 
 __all__ = ["GCDC", "RoundPlan"]
 
@@ -281,6 +282,82 @@ class GCDC(Scheme):
         self._static.on_results(t, plan.codeword[workers], indices, times)
         self._received[t][workers] = True
 
+    # -------------------------------------------------------------- compiled rounds
+    _compiled_family = True
+
+    def play_rounds(self, first, intercept, slope, message_time, mu, wait_all, records, straggling=None,
+                    rates=None) -> PlayedRounds:
+        """:meth:`Scheme.play_rounds` by :func:`~gradcode.schemes.gcdc.rounds.gcdc_rounds`, with
+        ``straggling``/``rates`` the states (and rates) a driver hands to :meth:`observe_states`
+        before each round. Plays fewer rounds (possibly none) where the compiled code stops: before
+        a round whose conflicts need Algorithm 1's augmenting chains, or a block whose
+        information Algorithm 1 would refuse (missing or invalid rates); the driver plays that
+        round through the protocol and goes on."""
+        first = check_round(first)
+        intercept = np.ascontiguousarray(intercept, dtype=np.float64)
+        slope = np.ascontiguousarray(slope, dtype=np.float64)
+        m, K = intercept.shape
+        if K != self.n or slope.shape != (m, K):
+            raise ValueError(f"intercept and slope must be (rounds, {self.n}); got {intercept.shape}, {slope.shape}")
+        if self._plans:
+            raise ProtocolError(f"play_rounds({first}): round(s) {sorted(self._plans)} are open; close them first")
+        if not self._closed.isdisjoint(range(first, first + m)):
+            raise ProtocolError(f"play_rounds({first}): rounds {first}..{first + m - 1} include a closed round")
+        if straggling is None or not m:
+            return _played(first, 0, K, records)
+        straggling = np.ascontiguousarray(straggling)
+        if straggling.shape != (m, K) or straggling.dtype != bool:
+            raise ValueError(f"straggling must be ({m}, {K}) booleans, got {straggling.dtype} {straggling.shape}")
+        if rates is not None:
+            rates = np.asarray(rates, dtype=np.float64)
+            if rates.shape != (m, K):
+                raise ValueError(f"rates must have shape ({m}, {K}), got {rates.shape}")
+            bad = ~(np.isfinite(rates) & (rates >= 0)).all(axis=1)
+            if bad.any():  # play up to the first round whose rates the protocol refuses
+                m = int(np.argmax(bad))
+                intercept, slope, straggling, rates = intercept[:m], slope[:m], straggling[:m], rates[:m]
+                if not m:
+                    return _played(first, 0, K, records)
+        use_rates = self.tau is not None and rates is not None
+        plan_rates = np.ascontiguousarray(rates, dtype=np.float64) if use_rates else np.zeros((m, K))
+        if self.ssi == "perfect":
+            if self.tau is not None and not use_rates:
+                return _played(first, 0, K, records)  # the protocol's ProtocolError: no rates
+            plan_states, by_rates = straggling, np.full(m, use_rates)
+        else:  # round t is planned with round t - 1's information; the first with the scheme's own
+            kwargs, _ = self._information(first)
+            plan_states = np.empty((m, K), dtype=bool)
+            plan_states[1:] = straggling[:-1]
+            plan_rates = np.concatenate([np.zeros((1, K)), plan_rates[:-1]])
+            by_rates = np.full(m, use_rates)
+            by_rates[0] = "rates" in kwargs
+            if by_rates[0]:
+                plan_rates[0] = kwargs["rates"]
+            else:
+                plan_states[0] = kwargs["straggling"]
+        if self.__dict__.get("_codeword_loads") is None:
+            self._codeword_loads = np.ascontiguousarray(code_loads(self.code)[0][:, 0])
+        a = self.assignment
+        hist = self._history_rows(first + m)
+        out = _played(first, m, K, records)
+        cw_rows = np.zeros((m, K), dtype=bool)
+        info = np.zeros(2, dtype=np.int64)
+        gcdc_rounds(first, intercept, slope, float(message_time), -1.0 if mu is None else float(mu), bool(wait_all),
+                    plan_states, plan_rates, by_rates, float(self.tau or 0.0), np.ascontiguousarray(a.columns, dtype=np.int64),
+                    np.ascontiguousarray(a.clusters_of, dtype=np.int64), a.membership, self.cluster_size,
+                    a.clusters_per_worker == a.clusters, self._codeword_loads, self.needed_per_cluster, hist, cw_rows,
+                    bool(records), out.end, out.waitout, out.stragglers, out.arrivals if records else np.empty((0, 0)),
+                    out.finish if records else np.empty((0, 0)), info)
+        played = int(info[0])
+        if played:
+            self._static.close_rounds(first, cw_rows[:played])
+            self._history_rounds = max(self._history_rounds, first + played)
+            self._closed.update(range(first, first + played))
+            for k in range(max(0, played - 2), played):
+                self._observe_states(first + k, straggling[k], None if rates is None else rates[k])
+            self.last_plan = self.plan_placement(first + played - 1)
+        return _played(first, played, K, records, out)
+
     def plan_placement(self, t: int) -> RoundPlan:
         """The placement ``plan(t)`` uses (Algorithm 1 on the information for round ``t``, see
         the module docstring), without opening the round; an open round's own plan."""
@@ -350,6 +427,18 @@ class GCDC(Scheme):
             return f"every cluster has its {need} results, but the decode was refused"
         return f"results needed per cluster: {need} (l - r + 1); " + ", ".join(short)
 
+
+
+def _played(first: int, m: int, K: int, records: bool, out: PlayedRounds | None = None) -> PlayedRounds:
+    """``m`` rounds from ``first``: new arrays to fill, or the first ``m`` rows of ``out``."""
+    if out is None:
+        return PlayedRounds(np.empty(m), np.zeros(m, dtype=bool), np.zeros((m, K), dtype=bool),
+                            np.empty((m, K)) if records else None, np.empty((m, K)) if records else None,
+                            np.arange(first, first + m), np.arange(first, first + m), first + m - 1 if m else -1)
+    return PlayedRounds(out.end[:m], out.waitout[:m], out.stragglers[:m],
+                        None if out.arrivals is None else out.arrivals[:m],
+                        None if out.finish is None else out.finish[:m],
+                        out.jobs[:m], out.job_rounds[:m], first + m - 1 if m else -1)
 
 
 def _forget_before(observed: dict, t: int) -> None:

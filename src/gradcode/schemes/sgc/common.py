@@ -56,7 +56,7 @@ from gradcode.schemes.base import (
     accept_messages,
     check_round,
 )
-from gradcode.schemes.sgc import rounds as compiled
+from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, PLAYED, RECEIVED, STATUS
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
 
@@ -470,11 +470,13 @@ class SequentialScheme(Scheme):
         return None if k > N else k
 
     # ----------------------------------------------------------- compiled rounds (simulator)
-    def play_rounds(self, first, intercept, slope, message_time, mu, wait_all, records) -> PlayedRounds:
-        """:meth:`Scheme.play_rounds`: the rounds played by the compiled kernels of
+    def play_rounds(self, first, intercept, slope, message_time, mu, wait_all, records, straggling=None,
+                    rates=None) -> PlayedRounds:
+        """:meth:`Scheme.play_rounds`: every round given, played by the compiled kernels of
         :mod:`~gradcode.schemes.sgc.rounds` on rings of the scheme's state (``_to_rings``),
         which are written back after the block (``_from_rings``), so the scheme ends as the
-        batched path leaves it, history, jobs, tracks and counters alike."""
+        batched path leaves it, history, jobs, tracks and counters alike (the states and rates
+        of straggler state information are not used by these schemes)."""
         first = check_round(first)
         if self._round is not None or first != self._next:
             raise ProtocolError(f"{type(self).__name__} plays rounds in order: round {self._next} is next"
@@ -497,24 +499,24 @@ class SequentialScheme(Scheme):
         fjobs = np.empty(m * (self._T + 1), dtype=np.int64)
         frounds = np.empty_like(fjobs)
         info = np.zeros(7, dtype=np.int64)
-        info[compiled.LAST_JOB] = -1
+        info[LAST_JOB] = -1
         self._kernel(first, intercept, slope, float(message_time), -1.0 if mu is None else float(mu), bool(wait_all),
                      hist, rings, bool(records), end, waited, strag, arr, fin, fjobs, frounds, info)
-        played = int(info[compiled.PLAYED])
+        played = int(info[PLAYED])
         self._from_rings(rings)
         self._history_rounds = max(self._history_rounds, first + played)
         self._next = first + played
-        if info[compiled.RECEIVED]:
+        if info[RECEIVED]:
             self._real = False
-        nfin = int(info[compiled.FINISHED])
-        if info[compiled.STATUS] == 1:
-            raise NotDecodableError(f"{self!r} cannot finish round {int(info[compiled.AT])} even with every message")
-        if info[compiled.STATUS]:
+        nfin = int(info[FINISHED])
+        if info[STATUS] == 1:
+            raise NotDecodableError(f"{self!r} cannot finish round {int(info[AT])} even with every message")
+        if info[STATUS]:
             raise RuntimeError(f"{self!r}: the compiled rounds reached a state the protocol rules out in round"
-                               f" {int(info[compiled.AT])} (a track that no model fits, or a job left"
+                               f" {int(info[AT])} (a track that no model fits, or a job left"
                                " unfinished past its window); please report it")
         return PlayedRounds(end, waited, strag, arr if records else None, fin if records else None,
-                            fjobs[:nfin].copy(), frounds[:nfin].copy(), int(info[compiled.LAST_JOB]))
+                            fjobs[:nfin].copy(), frounds[:nfin].copy(), int(info[LAST_JOB]))
 
     def _rings(self, R: int, FR: int, jobs) -> tuple:
         """Shared part of ``_to_rings``: the track flags at ``start mod FR`` (``fl_id`` the start

@@ -41,8 +41,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
-from gradcode.schemes.sgc import rounds as compiled_rounds
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
+from gradcode.schemes.sgc.rounds import msgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
@@ -420,7 +420,7 @@ class MSGC(SequentialScheme):
         group = (gc.group if rep else np.zeros(n)).astype(np.int64)
         sizes = self.partition_sizes
         size2 = float(sizes[(self.W - 1) * n]) if gc is not None else 0.0
-        compiled_rounds.msgc_rounds(
+        msgc_rounds(
             first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam,
             -1 if self.jobs is None else self.jobs, rep, group, gc.groups if rep else 1, self._coded_last,
             float(sizes[0]), size2, hist, *rings, records, *out)

@@ -5,23 +5,31 @@ calls these kernels; they play exactly the protocol that the simulator's batched
 through ``plan_loads``, ``ready_after``, ``on_results`` and ``close`` (:mod:`gradcode.sim.simulator`
 has the timing and closing rules), with the same float64 operations in the same order, so every
 record and the scheme's state after the block are the same bit for bit (the tests compare all three
-paths: per message, batched, compiled). What changes is only where the work happens: one call per
-block instead of about a hundred numpy calls per round.
+paths: per message, batched, compiled). What changes is where the work happens: one call per
+block instead of about a hundred numpy calls per round. Receipts are written out in loops that
+take a batch of workers per call (a numba call with a dozen array arguments costs more than the
+receipt itself).
 
 Per round ``t`` (of ``t0 .. t0 + m - 1``):
 
 1. **plan**: Algorithm 1 (SR-SGC; Algorithm 3 for GC-Rep) or Algorithm 2 (M-SGC), as
-   ``_new_round`` does it on the job states;
-2. **time**: each message's arrival, ``message_arrivals``' recurrence per worker, and the
-   messages' order (a stable sort of the times in worker-major order: ties by worker, then index);
+   ``_new_round`` does it on the job states, and each worker's prefix loads (``task_schedule``'s
+   running sums, redone only when a worker's sequence of mini-task kinds changes);
+2. **time**: each message's arrival (:func:`~gradcode.schemes.compiled.time_round`);
 3. **conformance**: the wait-out rule's tracks and models as :class:`~.common.Conformance`
    builds them (per track and model: the window's past stragglers ``D``, the workers forbidden
-   to straggle now ``F``, the limit), kept as counts that a worker's last message updates in
+   to straggle now ``F``, the limit), kept as counts that a worker's completion updates in
    ``O(tracks x models)``;
-4. **receive** the messages in order until the round is ready (at most ``max_cur`` incomplete
-   workers, the due job decodes, the pattern conforms on every live track: conditions that only
-   improve as messages arrive, so the first message after which all hold is ``ready_after``'s
-   threshold), then the rest of what the closing rule takes in;
+4. **receive until ready**: readiness (at most ``max_cur`` incomplete workers, the due job
+   decodes, the pattern conforms on every live track) changes only when a worker's last message
+   arrives (it ends the worker's stragglership; the due job's tasks are each worker's last:
+   SR-SGC sends one message, M-SGC's slot ``T`` comes last), and only improves. So the workers
+   are taken in order of completion and readiness is checked after each instant; the first
+   ``n - max_cur`` completions cannot make the round ready, so they are found by one selection
+   and taken at once, and only the rest are sorted (a full sort of the messages cost more than
+   the rest of the round). The instant found is the batched path's ``ready_after`` threshold in
+   time, the closing rule (:func:`~gradcode.schemes.compiled.close_time`) gives the end, and
+   every message in by then is received (receiving is idempotent and order-free);
 5. **close**: the jobs that decode finish (in job order), the stragglers' row is recorded, the
    tracks' flags are committed and the jobs and tracks that leave the window are forgotten.
 
@@ -39,6 +47,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from gradcode.schemes.compiled import close_time, records_row, time_round
+
 #: ``info`` slots the kernels fill: re-attempted tasks, jobs finished, the highest job given
 #: work, whether any message was received, status, the round it refers to, rounds played
 REATTEMPTS, FINISHED, LAST_JOB, RECEIVED, STATUS, AT, PLAYED = range(7)
@@ -49,36 +59,6 @@ BURSTY, ARBITRARY, PER_ROUND = 0, 1, 2
 @njit(cache=True)
 def _in_range(u, J):
     return u >= 0 and (J < 0 or u < J)
-
-
-@njit(cache=True)
-def _time_round(ic, sl, k, loads, planned, c, A, comp):
-    """``message_arrivals`` (the same operations) for every worker's planned messages in round
-    ``k`` of the block: ``A[w, i]``, ``comp[w]`` (its last message); returns the first and last
-    completion."""
-    cwmin = np.inf
-    cwmax = -np.inf
-    for w in range(A.shape[0]):
-        p = planned[w]
-        if not p:
-            continue
-        prev = 0.0
-        for i in range(p):
-            x = ic[k, w] + sl[k, w] * loads[w, i]
-            if not x >= 0.0:
-                x = 0.0
-            if i and not x >= prev:
-                x = prev
-            if c != 0.0:
-                x += c
-            A[w, i] = x
-            prev = x
-        comp[w] = prev
-        if prev < cwmin:
-            cwmin = prev
-        if prev > cwmax:
-            cwmax = prev
-    return cwmin, cwmax
 
 
 @njit(cache=True)
@@ -160,28 +140,6 @@ def _conf_ok(K, M, ncur, prev, base, lim, fcnt):
 
 
 @njit(cache=True)
-def _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, first):
-    """The simulator's closing rule (``_play_batched``) in time: ``found``/``ready0`` whether the
-    round becomes ready / is ready before any message, ``tau`` the earliest arrival by which it is
-    (readiness changes only as workers complete, and only improves); ``cwmin``/``cwmax`` the
-    first and last completion, ``first`` the first arrival. Returns ``(end, waited, ok)``; the
-    round takes in every message that arrived by ``end`` (the batched path's ``fed``, ties
-    included)."""
-    if mu >= 0.0 and nplanned > 0:
-        cutoff = min((1.0 + mu) * cwmin, cwmax)
-        if ready0 or (found and tau <= cutoff):
-            return cutoff, False, True
-        if not found:
-            return 0.0, True, False
-        return (cwmax if wait_all else tau), True, True
-    if not found:
-        return 0.0, False, False
-    if nplanned == 0:
-        return 0.0, False, True
-    return (first if ready0 else tau), False, True
-
-
-@njit(cache=True)
 def _by_completion(comp, planned, n, ct, cw, over):
     """The planned workers in the order the scan receives them (``comp[w]``: the arrival of
     ``w``'s last message): ``(order, head, first)``. No round is ready before ``over`` workers
@@ -231,16 +189,6 @@ def _group(order, i, head, first, comp):
     while stop < order.shape[0] and comp[order[stop]] == tg:
         stop += 1
     return stop, tg
-
-
-@njit(cache=True)
-def _records(k, n, planned, counts, last, A, records, strag, arr, fin):
-    for w in range(n):
-        p = planned[w]
-        strag[k, w] = p > 0 and counts[w] < p
-        if records:
-            arr[k, w] = last[w] if (p > 0 and counts[w] == p) else -1.0
-            fin[k, w] = A[w, p - 1] if p > 0 else 0.0
 
 
 # ------------------------------------------------------------------------------------ SR-SGC
@@ -425,7 +373,7 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
             else:
                 due_ok = jcount[xo] >= need_n
         # ---- time the messages
-        cwmin, cwmax = _time_round(ic, sl_, k, prefix2, planned, c, A, comp)
+        cwmin, cwmax = time_round(ic, sl_, k, prefix2, planned, c, A, comp)
         # ---- receive the workers in order of arrival until the round is ready (only completions
         # change readiness), then every message in by the close
         order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
@@ -444,7 +392,7 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
             if ncur <= max_cur and due_ok and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
                 found = True
                 tau = tg
-        e_, wt, ok = _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, cwmin)
+        e_, wt, ok = close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, cwmin)
         if not ok:
             info[STATUS] = 1
             info[AT] = t
@@ -467,7 +415,7 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
                     fjobs[nfin] = u
                     frounds[nfin] = t
                     nfin += 1
-        _records(k, n, planned, counts, last, A, records, strag, arr, fin)
+        records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
         for w in range(n):
             hist[t, w] = strag[k, w]
         for kk in range(K):
@@ -717,7 +665,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
                 memo[w, i] = kind[w, i]
             memo_n[w] = p
         # ---- time the messages
-        cwmin, cwmax = _time_round(ic, sl_, k, loads, planned, c, A, comp)
+        cwmin, cwmax = time_round(ic, sl_, k, loads, planned, c, A, comp)
         # ---- receive the workers in order of completion until the round is ready: only a worker's
         # last message changes readiness (it ends the worker's stragglership, and the due job's
         # mini-tasks are in slot T, each worker's last); then every message in by the close
@@ -744,7 +692,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
         for w in range(n):
             if planned[w] and A[w, 0] < first:
                 first = A[w, 0]
-        e_, wt, ok = _close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, first)
+        e_, wt, ok = close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, first)
         if not ok:
             info[STATUS] = 1
             info[AT] = t
@@ -772,7 +720,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
                     fjobs[nfin] = u
                     frounds[nfin] = t
                     nfin += 1
-        _records(k, n, planned, counts, last, A, records, strag, arr, fin)
+        records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
         for w in range(n):
             hist[t, w] = strag[k, w]
         for q in range(K):

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
-from gradcode.schemes.sgc import rounds as compiled_rounds
 from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
+from gradcode.schemes.sgc.rounds import REATTEMPTS, srsgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
@@ -255,11 +255,11 @@ class SRSGC(SequentialScheme):
         group = gc.group if gc.rep else np.zeros(self.n, dtype=np.intp)
         self._round_loads_prefix()
         info = out[-1]
-        compiled_rounds.srsgc_rounds(
+        srsgc_rounds(
             first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam, self.s,
             -1 if self.jobs is None else self.jobs, gc.rep, group.astype(np.int64), gc.groups or 0, self._prefix,
             hist, fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin, records, *out)
-        self.reattempts += int(info[compiled_rounds.REATTEMPTS])
+        self.reattempts += int(info[REATTEMPTS])
 
     def _track_starts(self, t: int):
         return list(range(max(0, t - self.W + 1), t + 1))

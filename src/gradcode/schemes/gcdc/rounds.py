@@ -1,0 +1,124 @@
+"""GC-DC played by the simulator a block of rounds per call, compiled (numba).
+
+:meth:`GCDC.play_rounds <gradcode.schemes.gcdc.scheme.GCDC.play_rounds>` calls
+:func:`gcdc_rounds`, which plays what the batched event path plays through ``observe_states``,
+``plan_loads``, ``ready_after``, ``on_results`` and ``close``, with the same float64 operations,
+so every record and the scheme's state are the same bit for bit (tests compare the three paths).
+Per round ``t``:
+
+1. **Algorithm 1** on the round's planning information (the states, or the rates with ``tau``, of
+   round ``t`` for perfect SSI and of round ``t - 1`` for imperfect SSI, prepared by the caller):
+   Phase I is :func:`~gradcode.schemes.gcdc.clustering._turns` itself (the rate order dealt into
+   the columns by ``_dealt``, as ``dynamic_clustering`` does), Phase II the single swaps of
+   ``_single_swap`` (lines 26-35: the first open cluster, the conflicted worker's clusters in
+   ascending order, each in slot order). A conflict that no single swap resolves (possible only
+   when Lemma 1's condition fails) needs the augmenting chains, which stay in Python: the kernel
+   stops before that round and the caller plays it by the batched path;
+2. **time** each worker's one message by the codeword it serves (the GC-SC code's loads);
+3. **close**: the round is ready once every cluster holds ``l - r + 1`` results (GC-SC's rule,
+   :class:`~gradcode.codes.rules.PerGroup`), i.e. at the latest of the clusters' ``(l - r +
+   1)``-th arrivals; the closing rule (:func:`~gradcode.schemes.compiled.close_time`) gives the
+   end, and the workers not in by then are the round's stragglers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from gradcode.schemes.compiled import close_time, records_row, time_round
+from gradcode.schemes.gcdc.clustering import _dealt, _turns
+
+#: ``info`` slots: rounds played, and whether the kernel stopped before a round whose conflicts
+#: need Python's augmenting chains
+PLAYED, CHAIN = range(2)
+
+
+@njit(cache=True)
+def _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
+    """Phase II's single swaps (``_single_swap``) in place; ``False`` if a conflict needs a chain."""
+    K = cluster_of.shape[0]
+    P = members.shape[0]
+    for k in range(K):
+        if cluster_of[k] >= 0:
+            continue
+        done = False
+        for p in range(P):
+            if count[p] >= ell:
+                continue
+            for j in range(clusters_of.shape[1]):
+                q = clusters_of[k, j]
+                for slot in range(count[q]):
+                    w = members[q, slot]
+                    if membership[w, p]:
+                        members[q, slot] = k
+                        cluster_of[k] = q
+                        members[p, count[p]] = w
+                        count[p] += 1
+                        cluster_of[w] = p
+                        done = True
+                        break
+                if done:
+                    break
+            if done:
+                break
+        if not done:
+            return False
+    return True
+
+
+@njit(cache=True)
+def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, tau, columns, clusters_of,
+                membership, ell, shared, loads, need, hist, cw_rows, records, end, waited, strag, arr, fin, info):
+    """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring). Round ``k`` of the block is
+    planned with ``plan_states[k]`` or, where ``by_rates[k]``, with ``plan_rates[k]`` and ``tau``;
+    ``loads[q]``: the prefix load of codeword ``q``'s one message; ``need = l - r + 1``. Writes the
+    workers' straggler rows into ``hist`` (by round) and the codewords' into ``cw_rows`` (by block
+    row)."""
+    m, K = ic.shape
+    P = columns.shape[0]
+    planned = np.ones(K, dtype=np.int64)
+    counts = np.zeros(K, dtype=np.int64)
+    A = np.zeros((K, 1))
+    comp = np.zeros(K)
+    lw = np.zeros((K, 1))
+    cw = np.zeros(K, dtype=np.int64)
+    buf = np.empty(ell)
+    for k in range(m):
+        t = t0 + k
+        # ---- Algorithm 1
+        if by_rates[k]:
+            rates = plan_rates[k]
+            states = rates < tau
+            cols = _dealt(np.argsort(-rates, kind="mergesort"), clusters_of, P, columns.shape[1])
+        else:
+            states = plan_states[k]
+            cols = columns
+        _, _, members, count, cluster_of = _turns(states, cols, ell, shared)
+        if not _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
+            info[CHAIN] = 1
+            return
+        for p in range(P):
+            for i in range(ell):
+                w = members[p, i]
+                cw[w] = p * ell + i
+                lw[w, 0] = loads[p * ell + i]
+        # ---- time, and the instant every cluster has `need` results
+        cwmin, cwmax = time_round(ic, sl, k, lw, planned, c, A, comp)
+        ready = -np.inf
+        for p in range(P):
+            for i in range(ell):
+                buf[i] = comp[members[p, i]]
+            buf.sort()
+            if buf[need - 1] > ready:
+                ready = buf[need - 1]
+        e_, wt, _ = close_time(True, False, ready, mu, wait_all, K, cwmin, cwmax, cwmin)
+        for w in range(K):
+            counts[w] = 1 if comp[w] <= e_ else 0
+        records_row(k, K, planned, counts, comp, A, records, strag, arr, fin)
+        for w in range(K):
+            hist[t, w] = strag[k, w]
+            cw_rows[k, cw[w]] = strag[k, w]
+        end[k] = e_
+        waited[k] = wt
+        info[PLAYED] = k + 1
