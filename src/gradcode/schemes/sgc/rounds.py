@@ -140,6 +140,54 @@ def _conf_ok(K, M, ncur, prev, base, lim, fcnt):
 
 
 @njit(cache=True)
+def _live_track(a, K, M, starts, prev, fl_id, fl_st, fl_val):
+    """Add the track starting at ``a`` to the round's ``K`` live ones unless it broke, with its
+    flags (all models while it has none stored); returns the new count."""
+    x = a % fl_id.shape[0]
+    if fl_id[x] == a and fl_st[x] == 2:
+        return K
+    starts[K] = a
+    for m in range(M):
+        prev[K * M + m] = fl_val[x, m] if (fl_id[x] == a and fl_st[x] == 1) else True
+    return K + 1
+
+
+@njit(cache=True)
+def _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, gone):
+    """Close round ``t`` (block row ``k``): record its stragglers, store each live track's flags
+    (``Conformance.commit``; ``False`` if a track fits no model) and drop the track starting at
+    ``gone``, which leaves the window."""
+    FR = fl_id.shape[0]
+    for w in range(strag.shape[1]):
+        hist[t, w] = strag[k, w]
+    for q in range(K):
+        a = starts[q]
+        y = a % FR
+        anyok = False
+        for mm in range(M):
+            f = _entry_ok(q * M + mm, prev, base, lim, fcnt)
+            fl_val[y, mm] = f
+            anyok = anyok or f
+        fl_id[y] = a
+        fl_st[y] = 1 if anyok else 2
+        if not anyok:
+            return False
+    if gone >= 0 and fl_id[gone % FR] == gone:
+        fl_id[gone % FR] = -1
+        fl_st[gone % FR] = 0
+    return True
+
+
+@njit(cache=True)
+def _forget(u, jid, jfin):
+    """Job ``u`` (``t - T - 1``) left the window: forget it if it finished (every job does)."""
+    x = u % jid.shape[0]
+    if u >= 0 and jid[x] == u and jfin[x]:
+        jid[x] = -1
+        jfin[x] = False
+
+
+@njit(cache=True)
 def _by_completion(comp, planned, n, ct, cw, over):
     """The planned workers in the order the scan receives them (``comp[w]``: the arrival of
     ``w``'s last message): ``(order, head, first)``. No round is ready before ``over`` workers
@@ -244,6 +292,23 @@ def _sr_take(t, old, due, order, lo, hi, by, A, job_of, R, recv, jcount, jfresh,
 
 
 @njit(cache=True)
+def _sr_job(u, jid, recv, jcount, jfresh, jfin):
+    """Job ``u``'s ring slot, new if it has none (``_job(u)``); ``False`` if the slot still holds
+    a job that was never forgotten."""
+    x = u % jid.shape[0]
+    if jid[x] == u:
+        return True
+    if jid[x] >= 0:
+        return False
+    jid[x] = u
+    recv[x, :] = False
+    jcount[x] = 0
+    jfresh[x] = 0
+    jfin[x] = False
+    return True
+
+
+@njit(cache=True)
 def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, groups, prefix, hist,
                  fl_id, fl_st, fl_val, jid, recv, jcount, jfresh, jfin,
                  records, end, waited, strag, arr, fin, fjobs, frounds, info):
@@ -290,32 +355,15 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
         own = _in_range(t, J)
         for w in range(n):
             job_of[w] = t if own else -1
-        if own:
-            x = t % R
-            if jid[x] != t:
-                if jid[x] >= 0:
-                    info[STATUS] = 2
-                    info[AT] = t
-                    return
-                jid[x] = t
-                recv[x, :] = False
-                jcount[x] = 0
-                jfresh[x] = 0
-                jfin[x] = False
         old = t - B
         xo = old % R
         due = _in_range(old, J) and not (jid[xo] == old and jfin[xo])
+        if (own and not _sr_job(t, jid, recv, jcount, jfresh, jfin)) or (
+                due and not _sr_job(old, jid, recv, jcount, jfresh, jfin)):
+            info[STATUS] = 2
+            info[AT] = t
+            return
         if due:
-            if jid[xo] != old:
-                if jid[xo] >= 0:
-                    info[STATUS] = 2
-                    info[AT] = t
-                    return
-                jid[xo] = old
-                recv[xo, :] = False
-                jcount[xo] = 0
-                jfresh[xo] = 0
-                jfin[xo] = False
             if rep:
                 for g in range(groups):
                     gseen[g] = False
@@ -347,13 +395,7 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
         # ---- conformance: tracks a = max(0, t - W + 1) .. t that are not broken
         K = 0
         for a in range(max(0, t - W + 1), t + 1):
-            x = a % FR
-            if fl_id[x] == a and fl_st[x] == 2:
-                continue
-            starts[K] = a
-            for mm in range(M):
-                prev[K * M + mm] = fl_val[x, mm] if (fl_id[x] == a and fl_st[x] == 1) else True
-            K += 1
+            K = _live_track(a, K, M, starts, prev, fl_id, fl_st, fl_val)
         _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
         E = K * M
         # ---- the due job's state (job t - B): decodable once n - s results (one per group)
@@ -416,31 +458,11 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
                     frounds[nfin] = t
                     nfin += 1
         records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
-        for w in range(n):
-            hist[t, w] = strag[k, w]
-        for kk in range(K):
-            a = starts[kk]
-            x = a % FR
-            anyok = False
-            for mm in range(M):
-                f = _entry_ok(kk * M + mm, prev, base, lim, fcnt)
-                fl_val[x, mm] = f
-                anyok = anyok or f
-            fl_id[x] = a
-            fl_st[x] = 1 if anyok else 2
-            if not anyok:
-                info[STATUS] = 2
-                info[AT] = t
-                return
-        gone = t - W + 1
-        if gone >= 0 and fl_id[gone % FR] == gone:
-            fl_id[gone % FR] = -1
-            fl_st[gone % FR] = 0
-        u = t - T - 1
-        x = u % R
-        if u >= 0 and jid[x] == u and jfin[x]:
-            jid[x] = -1
-            jfin[x] = False
+        if not _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, t - W + 1):
+            info[STATUS] = 2
+            info[AT] = t
+            return
+        _forget(t - T - 1, jid, jfin)
         info[PLAYED] = k + 1
         info[FINISHED] = nfin
 
@@ -626,13 +648,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
             x = u % R
             if not _in_range(u, J) or (jid[x] == u and jfin[x]):
                 continue
-            y = u % FR
-            if fl_id[y] == u and fl_st[y] == 2:
-                continue
-            starts[K] = u
-            for mm in range(M):
-                prev[K * M + mm] = fl_val[y, mm] if (fl_id[y] == u and fl_st[y] == 1) else True
-            K += 1
+            K = _live_track(u, K, M, starts, prev, fl_id, fl_st, fl_val)
         _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
         E = K * M
         # ---- prefix loads (task_schedule's running sums), memoised per worker by its kinds
@@ -721,30 +737,10 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
                     frounds[nfin] = t
                     nfin += 1
         records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
-        for w in range(n):
-            hist[t, w] = strag[k, w]
-        for q in range(K):
-            a = starts[q]
-            y = a % FR
-            anyok = False
-            for mm in range(M):
-                f = _entry_ok(q * M + mm, prev, base, lim, fcnt)
-                fl_val[y, mm] = f
-                anyok = anyok or f
-            fl_id[y] = a
-            fl_st[y] = 1 if anyok else 2
-            if not anyok:
-                info[STATUS] = 2
-                info[AT] = t
-                return
-        gone = t - T
-        if gone >= 0 and fl_id[gone % FR] == gone:
-            fl_id[gone % FR] = -1
-            fl_st[gone % FR] = 0
-        u = t - T - 1
-        x = u % R
-        if u >= 0 and jid[x] == u and jfin[x]:
-            jid[x] = -1
-            jfin[x] = False
+        if not _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, t - T):
+            info[STATUS] = 2
+            info[AT] = t
+            return
+        _forget(t - T - 1, jid, jfin)
         info[PLAYED] = k + 1
         info[FINISHED] = nfin
