@@ -142,7 +142,8 @@ def simulate(
     rule, "it will wait out all the workers", Sec. 2; what its replays and ``gradcode tune`` use).
     ``method``: ``"fast"`` (codes only: vectorized over rounds; a StaticScheme given here is run
     through its code and is not driven, so its history stays empty), ``"events"`` (the protocol
-    path: message by message, or a round at once for batched schemes, see the module docstring)
+    path: message by message, a round at once for batched schemes or a block of rounds in one
+    compiled call for SR-SGC, M-SGC and GC-DC, see the module docstring)
     or ``"auto"`` (fast for codes, events for schemes). ``progress``: show a progress bar on
     stderr (default: on long runs only), or a callable ``progress(done)`` called with the rounds
     completed as the run advances (a caller's own bar; no bar is shown then).
