@@ -11,6 +11,7 @@ import pytest
 
 import gradcode
 from gradcode.schemes import StaticScheme, make_scheme
+from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import ProtocolError
 from gradcode.sim import simulator
 
@@ -146,24 +147,58 @@ def test_compiled_gcdc_rounds_equal_the_other_paths_on_random_configurations(mon
             _assert_same_run(s1, r1, s0, r0)
 
 
-def test_compiled_gcdc_hands_the_rounds_that_need_chains_to_the_protocol(monkeypatch):
+def test_compiled_gcdc_places_the_rounds_that_need_chains_in_python(monkeypatch):
+    """Where Lemma 1's condition fails, some rounds need Algorithm 1's augmenting chains: the
+    kernel stops before each, ``dynamic_clustering`` places it and the kernel goes on; one call
+    plays the whole block, with the protocol's results."""
     from gradcode.schemes.gcdc import GCDC
+    from gradcode.schemes.gcdc import scheme as gcdc_scheme
 
-    shorter = []
-    play = GCDC.play_rounds
+    calls, short = [0], []
+    placing, play = gcdc_scheme.dynamic_clustering, GCDC.play_rounds
 
-    def counted(self, first, intercept, *args):
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return placing(*args, **kwargs)
+
+    def whole(self, first, intercept, *args):
         out = play(self, first, intercept, *args)
-        shorter.append(out.end.shape[0] < intercept.shape[0])
+        short.append(out.end.shape[0] < intercept.shape[0])
         return out
 
-    monkeypatch.setattr(GCDC, "play_rounds", counted)
+    monkeypatch.setattr(gcdc_scheme, "dynamic_clustering", counted)
+    monkeypatch.setattr(GCDC, "play_rounds", whole)
     params = dict(n=20, clusters=5, r=2, clusters_per_worker=2, ssi="perfect", seed=3)
     model = gradcode.make_delay_model("bernoulli", p=0.4, slowdown=5.0)
     s1, r1 = _run("gc-dc", params, 0.5, "decodable", True, monkeypatch, rounds=300, model=model, seed=1)
-    assert sum(shorter) >= 3  # some rounds went through the protocol
+    assert calls[0] >= 4 and not any(short)  # chains placed in Python, every round played compiled
     s0, r0 = _run("gc-dc", params, 0.5, "decodable", False, monkeypatch, rounds=300, model=model, seed=1)
     _assert_same_run(s1, r1, s0, r0)
+
+
+def test_play_rounds_leaves_a_round_that_cannot_finish_to_the_protocol():
+    """A round the compiled code cannot finish (here: a scheme whose state was tampered with, so
+    that its due job cannot decode even with every message) is not played: the call returns the
+    rounds before it and leaves the scheme as it was, and the protocol then reports the round."""
+    from gradcode.schemes.sgc import SRSGC
+
+    scheme = SRSGC(6, 1, 2, 2)
+    draw = _model().draw(6, 6, np.random.default_rng(0))
+    played = scheme.play_rounds(0, draw.intercept[:3], draw.slope[:3], 0.0, None, False, False)
+    assert played.end.shape == (3,)
+    job = scheme._jobs[2]  # sabotage: job 2 lost what it received, so round 3 cannot decode it
+    job.recv[:] = False
+    job.count, job.fresh = 0, 6  # ... and asks for no re-attempt
+    scheme._finished.discard(2)
+    state = (dict(scheme._jobs), set(scheme._finished), scheme._next, scheme.reattempts)
+    out = scheme.play_rounds(3, draw.intercept[3:], draw.slope[3:], 0.0, None, False, False)
+    assert out.end.shape == (0,)
+    assert (dict(scheme._jobs), set(scheme._finished), scheme._next, scheme.reattempts) == state
+    scheme.plan_loads(3)
+    workers = np.arange(6)
+    scheme.on_results(3, workers, np.zeros(6, dtype=np.intp), np.ones(6))
+    with pytest.raises(NotDecodableError, match="job 2"):
+        scheme.close(3, np.ones(6, dtype=bool))
 
 
 @pytest.mark.parametrize("name,params", [("sr-sgc", dict(n=12, B=2, W=3, lam=4)), ("m-sgc-rep", dict(n=12, B=2, W=3, lam=2)),

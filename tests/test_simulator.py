@@ -554,3 +554,37 @@ def test_the_papers_waitout_waits_for_every_worker(method):
     assert everyone.waitout_rounds.tolist() == [True, False]
     with pytest.raises(ValueError, match="waitout"):
         gradcode.simulate(code, model, 2, close=1.0, waitout="some")
+
+
+@pytest.mark.parametrize("target", ["code", "sr-sgc", "gc-dc"])
+def test_a_model_that_draws_a_non_finite_delay_is_refused_on_every_path(target):
+    """A delay model of one's own that draws NaN or infinity: a clear error naming the round and
+    worker, before any path times it (the paths would otherwise each read NaN their own way)."""
+    import dataclasses
+
+    class Broken:
+        def __init__(self):
+            self.inner = gradcode.make_delay_model("bernoulli", p=0.2, slowdown=3.0)
+
+        def draw(self, *args):
+            return self.inner.draw(*args)
+
+        def message_time(self, fraction):
+            return 0.0
+
+        def draw_blocks(self, rounds, n, rng, block):
+            for a, b, draw in self.inner.draw_blocks(rounds, n, rng, block):
+                slope = np.array(draw.slope)
+                slope[min(3, b - a - 1), 1] = np.inf
+                yield a, b, dataclasses.replace(draw, slope=slope)
+
+        def __repr__(self):
+            return "Broken()"
+
+    from gradcode.schemes import make_scheme
+
+    subject = {"code": lambda: gradcode.make_code("crc", n=6, s=1),
+               "sr-sgc": lambda: make_scheme("sr-sgc", n=6, B=1, W=2, lam=2),
+               "gc-dc": lambda: make_scheme("gc-dc", n=6, clusters=2, r=2, ssi="perfect")}[target]()
+    with pytest.raises(ValueError, match=r"Broken\(\) drew a non-finite delay for worker 1 in round 3"):
+        gradcode.simulate(subject, Broken(), 10, seed=0)

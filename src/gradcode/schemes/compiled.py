@@ -16,7 +16,7 @@ __all__ = ["close_time", "records_row", "time_round"]
 def time_round(ic, sl, k, loads, planned, c, A, comp):
     """``message_arrivals`` (the same operations) for every worker's planned messages in round
     ``k`` of the block: ``A[w, i]``, ``comp[w]`` (its last message); returns the first and last
-    completion."""
+    completion. The delays are finite (the simulator checks its draws)."""
     cwmin = np.inf
     cwmax = -np.inf
     for w in range(A.shape[0]):
@@ -26,9 +26,9 @@ def time_round(ic, sl, k, loads, planned, c, A, comp):
         prev = 0.0
         for i in range(p):
             x = ic[k, w] + sl[k, w] * loads[w, i]
-            if not x >= 0.0:
+            if x <= 0.0:  # np.maximum's rules: a tie gives the second argument (+0.0 for -0.0)
                 x = 0.0
-            if i and not x >= prev:
+            if i and x <= prev:
                 x = prev
             if c != 0.0:
                 x += c

@@ -218,8 +218,19 @@ def draw_blocks(model, rounds: int, n: int, rng, block: int):
     rounds, equal to the rows ``a:b`` of ``model.draw(rounds, n, rng)`` (and leaving ``rng`` in
     the same state): :meth:`DelayModel.draw_blocks`, where each model says how it streams
     (row-independent models draw per block, traces replay per block, the Markov models read forks
-    of the Generator's stream; a model that cannot stream is drawn once and sliced)."""
-    return model.draw_blocks(rounds, n, rng, block)
+    of the Generator's stream; a model that cannot stream is drawn once and sliced). A draw with a
+    non-finite intercept or slope (a model of one's own: the built-in ones refuse them) is an
+    error here, before any path times it: NaN and infinity have no arrival order to simulate."""
+    for a, b, draw in model.draw_blocks(rounds, n, rng, block):
+        bad = ~(np.isfinite(draw.intercept) & np.isfinite(draw.slope))
+        if bad.any():
+            r, w = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(
+                f"delay model {model!r} drew a non-finite delay for worker {w} in round {a + r} (intercept"
+                f" {float(np.broadcast_to(draw.intercept, bad.shape)[r, w])}, slope"
+                f" {float(np.broadcast_to(draw.slope, bad.shape)[r, w])}): delays must be finite seconds (a worker"
+                " that never answers is a large finite delay)")
+        yield a, b, draw
 
 
 class _Callback:

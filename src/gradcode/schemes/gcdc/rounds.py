@@ -13,7 +13,8 @@ Per round ``t``:
    ``_single_swap`` (lines 26-35: the first open cluster, the conflicted worker's clusters in
    ascending order, each in slot order). A conflict that no single swap resolves (possible only
    when Lemma 1's condition fails) needs the augmenting chains, which stay in Python: the kernel
-   stops before that round and the caller plays it by the batched path;
+   stops before that round, the caller runs ``dynamic_clustering`` for it and goes on with the
+   placement given (``placed``);
 2. **time** each worker's one message by the codeword it serves (the GC-SC code's loads);
 3. **close**: the round is ready once every cluster holds ``l - r + 1`` results (GC-SC's rule,
    :class:`~gradcode.codes.rules.PerGroup`), i.e. at the latest of the clusters' ``(l - r +
@@ -68,13 +69,15 @@ def _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
 
 
 @njit(cache=True)
-def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, tau, columns, clusters_of,
+def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, tau, placed, columns, clusters_of,
                 membership, ell, shared, loads, need, hist, cw_rows, records, end, waited, strag, arr, fin, info):
     """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring). Round ``k`` of the block is
-    planned with ``plan_states[k]`` or, where ``by_rates[k]``, with ``plan_rates[k]`` and ``tau``;
-    ``loads[q]``: the prefix load of codeword ``q``'s one message; ``need = l - r + 1``. Writes the
-    workers' straggler rows into ``hist`` (by round) and the codewords' into ``cw_rows`` (by block
-    row)."""
+    planned with ``plan_states[k]`` or, where ``by_rates[k]``, with ``plan_rates[k]`` and ``tau``,
+    unless ``placed[k, 0] >= 0``: then ``placed[k]`` holds each cluster's members in slot order
+    (``(P, l)`` flattened), Algorithm 1 as Python ran it for a round that needed chains;
+    ``loads[q]``: the prefix load of codeword ``q``'s one message; ``need = l - r + 1``. Writes
+    the workers' straggler rows into ``hist`` (by round) and the codewords' into ``cw_rows`` (by
+    block row)."""
     m, K = ic.shape
     P = columns.shape[0]
     planned = np.ones(K, dtype=np.int64)
@@ -87,17 +90,20 @@ def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, 
     for k in range(m):
         t = t0 + k
         # ---- Algorithm 1
-        if by_rates[k]:
-            rates = plan_rates[k]
-            states = rates < tau
-            cols = _dealt(np.argsort(-rates, kind="mergesort"), clusters_of, P, columns.shape[1])
+        if placed[k, 0] >= 0:
+            members = placed[k].reshape(P, ell)
         else:
-            states = plan_states[k]
-            cols = columns
-        _, _, members, count, cluster_of = _turns(states, cols, ell, shared)
-        if not _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
-            info[CHAIN] = 1
-            return
+            if by_rates[k]:
+                rates = plan_rates[k]
+                states = rates < tau
+                cols = _dealt(np.argsort(-rates, kind="mergesort"), clusters_of, P, columns.shape[1])
+            else:
+                states = plan_states[k]
+                cols = columns
+            _, _, members, count, cluster_of = _turns(states, cols, ell, shared)
+            if not _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
+                info[CHAIN] = 1
+                return
         for p in range(P):
             for i in range(ell):
                 w = members[p, i]

@@ -289,10 +289,11 @@ class GCDC(Scheme):
                     rates=None) -> PlayedRounds:
         """:meth:`Scheme.play_rounds` by :func:`~gradcode.schemes.gcdc.rounds.gcdc_rounds`, with
         ``straggling``/``rates`` the states (and rates) a driver hands to :meth:`observe_states`
-        before each round. Plays fewer rounds (possibly none) where the compiled code stops: before
-        a round whose conflicts need Algorithm 1's augmenting chains, or a block whose
-        information Algorithm 1 would refuse (missing or invalid rates); the driver plays that
-        round through the protocol and goes on."""
+        before each round. A round whose conflicts need Algorithm 1's augmenting chains is placed
+        by :func:`dynamic_clustering` in Python and the kernel goes on. Plays fewer rounds
+        (possibly none) only where the protocol would refuse the information: without states,
+        without the rates perfect SSI with ``tau`` needs, or up to the first round with invalid
+        rates; the driver then plays that round through the protocol, which raises."""
         first = check_round(first)
         intercept = np.ascontiguousarray(intercept, dtype=np.float64)
         slope = np.ascontiguousarray(slope, dtype=np.float64)
@@ -341,14 +342,25 @@ class GCDC(Scheme):
         hist = self._history_rows(first + m)
         out = _played(first, m, K, records)
         cw_rows = np.zeros((m, K), dtype=bool)
-        info = np.zeros(2, dtype=np.int64)
-        gcdc_rounds(first, intercept, slope, float(message_time), -1.0 if mu is None else float(mu), bool(wait_all),
-                    plan_states, plan_rates, by_rates, float(self.tau or 0.0), np.ascontiguousarray(a.columns, dtype=np.int64),
-                    np.ascontiguousarray(a.clusters_of, dtype=np.int64), a.membership, self.cluster_size,
-                    a.clusters_per_worker == a.clusters, self._codeword_loads, self.needed_per_cluster, hist, cw_rows,
-                    bool(records), out.end, out.waitout, out.stragglers, out.arrivals if records else np.empty((0, 0)),
-                    out.finish if records else np.empty((0, 0)), info)
-        played = int(info[0])
+        placed = np.full((m, K), -1, dtype=np.int64)
+        columns = np.ascontiguousarray(a.columns, dtype=np.int64)
+        clusters_of = np.ascontiguousarray(a.clusters_of, dtype=np.int64)
+        no_table = np.empty((0, 0))
+        played = 0
+        while played < m:
+            info = np.zeros(2, dtype=np.int64)
+            k = played
+            gcdc_rounds(first + k, intercept[k:], slope[k:], float(message_time), -1.0 if mu is None else float(mu),
+                        bool(wait_all), plan_states[k:], plan_rates[k:], by_rates[k:], float(self.tau or 0.0),
+                        placed[k:], columns, clusters_of, a.membership, self.cluster_size,
+                        a.clusters_per_worker == a.clusters, self._codeword_loads, self.needed_per_cluster, hist,
+                        cw_rows[k:], bool(records), out.end[k:], out.waitout[k:], out.stragglers[k:],
+                        out.arrivals[k:] if records else no_table, out.finish[k:] if records else no_table, info)
+            played = k + int(info[0])
+            if info[1]:  # round `played` needs Algorithm 1's augmenting chains: Python places it
+                info_k = ({"rates": plan_rates[played], "tau": self.tau} if by_rates[played]
+                          else {"straggling": plan_states[played]})
+                placed[played] = dynamic_clustering(a, **info_k).members.reshape(-1)
         if played:
             self._static.close_rounds(first, cw_rows[:played])
             self._history_rounds = max(self._history_rounds, first + played)

@@ -56,7 +56,7 @@ from gradcode.schemes.base import (
     accept_messages,
     check_round,
 )
-from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, PLAYED, RECEIVED, STATUS
+from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, RECEIVED, STATUS
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
 
@@ -472,11 +472,14 @@ class SequentialScheme(Scheme):
     # ----------------------------------------------------------- compiled rounds (simulator)
     def play_rounds(self, first, intercept, slope, message_time, mu, wait_all, records, straggling=None,
                     rates=None) -> PlayedRounds:
-        """:meth:`Scheme.play_rounds`: every round given, played by the compiled kernels of
+        """:meth:`Scheme.play_rounds`: the rounds played by the compiled kernels of
         :mod:`~gradcode.schemes.sgc.rounds` on rings of the scheme's state (``_to_rings``),
         which are written back after the block (``_from_rings``), so the scheme ends as the
         batched path leaves it, history, jobs, tracks and counters alike (the states and rates
-        of straggler state information are not used by these schemes)."""
+        of straggler state information are not used by these schemes). Every round given,
+        unless one cannot finish even with every message: the call then returns the rounds
+        before it, and the driver's protocol round raises ``NotDecodableError`` with the round
+        left open, as the protocol leaves it."""
         first = check_round(first)
         if self._round is not None or first != self._next:
             raise ProtocolError(f"{type(self).__name__} plays rounds in order: round {self._next} is next"
@@ -490,31 +493,35 @@ class SequentialScheme(Scheme):
         if n != self.n or slope.shape != (m, n):
             raise ValueError(f"intercept and slope must be (rounds, {self.n}); got {intercept.shape}, {slope.shape}")
         hist = self._history_rows(first + m)
-        rings = self._to_rings()
-        end = np.empty(m)
-        waited = np.zeros(m, dtype=bool)
-        strag = np.zeros((m, n), dtype=bool)
-        arr = np.empty((m, n) if records else (0, 0))
-        fin = np.empty((m, n) if records else (0, 0))
-        fjobs = np.empty(m * (self._T + 1), dtype=np.int64)
-        frounds = np.empty_like(fjobs)
-        info = np.zeros(7, dtype=np.int64)
-        info[LAST_JOB] = -1
-        self._kernel(first, intercept, slope, float(message_time), -1.0 if mu is None else float(mu), bool(wait_all),
-                     hist, rings, bool(records), end, waited, strag, arr, fin, fjobs, frounds, info)
-        played = int(info[PLAYED])
-        self._from_rings(rings)
-        self._history_rounds = max(self._history_rounds, first + played)
-        self._next = first + played
+        while True:
+            end = np.empty(m)
+            waited = np.zeros(m, dtype=bool)
+            strag = np.zeros((m, n), dtype=bool)
+            arr = np.empty((m, n) if records else (0, 0))
+            fin = np.empty((m, n) if records else (0, 0))
+            fjobs = np.empty(m * (self._T + 1), dtype=np.int64)
+            frounds = np.empty_like(fjobs)
+            info = np.zeros(7, dtype=np.int64)
+            info[LAST_JOB] = -1
+            rings = self._to_rings()
+            self._kernel(first, intercept[:m], slope[:m], float(message_time), -1.0 if mu is None else float(mu),
+                         bool(wait_all), hist, rings, bool(records), end, waited, strag, arr, fin, fjobs, frounds, info)
+            if not info[STATUS]:
+                break
+            # a round the kernel cannot finish (it cannot finish by the protocol either: the driver's
+            # NotDecodableError) or a state the rules exclude: the scheme is still as before the call
+            # (the rings are copies); play the rounds before it again, and leave that round to the
+            # driver, which plays it through the protocol
+            m = int(info[AT]) - first
+            if not m:
+                return PlayedRounds(end[:0], waited[:0], strag[:0], arr[:0] if records else None,
+                                    fin[:0] if records else None, fjobs[:0], frounds[:0], -1)
+        self._from_rings(rings, info)
+        self._history_rounds = max(self._history_rounds, first + m)
+        self._next = first + m
         if info[RECEIVED]:
             self._real = False
         nfin = int(info[FINISHED])
-        if info[STATUS] == 1:
-            raise NotDecodableError(f"{self!r} cannot finish round {int(info[AT])} even with every message")
-        if info[STATUS]:
-            raise RuntimeError(f"{self!r}: the compiled rounds reached a state the protocol rules out in round"
-                               f" {int(info[AT])} (a track that no model fits, or a job left"
-                               " unfinished past its window); please report it")
         return PlayedRounds(end, waited, strag, arr if records else None, fin if records else None,
                             fjobs[:nfin].copy(), frounds[:nfin].copy(), int(info[LAST_JOB]))
 

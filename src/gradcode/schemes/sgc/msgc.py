@@ -404,7 +404,7 @@ class MSGC(SequentialScheme):
                 uncov[x] = (cov[x] == 0).sum(axis=1)
         return fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin
 
-    def _from_rings(self, rings) -> None:
+    def _from_rings(self, rings, info) -> None:
         fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin = rings
         jobs = {}
         for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):

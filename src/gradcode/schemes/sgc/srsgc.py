@@ -240,7 +240,7 @@ class SRSGC(SequentialScheme):
             recv[x], count[x], fresh[x] = job.recv, job.count, job.fresh
         return fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin
 
-    def _from_rings(self, rings) -> None:
+    def _from_rings(self, rings, info) -> None:
         fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
         jobs = {}
         for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):
@@ -248,18 +248,17 @@ class SRSGC(SequentialScheme):
             job.recv[:] = recv[x]
             job.count, job.fresh = int(count[x]), int(fresh[x])
         self._jobs = jobs
+        self.reattempts += int(info[REATTEMPTS])
 
     def _kernel(self, first, intercept, slope, c, mu, wait_all, hist, rings, records, *out) -> None:
         gc = self.gc
         fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
         group = gc.group if gc.rep else np.zeros(self.n, dtype=np.intp)
         self._round_loads_prefix()
-        info = out[-1]
         srsgc_rounds(
             first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam, self.s,
             -1 if self.jobs is None else self.jobs, gc.rep, group.astype(np.int64), gc.groups or 0, self._prefix,
             hist, fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin, records, *out)
-        self.reattempts += int(info[REATTEMPTS])
 
     def _track_starts(self, t: int):
         return list(range(max(0, t - self.W + 1), t + 1))
