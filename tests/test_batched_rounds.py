@@ -289,6 +289,18 @@ def test_n256_sequential_codes_equal_the_per_message_path(monkeypatch):
         assert out[0].waitout_rounds.sum() > 0
 
 
+@pytest.mark.parametrize("ssi", ["perfect", "imperfect"])
+def test_gcdc_at_fig6_size_equals_the_per_message_path(ssi, monkeypatch):
+    """GC-DC at K = 100 (Fig. 6's system: P = 10, r = 6, n_c = 6) on the Gilbert-Elliot model:
+    the compiled blocks and the per-message path agree on every record and on the state."""
+    params = dict(n=100, clusters=10, r=6, clusters_per_worker=6, ssi=ssi, seed=0)
+    model = gradcode.make_delay_model("gilbert-elliot", p_switch=0.2)
+    s1, r1 = _run("gc-dc", params, 0.5, "decodable", True, monkeypatch, rounds=40, model=model, seed=1)
+    s0, r0 = _run("gc-dc", params, 0.5, "decodable", False, monkeypatch, rounds=40, model=model, seed=1)
+    _assert_same_run(s1, r1, s0, r0)
+    assert r1.waitout_rounds.any() and r1.stragglers.any()
+
+
 def test_plan_loads_equal_task_schedule_of_the_plan():
     from gradcode.schemes.static import task_schedule
 

@@ -182,3 +182,37 @@ def test_resolve_scheme_is_the_one_rule_for_run_wide_values():
     assert resolve_scheme("crc", {"seed": 3}, n=6, seed=0).params["seed"] == 3
     with pytest.raises(UnknownNameError, match="available codes"):
         resolve_scheme("nope", {}, n=4)
+
+
+def test_closed_rounds_behave_as_a_set_of_ints_in_bounded_memory():
+    """The schemes' record of closed rounds answers as the set it replaced (membership, add,
+    update, isdisjoint, equality, pickling) while keeping only the rounds closed out of order."""
+    import copy
+    import pickle
+    import random
+
+    from gradcode.schemes.base import ClosedRounds
+
+    rng = random.Random(0)
+    for _ in range(1000):
+        closed, reference = ClosedRounds(), set()
+        for _ in range(rng.randint(0, 30)):
+            a = rng.randint(0, 40)
+            b = a + rng.randint(0, 10)
+            op = rng.random()
+            if op < 0.5:
+                closed.add(a)
+                reference.add(a)
+            elif op < 0.75:
+                closed.update(range(a, b))
+                reference.update(range(a, b))
+            else:
+                a -= 3
+                assert closed.isdisjoint(range(a, b)) == reference.isdisjoint(range(a, b))
+                assert closed.isdisjoint([a, b]) == reference.isdisjoint([a, b])
+        assert all((t in closed) == (t in reference) for t in range(-2, 55))
+        assert pickle.loads(pickle.dumps(closed)) == closed == copy.deepcopy(closed)
+    in_order = ClosedRounds()
+    in_order.update(range(10**6))
+    in_order.add(10**6)
+    assert (in_order.floor, in_order.ahead) == (10**6 + 1, set())

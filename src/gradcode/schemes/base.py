@@ -335,6 +335,59 @@ class RoundLoads(NamedTuple):
     last_job: int
 
 
+class ClosedRounds:
+    """The rounds a scheme has closed (``t in closed``, ``add``, ``update``, ``isdisjoint``, as a
+    set of ints), in memory bounded by the rounds closed out of order: every round below
+    ``floor`` is closed and ``ahead`` holds the closed rounds above it. (A set grew by about 60
+    bytes a round: 120 MB over a million-round GC-DC run, which keeps two.)"""
+
+    __slots__ = ("ahead", "floor")
+
+    def __init__(self, rounds=()):
+        self.floor = 0
+        self.ahead: set[int] = set()
+        self.update(rounds)
+
+    def __contains__(self, t) -> bool:
+        return 0 <= t < self.floor or t in self.ahead
+
+    def add(self, t: int) -> None:
+        if t > self.floor:
+            self.ahead.add(t)
+        elif t == self.floor:
+            self.floor += 1
+            self._absorb()
+
+    def update(self, rounds) -> None:
+        if isinstance(rounds, range) and rounds.step == 1 and 0 <= rounds.start <= self.floor:
+            self.floor = max(self.floor, rounds.stop)
+            self.ahead.difference_update(range(rounds.start, rounds.stop))
+            self._absorb()
+            return
+        for t in rounds:
+            self.add(t)
+
+    def isdisjoint(self, rounds) -> bool:
+        if isinstance(rounds, range) and rounds.step == 1:
+            if max(rounds.start, 0) < min(rounds.stop, self.floor):
+                return False
+            return not any(t in rounds for t in self.ahead)
+        return not any(t in self for t in rounds)
+
+    def _absorb(self) -> None:
+        while self.floor in self.ahead:
+            self.ahead.remove(self.floor)
+            self.floor += 1
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ClosedRounds):
+            return self.floor == other.floor and self.ahead == other.ahead
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ClosedRounds(below={self.floor}, ahead={sorted(self.ahead)})"
+
+
 class PlayedRounds(NamedTuple):
     """What :meth:`Scheme.play_rounds` returns for ``m`` rounds: ``end`` ``(m,)`` each round's
     length, ``waitout`` ``(m,)`` whether the mu-rule waited it out, ``stragglers`` ``(m, n)`` (the

@@ -78,7 +78,15 @@ from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessa
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import ProtocolError, RoundLoads, Scheme, Task, accept_messages, check_round
+from gradcode.schemes.base import (
+    ClosedRounds,
+    ProtocolError,
+    RoundLoads,
+    Scheme,
+    Task,
+    accept_messages,
+    check_round,
+)
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -192,7 +200,7 @@ class StaticScheme(Scheme):
         self.rule = decode_rule(code)
         self._R = np.array([code.messages_of(w) for w in range(code.n)], dtype=np.intp)
         self._open: dict[int, _Round] = {}
-        self._closed: set[int] = set()
+        self._closed = ClosedRounds()
         self.stale_messages = 0
         self.duplicate_messages = 0
 

@@ -58,7 +58,16 @@ import numpy as np
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.clustering import GCSC
 from gradcode.errors import NotDecodableError
-from gradcode.schemes.base import SCHEMES, PlayedRounds, ProtocolError, RoundLoads, Scheme, Task, check_round
+from gradcode.schemes.base import (
+    SCHEMES,
+    ClosedRounds,
+    PlayedRounds,
+    ProtocolError,
+    RoundLoads,
+    Scheme,
+    Task,
+    check_round,
+)
 from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
 from gradcode.schemes.gcdc.clustering import (
     ClusterPlacement,
@@ -154,7 +163,7 @@ class GCDC(Scheme):
         self.partition_sizes = self.code.partition_sizes
         self._plans: dict[int, RoundPlan] = {}
         self._received: dict[int, np.ndarray] = {}
-        self._closed: set[int] = set()
+        self._closed = ClosedRounds()
         self._states: dict[int, np.ndarray] = {}
         self._rates: dict[int, np.ndarray] = {}
         self._history = np.zeros((0, K), dtype=bool)
