@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["close_time", "records_row", "time_round"]
+__all__ = ["close_time", "kth_smallest", "records_row", "time_round"]
 
 
 @njit(cache=True)
@@ -75,3 +75,30 @@ def records_row(k, n, planned, counts, last, A, records, strag, arr, fin):
         if records:
             arr[k, w] = last[w] if (p > 0 and counts[w] == p) else -1.0
             fin[k, w] = A[w, p - 1] if p > 0 else 0.0
+
+
+@njit(cache=True)
+def kth_smallest(a, k):
+    """The ``k``-th smallest value of ``a`` (0-based; reorders ``a``): Hoare's quickselect, the
+    value ``np.partition(a, k)[k]`` gives (written out: ``np.partition`` costs numba seconds more
+    to compile)."""
+    lo, hi = 0, a.shape[0] - 1
+    while lo < hi:
+        pivot = a[(lo + hi) >> 1]
+        i, j = lo, hi
+        while i <= j:
+            while a[i] < pivot:
+                i += 1
+            while a[j] > pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[k]

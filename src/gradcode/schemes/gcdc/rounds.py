@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from gradcode.schemes.compiled import close_time, records_row, time_round
+from gradcode.schemes.compiled import close_time, kth_smallest, records_row, time_round
 from gradcode.schemes.gcdc.clustering import _dealt, _turns
 
 #: ``info`` slots: rounds played, and whether the kernel stopped before a round whose conflicts
@@ -115,9 +115,7 @@ def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, 
         for p in range(P):
             for i in range(ell):
                 buf[i] = comp[members[p, i]]
-            buf.sort()
-            if buf[need - 1] > ready:
-                ready = buf[need - 1]
+            ready = max(ready, kth_smallest(buf, need - 1))
         e_, wt, _ = close_time(True, False, ready, mu, wait_all, K, cwmin, cwmax, cwmin)
         for w in range(K):
             counts[w] = 1 if comp[w] <= e_ else 0

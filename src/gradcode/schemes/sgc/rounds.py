@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from gradcode.schemes.compiled import close_time, records_row, time_round
+from gradcode.schemes.compiled import close_time, kth_smallest, records_row, time_round
 
 #: ``info`` slots the kernels fill: re-attempted tasks, jobs finished, the highest job given
 #: work, whether any message was received, status, the round it refers to, rounds played
@@ -188,33 +188,6 @@ def _forget(u, jid, jfin):
 
 
 @njit(cache=True)
-def _kth_smallest(a, k):
-    """The ``k``-th smallest value of ``a`` (0-based; reorders ``a``): Hoare's quickselect, the
-    value ``np.partition(a, k)[k]`` gives (written out: ``np.partition`` costs numba seconds more
-    to compile)."""
-    lo, hi = 0, a.shape[0] - 1
-    while lo < hi:
-        pivot = a[(lo + hi) >> 1]
-        i, j = lo, hi
-        while i <= j:
-            while a[i] < pivot:
-                i += 1
-            while a[j] > pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            hi = j
-        elif k >= i:
-            lo = i
-        else:
-            break
-    return a[k]
-
-
-@njit(cache=True)
 def _by_completion(comp, planned, n, ct, cw, over):
     """The planned workers in the order the scan receives them (``comp[w]``: the arrival of
     ``w``'s last message): ``(order, head, first)``. No round is ready before ``over`` workers
@@ -233,7 +206,7 @@ def _by_completion(comp, planned, n, ct, cw, over):
         for x in range(N):
             out[x] = cw[order[x]]
         return out, 0, 0.0
-    first = _kth_smallest(ct[:N].copy(), over - 1)
+    first = kth_smallest(ct[:N].copy(), over - 1)
     head = 0
     for x in range(N):
         if ct[x] <= first:
