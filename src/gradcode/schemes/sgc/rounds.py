@@ -321,7 +321,6 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
     need_n = n - s
     max_cur = max(lam, s)
     R = jid.shape[0]
-    FR = fl_id.shape[0]
     kinds = np.array([BURSTY, PER_ROUND], dtype=np.int64)
     Ns = np.array([B, 0], dtype=np.int64)
     Ws = np.array([W, 0], dtype=np.int64)
