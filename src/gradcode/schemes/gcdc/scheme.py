@@ -328,23 +328,10 @@ class GCDC(Scheme):
                 intercept, slope, straggling, rates = intercept[:m], slope[:m], straggling[:m], rates[:m]
                 if not m:
                     return _played(first, 0, K, records)
-        use_rates = self.tau is not None and rates is not None
-        plan_rates = np.ascontiguousarray(rates, dtype=np.float64) if use_rates else np.zeros((m, K))
-        if self.ssi == "perfect":
-            if self.tau is not None and not use_rates:
-                return _played(first, 0, K, records)  # the protocol's ProtocolError: no rates
-            plan_states, by_rates = straggling, np.full(m, use_rates)
-        else:  # round t is planned with round t - 1's information; the first with the scheme's own
-            kwargs, _ = self._information(first)
-            plan_states = np.empty((m, K), dtype=bool)
-            plan_states[1:] = straggling[:-1]
-            plan_rates = np.concatenate([np.zeros((1, K)), plan_rates[:-1]])
-            by_rates = np.full(m, use_rates)
-            by_rates[0] = "rates" in kwargs
-            if by_rates[0]:
-                plan_rates[0] = kwargs["rates"]
-            else:
-                plan_states[0] = kwargs["straggling"]
+        planning = self._planning(first, straggling, rates)
+        if planning is None:
+            return _played(first, 0, K, records)  # the protocol's ProtocolError: no rates
+        plan_states, plan_rates, by_rates = planning
         if self.__dict__.get("_codeword_loads") is None:
             self._codeword_loads = np.ascontiguousarray(code_loads(self.code)[0][:, 0])
         a = self.assignment
@@ -378,6 +365,31 @@ class GCDC(Scheme):
                 self._observe_states(first + k, straggling[k], None if rates is None else rates[k])
             self.last_plan = self.plan_placement(first + played - 1)
         return _played(first, played, K, records, out)
+
+    def _planning(self, first: int, straggling: np.ndarray, rates: np.ndarray | None):
+        """What Algorithm 1 plans each of rounds ``first ..`` with, as ``_information`` gives it
+        round by round: ``(states, rates, by_rates)``, ``(m, K)``, ``(m, K)`` and ``(m,)``
+        (``by_rates[k]``: plan round ``k`` with ``rates[k]`` and ``tau``). Perfect SSI plans round
+        ``t`` with the round's own states (or rates); imperfect SSI with round ``t - 1``'s, the
+        first with the scheme's own. ``None`` where perfect SSI with ``tau`` has no rates."""
+        m, K = straggling.shape
+        use_rates = self.tau is not None and rates is not None
+        plan_rates = np.ascontiguousarray(rates, dtype=np.float64) if use_rates else np.zeros((m, K))
+        if self.ssi == "perfect":
+            if self.tau is not None and not use_rates:
+                return None
+            return straggling, plan_rates, np.full(m, use_rates)
+        kwargs, _ = self._information(first)
+        plan_states = np.empty((m, K), dtype=bool)
+        plan_states[1:] = straggling[:-1]
+        plan_rates = np.concatenate([np.zeros((1, K)), plan_rates[:-1]])
+        by_rates = np.full(m, use_rates)
+        by_rates[0] = "rates" in kwargs
+        if by_rates[0]:
+            plan_rates[0] = kwargs["rates"]
+        else:
+            plan_states[0] = kwargs["straggling"]
+        return plan_states, plan_rates, by_rates
 
     def plan_placement(self, t: int) -> RoundPlan:
         """The placement ``plan(t)`` uses (Algorithm 1 on the information for round ``t``, see

@@ -62,6 +62,16 @@ def _in_range(u, J):
 
 
 @njit(cache=True)
+def _conf_scratch(tracks, M, n):
+    """The conformance arrays for at most ``tracks`` live tracks of ``M`` models each (and as
+    many rows of window counts): ``starts, prev, cnt, nonD, F, base, fcnt, lim``."""
+    KM = tracks * M
+    return (np.zeros(tracks, dtype=np.int64), np.zeros(KM, dtype=np.bool_), np.zeros((tracks, n), dtype=np.int32),
+            np.zeros((KM, n), dtype=np.bool_), np.zeros((KM, n), dtype=np.bool_), np.zeros(KM, dtype=np.int64),
+            np.zeros(KM, dtype=np.int64), np.zeros(KM, dtype=np.int64))
+
+
+@njit(cache=True)
 def _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n):
     """Conformance.begin for the ``K`` live tracks ``starts[:K]`` (``prev[k * M + m]``: track
     ``k`` still conforms to model ``m``) and the round's stragglers so far ``cur``: per entry
@@ -326,15 +336,7 @@ def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, grou
     Ws = np.array([W, 0], dtype=np.int64)
     lims = np.array([lam, s], dtype=np.int64)
     M = 2
-    KM = W * M
-    starts = np.zeros(W, dtype=np.int64)
-    prev = np.zeros(KM, dtype=np.bool_)
-    cnt = np.zeros((W, n), dtype=np.int32)
-    nonD = np.zeros((KM, n), dtype=np.bool_)
-    F = np.zeros((KM, n), dtype=np.bool_)
-    base = np.zeros(KM, dtype=np.int64)
-    fcnt = np.zeros(KM, dtype=np.int64)
-    lim = np.zeros(KM, dtype=np.int64)
+    starts, prev, cnt, nonD, F, base, fcnt, lim = _conf_scratch(W, M, n)
     job_of = np.empty(n, dtype=np.int64)
     planned = np.zeros(n, dtype=np.int64)
     counts = np.zeros(n, dtype=np.int64)
@@ -546,6 +548,84 @@ def _m_take(t, order, lo, hi, last_only, by, A, planned, slot, kind, kk, R, have
 
 
 @njit(cache=True)
+def _m_plan(t, J, W, S, coded_ok, groups, jid, have, missing, coded, coded_n, cov, uncov, jfin, slot, kind, kk,
+            planned):
+    """Algorithm 2 for round ``t`` (``MSGC._new_round``): message ``c`` of worker ``i`` is slot
+    ``slot[i, c]`` (job ``t - slot``), a ``D_1`` chunk ``kk`` (``kind`` 0) or the coded mini-task
+    of group ``kk`` (``kind`` 1); ``planned[i]`` messages. Opens the jobs it names. Returns the
+    highest job given work (-1: none), or -2 if a ring slot still holds a job never forgotten."""
+    R = jid.shape[0]
+    n = planned.shape[0]
+    for w in range(n):
+        planned[w] = 0
+    last_job = -1
+    for j in range(S):
+        u = t - j
+        if not _in_range(u, J):
+            continue
+        last_job = max(last_job, u)
+        x = u % R
+        if jid[x] != u:
+            if jid[x] >= 0:
+                return -2
+            _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups)
+        for w in range(n):
+            col = planned[w]
+            if j <= W - 2:  # fixed mini-task: D_1 chunk j of job u
+                slot[w, col], kind[w, col], kk[w, col] = j, 0, j
+                planned[w] = col + 1
+                continue
+            first = -1  # the first D_1 chunk of job u not held: a re-attempt
+            for b in range(W - 1):
+                if not have[x, w, b]:
+                    first = b
+                    break
+            if first < 0:
+                if coded_ok:  # lambda = n: trivial coded mini-tasks are not planned (Remark 3.2)
+                    slot[w, col], kind[w, col], kk[w, col] = j, 1, j - (W - 1)
+                    planned[w] = col + 1
+            else:
+                slot[w, col], kind[w, col], kk[w, col] = j, 0, first
+                planned[w] = col + 1
+    return last_job
+
+
+@njit(cache=True)
+def _m_loads(planned, kind, loads, memo, memo_n, size1, size2, lam, coded_last):
+    """Each worker's prefix loads (``MSGC._round_loads``: ``task_schedule``'s running sum over its
+    mini-tasks' partitions, a message ready at the last partition its coefficients use, then the
+    running maximum), recomputed only for workers whose kinds differ from the row timed last."""
+    for w in range(planned.shape[0]):
+        p = planned[w]
+        same = memo_n[w] == p
+        if same:
+            for i in range(p):
+                if memo[w, i] != kind[w, i]:
+                    same = False
+                    break
+        if same:
+            continue
+        acc = 0.0
+        pv = 0.0
+        for i in range(p):
+            if kind[w, i] == 0:
+                acc += size1
+                v = acc
+            else:
+                v = 0.0
+                for q in range(lam + 1):
+                    acc += size2
+                    if q == coded_last[w]:
+                        v = acc
+            if i and not v >= pv:
+                v = pv
+            loads[w, i] = v
+            pv = v
+            memo[w, i] = kind[w, i]
+        memo_n[w] = p
+
+
+@njit(cache=True)
 def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, coded_last, size1, size2,
                 hist, fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin,
                 records, end, waited, strag, arr, fin, fjobs, frounds, info):
@@ -569,15 +649,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
     Ws = np.array([W, W + B - 1], dtype=np.int64)
     lims = np.array([lam, lam], dtype=np.int64)
     M = 2
-    KM = (T + 1) * M
-    starts = np.zeros(T + 1, dtype=np.int64)
-    prev = np.zeros(KM, dtype=np.bool_)
-    cnt = np.zeros((T + 1, n), dtype=np.int32)
-    nonD = np.zeros((KM, n), dtype=np.bool_)
-    F = np.zeros((KM, n), dtype=np.bool_)
-    base = np.zeros(KM, dtype=np.int64)
-    fcnt = np.zeros(KM, dtype=np.int64)
-    lim = np.zeros(KM, dtype=np.int64)
+    starts, prev, cnt, nonD, F, base, fcnt, lim = _conf_scratch(T + 1, M, n)
     slot = np.zeros((n, S), dtype=np.int64)
     kind = np.zeros((n, S), dtype=np.int8)
     kk = np.zeros((n, S), dtype=np.int64)
@@ -597,40 +669,12 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
     for k in range(m_rounds):
         t = t0 + k
         # ---- plan: Algorithm 2
-        for w in range(n):
-            planned[w] = 0
-        last_job = -1
-        for j in range(S):
-            u = t - j
-            if not _in_range(u, J):
-                continue
-            if u > last_job:
-                last_job = u
-            x = u % R
-            if jid[x] != u:
-                if jid[x] >= 0:
-                    info[STATUS] = 2
-                    info[AT] = t
-                    return
-                _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups)
-            for w in range(n):
-                col = planned[w]
-                if j <= W - 2:
-                    slot[w, col], kind[w, col], kk[w, col] = j, 0, j
-                    planned[w] = col + 1
-                    continue
-                first = -1
-                for b in range(W - 1):
-                    if not have[x, w, b]:
-                        first = b
-                        break
-                if first < 0:
-                    if coded_ok:
-                        slot[w, col], kind[w, col], kk[w, col] = j, 1, j - (W - 1)
-                        planned[w] = col + 1
-                else:
-                    slot[w, col], kind[w, col], kk[w, col] = j, 0, first
-                    planned[w] = col + 1
+        last_job = _m_plan(t, J, W, S, coded_ok, groups, jid, have, missing, coded, coded_n, cov, uncov, jfin, slot,
+                           kind, kk, planned)
+        if last_job == -2:
+            info[STATUS] = 2
+            info[AT] = t
+            return
         if last_job > info[LAST_JOB]:
             info[LAST_JOB] = last_job
         ncur = 0
@@ -651,34 +695,7 @@ def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, 
         _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
         E = K * M
         # ---- prefix loads (task_schedule's running sums), memoised per worker by its kinds
-        for w in range(n):
-            p = planned[w]
-            same = memo_n[w] == p
-            if same:
-                for i in range(p):
-                    if memo[w, i] != kind[w, i]:
-                        same = False
-                        break
-            if same:
-                continue
-            acc = 0.0
-            pv = 0.0
-            for i in range(p):
-                if kind[w, i] == 0:
-                    acc += size1
-                    v = acc
-                else:
-                    v = 0.0
-                    for q in range(lam + 1):
-                        acc += size2
-                        if q == coded_last[w]:
-                            v = acc
-                if i and not v >= pv:
-                    v = pv
-                loads[w, i] = v
-                pv = v
-                memo[w, i] = kind[w, i]
-            memo_n[w] = p
+        _m_loads(planned, kind, loads, memo, memo_n, size1, size2, lam, coded_last)
         # ---- time the messages
         cwmin, cwmax = time_round(ic, sl_, k, loads, planned, c, A, comp)
         # ---- receive the workers in order of completion until the round is ready: only a worker's
