@@ -189,7 +189,8 @@ def test_group_bounds_eq31_and_example4():
     assert group_bounds(9, 3) == [(0, 3), (3, 6), (6, 9)]
     assert group_bounds(5, 4) == [(0, 5)]
     code = GroupAGC(7, 2, 2, seed=0)
-    assert [sub.n for sub in code.subcodes] == [2, 2, 3]
+    assert [sub.n for sub in code.parts] == [2, 2, 3]
+    assert [sub.n for sub in code.subcodes] == [2, 3]  # one subsystem per group size
     assert code.placement[:4] == ((0, 1), (1, 0), (2, 3), (3, 2))
     assert set(code.placement[4:]) == {(4, 5), (5, 6), (6, 4)}
     # one straggler in each group (3 in total, beyond the tolerance 1 of AGC on 7 workers)
@@ -231,6 +232,28 @@ def test_group_codes_every_straggler_set(cls, args):
             if r > 1:
                 assert not code.can_decode({w: r - 1 for w in pattern})
     assert code.tolerance == (d - 1 if cls is GroupAGC else d - args[2])
+
+
+@pytest.mark.parametrize("cls,args,sub", [
+    (GroupAGC, (11, 3, 2), lambda size, rng: AGC(size, 3, 2, rng)),
+    (GroupCGC, (11, 3, 2), lambda size, rng: CGC(size, 3, 2, "gaussian", rng)),
+])
+def test_groups_of_one_size_run_one_subsystem(cls, args, sub):
+    """Groups (0, 3), (3, 6), (6, 11): the two of size 3 run one code object, the last its own;
+    the subsystems are the seed's draws in group order (group 0's is the draw it always had), and
+    the groups' encoders are their subsystem's, on their own workers and partitions."""
+    code = cls(*args, seed=4)
+    assert code.groups == ((0, 3), (3, 6), (6, 11))
+    assert code.parts[0] is code.parts[1] and code.parts[2] is not code.parts[0]
+    assert code.subcodes == (code.parts[0], code.parts[2])
+    rng = np.random.default_rng(4)
+    for want, got in zip([sub(3, rng), sub(5, rng)], code.subcodes, strict=True):
+        for E, F in zip(want.encoders, got.encoders, strict=True):
+            np.testing.assert_array_equal(E, F)
+    for (a, b), part in zip(code.groups, code.parts):
+        for i in range(b - a):
+            assert code.placement[a + i] == tuple(a + j for j in part.placement[i])
+            np.testing.assert_array_equal(code.encoders[a + i], part.encoders[i])
 
 
 def test_reprs_and_registry():
@@ -334,7 +357,7 @@ def test_group_codes_straggling_per_group():
     assert got.tolist() == [False, False, False, True, False, False]
     rows = np.array([[1, 1, 2, 0, 2, 1], [2, 2, 2, 2, 0, 0]])
     assert code.straggling(rows).tolist() == [got.tolist(), [False] * 4 + [True, True]]
-    for (a, b), sub in zip(code.groups, code.subcodes):
+    for (a, b), sub in zip(code.groups, code.parts, strict=True):
         np.testing.assert_array_equal(code.straggling(rows)[:, a:b], sub.straggling(rows[:, a:b]))
     cgc = GroupCGC(7, 3, 2, seed=1)
     assert cgc.straggling([1, 0, 1, 1, 1, 1, 0]).tolist() == [False, True, False, False, False, False, True]

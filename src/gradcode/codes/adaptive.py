@@ -386,14 +386,27 @@ class _Grouped(DirectSumCode):
     """Group scheme of AGC paper Section VI: worker group ``j`` (eq. 31) stores and computes only the
     partitions of the same index range, running its own subsystem code; the master decodes each
     group's partial gradient (eq. 32) and adds them (eq. 34): the direct sum of the subsystems
-    (:class:`~gradcode.codes.compose.DirectSumCode`), with each group's straggler rule."""
+    (:class:`~gradcode.codes.compose.DirectSumCode`), with each group's straggler rule.
+
+    Groups of the same size run one subsystem code, one object (``parts[j]``; ``subcodes`` holds
+    one per size): eq. 31's groups are copies of one ``(n_j, d, w)`` system on their own workers
+    and partitions, and any generic draw of it serves every group. Sharing it lets the decoder
+    solve and check a group-local straggler pattern once for all the groups showing it: a fresh
+    pattern at n = 1000, d = 4 is a few 4-worker solves, not 250. (Before, every group drew its
+    own ``E``; a seed now gives group 0's draw to every group of its size.)"""
 
     part_label = "group"
 
     def _build_groups(self, n, d, make_sub, tolerance, params):
+        """``make_sub(size)`` builds the subsystem of a group of ``size`` workers; it is called once
+        per distinct size, in group order (so group 0's subsystem is the first draw)."""
         self.d = d
         self.groups = tuple(group_bounds(n, d))
-        subs = tuple(make_sub(b - a) for a, b in self.groups)
+        by_size: dict[int, LinearCode] = {}
+        for a, b in self.groups:
+            if b - a not in by_size:
+                by_size[b - a] = make_sub(b - a)
+        subs = tuple(by_size[b - a] for a, b in self.groups)
         ranges = [np.arange(a, b) for a, b in self.groups]
         self._init_parts(parts=subs, workers=ranges, partitions=ranges, n=n, k=n,
                          chunks=subs[0].chunks, tolerance=tolerance, params=params)

@@ -18,6 +18,8 @@ Both target the sum over *all* partitions, so stacking the parts' coefficients d
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -49,6 +51,19 @@ class PerPart(DecodeRule):
         return f"PerPart({len(self.rules)} parts)"
 
 
+def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_index=True, return_inverse=True)`` for a non-negative
+    integer matrix (inverse flattened), through one integer key per row when the rows fit 63 bits
+    (the messages of a group's workers do): 10x faster than sorting the rows as records."""
+    base = int(a.max(initial=0)) + 1
+    if a.shape[1] * math.log2(base) > 62:
+        distinct, first, inverse = np.unique(a, axis=0, return_index=True, return_inverse=True)
+        return distinct, first, inverse.reshape(-1)
+    key = a @ base ** np.arange(a.shape[1] - 1, -1, -1)  # first column most significant: numpy's order
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return a[first], first, inverse
+
+
 class DirectSumCode(LinearCode):
     """A code made of independent parts (module docstring). Subclasses build their ``parts`` and
     call :meth:`_init_parts`, which builds placement and encoders and calls
@@ -57,7 +72,13 @@ class DirectSumCode(LinearCode):
     ``workers[p][i]``: the global worker running local worker ``i`` of part ``p``;
     ``partitions[p][j]``: the global partition that is local partition ``j`` of part ``p``.
     Every worker belongs to exactly one part; partition sets are disjoint. Errors name the part
-    with ``part_label`` ("cluster 2: ...")."""
+    with ``part_label`` ("cluster 2: ...").
+
+    Parts that are the same code should be passed as the same object (CommFR's groups, G-AGC's and
+    G-CGC's groups of one size): a fresh pattern then solves and checks each distinct local
+    pattern once, in that code's cache, and every part showing it reuses the answer
+    (:meth:`_fast_solve`). Distinct objects are never merged, even with equal encoders: a code's
+    decoder may use more than its encoders (AGC's ``E`` and ``M``)."""
 
     part_label = "part"
 
@@ -90,6 +111,31 @@ class DirectSumCode(LinearCode):
         self._part_of, self._local = part_of, local
         part_of.flags.writeable = local.flags.writeable = False
         LinearCode.__init__(self, n=n, placement=placement, encoders=encoders, k=k, **kwargs)
+        self._derive()
+
+    _DERIVED = ("_shared", "_row_pairs")
+
+    def _derive(self) -> None:
+        """What :meth:`_fast_solve` reads, derived from the parts (rebuilt, never pickled:
+        :meth:`__setstate__`):
+
+        * ``_shared``: the parts grouped by code object, in order of first appearance, as
+          ``(code, ids, workers)``: ``ids`` the parts running ``code``, ``workers[t]`` the global
+          workers of part ``ids[t]`` (one row per part);
+        * ``_row_pairs``: the tuple ``(w, r)`` of every encoder row, by row index; the rows of a
+          decoding are picked from it (building thousands of new pairs per fresh pattern cost
+          more than the rest of the assembly)."""
+        by_code: dict[int, tuple[LinearCode, list[int]]] = {}
+        for p, code in enumerate(self.parts):
+            by_code.setdefault(id(code), (code, []))[1].append(p)
+        shared = []
+        for code, ids in by_code.values():
+            members = np.array(ids, dtype=np.intp)
+            workers = np.stack([self.part_workers[p] for p in members])
+            members.flags.writeable = workers.flags.writeable = False
+            shared.append((code, members, workers))
+        pairs = tuple((w, r) for w in range(self.n) for r in range(self.messages_of(w)))
+        self.__dict__.update(_shared=tuple(shared), _row_pairs=pairs)  # the code may be frozen already
 
     def split(self, pattern: Pattern) -> list[dict[int, int]]:
         """The pattern restricted to each part, in the part's local worker ids."""
@@ -99,21 +145,50 @@ class DirectSumCode(LinearCode):
         return out
 
     def _fast_solve(self, pattern: Pattern) -> Decoding:
-        rows, coefs, cond, methods = [], [], 1.0, set()
-        for p, (code, got) in enumerate(zip(self.parts, self.split(pattern))):
+        """Decode every part from its restriction of ``pattern`` and stack the answers (module
+        docstring), each distinct ``(part code, local pattern)`` once.
+
+        Parts running one code object (:meth:`_derive`) whose local message counts are equal
+        get that code's one :class:`Decoding` (solved and checked against its encoder rows, which
+        are the whole code's rows of those workers, and cached by the code), re-indexed to their
+        workers; with G-AGC's 250 groups of one AGC at n = 1000 a fresh pattern with a few
+        stragglers is a handful of small solves instead of 250. The stacked answer is then checked
+        against the whole code's encoder rows by :meth:`LinearCode._trusted_solve`, as any
+        structured answer is, which also gives it its amplification, residual and row terms.
+        The coefficients and rows are those of decoding every part on its own; the first part
+        (in part order) that cannot decode is the one named."""
+        counts = np.zeros(self.n, dtype=np.intp)
+        flat = np.fromiter(itertools.chain.from_iterable(pattern), dtype=np.intp, count=2 * len(pattern))
+        counts[flat[0::2]] = flat[1::2]
+        todo = []  # (first part showing it, code, local counts, workers of each part showing it)
+        for code, ids, workers in self._shared:
+            local = counts[workers]  # (parts, local workers)
+            if len(ids) == 1:
+                todo.append((int(ids[0]), code, local[0], workers))
+                continue
+            distinct, first, inverse = _distinct_rows(local)
+            todo.extend((int(ids[first[u]]), code, got, workers[inverse == u]) for u, got in enumerate(distinct))
+        todo.sort(key=lambda t: t[0])
+        ws, rs, coefs, cond, methods = [], [], [], 1.0, set()
+        for p, code, got, showing in todo:
             try:
-                sol = code.decoding(got)
+                sol = code.decoding(tuple((i, r) for i, r in enumerate(got.tolist()) if r))
             except NotDecodableError as exc:
                 members = self.part_workers[p].tolist()
                 raise NotDecodableError(f"{self.part_label} {p} (workers {members}): {exc}") from None
-            rows.extend((int(self.part_workers[p][i]), r) for i, r in sol.rows)
-            coefs.append(sol.coefficients)
+            local_w, local_r = np.array(sol.rows, dtype=np.intp).reshape(-1, 2).T
+            ws.append(showing[:, local_w].ravel())  # part by part, each in its local rows' order
+            rs.append(np.tile(local_r, len(showing)))
+            coefs.append(np.tile(sol.coefficients, len(showing)))
             cond = max(cond, sol.condition)
             methods.add(sol.method)
-        A = np.concatenate(coefs, axis=1)
-        order = sorted(range(len(rows)), key=rows.__getitem__)  # rows in worker order
+        row_ids = self._sparse_rows()[1][np.concatenate(ws)] + np.concatenate(rs)  # sorts rows by (w, r)
+        order = np.argsort(row_ids, kind="stable")  # a few sorted runs: timsort merges them
+        row_ids = row_ids[order]
+        rows = tuple([self._row_pairs[i] for i in row_ids.tolist()])
+        A = np.concatenate(coefs, axis=1)[:, order]
         method = methods.pop() if len(methods) == 1 else f"{self.part_label}s: " + "; ".join(sorted(methods))
-        return Decoding(pattern, tuple(rows[i] for i in order), A[:, order], cond, method)
+        return Decoding(pattern, rows, A, cond, method, row_ids=row_ids)
 
     def straggling(self, counts) -> np.ndarray:
         """Each part's straggler rule on its own workers."""
@@ -137,6 +212,21 @@ class DirectSumCode(LinearCode):
         super().clear_cache()
         for code in self.subcodes:
             code.clear_cache()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for name in self._DERIVED:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        # a checkpoint (runtime/safe_state.py) restores every reference to a part as its own
+        # object: ``subcodes`` are made the parts again, so that clear_cache and max_condition
+        # reach the codes that decode (parts that shared one object stay separate copies: still
+        # correct, each solving its own patterns)
+        self.__dict__["subcodes"] = tuple({id(c): c for c in self.parts}.values())
+        self._derive()  # also for codes saved before it existed
 
 
 class SequentialCode(LinearCode):
