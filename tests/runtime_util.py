@@ -154,7 +154,7 @@ class TwoMessages(Scheme):
         return all(len(self.got[t].get(w, ())) == 2 for w in range(self.n))
 
     def _close(self, t, arrived):
-        return [(t, sum(p for msgs in self.got.pop(t).values() for p in msgs.values()))]
+        return [(t, sum(np.asarray(p) for msgs in self.got.pop(t).values() for p in msgs.values()))]
 
     def stored_partitions(self, w):
         return self.placement[w]

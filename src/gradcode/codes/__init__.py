@@ -5,7 +5,8 @@ which partitions each worker stores, the encoding tensors of its messages, and t
 turns any sufficient set of message prefixes into the exact gradient, checking every answer
 against the real encoder rows. Each family has a module (``tandon``: baselines, FRC, CRC,
 partial; ``clustering``: GC-SC; ``commfr``: CommFR-GC; ``adaptive``: CGC, AGC, group codes);
-shared pieces have theirs (``linalg``: the solves; ``rules``: decodability as closed rules;
+shared pieces have theirs (``messages``: a message as a worker sends it, with the scale its error
+bound needs, and the compiled sums that decode at memory speed; ``linalg``: the solves; ``rules``: decodability as closed rules;
 ``compose``: direct sums and sequences of codes; ``verify``: corrupted-worker detection;
 ``stability``: condition measures and the papers' analytic thresholds).
 
@@ -33,6 +34,7 @@ from gradcode.codes.base import (
     register,
     wire_precision,
 )
+from gradcode.codes.messages import Message
 from gradcode.codes.verify import InconsistentMessagesError, Verification
 from gradcode.errors import NotDecodableError
 
@@ -52,6 +54,7 @@ __all__ = [
     "ImpreciseDecodeError",
     "InconsistentMessagesError",
     "LinearCode",
+    "Message",
     "NonFiniteMessageError",
     "NotDecodableError",
     "Verification",

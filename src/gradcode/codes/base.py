@@ -73,10 +73,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 from scipy import sparse
-from scipy.linalg import blas
 
 from gradcode._validation import check_int, check_real
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
+from gradcode.codes.messages import Message, sum_squares, weighted_add
 from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.registry import Registry
@@ -89,6 +89,9 @@ _EPS = float(np.finfo(np.float64).eps)
 DENSE_ROWS, DENSE_ROWS_MAX = 0.25, 25_000_000
 #: unit roundoff of each wire precision messages may arrive in
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: half the smallest subnormal of each wire precision: the largest error of rounding a value below
+#: the type's normal range, whatever its size (the absolute term of the decode's bound)
+UNDERFLOW = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
 #: a decode within this many times the error of a plain sum of the partial gradients is accepted
 #: whatever its relative bound (:meth:`LinearCode._bounded`)
 PLAIN_SUM_SLACK = 4.0
@@ -99,8 +102,10 @@ PLAIN_SUM_SLACK = 4.0
 #: bounds at a few percent: 5e-2 and 2e-1 accept those (still inside a mini-batch's noise) and
 #: refuse what is off by its own size
 DEFAULT_RTOL = {"float64": 1e-5, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
-#: Element block of the fused weighted sum: small enough to stay in L2 cache.
-_BLOCK = 1 << 14
+#: Element block of the fused weighted sum: its float64 output (1 MB) stays in a core's L2 (or
+#: L3) cache while every row adds into it; smaller blocks cost more in calls than they save
+#: (measured: 1 << 15 took 1.8x as long at d = 1e6, n = 56)
+_BLOCK = 1 << 17
 
 Pattern = tuple[tuple[int, int], ...]
 
@@ -521,62 +526,73 @@ class LinearCode:
         own norm stands for it, which assumes a worker's terms do not cancel among themselves."""
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
-        arrays = {}
+        arrays, sent = {}, {}
         for w, msgs in _items(messages, "messages"):
             w = self.check_worker(w)
-            msgs = np.asarray(msgs)
-            if msgs.ndim == 1:
-                msgs = msgs[None, :]
-            if msgs.ndim != 2 or msgs.shape[1] != m:
-                raise ValueError(
-                    f"messages of worker {w} must have shape (r, {m}) for dim={d} and chunks="
-                    f"{self._chunks}; got {np.shape(msgs)}"
-                )
-            if msgs.shape[0] > self.messages_of(w):
-                raise ValueError(
-                    f"worker {w} sends at most {self.messages_of(w)} messages, got {msgs.shape[0]}"
-                )
-            if msgs.dtype.name != "bfloat16" and not (
-                np.issubdtype(msgs.dtype, np.floating) or np.issubdtype(msgs.dtype, np.integer)
-            ):
-                raise TypeError(f"messages of worker {w} must be real numbers, got dtype {msgs.dtype}")
-            if msgs.shape[0]:
-                arrays[w] = msgs
-        prec = max((wire_precision(a.dtype) for a in arrays.values()), key=UNIT_ROUNDOFF.get, default="float64")
+            rows, meta = _unpack(w, msgs, m, d, self._chunks)
+            if len(rows) > self.messages_of(w):
+                raise ValueError(f"worker {w} sends at most {self.messages_of(w)} messages, got {len(rows)}")
+            if len(rows):
+                arrays[w] = rows
+                if meta is not None:
+                    sent[w] = meta
+        prec = max((wire_precision(t) for t in {a.dtype for a in arrays.values()}), key=UNIT_ROUNDOFF.get,
+                   default="float64")
         if precision is not None:
             prec = max(prec, wire_precision(precision), key=UNIT_ROUNDOFF.get)
         if rtol is None:
             rtol = self.decode_rtol
         tol = DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
-        sol = self.decoding({w: a.shape[0] for w, a in arrays.items()})
+        sol = self.decoding({w: len(a) for w, a in arrays.items()})
+        # what each used row summed (S_i): sent with it (a Message), or passed as ``scales``; the
+        # rows with neither have their norm measured in the sum's own pass and stand for it
+        given = np.full(len(sol.rows), np.nan)
+        factors = np.ones(len(sol.rows))
+        for i, (w, r) in enumerate(sol.rows):
+            if w in sent:
+                given[i], factors[i] = sent[w][0][r], sent[w][1][r]
+        if scales is not None:
+            given = np.fmax(given, self._received_scales(sol, scales, arrays, sent))
+        measure = np.isnan(given)
         with np.errstate(over="ignore", invalid="ignore"):
-            out, norms = _combine(sol, arrays, self._chunks, m)
-        sums = norms if scales is None else np.maximum(norms, self._received_scales(sol, scales, arrays))
-        if not np.isfinite(out).all():
-            # the senders of non-finite messages, and of finite messages whose scaled contribution
-            # |A[c, i]| * |message_i| reaches max / (rows used): below that bound for every row
-            # the weighted sum cannot overflow, so an overflow from finite messages (1e308
-            # everywhere) always names the workers that caused it
-            peak = np.abs(sol.coefficients).max(axis=0)  # per received row
-            limit = np.finfo(np.float64).max / max(int(np.count_nonzero(peak)), 1)
-            with np.errstate(over="ignore", invalid="ignore"):
-                bad = tuple(sorted(
-                    {w for w, r in sol.pattern if not np.isfinite(arrays[w][:r].astype(np.float64)).all()}
-                    | {w for (w, r), a in zip(sol.rows, peak) if a and not a * np.abs(arrays[w][r].astype(np.float64)).max() < limit}
-                ))
-            raise NonFiniteMessageError(
-                f"messages from workers {list(bad)} hold non-finite values (NaN or infinity) or values"
-                " so large that the decoded gradient overflows; "
-                "treat them as stragglers and decode without them",
-                bad,
-            )
+            out, norms, out_sq = _combine(sol, arrays, self._chunks, m, factors, measure)
+        bad_scale = ~measure & ~np.isfinite(given)
+        # a non-finite element makes the sum of squares non-finite; so may a finite overflow of it
+        if bad_scale.any() or (not math.isfinite(out_sq) and not np.isfinite(out).all()):
+            raise NonFiniteMessageError(*self._non_finite(sol, arrays, factors, bad_scale))
         if not np.isfinite(norms).all():  # finite values past ~1e154: no bound can be computed for them
             bad = tuple(sorted({w for (w, _), v in zip(sol.rows, norms) if not np.isfinite(v)}))
             raise NonFiniteMessageError(
                 f"messages from workers {list(bad)} hold values so large (beyond ~1e154) that the decode's"
                 " error bound overflows; treat them as stragglers and decode without them", bad)
+        sums = np.where(measure, norms, given)
+        norms = np.where(measure, norms, given)  # ||m_i|| <= S_i: no pass over a message with its scale
         gradient = out[:d]
-        return self._bounded(sol, gradient, norms, sums, prec, tol)
+        if not math.isfinite(out_sq) or len(out) != d:
+            out_sq = sum_squares(gradient)
+        return self._bounded(sol, gradient, math.sqrt(out_sq), norms, sums, prec, tol, factors, m)
+
+    def _non_finite(self, sol: Decoding, arrays, factors, bad_scale) -> tuple[str, tuple[int, ...]]:
+        """The message and senders of a :class:`NonFiniteMessageError`: the senders of
+        non-finite messages or scales, and of finite messages whose scaled contribution
+        ``|A[c, i]| * |message_i|`` reaches max / (rows used): below that bound for every row the
+        weighted sum cannot overflow, so an overflow from finite messages (1e308 everywhere) always
+        names the workers that caused it."""
+        peak = np.abs(sol.coefficients).max(axis=0) / factors  # per received row
+        limit = np.finfo(np.float64).max / max(int(np.count_nonzero(peak)), 1)
+        bad = {w for (w, _), b in zip(sol.rows, bad_scale) if b}
+        with np.errstate(over="ignore", invalid="ignore"):
+            for (w, r), a in zip(sol.rows, peak):
+                v = np.asarray(arrays[w][r], dtype=np.float64)
+                if not np.isfinite(v).all() or (a and not a * np.abs(v).max() < limit):
+                    bad.add(w)
+        bad = tuple(sorted(bad))
+        return (
+            f"messages from workers {list(bad)} hold non-finite values (NaN or infinity) or values"
+            " so large that the decoded gradient overflows; "
+            "treat them as stragglers and decode without them",
+            bad,
+        )
 
     def message_scales(self, w: int, partials) -> np.ndarray:
         """What each message of worker ``w`` sums: ``sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``,
@@ -594,22 +610,23 @@ class LinearCode:
         chunk_norms = np.linalg.norm(padded.reshape(p, L, m), axis=2)  # (p, L)
         return np.einsum("rjc,jc->r", np.abs(self._encoders[w]), chunk_norms)
 
-    def _received_scales(self, sol: Decoding, scales, arrays) -> np.ndarray:
-        """``scales`` (``{w: (r_w,)}``) of the rows ``sol`` uses, validated."""
+    def _received_scales(self, sol: Decoding, scales, arrays, sent) -> np.ndarray:
+        """``scales`` (``{w: (r_w,)}``) of the rows ``sol`` uses, validated (NaN for the rows of
+        workers that sent their own, :class:`~gradcode.codes.messages.Message`)."""
         table = {}
         for w, v in _items(scales, "scales"):
             w = self.check_worker(w)
             v = np.asarray(v, dtype=np.float64).reshape(-1)
-            if w in arrays and (v.size < arrays[w].shape[0] or not (np.isfinite(v) & (v >= 0)).all()):
+            if w in arrays and (v.size < len(arrays[w]) or not (np.isfinite(v) & (v >= 0)).all()):
                 raise ValueError(
-                    f"scales of worker {w} must be {arrays[w].shape[0]} finite numbers >= 0, one per"
+                    f"scales of worker {w} must be {len(arrays[w])} finite numbers >= 0, one per"
                     f" message; got {v.size} values"
                 )
             table[w] = v
-        missing = sorted({w for w, _ in sol.rows} - set(table))
+        missing = sorted({w for w, _ in sol.rows} - set(table) - set(sent))
         if missing:
             raise ValueError(f"scales must cover every worker whose messages are decoded; missing {missing}")
-        return np.array([table[w][r] for w, r in sol.rows])
+        return np.array([table[w][r] if w in table else np.nan for w, r in sol.rows])
 
     def _partial_bounds(self, ids: np.ndarray, sums: np.ndarray) -> np.ndarray:
         """A bound on ``||g_j[c]||`` for every (partition, chunk) coordinate: row ``i`` sums
@@ -623,9 +640,11 @@ class LinearCode:
         out[~np.isfinite(out)] = 0.0
         return out
 
-    def _bounded(self, sol: Decoding, gradient, norms, sums, prec: str, tol: float) -> Decoded:
+    def _bounded(self, sol: Decoding, gradient, size: float, norms, sums, prec: str, tol: float, factors, m: int) -> Decoded:
         """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
-        most ``u ||m_i|| + (nnz_i + 1) u_c S_i`` (the cast to the wire type; the worker's sum, in
+        most ``u ||m_i|| + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
+        the wire type of the values scaled by ``f_i``, whose elements below its normal range err by
+        up to ``eta``, half its smallest subnormal, whatever their size; the worker's sum, in
         ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``, its coefficients rounded
         to that type too) plus the master's float64 sum; chunk ``c`` by ``sum_i |A[c, i]|`` times
         that, plus the coefficients' residual times the partial gradients' bounded norms. Accepted
@@ -635,12 +654,15 @@ class LinearCode:
         good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
         too, and its relative error grows for any method)."""
         u = UNIT_ROUNDOFF[prec]
-        u_c = min(u, UNIT_ROUNDOFF["float32"])
+        computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
+        u_c = UNIT_ROUNDOFF[computed]
+        root_m = math.sqrt(m)
         absA = np.abs(sol.coefficients)
         terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
         L = self._chunks
         with np.errstate(over="ignore", invalid="ignore"):
-            row_error = (u + absA.shape[1] * _EPS) * norms + u_c * (terms + 1) * sums
+            row_error = ((u + absA.shape[1] * _EPS) * norms + root_m * UNDERFLOW[prec] / factors
+                         + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
             per_chunk = absA @ row_error
             plain = 0.0
             if sol.row_ids is not None:
@@ -653,7 +675,6 @@ class LinearCode:
                 plain = per_partial * float(np.linalg.norm(gb.reshape(self._k, L).sum(axis=0)))
             bound = float(np.sqrt(per_chunk @ per_chunk))
             summed = float(np.linalg.norm(absA @ sums))
-            size = float(np.linalg.norm(gradient))
         if size > 0:
             rel = bound / size
         else:
@@ -927,50 +948,75 @@ def _items(obj, what: str):
     return pairs
 
 
-def _combine(sol: Decoding, arrays: Mapping[int, np.ndarray], L: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """``sum_i A[:, i] * message_i`` over the received rows, in float64, and the 2-norm of each
-    received row (0 for rows whose coefficients are all zero: they are not read).
+def _unpack(w: int, msgs, m: int, d: int, L: int):
+    """One worker's received messages as a list of ``(m,)`` rows, and ``(scales, factors)`` when
+    they came as :class:`~gradcode.codes.messages.Message` objects (None for plain arrays):
+    ``msgs`` is an ``(r, m)`` or ``(m,)`` array, a Message, or a sequence of Messages."""
+    if isinstance(msgs, Message):
+        msgs = (msgs,)
+    if isinstance(msgs, (list, tuple)) and msgs and all(isinstance(x, Message) for x in msgs):
+        rows = [np.asarray(x.values) for x in msgs]
+        meta = ([float(x.scale) for x in msgs], [float(x.factor) for x in msgs])
+        if any(not (f > 0 and math.isfinite(f)) for f in meta[1]):
+            raise ValueError(f"messages of worker {w} must have finite factors > 0, got {meta[1]}")
+    else:
+        a = np.asarray(msgs)
+        if a.ndim == 1:
+            a = a[None, :]
+        rows, meta = (list(a) if a.ndim == 2 else [a]), None
+    for a in rows:
+        if a.shape != (m,):
+            raise ValueError(f"messages of worker {w} must have shape (r, {m}) for dim={d} and chunks={L};"
+                             f" got {np.shape(msgs) if meta is None else a.shape}")
+    dtype = rows[0].dtype if rows else np.dtype(np.float64)
+    if any(a.dtype != dtype for a in rows):
+        raise TypeError(f"messages of worker {w} mix dtypes {sorted({a.dtype.name for a in rows})}")
+    if dtype.kind not in "fiu" and dtype.name != "bfloat16":
+        raise TypeError(f"messages of worker {w} must be real numbers, got dtype {dtype}")
+    return _Rows(rows, dtype), meta
 
-    For single-chunk codes this is a fused, cache-blocked weighted sum (each message is read once,
-    the output block stays in cache), which is what brings decoding close to the memory floor of
-    summing the received messages once. The row norms are accumulated from the same cached block
-    with scipy's ``ddot`` (float64) or numpy's square and sum (narrower types): ``np.dot`` there,
-    interleaved with ``daxpy``, made OpenBLAS's threads 100x slower (59 s instead of 0.6 s for 56
-    rows of 1e6, measured)."""
-    A = sol.coefficients
+
+class _Rows(list):
+    """A worker's received rows, with the dtype they share (what the precision is read from)."""
+
+    def __init__(self, rows, dtype):
+        super().__init__(rows)
+        self.dtype = dtype
+
+
+def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors: np.ndarray,
+             measure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_i A[:, i] / f_i * message_i`` over the received rows, in float64, and the 2-norm of
+    each received row marked in ``measure`` divided by its factor ``f_i`` (0 for the rest, and for
+    rows whose coefficients are all zero: they are not read).
+
+    For single-chunk codes this is a compiled, cache-blocked weighted sum
+    (:func:`~gradcode.codes.messages.weighted_add`): each message is read once, in its own type
+    (a float32 element is widened in a register, never in a float64 copy of the message), the
+    output block stays in cache, and a measured row's sum of squares comes from the same pass.
+    That is what keeps decoding at the memory floor of summing the received messages once.
+    Multi-chunk codes stack the rows and multiply by ``A`` (BLAS). The third value is the output's
+    sum of squares (NaN where not computed): non-finite when the output is."""
+    A = sol.coefficients / factors
     if L == 1:
         vecs = [arrays[w][r] for w, r in sol.rows]
         coefs = [float(c) for c in A[0]]
         sumsq = np.zeros(len(vecs))
+        out_sq = 0.0
         out = np.empty(m, dtype=np.float64)
-        tmp = np.empty(min(m, _BLOCK), dtype=np.float64)
-        sq = np.empty_like(tmp)
-        axpy, dot = blas.daxpy, blas.ddot
         for start in range(0, m, _BLOCK):
             stop = min(start + _BLOCK, m)
-            blk, t, q = out[start:stop], tmp[: stop - start], sq[: stop - start]
+            blk = out[start:stop]
             first = True
             for i, (c, v) in enumerate(zip(coefs, vecs)):
                 if c == 0.0:
                     continue
-                seg = v[start:stop]
-                if seg.dtype == np.float64:
-                    sumsq[i] += dot(seg, seg)
-                    if first:
-                        np.multiply(seg, c, out=blk)
-                    else:
-                        axpy(seg, blk, a=c)
-                else:  # widened a block at a time (16-bit squares would overflow)
-                    np.multiply(seg, np.float64(c), out=t)
-                    np.multiply(t, t, out=q)
-                    sumsq[i] += q.sum() / (c * c)
-                    if first:
-                        blk[:] = t
-                    else:
-                        blk += t
+                sumsq[i] += weighted_add(blk, v[start:stop], c, first, bool(measure[i]))
                 first = False
             if first:
                 blk[:] = 0.0
-        return out, np.sqrt(sumsq)
+            out_sq += sum_squares(blk)  # the block is still in cache
+        return out, np.sqrt(sumsq) / factors, out_sq
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
-    return (A @ stacked).reshape(L * m), np.linalg.norm(stacked, axis=1)
+    out = (A @ stacked).reshape(L * m)
+    return out, np.where(measure, np.linalg.norm(stacked, axis=1), 0.0) / factors, math.nan

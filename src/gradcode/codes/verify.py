@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradcode._validation import as_generator, check_int, check_real
+from gradcode.codes.messages import as_rows
 from gradcode.errors import NotDecodableError
 
 __all__ = ["InconsistentMessagesError", "Verification", "verified_decode"]
@@ -111,9 +112,11 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
     and :class:`NotDecodableError` when they do not determine the gradient at all."""
     d = check_int("dim", dim, minimum=1)
     probes = check_int("probes", probes, minimum=1)
-    arrays = {w: np.atleast_2d(np.asarray(a)) for w, a in dict(messages).items()}
+    messages = dict(messages)
+    arrays = {w: as_rows(a) for w, a in messages.items()}
     arrays = {w: a for w, a in arrays.items() if a.shape[0]}
-    gradient = code.decode(arrays, dim=d)  # validates shapes, decodability and finiteness
+    messages = {w: messages[w] for w in arrays}
+    gradient = code.decode(messages, dim=d)  # validates shapes, decodability and finiteness
     dtype = np.result_type(*[a.dtype for a in arrays.values()])
     tol = _default_tol(dtype) if tol is None else check_real("tol", tol, minimum=0.0, strict_min=True)
     pattern = code.normalize_pattern({w: a.shape[0] for w, a in arrays.items()})
@@ -150,7 +153,7 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
             tuple(candidates), checks,
         )
     (bad,) = candidates
-    gradient = code.decode({w: a for w, a in arrays.items() if w not in bad}, dim=d)
+    gradient = code.decode({w: a for w, a in messages.items() if w not in bad}, dim=d)
     return gradient, Verification(N.shape[1], inconsistency, tuple(bad), unchecked)
 
 

@@ -71,7 +71,7 @@ import ray
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 import gradcode.runtime.watchdog as watchdog
-from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, task_messages
+from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, limit_threads, task_messages, worker_threads
 
 try:
     import fcntl
@@ -114,9 +114,10 @@ class _RayWorker:
     with n = 8, d = 1e5: 20 ms per round, against 18 ms for a synchronous actor (which cannot be
     interrupted) and 34 ms for a threaded actor with a control concurrency group."""
 
-    def __init__(self, worker: int, spec, partitions: dict, chunks: int):
+    def __init__(self, worker: int, spec, partitions: dict, chunks: int, threads: int = 1):
         # only the partitions' rows are kept (ProblemSpec.build_partitions)
         self.core = build_core(worker, spec, partitions, chunks)
+        limit_threads(threads)  # after the build, which may import torch: for the actor's life
         self._wake = asyncio.Event()
         # which data the worker holds: 0 as created (and as Ray restarts it: with the constructor's
         # arguments), then the number its engine gave with each reset; a task names the one it needs
@@ -523,7 +524,8 @@ class RayEngine(Engine):
             _session["pool"].setdefault(self._pool_key, []).append(entry)
         self._specs = [tuple(x) for x in specs]
         self._stale = set()
-        self._actors = [a for a, _ in reused] + [cls.remote(w, *specs[w]) for w in range(len(reused), len(specs))]
+        self._actors = [a for a, _ in reused] + [cls.remote(w, *specs[w], worker_threads(self.worker_cpus))
+                                                    for w in range(len(reused), len(specs))]
         self._generations = [g + 1 for _, g in reused] + [0] * (len(specs) - len(reused))
         self._run = [a.run.options(num_returns="streaming") for a in self._actors]
         try:
@@ -556,7 +558,8 @@ class RayEngine(Engine):
             except ray.exceptions.RayActorError:
                 if w >= reused:
                     raise
-                self._actors[w], self._generations[w] = cls.remote(w, *self._specs[w]), 0
+                actor = cls.remote(w, *self._specs[w], worker_threads(self.worker_cpus))
+                self._actors[w], self._generations[w] = actor, 0
                 self._run[w] = self._actors[w].run.options(num_returns="streaming")
                 ray.get(self._actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
         self._reused = set(range(reused))

@@ -35,7 +35,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -218,8 +218,9 @@ class InProcessEngine(Engine):
             slot.task = None
             return [Event(w, t, "failed", exc, lost=False)]
         if not isinstance(item, float):  # sent: a read-only copy, as Ray's object store gives the driver
-            item = np.array(item)  # in the dtype it was sent in (float32, float16: the wire type)
-            item.flags.writeable = False
+            values = np.array(item.values)  # in the dtype it was sent in (float32, float16: the wire type)
+            values.flags.writeable = False
+            item = replace(item, values=values)
         if isinstance(item, float):
             # a sleep of an aborted round ends at once (as the actor's interruptible sleep does)
             aborted = slot.core._aborted >= t

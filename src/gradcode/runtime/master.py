@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
+from gradcode.codes.messages import warm_kernels
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
@@ -39,7 +40,7 @@ from gradcode.runtime.records import (
     read_checkpoint,
     save_checkpoint,
 )
-from gradcode.runtime.worker import ProblemSpec
+from gradcode.runtime.worker import ProblemSpec, limit_threads
 
 __all__ = ["ENGINES", "CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainResult", "TrainingStopped",
            "build_scheme", "json_safe", "make_engine", "parse_failures", "prepare", "resume", "runs_home", "train"]
@@ -491,9 +492,13 @@ def _drive(setup: RunSetup, state: TrainState, inflight, worker_specs, *, run_di
     config = setup.config
     log = RoundLog(run_dir / "rounds.jsonl", keep_before=state.next_round if run.resume else 0)
     driver = None
+    restore_threads = None
     try:
         engine = make_engine(engine, cluster=cluster, run_dir=run_dir)
         engine.spawn(worker_specs, max_restarts=faults.max_restarts, start_timeout=cluster.start_timeout)
+        # the master's work is memory-bound; the in-process engine's workers compute here too
+        restore_threads = limit_threads(1)
+        warm_kernels()  # the decode's compiled sums, before round 0
         driver = RoundDriver(setup, engine, state, faults=faults)
         if inflight is not None:
             driver.restore(inflight)
@@ -516,6 +521,8 @@ def _drive(setup: RunSetup, state: TrainState, inflight, worker_specs, *, run_di
             exc.result = partial  # TrainingStopped declares it; other exceptions carry it too (the CLI's --json)
         raise
     finally:
+        if restore_threads is not None:
+            restore_threads()
         if isinstance(engine, Engine):
             engine.shutdown()
     log.close()

@@ -10,9 +10,13 @@ A *job* is one gradient at one model state; a *round* is one request to the work
     finished = scheme.close(t, arrived)          # [(job, gradient)], straggler history updated
 
 ``index`` counts the worker's messages in round ``t`` across its tasks in plan order (task 0's
-messages first). ``payload`` is the message (an ``(m,)`` array, ``m = ceil(d / chunks)``) in the
-runtime and ``None`` in the simulator, where only timing matters; ``close`` then returns ``None``
-for gradients. The driver, not the scheme, owns time and the closing rule (wait until ready, or the
+messages first). ``payload`` is the message in the runtime and ``None`` in the simulator, where
+only timing matters; ``close`` then returns ``None`` for gradients. The runtime's workers send a
+:class:`~gradcode.codes.messages.Message`: ``values`` (``(m,)``, ``m = ceil(d / chunks)``, in the
+wire type), ``scale`` (what the message summed, for the decode's error bound) and ``factor`` (the
+power of two 16-bit values were scaled by); ``code.decode`` takes Messages as they are, and
+``np.asarray(payload)`` gives the message in its own units. A scheme driven by hand may pass plain
+arrays. The driver, not the scheme, owns time and the closing rule (wait until ready, or the
 mu-tolerance deadline of the SGC paper followed by a wait-out when not ready): the scheme only says
 whether what it holds suffices. ``arrived`` passed to ``close`` is the set of workers the driver
 counted as non-stragglers in the round (their results arrived before the round closed).
@@ -117,7 +121,8 @@ class Scheme(ABC):
 
     def on_result(self, t: int, worker: int, index: int, payload: Any, time: float) -> None:
         """Message ``index`` of ``worker`` in round ``t`` arrived at ``time`` (seconds since the
-        round started). ``payload``: the message array (runtime) or ``None`` (simulator)."""
+        round started). ``payload``: the message (runtime: a :class:`~gradcode.codes.messages.Message`;
+an array when driven by hand) or ``None`` (simulator)."""
         if type(t) is not int:
             t = check_round(t)
         if type(worker) is not int or not 0 <= worker < self.n:

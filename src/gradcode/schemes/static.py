@@ -76,6 +76,7 @@ import numpy as np
 
 from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessageError
 from gradcode.codes.verify import InconsistentMessagesError
+from gradcode.codes.messages import Message
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import (
@@ -260,7 +261,7 @@ class StaticScheme(Scheme):
             _flush_times(state)
         state.times.setdefault(w, []).append(float(time))
         if real:
-            state.payloads.setdefault(w, []).append(np.asarray(payload))
+            state.payloads.setdefault(w, []).append(payload if isinstance(payload, Message) else np.asarray(payload))
 
     # -------------------------------------------------------------- batched rounds
     _batched_family = True
@@ -423,12 +424,9 @@ class StaticScheme(Scheme):
                 raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
             if not state.real:
                 break
-            # one message per worker (most codes): hand the array itself over, no (n x d) copy
-            msgs = {
-                w: state.payloads[w][0] if c == 1 else np.stack(state.payloads[w][:c])
-                for w, c in pattern.items()
-            }
-            m = next(iter(msgs.values())).shape[-1]
+            # the messages themselves (arrays or Messages), no (n x d) copy
+            msgs = {w: state.payloads[w][:c] if c > 1 else state.payloads[w][0] for w, c in pattern.items()}
+            m = state.payloads[next(iter(pattern))][0].shape[-1]
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
                 if self.verify:

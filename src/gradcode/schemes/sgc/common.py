@@ -46,6 +46,7 @@ import numpy as np
 
 from gradcode._validation import check_int
 from gradcode.codes.tandon import CRC, FRC
+from gradcode.codes.messages import Message
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import (
     PlayedRounds,
@@ -393,7 +394,7 @@ class SequentialScheme(Scheme):
             else:
                 raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run"
                                     f" (worker {w}, round {t}, message {index})")
-        if real:
+        if real and not isinstance(payload, Message):
             payload = np.asarray(payload)
         r.counts[w] = have + 1
         r.version += 1

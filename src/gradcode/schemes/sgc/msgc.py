@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradcode.codes.messages import as_rows
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
 from gradcode.schemes.sgc.rounds import msgc_rounds
@@ -370,9 +371,9 @@ class MSGC(SequentialScheme):
         job = self._jobs[u]
         first = next(iter(job.parts.values()))
         m_len = first.shape[-1]
-        g = np.zeros(m_len, dtype=np.result_type(first.dtype, np.float64))
+        g = np.zeros(m_len)
         for p in sorted(job.parts):  # g'(u): every D_1 partial gradient
-            g += job.parts[p].reshape(-1)
+            g += as_rows(job.parts[p])[0]
         if self.gc is not None:  # g''(u): each group's GC
             for m in range(self.B):
                 g += self.gc.decode(job.codedmsg[m], m_len)

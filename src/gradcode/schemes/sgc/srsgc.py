@@ -219,8 +219,8 @@ class SRSGC(SequentialScheme):
 
     def _decode(self, u: int) -> np.ndarray:
         msgs = self._jobs[u].msgs
-        m_len = next(iter(msgs.values())).reshape(-1).shape[0]
-        g = self.gc.decode({w: v.reshape(1, -1) for w, v in msgs.items()}, m_len)
+        m_len = next(iter(msgs.values())).shape[-1]
+        g = self.gc.decode(msgs, m_len)  # one message (an array or a Message) per worker
         return g[: self._check_dim(m_len)]
 
     def _forget(self, u: int) -> None:

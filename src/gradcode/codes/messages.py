@@ -1,0 +1,173 @@
+"""A worker's message as it crosses the wire, and the compiled sums that decode messages at
+memory speed.
+
+:class:`Message` is what a runtime worker sends: the message's values in the wire type, and the
+few numbers the master's error bound needs, computed by the worker where the data already is
+(issue 30, item 2):
+
+* ``scale`` ``S_i = sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``: what the message summed
+  (:meth:`LinearCode.message_scales <gradcode.codes.LinearCode.message_scales>`). By the triangle
+  inequality ``||m_i|| <= S_i``, so with ``S_i`` the bound of :meth:`LinearCode.decode_report`
+  needs no pass over the message at the master, and it holds when a worker's own terms cancel
+  (``||m_i|| << S_i``), which a norm measured at the master cannot see.
+* ``factor``: a power of two the values were multiplied by before the cast to a 16-bit wire type
+  (:func:`to_wire`), as loss scaling does, so that ``factor * m_i`` fills the type's range: no
+  element overflows (``|m_i[x]| <= ||m_i|| <= S_i``, and ``factor * S_i <= max / 2``) and as few as
+  possible fall below its normal range. The decoder divides it back out (exactly: a power of two).
+
+The compiled sums (numba): :func:`weighted_add` adds ``c * v`` into a float64 block and returns
+``sum(v**2)`` in float64 if asked (one pass for both); :func:`sum_squares` is the sum of squares
+alone. Both read float64 or float32 values, widening each element in registers: no float64 copy
+of a float32 message is ever made. The sums of squares are norms for a bound, so their
+reduction may be reassociated (vectorized); the weighted add is elementwise and not reordered.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+__all__ = ["Message", "as_rows", "is_narrow", "sum_squares", "to_wire", "warm_kernels", "weighted_add"]
+
+#: types whose range is narrow enough that messages are scaled into it before the cast
+_NARROW = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True, slots=True)
+class Message(NDArrayOperatorsMixin):
+    """One message of a worker: ``values`` (``(m,)``, in the wire type) ``= wire(factor * m_i)``;
+    ``scale`` ``S_i`` what ``m_i`` summed, in the message's own units (module docstring);
+    ``factor`` the power of two the values were scaled by (1 for wide wire types).
+
+    To numpy it is the message in its own units (``np.asarray``, arithmetic, ufuncs), so a
+    scheme written for plain array payloads keeps working."""
+
+    values: np.ndarray
+    scale: float
+    factor: float = 1.0
+
+    @property
+    def finite(self) -> bool:
+        """Whether the worker's sum was finite. A worker forms ``m_i`` from partial gradients whose
+        chunk norms make up ``scale``, so a NaN or infinite term makes ``scale`` non-finite; the
+        values are checked again where they are used (the decoded gradient must be finite)."""
+        return math.isfinite(self.scale)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(x) if isinstance(x, Message) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        """The message in its own units: the values, divided by ``factor`` (in float64) if scaled."""
+        out = self.values if self.factor == 1.0 else self.values.astype(np.float64) / self.factor
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+
+def as_rows(msgs) -> np.ndarray:
+    """One worker's messages as an ``(r, m)`` array of their values in the message's own units:
+    ``msgs`` an array (``(r, m)`` or ``(m,)``), a :class:`Message` or a sequence of them (scaled
+    values are divided by their factor, in float64)."""
+    if isinstance(msgs, Message):
+        msgs = (msgs,)
+    if isinstance(msgs, (list, tuple)) and msgs and all(isinstance(x, Message) for x in msgs):
+        return np.stack([x.values if x.factor == 1.0 else x.values.astype(np.float64) / x.factor for x in msgs])
+    return np.atleast_2d(np.asarray(msgs))
+
+
+def is_narrow(dtype) -> bool:
+    """Whether messages in ``dtype`` are scaled into its range before the cast (16-bit types)."""
+    return dtype is not None and np.dtype(dtype).name in _NARROW
+
+
+def to_wire(values: np.ndarray, scale: float, dtype) -> Message:
+    """``values`` (one message, computed in float32 or float64) cast to ``dtype`` (None: kept),
+    scaled first by the largest power of two that keeps ``factor * scale`` within half the wire
+    type's maximum when it is a 16-bit type, or when ``scale`` alone would overflow it."""
+    if dtype is None or values.dtype == dtype:
+        return Message(values, float(scale))
+    exponent = 0
+    big = float(_finfo_max(dtype)) / 2
+    if math.isfinite(scale) and scale > 0 and (is_narrow(dtype) or scale > big):
+        exponent = min(max(math.floor(math.log2(big / scale)), -1000), 1000)
+    with np.errstate(over="ignore", under="ignore"):
+        # ldexp: exact, and right where 2**exponent itself is outside the values' type (bfloat16)
+        scaled = values if exponent == 0 else np.ldexp(values, exponent)
+        return Message(scaled.astype(dtype), float(scale), 2.0**exponent)
+
+
+def _finfo_max(dtype) -> float:
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16":
+        return 3.3895313892515355e38
+    return float(np.finfo(dt).max)
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _sum_squares(v):
+    s = 0.0
+    for i in range(v.size):
+        x = np.float64(v[i])
+        s += x * x
+    return s
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _add_into(out, v, c, first, squares):
+    s = 0.0
+    if first:
+        for i in range(v.size):
+            x = np.float64(v[i])
+            out[i] = c * x
+            s += x * x
+    elif squares:
+        for i in range(v.size):
+            x = np.float64(v[i])
+            out[i] += c * x
+            s += x * x
+    else:
+        for i in range(v.size):
+            out[i] += c * np.float64(v[i])
+    return s
+
+
+def sum_squares(v: np.ndarray) -> float:
+    """``sum(v**2)`` accumulated in float64 (float64 or float32 ``v``; others are widened)."""
+    if v.dtype != np.float64 and v.dtype != np.float32:
+        v = v.astype(np.float64)
+    return float(_sum_squares(v))
+
+
+def weighted_add(out: np.ndarray, v: np.ndarray, c: float, first: bool, squares: bool) -> float:
+    """``out = c * v`` (``first``) or ``out += c * v``, in float64; returns ``sum(v**2)`` (float64)
+    when ``squares``, else 0. ``v`` float64 or float32 is read as it is; 16-bit values (float16,
+    ``ml_dtypes.bfloat16``, which numba cannot read) are widened one block at a time by the
+    caller's slicing."""
+    if v.dtype != np.float64 and v.dtype != np.float32:
+        v = v.astype(np.float32)  # exact for both 16-bit types
+    s = _add_into(out, v, float(c), first, squares)
+    return float(s) if squares else 0.0
+
+
+def warm_kernels() -> None:
+    """Make the compiled sums ready for every type they read (float64 and float32, writable and
+    read-only, as messages arrive from Ray's object store), so that no round pays for numba's
+    first call (a compile, or a load from its cache)."""
+    for dtype in (np.float64, np.float32):
+        for writeable in (True, False):
+            v = np.zeros(2, dtype=dtype)
+            v.flags.writeable = writeable
+            weighted_add(np.zeros(2), v, 1.0, True, True)
+            weighted_add(np.zeros(2), v, 1.0, False, False)
+            sum_squares(v)
