@@ -76,7 +76,7 @@ from scipy import sparse
 
 from gradcode._validation import check_int, check_real
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
-from gradcode.codes.messages import Message, sum_squares, weighted_add
+from gradcode.codes.messages import Message, sum_squares, weighted_sum
 from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.registry import Registry
@@ -991,7 +991,7 @@ def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors:
     rows whose coefficients are all zero: they are not read).
 
     For single-chunk codes this is a compiled, cache-blocked weighted sum
-    (:func:`~gradcode.codes.messages.weighted_add`): each message is read once, in its own type
+    (:func:`~gradcode.codes.messages.weighted_sum`): each message is read once, in its own type
     (a float32 element is widened in a register, never in a float64 copy of the message), the
     output block stays in cache, and a measured row's sum of squares comes from the same pass.
     That is what keeps decoding at the memory floor of summing the received messages once.
@@ -1004,17 +1004,13 @@ def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors:
         sumsq = np.zeros(len(vecs))
         out_sq = 0.0
         out = np.empty(m, dtype=np.float64)
+        used = [i for i, c in enumerate(coefs) if c != 0.0]
+        squares = bool(measure[used].any())
         for start in range(0, m, _BLOCK):
             stop = min(start + _BLOCK, m)
             blk = out[start:stop]
-            first = True
-            for i, (c, v) in enumerate(zip(coefs, vecs)):
-                if c == 0.0:
-                    continue
-                sumsq[i] += weighted_add(blk, v[start:stop], c, first, bool(measure[i]))
-                first = False
-            if first:
-                blk[:] = 0.0
+            sq = weighted_sum(blk, [vecs[i][start:stop] for i in used], [coefs[i] for i in used], squares)
+            sumsq[used] += sq
             out_sq += sum_squares(blk)  # the block is still in cache
         return out, np.sqrt(sumsq) / factors, out_sq
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)

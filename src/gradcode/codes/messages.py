@@ -15,9 +15,10 @@ few numbers the master's error bound needs, computed by the worker where the dat
   element overflows (``|m_i[x]| <= ||m_i|| <= S_i``, and ``factor * S_i <= max / 2``) and as few as
   possible fall below its normal range. The decoder divides it back out (exactly: a power of two).
 
-The compiled sums (numba): :func:`weighted_add` adds ``c * v`` into a float64 block and returns
-``sum(v**2)`` in float64 if asked (one pass for both); :func:`sum_squares` is the sum of squares
-alone. Both read float64 or float32 values, widening each element in registers: no float64 copy
+The compiled sums (numba): :func:`weighted_sum` forms ``sum_i c_i v_i`` in a float64 block, four
+rows a pass (the block is read and written once per four rows), and returns each row's
+``sum(v**2)`` in float64 if asked (the same pass); :func:`weighted_add` adds one row;
+:func:`sum_squares` is the sum of squares alone. Both read float64 or float32 values, widening each element in registers: no float64 copy
 of a float32 message is ever made. The sums of squares are norms for a bound, so their
 reduction may be reassociated (vectorized); the weighted add is elementwise and not reordered.
 """
@@ -31,7 +32,8 @@ import numpy as np
 from numba import njit
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["Message", "as_rows", "is_narrow", "sum_squares", "to_wire", "warm_kernels", "weighted_add"]
+__all__ = ["Message", "as_rows", "is_narrow", "sum_squares", "to_wire", "warm_kernels", "weighted_add",
+           "weighted_sum"]
 
 #: types whose range is narrow enough that messages are scaled into it before the cast
 _NARROW = ("float16", "bfloat16")
@@ -142,6 +144,51 @@ def _add_into(out, v, c, first, squares):
     return s
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _add4_into(out, v0, v1, v2, v3, c0, c1, c2, c3, first, squares):
+    # four rows a pass: the output block is read and written once for four rows, not four times
+    s0 = s1 = s2 = s3 = 0.0
+    if squares:
+        for i in range(out.size):
+            x0 = np.float64(v0[i])
+            x1 = np.float64(v1[i])
+            x2 = np.float64(v2[i])
+            x3 = np.float64(v3[i])
+            acc = c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
+            out[i] = acc if first else out[i] + acc
+            s0 += x0 * x0
+            s1 += x1 * x1
+            s2 += x2 * x2
+            s3 += x3 * x3
+    elif first:
+        for i in range(out.size):
+            out[i] = c0 * np.float64(v0[i]) + c1 * np.float64(v1[i]) + c2 * np.float64(v2[i]) + c3 * np.float64(v3[i])
+    else:
+        for i in range(out.size):
+            out[i] += c0 * np.float64(v0[i]) + c1 * np.float64(v1[i]) + c2 * np.float64(v2[i]) + c3 * np.float64(v3[i])
+    return s0, s1, s2, s3
+
+
+def weighted_sum(out: np.ndarray, rows: list, coefs: list, squares: bool) -> list[float]:
+    """``out = sum_i coefs[i] * rows[i]`` in float64 (``out`` zeroed when there are no rows),
+    four rows a pass; returns each row's ``sum(v**2)`` (float64) when ``squares``, else zeros."""
+    rows = [v if v.dtype == np.float64 or v.dtype == np.float32 else v.astype(np.float32) for v in rows]
+    sq = [0.0] * len(rows)
+    if not rows:
+        out[:] = 0.0
+    first = True
+    k = 0
+    for k in range(0, len(rows) - 3, 4):
+        got = _add4_into(out, rows[k], rows[k + 1], rows[k + 2], rows[k + 3], float(coefs[k]),
+                         float(coefs[k + 1]), float(coefs[k + 2]), float(coefs[k + 3]), first, squares)
+        sq[k:k + 4] = got
+        first = False
+    for k in range(len(rows) - len(rows) % 4, len(rows)):
+        sq[k] = _add_into(out, rows[k], float(coefs[k]), first, squares)
+        first = False
+    return sq
+
+
 def sum_squares(v: np.ndarray) -> float:
     """``sum(v**2)`` accumulated in float64 (float64 or float32 ``v``; others are widened)."""
     if v.dtype != np.float64 and v.dtype != np.float32:
@@ -168,6 +215,7 @@ def warm_kernels() -> None:
         for writeable in (True, False):
             v = np.zeros(2, dtype=dtype)
             v.flags.writeable = writeable
-            weighted_add(np.zeros(2), v, 1.0, True, True)
-            weighted_add(np.zeros(2), v, 1.0, False, False)
+            for first, squares in ((True, True), (False, False), (True, False)):
+                weighted_add(np.zeros(2), v, 1.0, first, squares)
+                weighted_sum(np.zeros(2), [v] * 4, [1.0] * 4, squares)
             sum_squares(v)
