@@ -11,9 +11,11 @@
 (c) the cost of a decoding-cache hit;
 (d) the cost of verified decoding (a corrupted worker named and excluded) against a plain decode;
 (e) decoding coefficients for a fresh pattern of the group codes at n = 1000 (issue 30, item 3:
-    G-AGC's groups share one subsystem, so a local pattern is solved and checked once).
+    G-AGC's groups share one subsystem, so a local pattern is solved and checked once);
+(f) the master's peak memory in a round at n = 64 (``--only memory``): codes that decode as
+    messages arrive against codes that hold them.
 
-Run: ``python benchmarks/bench_decode.py [--quick] [--only a|b|c|d|gagc]``. Medians over repeats;
+Run: ``python benchmarks/bench_decode.py [--quick] [--only a|b|c|d|gagc|memory]``. Medians over repeats;
 ratios are taken between measurements interleaved in the same run.
 """
 
@@ -180,6 +182,39 @@ def bench_gagc(repeats):
     return rows
 
 
+def bench_memory(repeats):
+    """(f) What the master holds in a round at n = 64, d = 1e6, float32 messages: each message is
+    a fresh allocation as it arrives (as Ray's object store hands it over), given to a
+    ``StaticScheme`` and dropped by the caller; ``tracemalloc``'s peak over the round, in messages'
+    worth (4 MB). Codes that stream add each message in as it arrives (a float64 sum: 2 messages'
+    worth); the others hold what they will decode. ``round_ms``: the round's master work."""
+    import tracemalloc
+
+    from gradcode.codes.messages import Message
+    from gradcode.schemes import StaticScheme
+
+    d = 1_000_000
+    rows = []
+    for name, params in (("uncoded", dict(n=64)), ("frc", dict(n=64, s=7)), ("crc", dict(n=64, s=8, seed=0))):
+        code = gradcode.make_code(name, **params)
+        base = np.random.default_rng(0).standard_normal(d).astype(np.float32)
+        scheme = StaticScheme(code)
+        peaks, times = [], []
+        for t in range(max(3, repeats // 5)):
+            scheme.plan(t)
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            for w in range(code.n):
+                scheme.on_result(t, w, 0, Message(base.copy(), 1.0), 0.0)  # a fresh message, dropped here
+            scheme.close(t, frozenset(range(code.n)))
+            times.append(time.perf_counter() - t0)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        rows.append(dict(code=repr(code), streams=scheme.streams, peak_messages=float(np.median(peaks)) / base.nbytes,
+                         round_ms=float(np.median(times)) * 1e3))
+    return rows
+
+
 def table(title, rows):
     print(f"\n{title}")
     keys = list(rows[0])
@@ -191,7 +226,7 @@ def table(title, rows):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    parser.add_argument("--only", choices=["a", "b", "c", "d", "gagc"], help="run one section")
+    parser.add_argument("--only", choices=["a", "b", "c", "d", "gagc", "memory"], help="run one section")
     args = parser.parse_args()
     reps = 5 if args.quick else 21
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, numpy {np.__version__}, "
@@ -202,6 +237,7 @@ def main():
         "c": lambda: table("(c) decoding cache (crc n=256 s=27)", bench_c(reps)),
         "d": lambda: table("(d) verified decoding (crc n=64 s=8, d=1e6, all 64 workers)", bench_d(max(5, reps // 3))),
         "gagc": lambda: table("(e) fresh group-code coefficients at n=1000 (5 stragglers)", bench_gagc(reps)),
+        "memory": lambda: table("(f) master's peak memory in a round (n=64, d=1e6 float32)", bench_memory(reps)),
     }
     for name, run in sections.items():
         if args.only in (None, name):

@@ -92,9 +92,10 @@ def test_decode_names_the_workers_whose_finite_messages_overflow():
 
 
 def test_a_finite_result_that_overflows_the_decode_is_dropped_and_the_round_waits(ray_session, tmp_path):
-    """crc n = 6, s = 2: worker 2 sends a finite message of ~1.7e308; decoding workers 0-3 weighs
-    it by -2.3, which overflows. The scheme drops worker 2 (now named), three workers are left, and
-    the round waits for a slow worker instead of stopping the run; training stays exact."""
+    """crc n = 6, s = 2: worker 2 sends a finite message of ~1.7e308; decoding workers 0-3 would
+    weigh it by -2.3, which overflows. What the worker summed (the scale it sends) overflows
+    already, so its result is discarded on arrival (named), three workers are left, and the round
+    waits for a slow worker instead of stopping the run; training stays exact."""
     code = make_code("crc", n=6, s=2, seed=SEED)
     assert abs(code.decoding({0: 1, 1: 1, 2: 1, 3: 1}).coefficients[0, 2]) > 2
     spec = PoisonedWorker(code.placement[2], 1.7e308, bad=code.placement[2][0])
@@ -102,8 +103,8 @@ def test_a_finite_result_that_overflows_the_decode_is_dropped_and_the_round_wait
                 optimizer_params={"lr": 0.5}, seed=SEED, run_dir=tmp_path / "r", eval_every=0, round_timeout=30)
     assert rel(res.final_params, reference(2)) < 1e-9
     assert (res.arrivals[:, 2] == -1).all()
-    assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(0, 2, "dropped"), (1, 2, "dropped")]
-    assert "workers [2]" in res.failures[0]["error"]
+    assert [(f["round"], f["worker"], f["kind"]) for f in res.failures] == [(0, 2, "non-finite"), (1, 2, "non-finite")]
+    assert "overflows" in res.failures[0]["error"]
 
 
 # ---------------------------------------------------------------- item 3: a run that stops keeps its rounds

@@ -506,6 +506,19 @@ class LinearCode:
             raise NotDecodableError(sol.reason)
         return sol
 
+    #: whether :meth:`streamed_coefficient` knows every message's coefficient when it arrives
+    #: (:mod:`gradcode.codes.streaming`: the master then adds messages in as they arrive)
+    streams: ClassVar[bool] = False
+
+    def streamed_coefficient(self, added: np.ndarray, w: int, r: int) -> float | None:
+        """The coefficient message ``r`` of worker ``w`` has in the decode, given the messages
+        already added in (``added``: counts per worker), whatever arrives later: 0.0 when it is not
+        needed, None when it is not known until the round closes (the default). Codes that set
+        :attr:`streams` answer for every message; the coefficients must be those of their checked
+        :meth:`decoding` of the messages added (:class:`~gradcode.codes.streaming.RunningDecode`
+        compares them)."""
+        return None
+
     def decode(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> np.ndarray:
         """The full gradient ``sum_j g_j`` (length ``dim``) from ``{w: msgs_w}``, ``msgs_w`` of shape
         ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``. Refuses
@@ -522,8 +535,11 @@ class LinearCode:
         (float16 arrays decode as float16; pass ``"bfloat16"`` for bfloat16 values held in wider
         arrays), never finer than that. ``rtol``: the largest accepted ``error_bound /
         ||gradient||`` (default :data:`DEFAULT_RTOL` of the precision). ``scales``: ``{w: (r_w,)}``,
-        what each message summed at its worker (:meth:`message_scales`); without them a message's
-        own norm stands for it, which assumes a worker's terms do not cancel among themselves."""
+        what each message summed at its worker (:meth:`message_scales`), for the workers whose
+        messages are plain arrays (a :class:`~gradcode.codes.messages.Message` carries its own);
+        without them a message's own norm stands for it, which assumes a worker's terms do not
+        cancel among themselves. ``messages[w]`` may be an ``(r_w, m)`` array, a Message or a list
+        of Messages."""
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
         arrays, sent = {}, {}
@@ -565,12 +581,11 @@ class LinearCode:
             raise NonFiniteMessageError(
                 f"messages from workers {list(bad)} hold values so large (beyond ~1e154) that the decode's"
                 " error bound overflows; treat them as stragglers and decode without them", bad)
-        sums = np.where(measure, norms, given)
-        norms = np.where(measure, norms, given)  # ||m_i|| <= S_i: no pass over a message with its scale
+        sums = np.where(measure, norms, given)  # ||m_i|| <= S_i: no pass over a message with its scale
         gradient = out[:d]
-        if not math.isfinite(out_sq) or len(out) != d:
-            out_sq = sum_squares(gradient)
-        return self._bounded(sol, gradient, math.sqrt(out_sq), norms, sums, prec, tol, factors, m)
+        # the output's norm from its own pass, unless its squares overflowed (values past ~1e154)
+        size = math.sqrt(out_sq) if math.isfinite(out_sq) and len(out) == d else float(np.linalg.norm(gradient))
+        return self._bounded(sol, gradient, size, sums, sums, prec, tol, factors, m)
 
     def _non_finite(self, sol: Decoding, arrays, factors, bad_scale) -> tuple[str, tuple[int, ...]]:
         """The message and senders of a :class:`NonFiniteMessageError`: the senders of

@@ -68,6 +68,12 @@ class Uncoded(LinearCode):
     def decode_rule(self):
         return KOfN(self.n)
 
+    #: every message is added with coefficient 1
+    streams = True
+
+    def streamed_coefficient(self, added, w, r):
+        return 1.0
+
 
 @register("ignore")
 class Ignore(LinearCode):
@@ -143,6 +149,12 @@ class FRC(LinearCode):
 
     def decode_rule(self):
         return PerGroup(np.array([self.group_members(g) for g in range(self.groups)]), 1)
+
+    #: the first message of each data group, coefficient 1; the others are not needed
+    streams = True
+
+    def streamed_coefficient(self, added, w, r):
+        return 0.0 if added[w % self.groups::self.groups].any() else 1.0
 
 
 def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.ndarray:

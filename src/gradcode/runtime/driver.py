@@ -621,8 +621,8 @@ class RoundDriver:
                 if getattr(ev.payload, "dtype", None) == np.float16:
                     overflow = f" ({_FLOAT16_OVERFLOW})"
                     self.overflowed.add((t, w))
-                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity{overflow}; the"
-                            " worker's result for the round was discarded")
+                self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity, or values so large"
+                            f" that what it summed overflows{overflow}; the worker's result for the round was discarded")
                 out = getattr(self.scheme, "worker_out", None)
                 if out is not None:
                     out(t, w)

@@ -29,6 +29,12 @@ Message rules (what the master does with what it receives), tested in tests/test
   (:class:`~gradcode.codes.ImpreciseDecodeError`: the messages' precision, amplified by the
   coefficients, against a gradient whose partial sums cancel) raises from ``close`` with the round
   open; ``ready`` is False until more messages arrive, whose rows give smaller coefficients.
+* **decoded as they arrive**: for a code that knows each message's coefficient when it arrives
+  (``code.streams``: uncoded, FRC) the payload is added into the round's running sum at once
+  (:class:`~gradcode.codes.streaming.RunningDecode`) and not held: the decode hides behind the wait
+  for the others and the round holds one sum, not ``n`` messages. A non-finite array is dropped
+  (its worker a straggler) before it is added; ``close`` checks the coefficients used against
+  the code's checked decoding and bounds the error as a held decode does. Not with ``verify``.
 * payloads are all arrays (runtime: ``close`` returns the decoded gradient) or all ``None``
   (simulator: ``close`` returns ``(t, None)``); mixing them in one round is a ProtocolError.
 
@@ -77,6 +83,7 @@ import numpy as np
 from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessageError
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.codes.messages import Message
+from gradcode.codes.streaming import RunningDecode
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
 from gradcode.schemes.base import (
@@ -158,7 +165,7 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "batches", "dropped", "real", "retry_at", "out")
+    __slots__ = ("counts", "payloads", "times", "batches", "dropped", "real", "retry_at", "out", "running")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
@@ -173,6 +180,8 @@ class _Round:
         self.retry_at: int | None = None
         #: workers that will deliver nothing more this round (the driver discarded their result)
         self.out: set[int] = set()
+        #: the decode built as messages arrive, for codes that stream (None: messages are held)
+        self.running: RunningDecode | None = None
 
 
 class StaticScheme(Scheme):
@@ -199,6 +208,9 @@ class StaticScheme(Scheme):
         self.partition_sizes = code.partition_sizes
         self.dim = dim
         self.rule = decode_rule(code)
+        #: messages are added in as they arrive (codes.streaming), not held, where the code knows
+        #: their coefficients then; verification needs them held
+        self.streams = code.streams and not self.verify
         self._R = np.array([code.messages_of(w) for w in range(code.n)], dtype=np.intp)
         self._open: dict[int, _Round] = {}
         self._closed = ClosedRounds()
@@ -260,8 +272,17 @@ class StaticScheme(Scheme):
         if state.batches:
             _flush_times(state)
         state.times.setdefault(w, []).append(float(time))
-        if real:
-            state.payloads.setdefault(w, []).append(payload if isinstance(payload, Message) else np.asarray(payload))
+        if not real:
+            return
+        if self.streams:
+            if state.running is None:
+                state.running = RunningDecode(self.code)
+            try:
+                state.running.offer(w, index, payload)
+            except NonFiniteMessageError:
+                state.dropped.add(w)  # a straggler of the round, as a held non-finite message is
+            return
+        state.payloads.setdefault(w, []).append(payload if isinstance(payload, Message) else np.asarray(payload))
 
     # -------------------------------------------------------------- batched rounds
     _batched_family = True
@@ -423,6 +444,9 @@ class StaticScheme(Scheme):
                 )
                 raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
             if not state.real:
+                break
+            if state.running is not None:
+                gradient = state.running.result(dim=self.dim).gradient
                 break
             # the messages themselves (arrays or Messages), no (n x d) copy
             msgs = {w: state.payloads[w][:c] if c > 1 else state.payloads[w][0] for w, c in pattern.items()}
