@@ -7,12 +7,18 @@ repo root:
 
 Set-up: n = 4 workers, the small CNN on scikit-learn's 8x8 digits, batch 240 (60 a worker), Adam
 (lr 3e-3), held-out accuracy checked every 5 steps; the measure is the wall-clock time until the
-held-out accuracy first reaches ``--target``. Two conditions: no stragglers, and one of the four
+held-out accuracy first reaches ``--target``, from the start of the first step to the evaluation
+that sees it, evaluations included, by the same clock for both trainers (gradcode's callback
+sees each round as it ends; its first round's start is the first callback's time less that
+round's time). Both train on the same batches: DDP's rank ``r`` takes, at step ``t``, the samples
+gradcode's partition ``r`` contributes to job ``t`` (``TorchSpec.batch_indices``: epochs over each
+partition), so both need about the same number of steps. Two conditions: no stragglers, and one of the four
 workers (a random one each step, the same draw for every trainer) sleeping ``--delay`` seconds
 before it computes. DDP waits for it in every all-reduce; gradcode's ``crc`` (s = 1) does not,
 ``uncoded`` does, ``auto`` probes 5 rounds uncoded then switches. Each configuration runs
 ``--repeats`` times, interleaved, in one Ray session (2 CPUs here: both trainers' 4 workers share
-them, one thread each; medians).
+them, one thread each: gradcode's workers set theirs, the DDP loop sets its own, as a DDP user on
+CPUs would; medians). Per-step times are (time to target) / steps.
 """
 
 from __future__ import annotations
@@ -25,10 +31,6 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# one thread per worker process for both trainers (Ray's workers inherit it): 8 processes with two
-# threads each on 2 cores made Ray Train's health check kill a DDP worker as unresponsive
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import numpy as np  # noqa: E402
@@ -41,25 +43,34 @@ def stragglers(steps: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, N_WORKERS, steps)
 
 
+def gradcode_batches(n_samples: int) -> "TorchSpec":  # noqa: F821
+    """The batches gradcode's run draws (seed 0, 4 equal partitions): ``batch_indices(t, r)``."""
+    from gradcode.torch.problem import TorchSpec
+
+    order = np.random.default_rng([0, 0]).permutation(n_samples)  # fit's training order for seed 0
+    return TorchSpec(model=None, samples=None, order=order, loss=None, loss_reduction="mean", batch_size=BATCH,
+                     sizes=np.full(N_WORKERS, 1 / N_WORKERS), seed=0, wire_dtype=np.float32)
+
+
 def ddp_loop(config: dict) -> None:
-    """Ray Train's per-worker loop: the same model, data split, batch and delays as gradcode's run."""
+    """Ray Train's per-worker loop: the same model, data split, batches and delays as gradcode's run."""
     import torch
     from ray import train as rtrain
     from ray.train.torch import prepare_model
 
     from gradcode.torch import SmallCNN, digits
 
+    torch.set_num_threads(1)  # one CPU a worker, as gradcode's workers (8 processes share 2 cores)
     (X, y), (Xt, yt) = digits(seed=0)
     rank, world = rtrain.get_context().get_world_rank(), rtrain.get_context().get_world_size()
     torch.manual_seed(0)
     model = prepare_model(SmallCNN((1, 8, 8), 10))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    per = BATCH // world
-    rng = np.random.default_rng([0, rank])
+    batches = gradcode_batches(len(y))
     slow = config["slow"]
     start = time.perf_counter()
     for step in range(MAX_STEPS):
-        idx = torch.from_numpy(rng.choice(len(y), per, replace=False))
+        idx = torch.from_numpy(batches.batch_indices(step, rank))
         if config["delay"] > 0 and slow[step] == rank:
             time.sleep(config["delay"])
         opt.zero_grad()
@@ -117,9 +128,11 @@ def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[flo
     reached = {}
 
     def stop_at_target(rec):
+        now = time.perf_counter()
+        reached.setdefault("start", now - rec["time"])  # round 0 began its round time ago
         for m in rec.get("metrics", []):
             if m["accuracy"] >= target and "t" not in reached:
-                reached["t"], reached["steps"] = rec["elapsed"], rec["round"] + 1
+                reached["t"], reached["steps"] = now - reached["start"], rec["round"] + 1
                 raise _Reached  # the run stops: the target was reached
 
     kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=MAX_STEPS, optimizer="adam",

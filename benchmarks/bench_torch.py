@@ -11,7 +11,9 @@
 (b) **A ResNet-18-sized gradient on Ray** (``--only ray``): 11.2 M float32 numbers per message,
     n = 4 workers, uncoded (each message one partial, no compute), through gradcode's runtime,
     against the Ray floor measured in the same session: one ``ray.put`` of the float32 parameters
-    and n actor calls returning a float32 vector of the same size. Target: round <= 1.5x the floor.
+    and n actor calls returning a float32 vector of the same size, and a gloo all-reduce of the same
+    bytes over n processes (``torch.distributed``: what DDP moves each step). Target: round <= 1.5x
+    each.
     Also the master's peak traced memory (``tracemalloc``: numpy's allocations) over the run, in
     units of one message, against what the round must hold (n messages, the float64 sum, the
     parameters).
@@ -167,12 +169,45 @@ def _ray_floor(n: int, d: int, repeats: int) -> float:
     return float(np.median(times))
 
 
+def _allreduce_rank(rank: int, n: int, d: int, repeats: int, init: str, out: str) -> None:
+    """One process of the gloo all-reduce: what DDP moves each step for d float32 parameters."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=n)
+    x = torch.full((d,), 1e-3)
+    times = []
+    for _ in range(repeats + 2):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t0)
+    if rank == 0:
+        with open(out, "w") as fh:
+            fh.write(str(statistics.median(times[2:])))
+    dist.destroy_process_group()
+
+
+def _gloo_allreduce(n: int, d: int, repeats: int) -> float:
+    """Median seconds of a gloo all-reduce of d float32 over n processes on this machine (the
+    bytes DDP's backward moves), rank 0's clock, after a barrier."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "allreduce")
+        init = f"file://{Path(tmp) / 'rendezvous'}"
+        mp.start_processes(_allreduce_rank, args=(n, d, repeats, init, out), nprocs=n, start_method="spawn")
+        return float(Path(out).read_text())
+
+
 def bench_ray(repeats: int) -> dict:
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
     from gradcode.runtime.engine import init_ray
     from gradcode.runtime.master import run_training
 
     n, d = 4, D_RESNET18
+    allreduce = _gloo_allreduce(n, d, repeats)
     init_ray(num_cpus=2)
     floor = _ray_floor(n, d, repeats)
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +219,7 @@ def bench_ray(repeats: int) -> dict:
         tracemalloc.stop()
     rnd = float(np.median(res.round_times[2:]))
     # the master's own passes over the data, timed alone in this process: the decode (n float32
-    # messages summed into float64, with the bound's norms) and the optimizer step
+    # messages summed into float64, the bound's norms measured: plain arrays) and the optimizer step
     import gradcode
 
     code = gradcode.make_code("uncoded", n=n)
@@ -195,7 +230,8 @@ def bench_ray(repeats: int) -> dict:
     step = statistics.median(_times(lambda: SGD32().step(x, g, None, 0), max(3, repeats // 4)))
     message = 4 * d
     return {"n": n, "d": d, "MB per message": message / 1e6, "round ms": 1e3 * rnd, "ray floor ms": 1e3 * floor,
-            "round / floor": rnd / floor, "decode ms": 1e3 * decode, "step ms": 1e3 * step,
+            "round / floor": rnd / floor, "gloo all-reduce ms": 1e3 * allreduce, "round / all-reduce": rnd / allreduce,
+            "decode ms": 1e3 * decode, "step ms": 1e3 * step,
             "(round - decode - step) / floor": (rnd - decode - step) / floor,
             "master peak (messages)": peak / message,
             "held by the round (messages)": n + 2 + 1}  # n messages, the float64 sum (2), the params (1)

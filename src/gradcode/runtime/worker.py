@@ -26,7 +26,9 @@ Real computation is never interrupted mid-message.
 Mini-batches and wire types: a problem with ``batch_rows(job, j, rows, sizes)`` computes partition
 ``j``'s partial gradient of a job on the rows that method picks (every worker holding ``j`` picks
 the same ones: :mod:`gradcode.torch`), and one with ``wire_dtype`` has its messages cast to that
-type before they are sent (float16, ``ml_dtypes.bfloat16``).
+type before they are sent (float16, ``ml_dtypes.bfloat16``: scaled into the type's range first by a
+power of two sent beside them, :func:`gradcode.codes.messages.to_wire`). Every message travels as a
+:class:`~gradcode.codes.messages.Message` with the scale the master's error bound needs.
 
 Failure injection: a task with ``fail=True`` makes the worker's process exit (``os._exit``) before
 it sends anything, as a crashed machine would.
