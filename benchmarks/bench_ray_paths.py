@@ -1,0 +1,166 @@
+"""How a round could reach its workers on Ray 2.60 (issue 30, item 4: measure what Ray offers
+against today's actor calls before redesigning the round). Run from the repo root:
+
+    python benchmarks/bench_ray_paths.py [--rounds 200] [--d 20555]
+
+n = 4 actors, each returning a float32 vector of ``d`` numbers (default: the small CNN's 20,555
+parameters) after ``--compute`` ms of work, the parameters (float32, d) sent each round:
+
+(a) **actor calls** (today's round): one ``ray.put`` of the parameters, n ``.remote(ref)`` calls on
+    async actors, ``ray.wait`` until all are in, one ``ray.get``;
+(b) **actor calls, sync actors**: the same on plain (synchronous) actors;
+(c) **compiled graphs, one per worker** (``ray.dag``, ``experimental_compile``): each round
+    ``execute(params)`` on each worker's graph, then each result's ``get``. One graph per worker,
+    not one over all: a ``MultiOutputNode`` waits for the slowest (DESIGN.md's runtime notes);
+(d) **compiled graphs with a straggler**: worker 0 sleeps 0.2 s every round; the round takes the
+    first three results and skips a worker while its execution is in flight (skip-busy), as the
+    driver does. Results are collected by one thread per graph (a timed-out ``get`` consumes its
+    ``CompiledDAGRef``: a late result cannot be polled).
+
+Medians over ``--rounds`` rounds after warm-up; wall clock of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+@ray.remote(num_cpus=0)
+class AsyncWorker:
+    def __init__(self, d, compute_ms):
+        self.out, self.ms = np.ones(d, dtype=np.float32), compute_ms
+
+    async def step(self, x):
+        _spin(self.ms)
+        return self.out
+
+
+@ray.remote(num_cpus=0)
+class SyncWorker:
+    def __init__(self, d, compute_ms, late=0.0):
+        self.out, self.ms, self.late = np.ones(d, dtype=np.float32), compute_ms, late
+
+    def step(self, x):
+        if self.late:
+            time.sleep(self.late)
+        _spin(self.ms)
+        return self.out
+
+
+def actor_calls(actors, x, rounds):
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        ref = ray.put(x)
+        pending = [a.step.remote(ref) for a in actors]
+        while pending:
+            _, pending = ray.wait(pending, num_returns=1)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def compiled(actors, x, rounds, *, skip_late=False):
+    """Per-worker compiled graphs. A timed-out ``CompiledDAGRef.get(timeout=0)`` consumes the ref
+    (a second ``get`` raises "can only be called once", measured), so a late result cannot be
+    polled from the master's loop: each graph gets a thread that executes and blocks on ``get``,
+    and hands results to one queue the round reads (skip-busy: a worker whose result is not back
+    gets no new execution)."""
+    import queue
+    import threading
+
+    from ray.dag import InputNode
+
+    graphs = []
+    for a in actors:
+        with InputNode() as inp:
+            graphs.append(a.step.bind(inp).experimental_compile())
+    results: queue.Queue = queue.Queue()
+    requests = [queue.Queue() for _ in graphs]
+
+    def serve(w):
+        while True:
+            item = requests[w].get()
+            if item is None:
+                return
+            results.put((w, graphs[w].execute(item).get(timeout=-1)))
+
+    threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in range(len(graphs))]
+    for th in threads:
+        th.start()
+    try:
+        times, busy, skipped = [], set(), 0
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            sent = [w for w in range(len(graphs)) if w not in busy]
+            skipped += len(graphs) - len(sent)
+            for w in sent:
+                requests[w].put(x)
+                busy.add(w)
+            need = len(graphs) - 1 if skip_late else len(sent)
+            got = 0
+            while got < need:
+                w, _ = results.get()
+                busy.discard(w)
+                got += 1
+            times.append(time.perf_counter() - t0)
+        while busy:
+            busy.discard(results.get()[0])
+        return times, skipped
+    finally:
+        for q in requests:
+            q.put(None)
+        for th in threads:
+            th.join()
+        for g in graphs:
+            g.teardown()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--d", type=int, default=20_555)
+    ap.add_argument("--compute", type=float, default=2.0, help="ms of work per worker and round")
+    args = ap.parse_args()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    n, x = 4, np.zeros(args.d, dtype=np.float32)
+    print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, ray {ray.__version__},"
+          f" {time.strftime('%Y-%m-%d')}; n = {n}, d = {args.d}, {args.compute:g} ms of work a worker")
+
+    def report(name, times):
+        t = times[10:]
+        print(f"{name:44s} median {1e3 * statistics.median(t):7.2f} ms  p90 {1e3 * np.percentile(t, 90):7.2f} ms",
+              flush=True)
+
+    asyncs = [AsyncWorker.remote(args.d, args.compute) for _ in range(n)]
+    report("(a) actor calls, async actors (today)", actor_calls(asyncs, x, args.rounds))
+    for a in asyncs:
+        ray.kill(a)
+    syncs = [SyncWorker.remote(args.d, args.compute) for _ in range(n)]
+    report("(b) actor calls, sync actors", actor_calls(syncs, x, args.rounds))
+    times, _ = compiled(syncs, x, args.rounds)
+    report("(c) compiled graph per worker", times)
+    for a in syncs:
+        ray.kill(a)
+    late = [SyncWorker.remote(args.d, args.compute, 0.2 if w == 0 else 0.0) for w in range(n)]
+    times, polled = compiled(late, x, args.rounds // 4, skip_late=True)
+    report("(d) compiled graphs, worker 0 0.2 s late, skipped", times)
+    print(f"    worker 0 skipped (still busy) in {polled} of {args.rounds // 4} rounds")
+
+
+if __name__ == "__main__":
+    main()
