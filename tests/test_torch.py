@@ -71,6 +71,21 @@ def test_decoded_step_is_the_batch_gradient(digits):
     assert res.history[0]["stragglers"] == 2
 
 
+@pytest.mark.parametrize("code, kw, batch", [("crc", {"stragglers": 1, "workers": 4}, 130),
+                                              ("frc", {"stragglers": 1, "workers": 6}, 100),
+                                              ("uncoded", {"workers": 7}, 64)])
+def test_the_decoded_batch_is_the_one_asked_for(digits, code, kw, batch):
+    """A batch that does not split evenly over the code's partitions is apportioned by largest
+    remainders (it was rounded per partition: 130 -> 128, 100 -> 102, 64 -> 63), and one smaller
+    than the partitions is refused instead of silently grown (2 -> 4)."""
+    res = fit(LNBNNet(), digits[0], code=code, rounds=1, batch_size=batch, engine="inprocess", **kw)
+    assert res.spec.samples_per_job == batch
+    assert sum(res.spec.batch_indices(0, j).size for j in range(res.spec.sizes.size)) == batch
+    assert res.spec.per_job.max() - res.spec.per_job.min() <= 1
+    with pytest.raises(ValueError, match="batch_size=2 is smaller than the code's 4 partitions"):
+        fit(LNBNNet(), digits[0], code="crc", stragglers=1, workers=4, rounds=1, batch_size=2, engine="inprocess")
+
+
 def test_batches_cover_each_partition_once_per_epoch(digits):
     spec = fit(LNBNNet(), digits[0], code="uncoded", rounds=1).spec
     steps = int(spec.shards[0] // spec.per_job[0])

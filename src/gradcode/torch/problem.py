@@ -447,12 +447,27 @@ def _shard_lengths(N: int, sizes: np.ndarray) -> np.ndarray:
 
 
 def _per_job(shards: np.ndarray, sizes: np.ndarray, batch_size: int | None) -> np.ndarray:
-    """``b_j``: a partition's share of the batch, proportional to its data fraction (at least 1),
-    or the whole shard (full batch)."""
+    """``b_j``: a partition's share of the batch, proportional to its data fraction, or the whole
+    shard (full batch). The shares add up to ``batch_size`` exactly: the decoded batch is the one
+    asked for (largest-remainder rounding, as the partitions' shards; a share past its shard
+    passes the excess to the partitions with room). A batch smaller than the code's partitions
+    is refused: each partition contributes at least one sample."""
     if batch_size is None:
         return shards.copy()
-    b = np.maximum(np.rint(batch_size * sizes).astype(np.int64), 1)
-    return np.minimum(b, shards)
+    if batch_size < sizes.size:
+        raise ValueError(f"batch_size={batch_size} is smaller than the code's {sizes.size} partitions: each"
+                         f" partition contributes at least one sample to a batch; use batch_size >= {sizes.size}")
+    b = _shard_lengths(batch_size, sizes)
+    excess = int(np.maximum(b - shards, 0).sum())
+    b = np.minimum(b, shards)
+    while excess:  # rare: a share past its shard (a partition of a few samples)
+        room = np.flatnonzero(b < shards)
+        if room.size == 0:
+            raise ValueError(f"batch_size={batch_size} exceeds the {int(shards.sum())} samples of the partitions")
+        take = room[np.argsort(-(shards[room] - b[room]), kind="stable")][:excess]
+        b[take] += 1
+        excess -= take.size
+    return b
 
 
 def _seed(seed: int, *key: int) -> int:
