@@ -56,7 +56,6 @@ import math
 
 import numpy as np
 from scipy import linalg as sla
-from scipy.optimize import minimize_scalar
 
 from gradcode._validation import as_generator, check_choice, check_int
 from gradcode.codes.base import Decoding, LinearCode, Pattern, register
@@ -87,6 +86,8 @@ def ldpc_threshold(dc: int, dv: int) -> float:
     grid = np.linspace(1e-4, 1.0, 20001)
     x0 = grid[np.argmin(ratio(grid))]
     lo, hi = max(1e-6, x0 - 1e-3), min(1.0, x0 + 1e-3)
+    from scipy.optimize import minimize_scalar  # here: scipy.optimize costs every worker process ~0.2 s to import
+
     res = minimize_scalar(ratio, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
     return float(min(res.fun, ratio(x0), ratio(1.0)))
 
