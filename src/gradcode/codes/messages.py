@@ -39,7 +39,7 @@ __all__ = ["Message", "as_rows", "is_narrow", "sum_squares", "to_wire", "warm_ke
 _NARROW = ("float16", "bfloat16")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # == compares values elementwise, as for an array
 class Message(NDArrayOperatorsMixin):
     """One message of a worker: ``values`` (``(m,)``, in the wire type) ``= wire(factor * m_i)``;
     ``scale`` ``S_i`` what ``m_i`` summed, in the message's own units (module docstring);
