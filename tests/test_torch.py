@@ -207,7 +207,10 @@ def test_an_imprecise_code_for_the_wire_type_is_refused_with_a_safer_choice(digi
     (none overflows, none is blamed), but the decoding coefficients amplify float16's rounding past
     any tolerance, so no round decodes; the run says why and which types or codes would do,
     instead of training on a wrong gradient."""
-    with pytest.raises(GradcodeError, match="float32 or float64") as info:
+    from gradcode.runtime import ImpreciseWaitWarning
+
+    with pytest.raises(GradcodeError, match="float32 or float64") as info, \
+            pytest.warns(ImpreciseWaitWarning, match="round 0 waits for more workers.*float16"):
         fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 16}, stragglers=1, delay=1.0,
             wire_dtype="float16", rounds=2)
     assert "not accurate enough" in str(info.value) and "65504" not in str(info.value)

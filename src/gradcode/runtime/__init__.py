@@ -12,7 +12,7 @@ Importing this package does not import Ray.
 
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, configs_from_keywords
-from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
+from gradcode.runtime.driver import ImpreciseWaitWarning, RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.inprocess import InProcessEngine
 from gradcode.runtime.master import ENGINES, build_scheme, make_engine, parse_failures, prepare, resume, runs_home, train
 from gradcode.runtime.records import CheckpointError, RunDirInUseError, TrainResult, TrainState
@@ -29,6 +29,7 @@ __all__ = [
     "InProcessEngine",
     "ProblemSpec",
     "RoundDriver",
+    "ImpreciseWaitWarning",
     "RoundTimeoutError",
     "RunConfig",
     "RunDirInUseError",

@@ -100,6 +100,7 @@ relative whichever tolerated set of workers straggled or failed (tests/test_runt
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,6 +134,12 @@ class TrainingStopped(GradcodeError):
 
     #: the completed rounds (None until the run's records are saved)
     result = None
+
+
+class ImpreciseWaitWarning(RuntimeWarning):
+    """A round waited for more workers than decoding needs because its decode was refused as
+    imprecise (a 16-bit or float32 wire type and large decoding coefficients): the round took
+    longer than the code's straggler tolerance promises. Issued once a run."""
 
 
 class RoundTimeoutError(TrainingStopped):
@@ -233,6 +240,7 @@ class RoundDriver:
         self._cluster_checked = -math.inf  # when the engine was last asked whether its cluster is gone
         self.fault_version = 0  # bumped on every change of state.failures (rounds.jsonl)
         self.close_error: str | None = None  # why the last close of the current round failed
+        self.warned_imprecise = False  # ImpreciseWaitWarning issued
         close = setup.spec.close  # TrainSpec.close: "decodable" or the mu of the mu-rule
         self.mu: float | None = None if isinstance(close, str) else float(close)
         self.wait_all = setup.spec.waitout == "all"
@@ -345,6 +353,14 @@ class RoundDriver:
                 # decode: the round stays open (schemes/static.py) and, like any round short of
                 # results, waits for the workers still computing, re-sends, or times out
                 self.close_error = str(exc)
+                if isinstance(exc, ImpreciseDecodeError) and not self.warned_imprecise:
+                    self.warned_imprecise = True
+                    warnings.warn(
+                        f"round {t} waits for more workers: its decode from the results in so far was refused as"
+                        f" imprecise in {exc.precision} (error bound {exc.relative_bound:.1e} of the gradient,"
+                        f" rtol {exc.rtol:g}); later rounds may wait too (said once). A wider wire type or a"
+                        " code with smaller coefficients decodes without the wait", ImpreciseWaitWarning,
+                        stacklevel=2)
                 if isinstance(exc, (ImpreciseDecodeError, InconsistentMessagesError)):
                     # more rows give smaller coefficients, more results more checks: wait for the
                     # next message of the round (or, with nothing more to come, stop)
