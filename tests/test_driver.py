@@ -28,6 +28,7 @@ from gradcode.runtime import (
     InProcessEngine,
     RoundTimeoutError,
     RunConfig,
+    TrainingStopped,
     TrainSpec,
     WireTask,
     build_scheme,
@@ -38,7 +39,7 @@ from gradcode.runtime import (
 from gradcode.runtime.records import read_checkpoint
 from gradcode.stragglers import make_delay_model
 from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
-                          gd_reference, rel, train_options)
+                          _Poison, gd_reference, rel, train_options)
 
 
 def reference(steps, *, lr=0.5):
@@ -311,6 +312,26 @@ def test_a_nan_result_is_a_straggler_and_verify_excludes_a_wrong_one(tmp_path):
                     eval_every=0, verify=True, engine=InProcessEngine(), **kw)
     assert rel(checked.final_params, reference(3)) < 1e-9
     assert [(f["round"], f["worker"], f["kind"]) for f in checked.failures] == [(t, 1, "dropped") for t in range(3)]
+
+
+class AllNaN(PoisonedWorker):
+    """Every worker computes NaN: a diverged loss, or inputs holding NaN."""
+
+    def build_partitions(self, partitions):
+        problem, _ = self.build()
+        local = {int(j): np.asarray(r) for j, r in partitions.items()}
+        return _Poison(problem, np.concatenate(list(local.values())), np.nan), local
+
+
+def test_a_round_whose_every_result_is_nan_stops_at_once_saying_why(tmp_path):
+    """Issue 33: a run whose gradients are all NaN reported a RoundTimeoutError after waiting out
+    round_timeout; now it stops when the last result is discarded, naming the cause."""
+    with pytest.raises(TrainingStopped, match="round 0: every worker's result held NaN or infinity") as info:
+        train_options("crc", data=AllNaN((), np.nan), optimizer_params={"lr": 0.5}, seed=SEED, workers=4,
+                      stragglers=1, rounds=2, run_dir=tmp_path / "r", eval_every=0, engine=InProcessEngine(),
+                      round_timeout=1000)
+    assert not isinstance(info.value, RoundTimeoutError)
+    assert len(info.value.result.failures) == 4
 
 
 def test_verify_with_a_nan_worker_verifies_with_the_results_that_can_still_come(tmp_path):

@@ -268,3 +268,18 @@ def test_workers_and_the_master_run_with_the_threads_they_were_given():
     finally:
         restore()
     assert torch.get_num_threads() == before
+
+
+def test_complex_partials_and_integer_wire_types_are_refused():
+    """Issue 33: ``code.encode`` took complex partials, and ``decode(precision="int8")`` was read
+    as float64 (integer arrays are exact; an integer wire type is not one)."""
+    code = make_code("crc", n=4, s=1, seed=0)
+    g = np.ones((code.k, 3))
+    msgs = {w: code.encode(w, g[list(code.placement[w])]) for w in range(4)}
+    with pytest.raises(TypeError, match="real numbers, got dtype complex128"):
+        code.encode(0, g[list(code.placement[0])].astype(complex))
+    for bad in ("int8", np.int32, bool):
+        with pytest.raises(ValueError, match="precision names the float type"):
+            code.decode(msgs, dim=3, precision=bad)
+    assert code.decode_report(msgs, dim=3, precision=ml_dtypes.bfloat16).precision == "bfloat16"
+    assert code.decode_report(msgs, dim=3, precision="float16").precision == "float16"

@@ -447,6 +447,8 @@ class LinearCode:
                 f"partials of worker {w} must have shape ({p}, d), one row per stored partition;"
                 f" got {partials.shape}"
             )
+        if partials.dtype.kind == "c":
+            raise TypeError(f"partials of worker {w} must be real numbers, got dtype {partials.dtype}")
         if not np.issubdtype(partials.dtype, np.floating):
             partials = partials.astype(np.float64)
         d = partials.shape[1]
@@ -555,7 +557,12 @@ class LinearCode:
         prec = max((wire_precision(t) for t in {a.dtype for a in arrays.values()}), key=UNIT_ROUNDOFF.get,
                    default="float64")
         if precision is not None:
-            prec = max(prec, wire_precision(precision), key=UNIT_ROUNDOFF.get)
+            named = wire_precision(precision)
+            if not (isinstance(precision, str) and precision in UNIT_ROUNDOFF) and np.dtype(precision).kind in "iub":
+                # integer *arrays* are exact; an integer *wire type* is not one messages cross in
+                raise ValueError(f"precision names the float type the messages crossed the wire in: one of"
+                                 f" {sorted(UNIT_ROUNDOFF)} or a float dtype, got {precision!r}")
+            prec = max(prec, named, key=UNIT_ROUNDOFF.get)
         if rtol is None:
             rtol = self.decode_rtol
         tol = DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)

@@ -500,6 +500,8 @@ class RoundDriver:
                     continue
             ev = self.backlog.popleft()
             self._handle(ev)
+            if ev.kind == "message" and ev.round == t and (t, ev.worker) in self.discarded:
+                self._stop_if_all_non_finite(t, wire)
             if ev.kind == "failed" and not ev.lost:
                 cause = getattr(ev.payload, "cause", None) or ev.payload
                 raise TrainingStopped(
@@ -509,6 +511,17 @@ class RoundDriver:
                 _, attempts = retries.get(ev.worker, (0.0, 0))
                 retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
                 unsent.add(ev.worker)
+
+    def _stop_if_all_non_finite(self, t: int, wire: dict) -> None:
+        """Every worker of round ``t`` sent NaN or infinity: nothing more can come and nothing can
+        decode, so the run stops now, saying why, instead of waiting out ``round_timeout``."""
+        planned = [w for w in wire if wire[w][3] > 0]
+        if planned and all((t, w) in self.discarded for w in planned):
+            params = "" if all(finite(p) for p in self.state.params) else " (the parameters themselves hold them)"
+            raise TrainingStopped(
+                f"round {t}: every worker's result held NaN or infinity{params}: the gradients are not finite at"
+                " these parameters (a loss that diverged, inputs or targets holding NaN, a learning rate too"
+                " large); nothing can decode the round")
 
     def _dropped_by_scheme(self, t: int, arrived: frozenset) -> set[int]:
         """Workers the driver counted as arrived but the scheme's straggler history marks as
