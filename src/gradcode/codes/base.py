@@ -158,7 +158,7 @@ class Decoded:
     norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
     ||gradient||`` is how much the terms cancelled); ``plain_bound``, the error of adding the
     partial gradients themselves in ``precision`` (the floor any method has); ``decoding``, the
-    coefficients used."""
+    coefficients used; ``rtol``, the tolerance on ``relative_bound`` it was accepted under."""
 
     gradient: np.ndarray
     error_bound: float
@@ -167,6 +167,7 @@ class Decoded:
     plain_bound: float
     precision: str
     decoding: Decoding
+    rtol: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -714,7 +715,7 @@ class LinearCode:
                 + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
                 relative_bound=rel, precision=prec, rtol=tol,
             )
-        return Decoded(gradient, bound, rel, summed, plain, prec, sol)
+        return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
 
     def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
         """Decode after checking the received messages' consistency with the code's spare

@@ -34,11 +34,12 @@ locate one, and for more if what arrived is inconsistent but cannot be located y
 tolerating ``s`` stragglers locates at most ``floor(s / 2)`` corrupted workers, and only when no
 worker straggles. One spare result (``c = 1``) detects a fault but never locates it.
 
-What it cannot see: an error whose syndrome stays within ``tol`` of the messages' size (``1e4 eps``:
-2e-12 in float64), e.g. a worker's gradient off by 1e-9 relative when its rows enter the checks
-weakly (measured on CRC n = 6, s = 2: 3 of 24 such corruptions unseen, 4 located only up to a pair
-of candidates); the threshold is set for messages whose own rounding (cancelling sums, float32)
-reaches it, and errors that small change a gradient step by less than they do.
+What it does not investigate: a syndrome within ``tol`` of the messages' size, by default what the
+decode itself accepts (``rtol / amplification``: 1e-5 of the gradient for float64 messages, 1e-3
+for float32, divided by the decode's amplification; never below ``1e4 eps``). Such a discrepancy
+changes the decoded gradient by less than the decode's accepted error: it is agreement. (With a
+threshold at ``1e4 eps``, one worker's float64 result off by 1e-9 stopped a run: no culprit
+located, relative syndrome 1.2e-11.) Pass ``tol`` to look for smaller ones.
 
 Cost: the syndrome is computed on a random sketch ``Y Z`` (``Z``: ``m x probes``, uniform), one
 pass over the messages like the decode itself; an error escapes the sketch with probability zero.
@@ -95,10 +96,16 @@ class Verification:
         return self.checks > 0
 
 
-def _default_tol(dtype) -> float:
-    # honest messages carry rounding errors of a few eps relative to their size; the syndrome of
-    # a corruption is of the corruption's own size. 1e4 eps: 2.2e-12 (float64), 1.2e-3 (float32)
-    return 1e4 * float(np.finfo(dtype if np.issubdtype(dtype, np.floating) else np.float64).eps)
+def _default_tol(dtype, rtol: float, amplification: float) -> float:
+    """The relative syndrome below which the messages agree: the larger of honest rounding (a few
+    eps of the messages' size: 1e4 eps, 2.2e-12 in float64, 1.2e-3 in float32) and what the decode
+    itself accepts. A discrepancy of relative size ``x`` in the messages moves the decoded
+    gradient by at most about ``amplification * x`` of what was summed, so below ``rtol /
+    amplification`` (``rtol``: the decode's tolerance for the precision, 1e-5 in float64) it
+    changes the gradient by less than the decode's own accepted error: that is agreement, not a
+    fault to investigate (a worker's result off by 1e-9 stopped a float64 run, none located)."""
+    eps = float(np.finfo(dtype if np.issubdtype(dtype, np.floating) else np.float64).eps)
+    return max(1e4 * eps, rtol / max(amplification, 1.0))
 
 
 def verified_decode(code, messages, *, dim: int, tol: float | None = None, probes: int = 2,
@@ -116,9 +123,13 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
     arrays = {w: as_rows(a) for w, a in messages.items()}
     arrays = {w: a for w, a in arrays.items() if a.shape[0]}
     messages = {w: messages[w] for w in arrays}
-    gradient = code.decode(messages, dim=d)  # validates shapes, decodability and finiteness
+    report = code.decode_report(messages, dim=d)  # validates shapes, decodability and finiteness
+    gradient = report.gradient
     dtype = np.result_type(*[a.dtype for a in arrays.values()])
-    tol = _default_tol(dtype) if tol is None else check_real("tol", tol, minimum=0.0, strict_min=True)
+    if tol is None:
+        tol = _default_tol(dtype, report.rtol, report.decoding.amplification)
+    else:
+        tol = check_real("tol", tol, minimum=0.0, strict_min=True)
     pattern = code.normalize_pattern({w: a.shape[0] for w, a in arrays.items()})
     rows, B = code.rows_matrix(pattern)
     U, sv, _ = np.linalg.svd(B, full_matrices=True)
