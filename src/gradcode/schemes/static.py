@@ -208,9 +208,6 @@ class StaticScheme(Scheme):
         self.partition_sizes = code.partition_sizes
         self.dim = dim
         self.rule = decode_rule(code)
-        #: messages are added in as they arrive (codes.streaming), not held, where the code knows
-        #: their coefficients then; verification needs them held
-        self.streams = code.streams and not self.verify
         self._R = np.array([code.messages_of(w) for w in range(code.n)], dtype=np.intp)
         self._open: dict[int, _Round] = {}
         self._closed = ClosedRounds()
@@ -219,6 +216,12 @@ class StaticScheme(Scheme):
 
     def __repr__(self) -> str:
         return f"StaticScheme({self.code!r}{', verify=True' if self.verify else ''})"
+
+    @property
+    def streams(self) -> bool:
+        """Whether messages are added in as they arrive (:mod:`gradcode.codes.streaming`), not held:
+        the code knows their coefficients then; verification needs them held."""
+        return self.code.streams and not self.verify
 
     def _task(self, t: int, w: int) -> Task:
         return Task(job=t, partitions=self.code.placement[w], coefficients=self.code.encoders[w])
