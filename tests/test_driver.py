@@ -334,6 +334,12 @@ def test_a_round_whose_every_result_is_nan_stops_at_once_saying_why(tmp_path):
     assert len(info.value.result.failures) == 4
 
 
+def test_rounds_whose_records_exceed_the_memory_are_refused_before_allocating(tmp_path):
+    """Issue 33: ``RunConfig(rounds=10**12)`` gave a raw MemoryError (and the CLI a traceback)."""
+    with pytest.raises(ValueError, match=r"rounds=1000000000000 .* needs .* of memory; this machine has"):
+        run(tmp_path, rounds=10**12)
+
+
 def test_verify_with_a_nan_worker_verifies_with_the_results_that_can_still_come(tmp_path):
     """Issue 20, item 4: verification waited for n - s + 2 = 6 results although worker 1's were
     NaN (discarded), so every round timed out. Now a discarded worker is out of the round and

@@ -520,3 +520,21 @@ def test_smoothness_bounds_the_curvature(problem, data, kw, datasets):
     if problem == "linear":
         X1 = np.hstack([p.dataset.X_train, np.ones((p.n_train, 1))])
         assert L == pytest.approx(np.linalg.eigvalsh(X1.T @ X1 / p.n_train)[-1] + kw["l2"], rel=1e-9)
+
+
+def test_a_path_that_is_not_a_regular_file_says_what_it_is(tmp_path):
+    """Issue 33: a directory, /dev/zero and a symlink loop all said "no such file"."""
+    import os
+
+    from gradcode.problems.files import data_source
+
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing.csv")
+    cases = {str(tmp_path) + os.sep: "a directory, not a file", str(tmp_path / "loop1"): "a symbolic link loop",
+             str(tmp_path / "gone"): "a broken symbolic link", str(tmp_path / "none.csv"): "no such file"}
+    if os.path.exists("/dev/zero"):
+        cases["/dev/zero"] = "not a regular file"
+    for path, why in cases.items():
+        with pytest.raises(ValueError, match=why):
+            data_source(path)

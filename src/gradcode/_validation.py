@@ -37,6 +37,30 @@ def check_memory(what: str, nbytes: float) -> None:
         raise ValueError(f"{what} needs {_size(nbytes)} of memory; this machine has {_size(total)}")
 
 
+def unreadable_file(path: str) -> str | None:
+    """Why ``path`` is not a regular file to read (``"no such file"``, ``"a directory"``, ``"not a
+    regular file (a device, a pipe or a socket)"``, ``"a symbolic link loop"``, ``"a broken
+    symbolic link"``), or None when it is one."""
+    import errno
+    import os
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.islink(path):
+            return "a broken symbolic link"
+        return "no such file"
+    import stat
+
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a device, a pipe or a socket)"
+    return None
+
+
 def _size(nbytes: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if nbytes < 1024 or unit == "PiB":

@@ -53,6 +53,7 @@ from typing import Annotated
 
 import typer
 
+from gradcode._validation import unreadable_file
 from gradcode.experiments.cli_output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, error, fail
 
 DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
@@ -535,8 +536,10 @@ def resolve_model(spec: str, train_data):
         return functools.partial(make_model, spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
-        if not os.path.isfile(where):
-            raise ValueError(f"--model {spec}: no such file {where}")
+        problem = unreadable_file(where)
+        if problem:
+            raise ValueError(f"--model {spec}: {where} is {problem}" if problem != "no such file"
+                             else f"--model {spec}: no such file {where}")
         mod_name = f"gradcode_user_model_{abs(hash(os.path.abspath(where)))}"
         loader = importlib.util.spec_from_file_location(mod_name, where)
         module = importlib.util.module_from_spec(loader)

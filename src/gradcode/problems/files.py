@@ -19,7 +19,7 @@ import os
 import numpy as np
 from scipy import sparse
 
-from gradcode._validation import check_choice
+from gradcode._validation import check_choice, unreadable_file
 from gradcode.problems.data import Dataset, register_dataset, shuffle_split
 
 __all__ = ["read_csv", "read_npz", "read_svmlight"]
@@ -39,8 +39,9 @@ def data_source(data: str, params: dict | None = None) -> tuple[str, dict]:
     looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
     if not looks_like_file:
         return data, params
-    if not os.path.isfile(data):
-        raise ValueError(f"data {data!r}: no such file")
+    problem = unreadable_file(data)
+    if problem:
+        raise ValueError(f"data {data!r}: {problem}")
     return "file", {**params, "path": os.path.abspath(data)}
 
 

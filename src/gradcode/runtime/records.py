@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradcode._validation import check_memory
 from gradcode.codes.messages import Message
 from gradcode.errors import GradcodeError
 from gradcode.runtime.safe_state import CheckpointError, atomic_write, read_document, write_document
@@ -280,8 +281,13 @@ class TrainState:
 
     @classmethod
     def fresh(cls, params: list, optimizers: Sequence, *, rounds: int, n: int) -> TrainState:
-        """The state before round 0: models at ``params``, optimizers initialised at them."""
+        """The state before round 0: models at ``params``, optimizers initialised at them. The
+        per-round tables are allocated for every round now: a run whose tables exceed this
+        machine's memory is refused here, saying how many rounds fit."""
         models = len(params)
+        per_round = 8 + n * (8 + 8 + 8) + models * 8 + 1  # round_times, arrivals/messages/injected, losses, waitouts
+        check_memory(f"rounds={rounds} (the per-round records of {n} workers, {per_round} bytes a round)",
+                     float(rounds) * per_round)
         return cls(
             next_round=0,
             params=list(params),
