@@ -658,9 +658,15 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
         def lost(self):
             return "the Ray cluster at 10.0.0.1:6379 is gone: its head node does not answer"
 
-    with pytest.raises(GradcodeError, match="round 0: the Ray cluster at 10.0.0.1:6379 is gone.*--resume"):
+    with pytest.raises(GradcodeError, match="round 0: the Ray cluster at 10.0.0.1:6379 is gone.*run it again: it"
+                                           " wrote no checkpoint"):
         train_options("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
               run_dir=tmp_path / "lost", eval_every=0, round_timeout=5, engine=LostCluster())
+    # with a checkpoint written, --resume is the advice (issue 33: it was given to runs that wrote none)
+    with pytest.raises(GradcodeError, match="gone.*--resume \\(its checkpoint holds rounds 0-1\\)"):
+        train_options("crc", workers=4, stragglers=1, rounds=4, fail=["0@2", "1@2", "2@2", "3@2"], seed=SEED,
+              run_dir=tmp_path / "lost2", eval_every=0, round_timeout=5, checkpoint_every=2, max_restarts=0,
+              engine=LostCluster())
 
 
 def test_result_attributes_are_named_as_in_result_json(tmp_path):

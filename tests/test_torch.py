@@ -347,10 +347,13 @@ def test_cli_builtin_model_and_refusals(tmp_path):
                               "bfloat16", "--run-dir", str(tmp_path / "a"), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["config"]["data"]["wire_dtype"] == "bfloat16"
+    assert json.loads(res.stdout)["exit_code"] == 0  # issue 33: a successful document said nothing
+    (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")  # a model file that fails to import
     for args, text in ((["--batch-size", "32"], "go with --model"),
                        (["--model", "cnn", "--verify"], "cannot be used with --model"),
                        (["--model", "transformer"], "unknown model"),
                        (["--model", "nowhere.py:Net"], "no such file"),
+                       (["--model", str(tmp_path / "raises.py") + ":Net"], "raised RuntimeError: boom"),
                        (["--model", "cnn", "--data", "mnist:" + str(tmp_path)], "never downloaded")):
         res = runner.invoke(app, ["train", "--engine", "inprocess", "--rounds", "1", *args]
                             if "--model" in args else ["train", "--rounds", "1", *args])

@@ -34,8 +34,11 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
-    """Print ``doc`` (``{"rows": [...]}`` or any JSON-able object) as JSON or as a table."""
+    """Print ``doc`` (``{"rows": [...]}`` or any JSON-able object) as JSON or as a table. A JSON
+    document that is an object says how the command ended (``"exit_code"``: 0 unless given)."""
     if as_json:
+        if isinstance(doc, dict) and "exit_code" not in doc:
+            doc = {**doc, "exit_code": 0}
         sys.stdout.write(json.dumps(doc, default=_jsonable) + "\n")
         return
     rows = doc.get("rows") if isinstance(doc, dict) else None

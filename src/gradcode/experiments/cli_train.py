@@ -544,7 +544,11 @@ def resolve_model(spec: str, train_data):
         loader = importlib.util.spec_from_file_location(mod_name, where)
         module = importlib.util.module_from_spec(loader)
         sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
-        loader.loader.exec_module(module)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as exc:  # the user's file: its error, named, not our traceback
+            del sys.modules[mod_name]
+            raise ValueError(f"--model {spec}: importing {where} raised {type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(where)

@@ -241,6 +241,8 @@ class RoundDriver:
         self.fault_version = 0  # bumped on every change of state.failures (rounds.jsonl)
         self.close_error: str | None = None  # why the last close of the current round failed
         self.warned_imprecise = False  # ImpreciseWaitWarning issued
+        #: the last round a checkpoint holds (None: none written, nor resumed from)
+        self.checkpointed: int | None = state.next_round - 1 if state.next_round > 0 else None
         close = setup.spec.close  # TrainSpec.close: "decodable" or the mu of the mu-rule
         self.mu: float | None = None if isinstance(close, str) else float(close)
         self.wait_all = setup.spec.waitout == "all"
@@ -285,6 +287,7 @@ class RoundDriver:
                 log.write(t, state, record, self.fault_version)
             if checkpoint is not None and run.checkpoint_every and (t + 1) % run.checkpoint_every == 0:
                 checkpoint()
+                self.checkpointed = t
             if callback is not None:
                 callback(record)
         self.unfired()
@@ -745,8 +748,11 @@ class RoundDriver:
         """Stop with one clear error when the engine's cluster itself is gone (issue 20, item 9)."""
         why = self.engine.lost()
         if why is not None:
+            then = (f"continue the run with --resume (its checkpoint holds rounds 0-{self.checkpointed})"
+                    if self.checkpointed is not None else
+                    "run it again: it wrote no checkpoint to resume from (--checkpoint-every N writes them)")
             raise TrainingStopped(f"round {t}: {why}; the workers' failures follow from that. Start the cluster"
-                                " again and continue the run with --resume (from its last checkpoint)")
+                                  f" again and {then}")
 
     def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:
         """Which workers held round ``t`` up, and why; says "died" only of workers that died."""
