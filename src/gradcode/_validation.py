@@ -43,6 +43,7 @@ def unreadable_file(path: str) -> str | None:
     symbolic link"``), or None when it is one."""
     import errno
     import os
+    import stat
 
     try:
         st = os.stat(path)
@@ -52,8 +53,6 @@ def unreadable_file(path: str) -> str | None:
         if os.path.islink(path):
             return "a broken symbolic link"
         return "no such file"
-    import stat
-
     if stat.S_ISDIR(st.st_mode):
         return "a directory, not a file"
     if not stat.S_ISREG(st.st_mode):

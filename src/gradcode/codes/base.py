@@ -555,18 +555,7 @@ class LinearCode:
                 arrays[w] = rows
                 if meta is not None:
                     sent[w] = meta
-        prec = max((wire_precision(t) for t in {a.dtype for a in arrays.values()}), key=UNIT_ROUNDOFF.get,
-                   default="float64")
-        if precision is not None:
-            named = wire_precision(precision)
-            if not (isinstance(precision, str) and precision in UNIT_ROUNDOFF) and np.dtype(precision).kind in "iub":
-                # integer *arrays* are exact; an integer *wire type* is not one messages cross in
-                raise ValueError(f"precision names the float type the messages crossed the wire in: one of"
-                                 f" {sorted(UNIT_ROUNDOFF)} or a float dtype, got {precision!r}")
-            prec = max(prec, named, key=UNIT_ROUNDOFF.get)
-        if rtol is None:
-            rtol = self.decode_rtol
-        tol = DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
+        prec, tol = self._precision({a.dtype for a in arrays.values()}, precision, rtol)
         sol = self.decoding({w: len(a) for w, a in arrays.items()})
         # what each used row summed (S_i): sent with it (a Message), or passed as ``scales``; the
         # rows with neither have their norm measured in the sum's own pass and stand for it
@@ -593,7 +582,23 @@ class LinearCode:
         gradient = out[:d]
         # the output's norm from its own pass, unless its squares overflowed (values past ~1e154)
         size = math.sqrt(out_sq) if math.isfinite(out_sq) and len(out) == d else float(np.linalg.norm(gradient))
-        return self._bounded(sol, gradient, size, sums, sums, prec, tol, factors, m)
+        return self._bounded(sol, gradient, size, sums, prec, tol, factors, m)
+
+    def _precision(self, dtypes, precision, rtol) -> tuple[str, float]:
+        """``(precision, tolerance)`` of a decode of messages of ``dtypes``: the coarsest of their
+        types and ``precision`` (a wire type named by the caller), and ``rtol``, else
+        :attr:`decode_rtol`, else :data:`DEFAULT_RTOL` of that precision."""
+        prec = max((wire_precision(t) for t in dtypes), key=UNIT_ROUNDOFF.get, default="float64")
+        if precision is not None:
+            named = wire_precision(precision)
+            if not (isinstance(precision, str) and precision in UNIT_ROUNDOFF) and np.dtype(precision).kind in "iub":
+                # integer *arrays* are exact; an integer *wire type* is not one messages cross in
+                raise ValueError(f"precision names the float type the messages crossed the wire in: one of"
+                                 f" {sorted(UNIT_ROUNDOFF)} or a float dtype, got {precision!r}")
+            prec = max(prec, named, key=UNIT_ROUNDOFF.get)
+        if rtol is None:
+            rtol = self.decode_rtol
+        return prec, DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
 
     def _non_finite(self, sol: Decoding, arrays, factors, bad_scale) -> tuple[str, tuple[int, ...]]:
         """The message and senders of a :class:`NonFiniteMessageError`: the senders of
@@ -663,9 +668,9 @@ class LinearCode:
         out[~np.isfinite(out)] = 0.0
         return out
 
-    def _bounded(self, sol: Decoding, gradient, size: float, norms, sums, prec: str, tol: float, factors, m: int) -> Decoded:
+    def _bounded(self, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
         """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
-        most ``u ||m_i|| + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
+        most ``u S_i + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
         the wire type of the values scaled by ``f_i``, whose elements below its normal range err by
         up to ``eta``, half its smallest subnormal, whatever their size; the worker's sum, in
         ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``, its coefficients rounded
@@ -684,7 +689,7 @@ class LinearCode:
         terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
         L = self._chunks
         with np.errstate(over="ignore", invalid="ignore"):
-            row_error = ((u + absA.shape[1] * _EPS) * norms + root_m * UNDERFLOW[prec] / factors
+            row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
                          + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
             per_chunk = absA @ row_error
             plain = 0.0
@@ -1022,18 +1027,17 @@ def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors:
     sum of squares (NaN where not computed): non-finite when the output is."""
     A = sol.coefficients / factors
     if L == 1:
-        vecs = [arrays[w][r] for w, r in sol.rows]
-        coefs = [float(c) for c in A[0]]
-        sumsq = np.zeros(len(vecs))
+        used = np.flatnonzero(A[0])  # rows with a zero coefficient are not read
+        vecs = [arrays[w][r] for w, r in (sol.rows[i] for i in used)]
+        coefs = A[0, used]
+        sumsq = np.zeros(len(sol.rows))
         out_sq = 0.0
         out = np.empty(m, dtype=np.float64)
-        used = [i for i, c in enumerate(coefs) if c != 0.0]
         squares = bool(measure[used].any())
         for start in range(0, m, _BLOCK):
             stop = min(start + _BLOCK, m)
             blk = out[start:stop]
-            sq = weighted_sum(blk, [vecs[i][start:stop] for i in used], [coefs[i] for i in used], squares)
-            sumsq[used] += sq
+            sumsq[used] += weighted_sum(blk, [v[start:stop] for v in vecs], coefs, squares)
             out_sq += sum_squares(blk)  # the block is still in cache
         return out, np.sqrt(sumsq) / factors, out_sq
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)

@@ -84,7 +84,7 @@ def as_rows(msgs) -> np.ndarray:
     if isinstance(msgs, Message):
         msgs = (msgs,)
     if isinstance(msgs, (list, tuple)) and msgs and all(isinstance(x, Message) for x in msgs):
-        return np.stack([x.values if x.factor == 1.0 else x.values.astype(np.float64) / x.factor for x in msgs])
+        return np.stack([np.asarray(x) for x in msgs])
     return np.atleast_2d(np.asarray(msgs))
 
 
@@ -145,8 +145,10 @@ def _add_into(out, v, c, first, squares):
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _add4_into(out, v0, v1, v2, v3, c0, c1, c2, c3, first, squares):
-    # four rows a pass: the output block is read and written once for four rows, not four times
+def _add4_into(out, v0, v1, v2, v3, c, first, squares):
+    # four rows a pass (coefficients c[0..3]): the output block is read and written once for four
+    # rows, not four times
+    c0, c1, c2, c3 = c[0], c[1], c[2], c[3]
     s0 = s1 = s2 = s3 = 0.0
     if squares:
         for i in range(out.size):
@@ -173,20 +175,18 @@ def weighted_sum(out: np.ndarray, rows: list, coefs: list, squares: bool) -> lis
     """``out = sum_i coefs[i] * rows[i]`` in float64 (``out`` zeroed when there are no rows),
     four rows a pass; returns each row's ``sum(v**2)`` (float64) when ``squares``, else zeros."""
     rows = [v if v.dtype == np.float64 or v.dtype == np.float32 else v.astype(np.float32) for v in rows]
+    coefs = np.asarray(coefs, dtype=np.float64)
     sq = [0.0] * len(rows)
     if not rows:
         out[:] = 0.0
     first = True
-    k = 0
     for k in range(0, len(rows) - 3, 4):
-        got = _add4_into(out, rows[k], rows[k + 1], rows[k + 2], rows[k + 3], float(coefs[k]),
-                         float(coefs[k + 1]), float(coefs[k + 2]), float(coefs[k + 3]), first, squares)
-        sq[k:k + 4] = got
+        sq[k:k + 4] = _add4_into(out, rows[k], rows[k + 1], rows[k + 2], rows[k + 3], coefs[k:k + 4], first, squares)
         first = False
     for k in range(len(rows) - len(rows) % 4, len(rows)):
         sq[k] = _add_into(out, rows[k], float(coefs[k]), first, squares)
         first = False
-    return sq
+    return sq if squares else [0.0] * len(rows)
 
 
 def sum_squares(v: np.ndarray) -> float:

@@ -67,15 +67,17 @@ class RunningDecode:
         if values.ndim != 1 or (self.total is not None and values.shape != self.total.shape):
             want = "(m,)" if self.total is None else str(self.total.shape)
             raise ValueError(f"message {r} of worker {w} must have shape {want}, got {values.shape}")
-        if math.isnan(scale):  # a plain array: checked before it can poison the sum
-            sq = sum_squares(values)
-            if not math.isfinite(sq):
+        plain = math.isnan(scale)
+        if plain:  # checked before it can poison the sum (its squares: its norm, as no scale came)
+            got = sum_squares(values)
+            if not math.isfinite(got):
                 raise NonFiniteMessageError(f"message {r} of worker {w} holds NaN or infinity (or values past"
                                             " ~1e154); treat the worker as a straggler", (w,))
         first = self.total is None
         if first:
             self.total = np.empty(values.shape[0])
-        got = weighted_add(self.total, values, c / factor, first, True)
+        squares = weighted_add(self.total, values, c / factor, first, not plain)  # a Message's squares: its check
+        got = got if plain else squares
         if not math.isfinite(got):
             self.total = None  # poisoned: no result can come of it
             raise NotDecodableError(
@@ -89,8 +91,6 @@ class RunningDecode:
     def result(self, *, dim: int | None = None, rtol: float | None = None):
         """The decoded gradient of the messages added, with its checked error bound (as
         :meth:`LinearCode.decode_report`). ``dim`` defaults to the message length."""
-        from gradcode.codes.base import DEFAULT_RTOL, UNIT_ROUNDOFF, wire_precision
-
         code = self.code
         if self.total is None:
             raise NotDecodableError("no message was added in (or the running sum was lost)")
@@ -106,9 +106,7 @@ class RunningDecode:
         factors = np.array([self.rows[row][2] for row in sol.rows])
         measured = np.array([self.rows[row][3] for row in sol.rows])
         sums = np.where(np.isnan(scale), measured, scale)
-        prec = max((wire_precision(t) for t in self.dtypes), key=UNIT_ROUNDOFF.get, default="float64")
-        tol = code.decode_rtol if rtol is None else rtol
-        tol = DEFAULT_RTOL[prec] if tol is None else tol
+        prec, tol = code._precision(self.dtypes, None, rtol)
         gradient = self.total[:dim]
         size = math.sqrt(sum_squares(gradient))
         if not math.isfinite(size):  # squares past ~1e154, or a sum that overflowed
@@ -116,4 +114,4 @@ class RunningDecode:
                 raise NotDecodableError(f"the running sum of the messages of workers"
                                         f" {sorted(set(w for w, _ in sol.rows))} overflowed")
             size = float(np.linalg.norm(gradient))
-        return code._bounded(sol, gradient, size, sums, sums, prec, tol, factors, m)
+        return code._bounded(sol, gradient, size, sums, prec, tol, factors, m)
