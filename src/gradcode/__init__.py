@@ -10,7 +10,7 @@ the engine (Ray) or optional extras.
 
 from importlib import import_module
 
-from gradcode.errors import GradcodeError, NotDecodableError, TraceError
+from gradcode.errors import GradcodeError, NotDecodableError, StopTraining, TraceError
 
 __version__ = "0.1.0"
 
@@ -34,7 +34,7 @@ _LAZY = {
     "make_optimizer": "gradcode.problems",
 }
 
-__all__ = ["GradcodeError", "NotDecodableError", "TraceError", "__version__", *_LAZY]
+__all__ = ["GradcodeError", "NotDecodableError", "StopTraining", "TraceError", "__version__", *_LAZY]
 
 
 def __getattr__(name):

@@ -12,3 +12,9 @@ class NotDecodableError(GradcodeError):
 
 class TraceError(GradcodeError, ValueError):
     """A delay trace is malformed; the message names the file and the problem."""
+
+
+class StopTraining(Exception):
+    """Raised by a training callback to end the run after the round it was called for: the run
+    stops cleanly, its records are saved and :func:`gradcode.train` or :func:`gradcode.torch.fit`
+    returns the result trained to that round (not an error, hence not a :class:`GradcodeError`)."""

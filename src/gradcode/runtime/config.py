@@ -47,19 +47,25 @@ class ClusterConfig:
     ``--cpus-per-worker``); 0 (default) so that the number of workers is not limited by the cores
     Ray sees (stragglers are simulated on few cores; 64 workers run on 2). With 0, a run whose
     workers outnumber the cluster's CPUs is warned about: they share cores, so the measured round
-    times include that contention.
+    times include that contention. ``worker_gpus``: GPUs each worker reserves (Ray's ``num_gpus``;
+    a fraction shares one); None (default): none, unless the problem computes on a CUDA device
+    (``gradcode.torch``'s ``device="cuda"``), whose workers share the cluster's GPUs evenly (at most
+    one each).
     """
 
     address: str | None = None
     num_cpus: int | None = None
     start_timeout: float = 120.0
     worker_cpus: float = 0.0
+    worker_gpus: float | None = None
 
     def __post_init__(self):
         if self.num_cpus is not None:
             _set(self, "num_cpus", check_int("num_cpus", self.num_cpus, minimum=1))
         _set(self, "start_timeout", check_real("start_timeout", self.start_timeout, minimum=0.0, strict_min=True))
         _set(self, "worker_cpus", check_real("worker_cpus", self.worker_cpus, minimum=0.0))
+        if self.worker_gpus is not None:
+            _set(self, "worker_gpus", check_real("worker_gpus", self.worker_gpus, minimum=0.0))
 
 
 @dataclass(frozen=True)

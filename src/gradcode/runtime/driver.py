@@ -249,48 +249,57 @@ class RoundDriver:
         self.first_done: dict[int, float] = {}  # round -> kappa: when its first whole result was in
         self.lost: set[tuple[int, int]] = set()  # (round, worker) whose task failed (died)
         self.finished_jobs: list[int] = []  # the jobs the last round finished
+        self.current_loss: list | None = None  # each model's training objective, as of the last round
 
     # -------------------------------------------------------------- the run
     def run(self, run: RunConfig, *, log: RoundLog | None = None, checkpoint: Callable[[], None] | None = None,
             callback: Callable[[dict], None] | None = None) -> None:
-        """Rounds ``state.next_round`` to ``run.rounds - 1``: after each, the objective of every
-        model, held-out metrics every ``run.eval_every`` rounds and after the last (problems that
-        have ``metrics``), the round's line in ``log``, ``checkpoint()`` every
-        ``run.checkpoint_every`` rounds, then ``callback(record)``. Planned failures that never
-        fired are recorded at the end. An exception leaves ``state`` at the last completed round
-        (call :meth:`stopped` to mark its faults unrecovered)."""
-        state, problem, models = self.state, self.problem, self.models
-        rounds = run.rounds
-        current_loss = [problem.objective(p) for p in state.params]
-        for t in range(state.next_round, rounds):
-            for m, loss in self.round(t).items():
-                current_loss[m] = loss
-            state.losses[t] = current_loss
-            elapsed = float(state.round_times[: t + 1].sum())
-            record = {
-                "round": t,
-                "time": float(state.round_times[t]),
-                "elapsed": elapsed,
-                "loss": current_loss[0] if models == 1 else list(current_loss),
-                "stragglers": int((state.arrivals[t] < 0).sum()),
-                "jobs": list(self.finished_jobs),  # the jobs this round finished (their models stepped)
-            }
-            evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == rounds - 1  # 0: at the end only
-            if evaluate and hasattr(problem, "metrics"):  # a spec's problem may have none
-                for m in range(models):
-                    met = problem.metrics(state.params[m])
-                    state.metrics.append({"round": t, "elapsed": elapsed, "model": m,
-                                          "train_loss": current_loss[m], **met})
-                record["metrics"] = state.metrics[-models:]
-            state.next_round = t + 1
-            if log is not None:
-                log.write(t, state, record, self.fault_version)
-            if checkpoint is not None and run.checkpoint_every and (t + 1) % run.checkpoint_every == 0:
-                checkpoint()
-                self.checkpointed = t
-            if callback is not None:
-                callback(record)
+        """Rounds ``state.next_round`` to ``run.rounds - 1`` (:meth:`step` each); planned failures
+        that never fired are recorded at the end. An exception leaves ``state`` at the last
+        completed round (call :meth:`stopped` to mark its faults unrecovered)."""
+        while self.state.next_round < run.rounds:
+            self.step(run, log=log, checkpoint=checkpoint, callback=callback)
         self.unfired()
+
+    def step(self, run: RunConfig, *, log: RoundLog | None = None, checkpoint: Callable[[], None] | None = None,
+             callback: Callable[[dict], None] | None = None) -> dict:
+        """Round ``state.next_round``, recorded: the objective of every model, held-out metrics
+        every ``run.eval_every`` rounds and after the last (problems that have ``metrics``), the
+        round's line in ``log``, ``checkpoint()`` every ``run.checkpoint_every`` rounds, then
+        ``callback(record)``. Returns the round's record (what ``callback`` gets)."""
+        state, problem, models = self.state, self.problem, self.models
+        t, rounds = state.next_round, run.rounds
+        if self.current_loss is None:  # each model's objective until its first step here
+            self.current_loss = [problem.objective(p) for p in state.params]
+        current_loss = self.current_loss
+        for m, loss in self.round(t).items():
+            current_loss[m] = loss
+        state.losses[t] = current_loss
+        elapsed = float(state.round_times[: t + 1].sum())
+        record = {
+            "round": t,
+            "time": float(state.round_times[t]),
+            "elapsed": elapsed,
+            "loss": current_loss[0] if models == 1 else list(current_loss),
+            "stragglers": int((state.arrivals[t] < 0).sum()),
+            "jobs": list(self.finished_jobs),  # the jobs this round finished (their models stepped)
+        }
+        evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == rounds - 1  # 0: at the end only
+        if evaluate and hasattr(problem, "metrics"):  # a spec's problem may have none
+            for m in range(models):
+                met = problem.metrics(state.params[m])
+                state.metrics.append({"round": t, "elapsed": elapsed, "model": m,
+                                      "train_loss": current_loss[m], **met})
+            record["metrics"] = state.metrics[-models:]
+        state.next_round = t + 1
+        if log is not None:
+            log.write(t, state, record, self.fault_version)
+        if checkpoint is not None and run.checkpoint_every and (t + 1) % run.checkpoint_every == 0:
+            checkpoint()
+            self.checkpointed = t
+        if callback is not None:
+            callback(record)
+        return record
 
     # -------------------------------------------------------------- per round
     def round(self, t: int) -> dict[int, float]:
@@ -684,8 +693,9 @@ class RoundDriver:
 
     def unfired(self) -> None:
         """Record the planned failures that never fired (the run ended before the worker was sent
-        a task of their round or later)."""
+        a task of their round or later); once."""
         for w, r in sorted(self.failures - self.fired):
+            self.fired.add((w, r))
             self.state.failures.append({
                 "round": r, "worker": w, "kind": "died",
                 "error": "not fired: the worker got no task from this round on",

@@ -402,7 +402,7 @@ class SharedCoresWarning(RuntimeWarning):
 
 #: what :func:`ray_session` shares while it lasts: ``cluster`` (the settings it started Ray with,
 #: None when it joined a running session) and ``pool`` (idle worker actors and the data generation
-#: each holds, by ``(worker_cpus,)``; only actors restarted without limit); empty outside a session
+#: each holds, by ``(worker_cpus, worker_gpus)``; only actors restarted without limit); empty outside a session
 _session: dict = {}
 
 
@@ -455,14 +455,16 @@ class RayEngine(Engine):
     :meth:`shutdown`; ``address="auto"`` or ``"host:port"`` joins an existing cluster (raising
     :class:`GradcodeError` when nothing answers there within ``start_timeout`` seconds).
     ``worker_cpus``: CPUs each worker actor reserves (0: none, and a :class:`SharedCoresWarning`
-    when the workers outnumber the cluster's CPUs).
+    when the workers outnumber the cluster's CPUs). ``worker_gpus``: GPUs each reserves (None: as
+    :class:`~gradcode.runtime.config.ClusterConfig` says, by the problem's ``device``).
     """
 
     @classmethod
     def from_config(cls, cluster, *, run_dir=None) -> RayEngine:
         """The engine of a :class:`~gradcode.runtime.config.ClusterConfig` (its Ray settings)."""
         return cls(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
-                   worker_cpus=cluster.worker_cpus, start_timeout=cluster.start_timeout)
+                   worker_cpus=cluster.worker_cpus, worker_gpus=cluster.worker_gpus,
+                   start_timeout=cluster.start_timeout)
 
     def __init__(
         self,
@@ -471,10 +473,12 @@ class RayEngine(Engine):
         num_cpus: int | None = None,
         run_dir: str | os.PathLike | None = None,
         worker_cpus: float = 0.0,
+        worker_gpus: float | None = None,
         start_timeout: float = 120.0,
     ):
         self.address = address
         self.worker_cpus = float(worker_cpus)
+        self.worker_gpus = worker_gpus
         self._owned = False
         self.temp_dir = None
         self.run_dir = run_dir
@@ -505,10 +509,12 @@ class RayEngine(Engine):
         """One actor per ``(problem spec, {partition: rows}, chunks)``; returns once all are up, or
         raises :class:`GradcodeError` after ``start_timeout`` seconds (workers that cannot be
         placed or whose ``__init__`` hangs, e.g. loading data) or when a worker fails to start."""
+        gpus = self._gpus_each(specs)
         cls = _RayWorker.options(
             max_restarts=max_restarts,
             max_task_retries=0,
             num_cpus=self.worker_cpus,
+            num_gpus=gpus,
         )
         cpus = ray.cluster_resources().get("CPU", 0.0)
         if self.worker_cpus == 0 and len(specs) > cpus:
@@ -517,7 +523,7 @@ class RayEngine(Engine):
                           " slower than uncoded); reserve cores with --cpus-per-worker (ClusterConfig.worker_cpus)"
                           " or use fewer workers", SharedCoresWarning, stacklevel=2)
         # Ray counts an actor's restarts over its life: only actors restarted without limit are shared
-        self._pool_key = (self.worker_cpus,) if max_restarts == -1 else None
+        self._pool_key = (self.worker_cpus, gpus) if max_restarts == -1 else None
         pool = _session.get("pool", {}).pop(self._pool_key, []) if self._pool_key is not None else []
         reused = pool[: len(specs)]
         for entry in pool[len(specs):]:  # more than this run needs: kept for the next one
@@ -545,6 +551,21 @@ class RayEngine(Engine):
                 "the workers could not start (each rebuilds its problem from the data spec in"
                 f" __init__; on a remote cluster gradcode must be installed on every node): {exc}"
             ) from None
+
+    def _gpus_each(self, specs: list) -> float:
+        """GPUs each worker actor reserves: ``worker_gpus`` when set; else, for a problem on a CUDA
+        device (a torch spec's ``device``), the cluster's GPUs shared evenly, at most one each (a
+        :class:`GradcodeError` when it has none); else none."""
+        if self.worker_gpus is not None:
+            return float(self.worker_gpus)
+        device = str(getattr(specs[0][0], "device", "cpu")) if specs else "cpu"
+        if not device.startswith("cuda"):
+            return 0.0
+        total = ray.cluster_resources().get("GPU", 0.0)
+        if total <= 0:
+            raise GradcodeError(f"device={device!r}: the Ray cluster has no GPUs for the workers (start it on machines"
+                                " with GPUs, or use device='cpu')")
+        return min(1.0, total / len(specs))
 
     def _start(self, reused: int, cls, timeout: float) -> None:
         """Wait until every worker is up: new actors answer a ping, the ``reused`` first ones

@@ -24,6 +24,7 @@ from gradcode._validation import check_choice, check_int, check_real
 from gradcode.codes.messages import warm_kernels
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+from gradcode.errors import StopTraining
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.records import (
     CHECKPOINT,
@@ -457,12 +458,23 @@ def run_training(
     checkpoint: dict | None = None,
     initial_params: list | None = None,
 ) -> TrainResult:
-    """What :func:`train` and :func:`resume` do once the config objects are built, in three
-    steps: prepare the run and its folder (:func:`_open_run_dir`), its state (fresh or from the
-    checkpoint: :func:`_start_state`), then drive the rounds on the engine and save the records
-    (:func:`_drive`). ``checkpoint``: the checkpoint document already read (resume);
+    """What :func:`train` and :func:`resume` do once the config objects are built: open the run
+    (:func:`open_session`: prepare it, its folder, its state), then drive its rounds on the engine
+    in a :class:`RunSession`, which saves the records. ``checkpoint``: the checkpoint document already read (resume);
     ``initial_params``: each model's parameters before round 0 (default: the problem's
-    ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights)."""
+    ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights). A callback that raises
+    :class:`~gradcode.errors.StopTraining` ends the run after that round, as a finished one."""
+    with open_session(spec, cluster=cluster, faults=faults, run=run, engine=engine, checkpoint=checkpoint,
+                      initial_params=initial_params) as session:
+        session.driver.run(run, log=session.log, checkpoint=session.save, callback=callback)
+    return session.result
+
+
+def open_session(spec: TrainSpec, *, cluster: ClusterConfig, faults: FaultConfig, run: RunConfig,
+                 engine: Engine | str | None = None, checkpoint: dict | None = None,
+                 initial_params: list | None = None) -> RunSession:
+    """The :class:`RunSession` of a run, not yet entered: the run prepared, its folder opened
+    (:func:`_open_run_dir`) and its state made (fresh or from the checkpoint: :func:`_start_state`)."""
     _check_engine(engine, cluster)  # a bad engine is refused before the run dir holds anything
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
@@ -470,8 +482,8 @@ def run_training(
     extra = _checkpoint_extra(spec, run, faults, setup.scheme) if run.checkpoint_every else None
     state, inflight, resumed_from = _start_state(setup, run, run_dir, checkpoint, initial_params)
     atomic_write(run_dir / "config.json", json.dumps(setup.config, indent=1, default=str).encode())
-    return _drive(setup, state, inflight, worker_specs, run_dir=run_dir, resumed_from=resumed_from, extra=extra,
-                  options=(cluster, faults, run, engine, callback))
+    return RunSession(setup, state, inflight, worker_specs, run_dir=run_dir, resumed_from=resumed_from, extra=extra,
+                      options=(cluster, faults, run, engine))
 
 
 def _start_state(setup: RunSetup, run: RunConfig, run_dir: Path, checkpoint, initial_params):
@@ -484,51 +496,82 @@ def _start_state(setup: RunSetup, run: RunConfig, run_dir: Path, checkpoint, ini
     return state, inflight, state.next_round
 
 
-def _drive(setup: RunSetup, state: TrainState, inflight, worker_specs, *, run_dir: Path, resumed_from, extra,
-           options: tuple) -> TrainResult:
-    """Start the engine's workers and drive the rounds; whatever happens, the completed rounds
-    are saved under ``run_dir``, and a stopped run's exception carries them (``exc.result``)."""
-    cluster, faults, run, engine, callback = options
-    config = setup.config
-    log = RoundLog(run_dir / "rounds.jsonl", keep_before=state.next_round if run.resume else 0)
-    driver = None
-    restore_threads = None
-    try:
-        engine = make_engine(engine, cluster=cluster, run_dir=run_dir)
-        engine.spawn(worker_specs, max_restarts=faults.max_restarts, start_timeout=cluster.start_timeout)
-        # the master's work is memory-bound; the in-process engine's workers compute here too
-        restore_threads = limit_threads(1)
-        warm_kernels()  # the decode's compiled sums, before round 0
-        driver = RoundDriver(setup, engine, state, faults=faults)
-        if inflight is not None:
-            driver.restore(inflight)
+class RunSession:
+    """A started run, one round at a time: ``with RunSession(...) as s: s.step()`` spawns the
+    engine's workers and a :class:`~gradcode.runtime.driver.RoundDriver` on entry; each
+    :meth:`step` runs and records the next round; on exit the records are saved under the run dir
+    (``result``; a run stopped by an exception saves its completed rounds and the exception carries
+    them as ``exc.result``), the caller's thread settings come back and the engine shuts down. What
+    :func:`train` drives to the last round, and :class:`gradcode.torch.Workers` round by round from
+    a user's own loop."""
 
-        def save():
-            save_checkpoint(run_dir / CHECKPOINT, config, state, setup.scheme, driver.inflight(), extra=extra)
+    def __init__(self, setup: RunSetup, state: TrainState, inflight, worker_specs, *, run_dir: Path, resumed_from,
+                 extra, options: tuple):
+        self.setup, self.state, self.inflight, self.worker_specs = setup, state, inflight, worker_specs
+        self.run_dir, self.resumed_from, self.extra = run_dir, resumed_from, extra
+        self.cluster, self.faults, self.run, self.engine = options
+        self.driver: RoundDriver | None = None
+        self.result: TrainResult | None = None
+        self.log: RoundLog | None = None
+        self._restore_threads = None
 
-        driver.run(run, log=log, checkpoint=save, callback=callback)
-    except BaseException as exc:
-        # keep what the run did: the completed rounds, every fault, and why it stopped
-        if driver is not None:
-            driver.stopped()
-        partial = state.result(config, run_dir, resumed_from, error=exc)
+    def __enter__(self) -> RunSession:
+        state, run = self.state, self.run
+        self.log = RoundLog(self.run_dir / "rounds.jsonl", keep_before=state.next_round if run.resume else 0)
         try:
-            partial.save(run_dir)
-        except OSError:  # a full disk must not hide the error that stopped the run
-            pass
-        log.close()
-        if isinstance(exc, (Exception, KeyboardInterrupt)):
-            exc.result = partial  # TrainingStopped declares it; other exceptions carry it too (the CLI's --json)
-        raise
-    finally:
-        if restore_threads is not None:
-            restore_threads()
-        if isinstance(engine, Engine):
-            engine.shutdown()
-    log.close()
-    result = state.result(config, run_dir, resumed_from)
-    result.save(run_dir)
-    return result
+            self.engine = make_engine(self.engine, cluster=self.cluster, run_dir=self.run_dir)
+            self.engine.spawn(self.worker_specs, max_restarts=self.faults.max_restarts,
+                              start_timeout=self.cluster.start_timeout)
+            # the master's work is memory-bound; the in-process engine's workers compute here too
+            self._restore_threads = limit_threads(1)
+            warm_kernels()  # the decode's compiled sums, before round 0
+            self.driver = RoundDriver(self.setup, self.engine, state, faults=self.faults)
+            if self.inflight is not None:
+                self.driver.restore(self.inflight)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    def save(self) -> None:
+        """Write the checkpoint (models, optimizer states, records, the scheme's state, the jobs in flight)."""
+        save_checkpoint(self.run_dir / CHECKPOINT, self.setup.config, self.state, self.setup.scheme,
+                        self.driver.inflight(), extra=self.extra)
+
+    def step(self, callback: Callable[[dict], None] | None = None) -> dict:
+        """Run and record the next round (:meth:`RoundDriver.step`); returns its record."""
+        if self.state.next_round >= self.run.rounds:
+            raise TrainingStopped(f"the run has done its {self.run.rounds} rounds (RunConfig.rounds)")
+        return self.driver.step(self.run, log=self.log, checkpoint=self.save, callback=callback)
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        config = self.setup.config
+        try:
+            if exc is not None and not isinstance(exc, StopTraining):
+                # keep what the run did: the completed rounds, every fault, and why it stopped
+                if self.driver is not None:
+                    self.driver.stopped()
+                partial = self.state.result(config, self.run_dir, self.resumed_from, error=exc)
+                try:
+                    partial.save(self.run_dir)
+                except OSError:  # a full disk must not hide the error that stopped the run
+                    pass
+                self.log.close()
+                if isinstance(exc, (Exception, KeyboardInterrupt)):
+                    exc.result = partial  # TrainingStopped declares it; others carry it too (the CLI's --json)
+                return False
+            if self.driver is not None:  # also a run stopped early (StopTraining, a loop that ended)
+                self.driver.unfired()
+            self.log.close()
+            self.result = self.state.result(config, self.run_dir, self.resumed_from)
+            self.result.save(self.run_dir)
+            return exc is not None  # StopTraining: the run ends there, as a finished one
+        finally:
+            if self._restore_threads is not None:
+                self._restore_threads()
+                self._restore_threads = None
+            if isinstance(self.engine, Engine):
+                self.engine.shutdown()
 
 
 def runs_home() -> Path:

@@ -28,11 +28,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradcode._validation import check_choice, check_int
+from gradcode._validation import check_choice, check_int, check_real
 from gradcode.errors import GradcodeError
 from gradcode.schemes.switch import ProbeThenSwitch, set_decode_rtol
 from gradcode.torch.problem import (
     ModelLayout,
+    check_device,
+    model_device,
     TorchOptimizer,
     TorchSpec,
     copy_factory,
@@ -52,7 +54,8 @@ class FitResult:
     """What :func:`fit` returns. ``model``: the trained module (the user's class, weights and
     buffers loaded; ``models`` all of them with ``models=M``); ``history``: one dict per round
     (``round``, ``time``: the round's duration in seconds, ``elapsed``, ``loss``: the mean batch
-    loss of the job the round finished, ``stragglers``, and ``metrics`` on evaluation rounds);
+    loss of the job the round finished, ``stragglers``, and ``metrics`` on evaluation rounds; a
+    resumed run's history holds every round, those before the resume rebuilt from its checkpoint);
     ``result``: the runtime's :class:`~gradcode.runtime.TrainResult` (arrivals, faults, records
     under ``run_dir``); ``spec``: the run's :class:`~gradcode.torch.problem.TorchSpec` (which
     samples each job's partitions used: ``spec.batch_indices(job, j)``)."""
@@ -98,6 +101,12 @@ class TorchConfig:
     ``eval_data``: held-out data as :func:`fit`'s ``data``; loss, accuracy and ``metrics`` (``name
     -> fn(output, target)``) every ``RunConfig.eval_every`` rounds and after the last.
 
+    ``clip_grad_norm``: the decoded batch gradient's norm is clipped to it before each optimizer
+    step (``torch.nn.utils.clip_grad_norm_``). ``device``: where the workers compute and the
+    master steps (``"cpu"``, ``"cuda"``, ``"cuda:N"``; None: the model's own device, CPU for a
+    factory); a CUDA device on a machine without one is a one-line error. On Ray each worker
+    reserves a share of the cluster's GPUs (``ClusterConfig.worker_gpus``).
+
     ``code="auto"`` (the spec's code): train uncoded for ``probe`` rounds (default 20), measure
     the workers, then switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC
     parameters that the paper's search predicts fastest for the rounds left (SGC App. K;
@@ -120,6 +129,8 @@ class TorchConfig:
     probe: int | None = None
     load_slope: float | None = None
     families: Any = None
+    clip_grad_norm: float | None = None
+    device: str | None = None
 
     def __post_init__(self):
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
@@ -130,6 +141,11 @@ class TorchConfig:
             raise TypeError(f"loss must be a callable loss(output, target), got {type(self.loss).__name__}")
         if self.optimizer_params is not None:
             object.__setattr__(self, "optimizer_params", dict(self.optimizer_params))
+        if self.clip_grad_norm is not None:
+            object.__setattr__(self, "clip_grad_norm", check_real("clip_grad_norm", self.clip_grad_norm, minimum=0.0,
+                                                                  strict_min=True))
+        if self.device is not None:
+            object.__setattr__(self, "device", str(self.device))
 
 
 def fit_configs(**keywords) -> dict:
@@ -267,6 +283,7 @@ def _torch_spec(model, samples, eval_samples, batch_size, spec, tconf: TorchConf
     """``(TorchSpec of the run, one TorchOptimizer per model)``, after one forward and backward
     pass on a copy of the model (:func:`_probe`)."""
     factories = _model_factories(model, spec.models, spec.seed)
+    device = str(check_device(model_device(model) if tconf.device is None else tconf.device))
     loss = _default_loss(samples) if tconf.loss is None else tconf.loss
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     N = length(samples)
@@ -275,11 +292,12 @@ def _torch_spec(model, samples, eval_samples, batch_size, spec, tconf: TorchConf
     order = np.random.default_rng([spec.seed, 0]).permutation(N)
     spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=tconf.loss_reduction,
                      batch_size=batch_size, sizes=sizes, seed=spec.seed, wire_dtype=_numpy_dtype(tconf.wire_dtype),
-                     eval_samples=eval_samples, metrics=tconf.metrics, models=spec.models)
+                     eval_samples=eval_samples, metrics=tconf.metrics, models=spec.models, device=device)
     tspec = TorchSpec(model=factories[0], **spec_args)
     _probe(tspec)
     opt_factory = _optimizer_factory(tconf.optimizer, tconf.optimizer_params)
-    return tspec, [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, tconf.scheduler) for f in factories]
+    return tspec, [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, tconf.scheduler, tconf.clip_grad_norm)
+                   for f in factories]
 
 
 def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> FitResult:
@@ -299,6 +317,8 @@ def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> 
     with shipping:
         result = run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=record,
                               initial_params=initial)
+    if result.resumed_from:  # the rounds run before the resume, from the checkpoint's tables
+        history[:0] = _earlier_records(result, result.resumed_from)
     if switch is not None:  # what was chosen and why, in the records too
         result.config["auto"] = switch.report
         result.save(result.run_dir)
@@ -309,6 +329,23 @@ def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> 
         trained.append(opt.module)
     return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(result.run_dir),
                      spec=tspec, auto=switch.report if switch is not None else None)
+
+
+def _earlier_records(result, rounds: int) -> list[dict]:
+    """The history records of a resumed run's first ``rounds`` rounds, as the callback gave them
+    then, rebuilt from the checkpoint's tables (all but ``jobs``, which the tables do not hold)."""
+    models = result.losses.shape[1] if result.losses.ndim == 2 else 1
+    elapsed = np.cumsum(result.round_times[:rounds])
+    out = []
+    for t in range(rounds):
+        losses = [float(v) for v in np.atleast_1d(result.losses[t])]
+        rec = {"round": t, "time": float(result.round_times[t]), "elapsed": float(elapsed[t]),
+               "loss": losses[0] if models == 1 else losses, "stragglers": int((result.arrivals[t] < 0).sum())}
+        metrics = [m for m in result.metrics if m.get("round") == t]
+        if metrics:
+            rec["metrics"] = metrics
+        out.append(rec)
+    return out
 
 
 # ----------------------------------------------------------------------------------- steps of fit
@@ -447,7 +484,8 @@ def _probe(spec: TorchSpec) -> None:
     error naming the argument, not a worker that raises in round 0."""
     b = int(max(1, spec.per_job.min()))
     X, y = fetch(spec.samples, spec.order[:b], seed=spec.seed)
-    module = spec.model()
+    X, y = X.to(spec.device), y.to(spec.device)
+    module = spec.model().to(spec.device)
     module.train()
     wrong = sorted({str(p.dtype) for p in module.parameters() if p.dtype != torch.float32})
     if wrong:

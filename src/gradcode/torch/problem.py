@@ -50,7 +50,8 @@ from torch import nn
 
 from gradcode.errors import GradcodeError
 
-__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem"]
+__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem", "apply_decoded",
+           "check_device"]
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ class ModelLayout:
         with torch.no_grad():
             parts = [p.detach().reshape(-1).float() for p in module.parameters()]
             parts += [b.detach().reshape(-1).float() for _, b in self._buffers_of(module)]
+            parts = [t.cpu() for t in parts]  # a model on a GPU: its vector is read to this host
             parts.append(torch.tensor([loss, 0.0], dtype=torch.float32))
-            return torch.cat(parts).numpy().copy()
+            return torch.cat(parts).numpy()
 
     @staticmethod
     def _buffers_of(module: nn.Module):
@@ -112,8 +114,11 @@ class TorchSpec:
     map-style ``Dataset``; ``order``: the training order (a seeded permutation of the samples) whose
     contiguous ranges the code's partitions are. ``batch_size``: samples per job (None: every
     sample of every partition, full-batch); ``models``: models trained at once (job ``t`` is model
-    ``t mod models``'s step ``t // models``, each model with its own epochs). ``eval_samples``: held-out ``(X, y)`` tensors or a
-    ``Dataset``, for metrics. ``wire_dtype``: the numpy dtype messages are sent in.
+    ``t mod models``'s step ``t // models``, each model with its own epochs). ``eval_samples``:
+    held-out ``(X, y)`` tensors or a ``Dataset``, for metrics. ``wire_dtype``: the numpy dtype
+    messages are sent in. ``device``: where every worker computes and the master steps
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``...): the models and each worker's partitions live there,
+    and a message comes back to the host in float32 before its cast to the wire type.
     """
 
     problem = "torch"
@@ -135,6 +140,7 @@ class TorchSpec:
     eval_batch: int = 1024
     metrics: Mapping[str, Callable] | None = None
     models: int = 1
+    device: str = "cpu"
 
     def __post_init__(self):
         self.order = np.asarray(self.order, dtype=np.int64)
@@ -159,7 +165,8 @@ class TorchSpec:
         return {"kind": "torch", "samples": self.n_train, "batch_size": self.batch_size,
                 "samples_per_job": self.samples_per_job, "loss": _name(self.loss),
                 "loss_reduction": self.loss_reduction, "wire_dtype": np.dtype(self.wire_dtype).name,
-                "eval_samples": None if self.eval_samples is None else length(self.eval_samples)}
+                "eval_samples": None if self.eval_samples is None else length(self.eval_samples),
+                "device": self.device}
 
     def build(self):
         """``(master problem, None)``, as :class:`~gradcode.runtime.ProblemSpec` builds."""
@@ -214,11 +221,12 @@ class TorchWorkerProblem:
 
     def __init__(self, spec: TorchSpec, X, y):
         self.spec = spec
-        self.module = spec.model()
+        self.device = check_device(spec.device)
+        self.module = spec.model().to(self.device)
         self.module.train()
         self.layout = ModelLayout(self.module)
         self.dim = self.layout.dim
-        self.X, self.y = X, y
+        self.X, self.y = X.to(self.device), y.to(self.device)
         self.wire_dtype = np.dtype(spec.wire_dtype)
         self._loaded = None
         self._layout_key, self._layout = None, None
@@ -245,7 +253,7 @@ class TorchWorkerProblem:
         layout.load(module, x, params=self._loaded is not x)  # buffers always: a forward moved them
         self._loaded = x
         before = [b.detach().clone() for _, b in layout.buffers]
-        idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64))
+        idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64)).to(self.device)
         X, y = self.X[idx], self.y[idx]
         count = int(idx.numel())
         with torch.random.fork_rng(devices=[]):
@@ -261,8 +269,8 @@ class TorchWorkerProblem:
         with torch.no_grad():
             parts += [((b - b0) * count).reshape(-1).float() for (_, b), b0 in zip(layout.buffers, before)]
             parts.append(total.detach().float().reshape(1))
-            parts.append(torch.tensor([float(count)]))
-        return torch.cat(parts).numpy()
+            parts.append(torch.tensor([float(count)], device=self.device))
+        return torch.cat(parts).cpu().numpy()  # one copy to the host (none on a CPU)
 
 
 class TorchMaster:
@@ -271,7 +279,7 @@ class TorchMaster:
 
     def __init__(self, spec: TorchSpec):
         self.spec = spec
-        self.module = spec.model()
+        self.module = spec.model().to(spec.device)
         self.layout = ModelLayout(self.module)
         self.dim = self.layout.dim
         self.n_train = spec.n_train
@@ -303,9 +311,11 @@ class TorchOptimizer:
     batch counters (references, pickled only when a checkpoint is written); a step handed a state
     other than the one it returned last (a resumed run) loads it first."""
 
-    def __init__(self, spec: TorchSpec, factory: Callable, scheduler: Callable | None = None):
+    def __init__(self, spec: TorchSpec, factory: Callable, scheduler: Callable | None = None,
+                 clip_grad_norm: float | None = None):
         self.spec, self.factory, self.scheduler_factory = spec, factory, scheduler
-        self.module = spec.model()
+        self.clip_grad_norm = clip_grad_norm
+        self.module = spec.model().to(spec.device)
         self.layout = ModelLayout(self.module)
         self.optimizer = factory(self.module.parameters())
         if not isinstance(self.optimizer, torch.optim.Optimizer):
@@ -352,31 +362,51 @@ class TorchOptimizer:
             self._restore(state)
         if self._current is not x:  # x is what the last step returned unless a run restarted
             layout.load(module, x)
-        g = np.asarray(g, dtype=np.float64)
-        B = float(g[-1])  # the decoded batch size (module docstring)
-        if not B > 0.5:
-            raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
-        grad = torch.from_numpy((g[: layout.d_params] / B).astype(np.float32))
-        off = 0
-        for p in layout.params:
-            k = p.numel()
-            p.grad = grad[off: off + k].view_as(p).clone()
-            off += k
+        loss = apply_decoded(module, layout, g)
+        if self.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(layout.params, self.clip_grad_norm)
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
-        with torch.no_grad():
-            delta = torch.from_numpy((g[layout.d_params: layout.d_params + layout.d_buffers] / B).astype(np.float32))
-            off = 0
-            for _, b in layout.buffers:
-                k = b.numel()
-                b.add_(delta[off: off + k].view_as(b))
-                off += k
-            for _, c in layout.counters:
-                c.add_(1)
-        out = layout.flatten(module, loss=float(g[-2] / B))
+        out = layout.flatten(module, loss=loss)
         self._current = out
         return out, self._snapshot()
+
+
+def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool = False) -> float:
+    """Write a decoded round into ``module``: each parameter's ``.grad`` := its part of ``g / B``
+    (the batch-mean gradient, on the parameter's device; ``accumulate``: added to a ``.grad``
+    already there, as ``loss.backward()`` adds), the floating buffers += their sample-
+    weighted mean update, BatchNorm's batch counters += 1; returns the batch's mean loss. ``g`` is
+    the decoded sum ``[sum grad | sum b_j (beta_j' - beta) | sum loss | B]`` (module docstring).
+    What :class:`TorchOptimizer` does before its step, and :class:`~gradcode.torch.Workers` before
+    the user's."""
+    g = np.asarray(g, dtype=np.float64)
+    B = float(g[-1])  # the decoded batch size (module docstring)
+    if not B > 0.5:
+        raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
+    grad = torch.from_numpy((g[: layout.d_params] / B).astype(np.float32))
+    delta = torch.from_numpy((g[layout.d_params: layout.d_params + layout.d_buffers] / B).astype(np.float32))
+    params = [p for p in module.parameters()]
+    with torch.no_grad():
+        off = 0
+        for p in params:
+            k = p.numel()
+            part = grad[off: off + k].view_as(p)
+            if accumulate and p.grad is not None:
+                p.grad.add_(part.to(p.device, p.grad.dtype))
+            else:
+                p.grad = part.to(p.device, p.dtype, copy=True)
+            off += k
+        off = 0
+        for _, b in layout._buffers_of(module):
+            k = b.numel()
+            b.add_(delta[off: off + k].view_as(b).to(b.device))
+            off += k
+        for name, c in module.named_buffers():
+            if name.endswith("num_batches_tracked"):
+                c.add_(1)
+    return float(g[-2] / B)
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -391,6 +421,7 @@ def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict
     with torch.no_grad():
         for start in range(0, n, spec.eval_batch):
             X, y = fetch(spec.eval_samples, np.arange(start, min(start + spec.eval_batch, n)))
+            X, y = X.to(spec.device), y.to(spec.device)
             out = module(X)
             loss = spec.loss(out, y)
             b = int(y.shape[0])
@@ -433,6 +464,28 @@ def fetch(samples, index: np.ndarray, seed: int = 0):
     if not xs:
         raise GradcodeError("no samples to fetch")
     return torch.stack(xs), torch.stack(ys)
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a ``torch.device`` this process can compute on, or a one-line
+    :class:`GradcodeError` saying why not (a CUDA device on a machine or torch build without CUDA,
+    an index past the GPUs there are)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise GradcodeError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} ({exc})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise GradcodeError(f"device={device!r}: torch sees no CUDA GPU here (torch {torch.__version__},"
+                                f" {build}); use device='cpu' or run where a GPU is")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise GradcodeError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    elif dev.type not in ("cpu", "mps"):
+        raise GradcodeError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise GradcodeError(f"device={device!r}: torch sees no MPS device here")
+    return dev
 
 
 def length(samples) -> int:
@@ -481,8 +534,17 @@ def _name(fn) -> str:
 
 
 def copy_factory(module: nn.Module) -> Callable[[], nn.Module]:
-    """A zero-argument factory returning copies of ``module`` (its weights included)."""
-    return _Copier(copy.deepcopy(module))
+    """A zero-argument factory returning copies of ``module`` (its weights included), on the CPU
+    (each copy is moved to the run's device where it is used)."""
+    return _Copier(copy.deepcopy(module).cpu())
+
+
+def model_device(model) -> str:
+    """The device of a module's first parameter (``"cpu"`` for a factory or a module without any)."""
+    if isinstance(model, nn.Module):
+        for p in model.parameters():
+            return str(p.device)
+    return "cpu"
 
 
 class _Copier:

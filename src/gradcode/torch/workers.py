@@ -1,0 +1,195 @@
+""":class:`Workers`: gradient-coded workers under your own PyTorch training loop.
+
+:func:`~gradcode.torch.fit` owns the loop. ``Workers`` leaves it to you, as DDP does: each
+:meth:`Workers.backward` runs one coded round on the model's *current* parameters and buffers and
+writes the decoded batch-mean gradient into the parameters' ``.grad``; clipping, the optimizer,
+schedulers, AMP's ``GradScaler``, logging and stopping are the loop's::
+
+    with Workers(net, (X, y), TrainSpec("crc", workers=4, stragglers=1), batch_size=64) as workers:
+        for step in range(workers.rounds):
+            optimizer.zero_grad()
+            loss = workers.backward()              # the exact gradient of the batch's mean loss
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+
+One round is what a round of :func:`fit` is (the same :class:`~gradcode.runtime.master.RunSession`
+and :func:`~gradcode.torch.problem.apply_decoded`): the workers holding each partition compute on
+the same ``b_j`` samples of job ``t`` (:meth:`~gradcode.torch.problem.TorchSpec.batch_rows`), the
+master decodes ``sum_j g_j`` from whichever workers suffice, and the batch is the one asked for.
+So a loop that does what ``fit``'s :class:`~gradcode.torch.TorchConfig` says (the same optimizer,
+scheduler, clipping) reaches ``fit``'s weights (``tests/test_torch_workers.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from torch import nn
+
+from gradcode._validation import check_int
+from gradcode.errors import GradcodeError
+from gradcode.torch.problem import ModelLayout, apply_decoded
+
+__all__ = ["Workers"]
+
+#: TorchConfig fields that belong to the user's loop under Workers
+_LOOP_FIELDS = ("optimizer", "optimizer_params", "scheduler", "clip_grad_norm", "eval_data", "metrics", "probe",
+                "load_slope", "families")
+
+
+class Workers:
+    """A context manager holding a run's workers for a training loop of your own.
+
+    ``model``: the ``nn.Module`` your loop trains (on its device; ``device`` in ``torch_config``
+    or the keyword moves the workers' copies elsewhere); its current parameters and floating
+    buffers travel to the workers at every :meth:`backward`. ``data``, ``spec`` (code, workers,
+    injected stragglers, seed, closing rule), ``engine``, ``cluster``, ``faults``: as
+    :func:`~gradcode.torch.fit`. ``loss``, ``batch_size``, ``wire_dtype``, ``device``: override
+    ``torch_config``'s (:class:`~gradcode.torch.TorchConfig`; its optimizer, scheduler, clipping and
+    evaluation fields are the loop's and are refused here). ``run``: the rounds the workers are
+    opened for (``RunConfig.rounds``; default ``torch_config.epochs``, one epoch: ``N /
+    batch_size`` rounds, :attr:`rounds`) and the run dir of the records; checkpoints are the
+    loop's (``torch.save`` of the model and the optimizer).
+
+    After the block: :attr:`history` (one record per round, as ``fit``'s), :attr:`result` (the
+    runtime's :class:`~gradcode.runtime.TrainResult`, also saved under :attr:`run_dir`).
+    """
+
+    def __init__(self, model: nn.Module, data, spec=None, *, loss=None, batch_size: int | None = 64,
+                 wire_dtype: str | None = None, device: str | None = None, torch_config=None, run=None,
+                 faults=None, cluster=None, engine: str = "ray"):
+        from gradcode.runtime import RunConfig, TrainSpec
+        from gradcode.torch.fit import TorchConfig, _fit_configs
+
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be the nn.Module your loop trains, got {type(model).__name__}")
+        spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run or RunConfig(eval_every=0),
+                                                         faults, cluster, {})
+        owned = [f for f in _LOOP_FIELDS if getattr(tconf, f) != getattr(TorchConfig(), f)]
+        if owned:
+            raise ValueError(f"TorchConfig.{', '.join(owned)} belong to your loop under Workers (step your optimizer,"
+                             " scheduler and clipping yourself, or use fit)")
+        changes = {k: v for k, v in (("loss", loss), ("wire_dtype", wire_dtype), ("device", device)) if v is not None}
+        if batch_size != 64 or torch_config is None:
+            changes["batch_size"] = batch_size
+        tconf = replace(tconf, **changes)
+        if spec.models != 1 or (isinstance(spec.code, str) and spec.code == "auto"):
+            raise ValueError("Workers trains one model with a named code or scheme (models=1, not code='auto');"
+                             " use fit for several models or the probe-then-switch run")
+        if run.checkpoint_every:
+            raise ValueError("Workers writes no checkpoints: the loop owns the optimizer; save the model and the"
+                             " optimizer with torch.save in your loop (RunConfig.checkpoint_every=0)")
+        self.model, self.engine = model, engine
+        self.layout = ModelLayout(model)
+        self._build(spec, tconf, run, faults, cluster, data)
+        self.history: list[dict] = []
+        self.result = None
+        self._session = None
+
+    def _build(self, spec, tconf, run, faults, cluster, data) -> None:
+        """The run's TorchSpec, scheme and runtime configs, as :func:`~gradcode.torch.fit` builds them."""
+        from gradcode.runtime import TrainSpec
+        from gradcode.torch.fit import _engine, _rounds, _samples, _scheme, _torch_spec
+
+        samples, eval_samples, batch_size = _samples(data, tconf)
+        scheme = _scheme(spec, tconf, False)
+        tspec, _ = _torch_spec(self.model, samples, eval_samples, batch_size, spec, tconf, scheme)
+        self._capture = _Capture()
+        self.spec = tspec
+        self.rounds = _rounds(tspec, run.rounds, tconf.epochs, 1)
+        self._run = replace(run, rounds=self.rounds)
+        self._engine, self._shipping = _engine(self.engine, tspec)
+        self._train_spec = TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
+                                     delay_model=spec.delay_model, data=tspec, optimizer=[self._capture],
+                                     models=1, seed=spec.seed, close=spec.close, waitout=spec.waitout,
+                                     inject=spec.inject)
+        self._faults, self._cluster = faults, cluster
+
+    # ----------------------------------------------------------------- the context
+    def __enter__(self) -> Workers:
+        from gradcode.runtime.master import open_session
+
+        self._shipping.__enter__()
+        try:
+            self._session = open_session(self._train_spec, cluster=self._cluster, faults=self._faults,
+                                         run=self._run, engine=self._engine,
+                                         initial_params=[self.layout.flatten(self.model)])
+            self._session.__enter__()
+        except BaseException:
+            self._shipping.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        session, self._session = self._session, None
+        try:
+            suppressed = session.__exit__(kind, exc, tb) if session is not None else False
+        finally:
+            self._shipping.__exit__(None, None, None)
+        if session is not None:
+            self.result = session.result if session.result is not None else getattr(exc, "result", None)
+        return suppressed
+
+    @property
+    def run_dir(self) -> str | None:
+        session = self._session
+        if session is not None:
+            return str(session.run_dir)
+        return None if self.result is None else self.result.run_dir
+
+    @property
+    def round(self) -> int:
+        """Rounds done so far."""
+        return len(self.history)
+
+    # ----------------------------------------------------------------- one round
+    def backward(self) -> float:
+        """One coded round at the model's current parameters and buffers: every parameter's
+        ``.grad`` gains the exact decoded gradient of the batch's mean loss (added to what is there,
+        as ``loss.backward()`` adds: call ``optimizer.zero_grad()`` first), floating buffers take
+        the batch's update (BatchNorm's running statistics, as a forward pass would) and BatchNorm
+        counts the batch. Returns the batch's mean loss. Raises
+        :class:`~gradcode.runtime.TrainingStopped` past the :attr:`rounds` the workers were opened
+        for, or when a round cannot be decoded in time (the records so far are kept)."""
+        session = self._session
+        if session is None:
+            raise GradcodeError("Workers.backward() runs inside `with Workers(...) as workers:`")
+        x = self.layout.flatten(self.model)
+        if x.size != session.state.params[0].size:
+            raise GradcodeError(f"the model's parameters and buffers changed size ({x.size - 2} numbers, the workers"
+                                f" hold {session.state.params[0].size - 2}): the loop must train the model given")
+        session.state.params[0] = x
+        record = session.step()
+        loss = apply_decoded(self.model, self.layout, self._capture.g, accumulate=True)
+        self.history.append(record)
+        return loss
+
+    def __repr__(self) -> str:
+        state = "open" if self._session is not None else "closed"
+        return f"Workers({self.spec.model!r}, {state}, round {self.round} of {self.rounds})"
+
+
+class _Capture:
+    """The driver's optimizer of a :class:`Workers` run: keeps the decoded sums for the loop and
+    returns the parameters as they were (the loop steps them), with the batch loss in their loss slot."""
+
+    hyperparameters = {"class": "your loop (gradcode.torch.Workers)"}
+
+    def __init__(self):
+        self.g = None
+
+    def init(self, x):
+        return None
+
+    def step(self, x, g, state, k):
+        self.g = np.asarray(g, dtype=np.float64)
+        out = np.array(x, copy=True)
+        B = float(self.g[-1])
+        out[-2] = self.g[-2] / B if B > 0.5 else math.nan
+        return out, None
+
+    def __repr__(self) -> str:
+        return "own loop"

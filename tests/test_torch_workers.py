@@ -1,0 +1,229 @@
+"""gradcode.torch.Workers (a user's own loop), StopTraining, resumed histories and devices (issue 31).
+
+The references: fit with the same settings (one round is the same code path), and single-process
+torch on the same samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import gradcode  # noqa: E402
+import gradcode.torch as gt  # noqa: E402
+from gradcode.errors import GradcodeError  # noqa: E402
+from gradcode.runtime import ClusterConfig, RunConfig, TrainingStopped, TrainSpec  # noqa: E402
+from gradcode.torch.problem import _seed, check_device, model_device  # noqa: E402
+from torch_util import LNBNNet  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def digits():
+    (X, y), _ = gt.digits()
+    return X[:480], y[:480]
+
+
+def flat(module) -> torch.Tensor:
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach()
+
+
+SPEC = TrainSpec("crc", workers=4, stragglers=1, delay=1.0, seed=3)
+
+
+def step_lr(opt):
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+
+def test_own_loop_with_clipping_and_a_scheduler_reaches_fits_weights(digits, tmp_path):
+    """The issue's 'Done when': SGD with momentum, gradient clipping and StepLR in the user's loop
+    train the model to fit's weights and BatchNorm statistics with the same settings."""
+    torch.manual_seed(0)
+    net = LNBNNet(dropout=0.2)
+    start = LNBNNet(dropout=0.2)
+    start.load_state_dict(net.state_dict())
+    rounds, clip = 6, 0.05
+    fitted = gt.fit(net, digits, SPEC, engine="inprocess", run=RunConfig(rounds=rounds, eval_every=0,
+                                                                          run_dir=tmp_path / "fit"),
+                    torch_config=gt.TorchConfig(optimizer=torch.optim.SGD, batch_size=48,
+                                                optimizer_params={"lr": 0.5, "momentum": 0.9},
+                                                scheduler=step_lr, clip_grad_norm=clip))
+    opt = torch.optim.SGD(start.parameters(), lr=0.5, momentum=0.9)
+    sched = step_lr(opt)
+    losses, norms = [], []
+    with gt.Workers(start, digits, SPEC, batch_size=48, engine="inprocess",
+                    run=RunConfig(rounds=rounds, run_dir=tmp_path / "loop")) as workers:
+        assert workers.rounds == rounds
+        for _ in range(workers.rounds):
+            opt.zero_grad()
+            losses.append(workers.backward())
+            norms.append(float(torch.nn.utils.clip_grad_norm_(start.parameters(), clip)))
+            opt.step()
+            sched.step()
+    assert max(norms) > clip  # the clipping did something
+    assert torch.allclose(flat(start), flat(fitted.model), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(start.bn.running_mean, fitted.model.bn.running_mean, rtol=1e-5, atol=1e-6)
+    assert int(start.bn.num_batches_tracked) == rounds
+    assert losses == pytest.approx(fitted.losses, rel=1e-5)
+    assert len(workers.history) == rounds and workers.result.round_times.size == rounds
+    assert sum(h["stragglers"] for h in workers.history) == rounds  # one injected straggler a round
+    assert (tmp_path / "loop" / "result.json").is_file()
+
+
+def test_backward_adds_the_exact_batch_gradient_and_updates_batchnorm(digits, tmp_path):
+    """.grad gains the batch-mean gradient computed in one process (per partition: ghost batches),
+    added to what is there as loss.backward() adds; BatchNorm's running mean moves as a forward pass
+    would move it."""
+    torch.manual_seed(1)
+    net = LNBNNet(dropout=0.3)
+    ref = LNBNNet(dropout=0.3)
+    ref.load_state_dict(net.state_dict())
+    with gt.Workers(net, digits, TrainSpec("frc", workers=4, stragglers=1, seed=5), batch_size=40,
+                    engine="inprocess", run=RunConfig(rounds=2, run_dir=tmp_path)) as workers:
+        loss = workers.backward()
+        first = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).clone()
+        spec = workers.spec
+        total, total_loss = None, 0.0
+        X, y = digits
+        ref.train()
+        for j in range(spec.sizes.size):
+            idx = torch.from_numpy(spec.batch_indices(0, j))
+            torch.manual_seed(_seed(spec.seed, 2, 0, j))
+            part = nn.functional.cross_entropy(ref(X[idx]), y[idx]) * idx.numel()
+            g = torch.cat([t.reshape(-1) for t in torch.autograd.grad(part, list(ref.parameters()))])
+            total = g if total is None else total + g
+            total_loss += float(part.detach())
+        assert torch.allclose(first, total / 40, rtol=1e-4, atol=1e-6)
+        assert loss == pytest.approx(total_loss / 40, rel=1e-5)
+        assert not torch.equal(net.bn.running_mean, torch.zeros_like(net.bn.running_mean))
+        workers.backward()  # no zero_grad: the second batch's gradient is added
+        second = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+        assert not torch.allclose(second, first)
+        with pytest.raises(TrainingStopped, match="has done its 2 rounds"):
+            workers.backward()
+
+
+def test_workers_refuse_what_belongs_to_the_loop_and_misuse(digits, tmp_path):
+    net = LNBNNet()
+    with pytest.raises(ValueError, match="TorchConfig.optimizer, scheduler belong to your loop"):
+        gt.Workers(net, digits, SPEC, torch_config=gt.TorchConfig(optimizer="adam", scheduler=step_lr))
+    with pytest.raises(ValueError, match="writes no checkpoints"):
+        gt.Workers(net, digits, SPEC, run=RunConfig(rounds=2, checkpoint_every=1))
+    with pytest.raises(ValueError, match="models=1"):
+        gt.Workers(net, digits, TrainSpec("crc", workers=4, stragglers=1, models=2))
+    with pytest.raises(TypeError, match="nn.Module your loop trains"):
+        gt.Workers(lambda: net, digits, SPEC)
+    workers = gt.Workers(net, digits, SPEC, engine="inprocess", run=RunConfig(rounds=1, run_dir=tmp_path))
+    with pytest.raises(GradcodeError, match="inside `with Workers"):
+        workers.backward()
+
+
+def test_an_error_in_the_loop_keeps_the_rounds_done(digits, tmp_path):
+    net = LNBNNet()
+    workers = gt.Workers(net, digits, SPEC, engine="inprocess", run=RunConfig(rounds=5, run_dir=tmp_path))
+    with pytest.raises(KeyError):
+        with workers:
+            workers.backward()
+            raise KeyError("the user's bug")
+    assert workers.result.round_times.size == 1 and workers.result.error_type == "KeyError"
+
+
+@pytest.mark.ray
+def test_workers_on_ray(digits, ray_session, tmp_path):
+    torch.manual_seed(2)
+    net = LNBNNet()
+    plain = LNBNNet()
+    plain.load_state_dict(net.state_dict())
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    with gt.Workers(net, digits, TrainSpec("crc", workers=4, stragglers=1, delay=0.05), batch_size=48,
+                    run=RunConfig(rounds=3, run_dir=tmp_path)) as workers:
+        for _ in range(3):
+            opt.zero_grad()
+            workers.backward()
+            opt.step()
+    fitted = gt.fit(plain, digits, TrainSpec("uncoded", workers=4), engine="inprocess",
+                    torch_config=gt.TorchConfig(optimizer=torch.optim.Adam, optimizer_params={"lr": 1e-2},
+                                                batch_size=48), run=RunConfig(rounds=3, eval_every=0,
+                                                                              run_dir=tmp_path / "fit"))
+    # uncoded over 4 partitions and CRC over 4: the same batches, the same exact gradient
+    assert torch.allclose(flat(net), flat(fitted.model), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------ stopping and resuming
+
+
+def test_stop_training_in_a_callback_returns_the_model_of_that_round(digits, tmp_path):
+    torch.manual_seed(4)
+    net = LNBNNet()
+    config = gt.TorchConfig(optimizer="adam", optimizer_params={"lr": 1e-2}, batch_size=48)
+
+    def stop_at_3(record):
+        if record["round"] == 2:
+            raise gradcode.StopTraining
+
+    stopped = gt.fit(net, digits, SPEC, engine="inprocess", torch_config=config, callback=stop_at_3,
+                     run=RunConfig(rounds=10, eval_every=0, run_dir=tmp_path / "a"))
+    three = gt.fit(net, digits, SPEC, engine="inprocess", torch_config=config,
+                   run=RunConfig(rounds=3, eval_every=0, run_dir=tmp_path / "b"))
+    assert len(stopped.history) == 3 and stopped.result.error is None
+    assert stopped.result.round_times.size == 3
+    assert torch.allclose(flat(stopped.model), flat(three.model), rtol=1e-5, atol=1e-6)
+
+
+def test_a_resumed_runs_history_holds_every_round(digits, tmp_path):
+    torch.manual_seed(6)
+    net = LNBNNet()
+    config = gt.TorchConfig(optimizer="adam", optimizer_params={"lr": 1e-2}, batch_size=48)
+    first = gt.fit(net, digits, SPEC, engine="inprocess", torch_config=config,
+                   run=RunConfig(rounds=4, eval_every=2, checkpoint_every=2, run_dir=tmp_path))
+    resumed = gt.fit(net, digits, SPEC, engine="inprocess", torch_config=config,
+                     run=RunConfig(rounds=8, eval_every=2, checkpoint_every=2, run_dir=tmp_path, resume=True))
+    assert [h["round"] for h in resumed.history] == list(range(8))
+    for old, new in zip(first.history, resumed.history[:4]):
+        assert new["loss"] == old["loss"] and new["time"] == old["time"]
+        assert new["stragglers"] == old["stragglers"]
+        assert ("metrics" in new) == ("metrics" in old)
+
+
+# ------------------------------------------------------------------------ devices
+
+
+def test_a_cuda_device_without_cuda_is_one_clear_error(digits):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(GradcodeError, match=r"device='cuda': torch sees no CUDA GPU here") as info:
+        gt.fit(LNBNNet(), digits, SPEC, engine="inprocess", torch_config=gt.TorchConfig(device="cuda"))
+    assert "\n" not in str(info.value)
+    with pytest.raises(GradcodeError, match="no CUDA GPU"):
+        gt.Workers(LNBNNet(), digits, SPEC, device="cuda:1")
+    with pytest.raises(GradcodeError, match="device must be 'cpu', 'cuda' or 'cuda:N'"):
+        check_device("tpu")
+    with pytest.raises(GradcodeError, match="device must be"):
+        check_device("cuda:x")
+
+
+def test_the_device_follows_the_model_and_is_recorded(digits, tmp_path):
+    assert model_device(LNBNNet()) == "cpu" and model_device(LNBNNet) == "cpu"
+    res = gt.fit(LNBNNet(), digits, SPEC, engine="inprocess", torch_config=gt.TorchConfig(device="cpu"),
+                 run=RunConfig(rounds=1, eval_every=0, run_dir=tmp_path))
+    assert res.spec.device == "cpu" and res.result.config["data"]["device"] == "cpu"
+    with pytest.raises(ValueError, match="worker_gpus"):
+        ClusterConfig(worker_gpus=-1)
+
+
+@pytest.mark.ray
+def test_ray_workers_ask_for_gpus_only_for_a_cuda_device(ray_session):
+    from gradcode.runtime.engine import RayEngine
+    from gradcode.torch.problem import TorchSpec
+
+    class Spec:  # what _gpus_each reads of a problem spec
+        def __init__(self, device):
+            self.device = device
+
+    engine = RayEngine()
+    assert engine._gpus_each([(Spec("cpu"), {}, 1)]) == 0.0
+    with pytest.raises(GradcodeError, match="the Ray cluster has no GPUs"):
+        engine._gpus_each([(Spec("cuda"), {}, 1)] * 4)
+    assert RayEngine(worker_gpus=0.25)._gpus_each([(Spec("cuda"), {}, 1)]) == 0.25
+    assert "device" in TorchSpec.__dataclass_fields__
