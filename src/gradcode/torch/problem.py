@@ -91,6 +91,7 @@ class ModelLayout:
         with warnings.catch_warnings():  # x may be read-only (Ray's object store): it is only read here
             warnings.simplefilter("ignore", UserWarning)
             vec = torch.from_numpy(np.asarray(x, dtype=np.float32))
+        vec = _to_device_of(vec, module)
         with torch.no_grad():
             off = 0
             for p in module.parameters():
@@ -385,23 +386,22 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
     B = float(g[-1])  # the decoded batch size (module docstring)
     if not B > 0.5:
         raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
-    grad = torch.from_numpy((g[: layout.d_params] / B).astype(np.float32))
-    delta = torch.from_numpy((g[layout.d_params: layout.d_params + layout.d_buffers] / B).astype(np.float32))
-    params = [p for p in module.parameters()]
+    mean = np.empty(layout.d_params + layout.d_buffers, dtype=np.float32)
+    np.multiply(g[: mean.size], 1.0 / B, out=mean, casting="same_kind")  # one pass, float64 -> float32
+    mean = _to_device_of(torch.from_numpy(mean), module)  # one copy to a GPU, not one per parameter
     with torch.no_grad():
         off = 0
-        for p in params:
+        for p in module.parameters():
             k = p.numel()
-            part = grad[off: off + k].view_as(p)
+            part = mean[off: off + k].view_as(p)  # views of one fresh tensor: no copy per parameter
             if accumulate and p.grad is not None:
-                p.grad.add_(part.to(p.device, p.grad.dtype))
+                p.grad.add_(part)
             else:
-                p.grad = part.to(p.device, p.dtype, copy=True)
+                p.grad = part
             off += k
-        off = 0
         for _, b in layout._buffers_of(module):
             k = b.numel()
-            b.add_(delta[off: off + k].view_as(b).to(b.device))
+            b.add_(mean[off: off + k].view_as(b))
             off += k
         for name, c in module.named_buffers():
             if name.endswith("num_batches_tracked"):
@@ -464,6 +464,14 @@ def fetch(samples, index: np.ndarray, seed: int = 0):
     if not xs:
         raise GradcodeError("no samples to fetch")
     return torch.stack(xs), torch.stack(ys)
+
+
+def _to_device_of(vec: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """``vec`` on the device of ``module``'s first parameter: one host-to-device copy of the whole
+    vector instead of one per parameter."""
+    for p in module.parameters():
+        return vec if p.device == vec.device else vec.to(p.device)
+    return vec
 
 
 def check_device(device) -> torch.device:
