@@ -227,3 +227,71 @@ def test_ray_workers_ask_for_gpus_only_for_a_cuda_device(ray_session):
         engine._gpus_each([(Spec("cuda"), {}, 1)] * 4)
     assert RayEngine(worker_gpus=0.25)._gpus_each([(Spec("cuda"), {}, 1)]) == 0.25
     assert "device" in TorchSpec.__dataclass_fields__
+
+
+# ------------------------------------------------------------------------ CLI: loss, scheduler, clipping, device, TensorBoard
+
+
+def test_cli_loss_scheduler_clipping_and_tensorboard(tmp_path):
+    """train --model with --loss, --scheduler, --clip-grad-norm and --tensorboard: the run equals fit
+    with the same settings, and the event files hold the loss and the held-out accuracy."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    (tmp_path / "parts.py").write_text(
+        "import torch\n"
+        "def smooth(out, y):\n    return torch.nn.functional.cross_entropy(out, y, label_smoothing=0.1)\n")
+    res = CliRunner().invoke(app, [
+        "train", "--model", "mlp", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds", "6",
+        "--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--batch-size", "48", "--eval-every", "3",
+        "--loss", f"{tmp_path / 'parts.py'}:smooth", "--scheduler", "step:step_size=2,gamma=0.5",
+        "--clip-grad-norm", "0.05", "--device", "cpu", "--tensorboard", str(tmp_path / "tb"),
+        "--engine", "inprocess", "--run-dir", str(tmp_path / "run"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["config"]["data"]["loss"] == "smooth" and doc["config"]["data"]["device"] == "cpu"
+    events = EventAccumulator(str(tmp_path / "tb" / "crc")).Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(6))
+    assert [e.step for e in events.Scalars("eval/accuracy")] == [2, 5]
+    assert events.Scalars("train/loss")[-1].value == pytest.approx(doc["losses"][-1][0], rel=1e-6)
+
+
+def test_cli_torch_option_refusals(tmp_path):
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    runner = CliRunner()
+    for args, text in ((["--loss", "hinge"], "--loss must be one of"),
+                       (["--scheduler", "linear"], "--scheduler must be one of"),
+                       (["--scheduler", "step:gamma=x,step_size=-1"], "--scheduler step"),
+                       (["--clip-grad-norm", "0"], "clip_grad_norm"),
+                       (["--loss", "nowhere.py:f"], "no such file")):
+        res = runner.invoke(app, ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1", *args,
+                                  "--run-dir", str(tmp_path / "r")])
+        assert res.exit_code == 2, (args, res.output)
+        assert text in res.output, (args, res.output)
+    res = runner.invoke(app, ["train", "--rounds", "1", "--clip-grad-norm", "1"])
+    assert res.exit_code == 2 and "go with --model" in res.output
+    if not torch.cuda.is_available():
+        res = runner.invoke(app, ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1", "--device",
+                                  "cuda", "--run-dir", str(tmp_path / "c")])
+        assert res.exit_code == 2 and "torch sees no CUDA GPU here" in res.output
+        assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
+
+
+def test_an_output_size_below_the_classes_is_named(digits):
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 3)
+
+        def forward(self, x):
+            return self.fc(x.reshape(x.shape[0], -1))
+
+    with pytest.raises(GradcodeError, match="outputs 3 values per sample, but the targets hold 10 classes"):
+        gt.fit(Small(), digits, SPEC, engine="inprocess")

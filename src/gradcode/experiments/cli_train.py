@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import Annotated
 
 import typer
 
-from gradcode._validation import unreadable_file
+from gradcode._validation import check_choice, unreadable_file
 from gradcode.experiments.cli_output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, error, fail
 
 DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
@@ -109,6 +110,25 @@ class O:
     wire_dtype = Annotated[str, typer.Option(
         "--wire-dtype",
         help="--model: float32, float64, float16 or bfloat16 messages.")]
+    loss = Annotated[str, typer.Option(
+        "--loss",
+        help="--model: cross-entropy (class targets), mse (float targets) or FILE.py:NAME / module:NAME, a "
+             "loss(output, target) returning the batch's mean (default: by the targets' type).")]
+    scheduler = Annotated[str, typer.Option(
+        "--scheduler",
+        help="--model: the learning rate's schedule, stepped every round: step (x gamma every step_size rounds; "
+             "default a third of --rounds, gamma 0.1), cosine (to 0 over --rounds), with parameters as "
+             "step:step_size=10,gamma=0.5; or FILE.py:NAME, a factory optimizer -> LR scheduler.")]
+    clip_grad_norm = Annotated[float, typer.Option(
+        "--clip-grad-norm", help="--model: clip the decoded gradient's norm to this before each step.")]
+    device = Annotated[str, typer.Option(
+        "--device",
+        help="--model: where the workers compute and the master steps: cpu (default), cuda or cuda:N (on Ray "
+             "each worker reserves a share of the cluster's GPUs).")]
+    tensorboard = Annotated[Path, typer.Option(
+        "--tensorboard",
+        help="--model: write TensorBoard event files under this folder (one subfolder per scheme): loss, round "
+             "time, stragglers and the held-out metrics, by round.")]
     momentum = Annotated[float, typer.Option("--momentum", help="--model: SGD momentum.")]
     weight_decay = Annotated[float, typer.Option("--weight-decay", help="--model: weight decay.")]
     engine = Annotated[str, typer.Option(
@@ -194,6 +214,11 @@ def train_command(
     model: O.model = None,
     batch_size: O.batch_size = 64,
     wire_dtype: O.wire_dtype = "float32",
+    loss: O.loss = None,
+    scheduler: O.scheduler = None,
+    clip_grad_norm: O.clip_grad_norm = None,
+    device: O.device = None,
+    tensorboard: O.tensorboard = None,
     momentum: O.momentum = None,
     weight_decay: O.weight_decay = None,
     engine: O.engine = "ray",
@@ -252,6 +277,11 @@ class TrainOptions:
     model: str | None
     batch_size: int
     wire_dtype: str
+    loss: str | None
+    scheduler: str | None
+    clip_grad_norm: float | None
+    device: str | None
+    tensorboard: Path | None
     momentum: float | None
     weight_decay: float | None
     engine: str
@@ -369,9 +399,24 @@ def run_configured(configured, callback):
         from gradcode.experiments.cli_output import note
         from gradcode.torch import fit
 
-        res = fit(configured.model, configured.data, configured.spec, torch_config=configured.torch_config,
-                  run=configured.run, faults=configured.faults, cluster=configured.cluster,
-                  engine=configured.engine, callback=callback)
+        board = None
+        if configured.tensorboard is not None:
+            from gradcode.torch import TensorBoard
+
+            board = TensorBoard(configured.tensorboard)
+            inner = callback
+
+            def callback(record, inner=inner):  # both: the progress line and the event files
+                board(record)
+                if inner is not None:
+                    inner(record)
+        try:
+            res = fit(configured.model, configured.data, configured.spec, torch_config=configured.torch_config,
+                      run=configured.run, faults=configured.faults, cluster=configured.cluster,
+                      engine=configured.engine, callback=callback)
+        finally:
+            if board is not None:
+                board.close()
         if res.auto is not None:
             c = res.auto["chosen"]
             note(f"auto: after {res.auto['probe_rounds']} uncoded rounds switched to {c['scheme']} (predicted"
@@ -418,7 +463,6 @@ def configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None):
     ``--model`` a :class:`TorchRun` (:func:`torch_configs`); ``run_dir`` (several schemes: each
     its subfolder) replaces ``--run-dir``. Refuses the options that would otherwise be silently
     dropped."""
-    from gradcode._validation import check_choice
     from gradcode.experiments.cli_sim import parse_close, parse_kv
     from gradcode.runtime import ENGINES, TrainSpec
 
@@ -451,7 +495,9 @@ def configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None):
 #: options that only a torch model takes: (flag, option name, default)
 TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
               ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
-              ("--probe", "probe", None))
+              ("--probe", "probe", None), ("--loss", "loss", None), ("--scheduler", "scheduler", None),
+              ("--clip-grad-norm", "clip_grad_norm", None), ("--device", "device", None),
+              ("--tensorboard", "tensorboard", None))
 
 
 @dataclass(frozen=True)
@@ -466,6 +512,8 @@ class TorchRun:
     faults: object
     run: object
     engine: str
+    #: TensorBoard event files' folder (None: none written)
+    tensorboard: Path | None = None
 
 
 def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None) -> TorchRun:
@@ -484,7 +532,12 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
                if getattr(o, key) not in (default, [], ())]
     if refused:
         raise ValueError(f"{', '.join(refused)} cannot be used with --model yet (torch models train from the"
-                         " options --data, --batch-size, --optimizer, --lr, --momentum, --weight-decay, --wire-dtype)")
+                         " options --data, --batch-size, --optimizer, --lr, --momentum, --weight-decay, --wire-dtype,"
+                         " --loss, --scheduler, --clip-grad-norm, --device)")
+    if o.device is not None:
+        from gradcode.torch.problem import check_device
+
+        check_device(o.device)  # before the data are read and a run starts
     data = "digits" if o.data == "synthetic" else o.data
     train_data, test_data = load_data(data, seed=o.seed)
     name = {"gd": "sgd", "nesterov": "sgd"}.get(o.optimizer, o.optimizer)
@@ -493,9 +546,74 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
                      close=parse_close(o.close), waitout=o.waitout)
     torch_config = TorchConfig(optimizer=name, optimizer_params=_torch_optimizer_params(o, name),
                                batch_size=o.batch_size, wire_dtype=o.wire_dtype, eval_data=test_data,
-                               probe=o.probe if code == "auto" else None)
+                               probe=o.probe if code == "auto" else None, loss=resolve_loss(o.loss),
+                               scheduler=resolve_scheduler(o.scheduler, o.rounds),
+                               clip_grad_norm=o.clip_grad_norm, device=o.device)
+    board = None
+    if o.tensorboard is not None:
+        label = re.sub(r"[^\w.=,-]+", "_", code + ("-" + ",".join(f"{k}={v}" for k, v in sorted(code_params.items()))
+                                                 if code_params else ""))
+        board = Path(o.tensorboard) / label
     return TorchRun(resolve_model(o.model, train_data), train_data, spec, torch_config,
-                    *_shared_configs(o, run_dir), o.engine)
+                    *_shared_configs(o, run_dir), o.engine, board)
+
+
+#: --loss's names
+LOSSES = ("cross-entropy", "mse")
+#: --scheduler's names and their defaults (``rounds``: the run's rounds)
+SCHEDULERS = ("step", "cosine")
+
+
+def resolve_loss(spec: str | None):
+    """``--loss``: None (by the targets), ``cross-entropy``, ``mse`` or ``FILE.py:NAME`` /
+    ``module:NAME`` naming a ``loss(output, target)``."""
+    import torch.nn.functional as F
+
+    if spec is None:
+        return None
+    if ":" not in spec:
+        check_choice("--loss", spec, LOSSES)
+        return F.cross_entropy if spec == "cross-entropy" else F.mse_loss
+    return load_object(spec, "--loss")
+
+
+def resolve_scheduler(spec: str | None, rounds: int):
+    """``--scheduler``: ``step`` (``StepLR``: ``step_size`` default a third of the rounds, ``gamma``
+    0.1), ``cosine`` (``CosineAnnealingLR``: ``T_max`` default the rounds), each with parameters
+    as ``step:step_size=10,gamma=0.5``; or ``FILE.py:NAME`` / ``module:NAME``, a factory
+    ``optimizer -> LR scheduler``. The schedulers step once a round (every optimizer step)."""
+    import functools
+
+    from gradcode.experiments.cli_sim import parse_kv
+
+    if spec is None:
+        return None
+    head, _, rest = spec.partition(":")
+    if rest and (head.endswith(".py") or "." in head or "/" in head or "=" not in rest):
+        return load_object(spec, "--scheduler")
+    check_choice("--scheduler", head, SCHEDULERS)
+    params = parse_kv(rest.split(",") if rest else [], "--scheduler")
+    import torch
+
+    if head == "step":
+        params.setdefault("step_size", max(1, rounds // 3))
+        params.setdefault("gamma", 0.1)
+        cls = torch.optim.lr_scheduler.StepLR
+    else:
+        params.setdefault("T_max", rounds)
+        cls = torch.optim.lr_scheduler.CosineAnnealingLR
+    from gradcode._validation import check_int, check_real
+
+    try:
+        for key, value in params.items():  # numbers of the right kind, before a round runs
+            if key in ("step_size", "T_max"):
+                params[key] = check_int(key, value, minimum=1)
+            elif key in ("gamma", "eta_min"):
+                params[key] = check_real(key, value, minimum=0.0)
+        cls(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), **params)  # unknown parameters
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"--scheduler {spec}: {exc}") from None
+    return functools.partial(cls, **params)
 
 
 def _torch_optimizer_params(o: TrainOptions, name: str) -> dict:
@@ -521,9 +639,6 @@ def resolve_model(spec: str, train_data):
     ``FILE.py:NAME`` / ``package.module:NAME`` naming an ``nn.Module`` class or a factory, called
     with no arguments."""
     import functools
-    import importlib
-    import importlib.util
-    import os
 
     from gradcode.torch import make_model
 
@@ -534,30 +649,42 @@ def resolve_model(spec: str, train_data):
         make_model(spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)  # a bad name, now
         # a factory: fit builds it under the run's seed, so every scheme starts from the same weights
         return functools.partial(make_model, spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)
+    return load_object(spec, "--model")
+
+
+def load_object(spec: str, flag: str):
+    """``FILE.py:NAME`` or ``package.module:NAME``: the callable it names (a user's file is imported
+    under a name of its own and travels to Ray's workers by value)."""
+    import importlib
+    import importlib.util
+    import os
+
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
         problem = unreadable_file(where)
         if problem:
-            raise ValueError(f"--model {spec}: {where} is {problem}" if problem != "no such file"
-                             else f"--model {spec}: no such file {where}")
+            raise ValueError(f"{flag} {spec}: {where} is {problem}" if problem != "no such file"
+                             else f"{flag} {spec}: no such file {where}")
         mod_name = f"gradcode_user_model_{abs(hash(os.path.abspath(where)))}"
-        loader = importlib.util.spec_from_file_location(mod_name, where)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
-        try:
-            loader.loader.exec_module(module)
-        except Exception as exc:  # the user's file: its error, named, not our traceback
-            del sys.modules[mod_name]
-            raise ValueError(f"--model {spec}: importing {where} raised {type(exc).__name__}: {exc}") from None
+        module = sys.modules.get(mod_name)
+        if module is None:
+            loader = importlib.util.spec_from_file_location(mod_name, where)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
+            try:
+                loader.loader.exec_module(module)
+            except Exception as exc:  # the user's file: its error, named, not our traceback
+                del sys.modules[mod_name]
+                raise ValueError(f"{flag} {spec}: importing {where} raised {type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(where)
         except ImportError as exc:
-            raise ValueError(f"--model {spec}: cannot import {where}: {exc}") from None
-    factory = getattr(module, name, None)
-    if factory is None or not callable(factory):
-        raise ValueError(f"--model {spec}: {where} has no class or function {name!r}")
-    return factory
+            raise ValueError(f"{flag} {spec}: cannot import {where}: {exc}") from None
+    obj = getattr(module, name, None)
+    if obj is None or not callable(obj):
+        raise ValueError(f"{flag} {spec}: {where} has no class or function {name!r}")
+    return obj
 
 
 def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:

@@ -18,7 +18,8 @@ CIFAR-10/100 python batches) and the bundled digits in :mod:`gradcode.torch.data
 from gradcode.torch.data import digits, load_data, read_cifar, read_mnist
 from gradcode.torch.fit import FitResult, TorchConfig, fit, fit_configs
 from gradcode.torch.models import MLP, ResNet18, SmallCNN, make_model
+from gradcode.torch.tensorboard import TensorBoard
 from gradcode.torch.workers import Workers
 
 __all__ = ["FitResult", "MLP", "ResNet18", "SmallCNN", "TorchConfig", "digits", "fit", "fit_configs", "load_data",
-           "make_model", "read_cifar", "read_mnist", "Workers"]
+           "make_model", "read_cifar", "read_mnist", "TensorBoard", "Workers"]

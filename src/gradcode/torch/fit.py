@@ -502,6 +502,10 @@ def _probe(spec: TorchSpec) -> None:
     except Exception as exc:
         raise GradcodeError(f"model: the forward pass failed on {b} samples of data (inputs {tuple(X.shape)},"
                             f" {X.dtype}): {type(exc).__name__}: {exc}") from exc
+    classes = _classes(spec.samples, y)
+    if classes is not None and out.ndim == 2 and out.shape[1] < classes:
+        raise GradcodeError(f"model: it outputs {out.shape[1]} values per sample, but the targets hold {classes}"
+                            f" classes (0 to {classes - 1}): its last layer needs {classes} outputs")
     try:
         value = spec.loss(out, y)
     except Exception as exc:
@@ -516,6 +520,15 @@ def _probe(spec: TorchSpec) -> None:
     value.backward()
     if ModelLayout(module).d_params == 0:
         raise GradcodeError("model has no parameters to train")
+
+
+def _classes(samples, probe_targets) -> int | None:
+    """Classes of integer class-index targets (the largest index + 1, over every target of ``(X, y)``
+    tensors, over the probe's for a ``Dataset``); None for other targets."""
+    y = samples[1] if isinstance(samples, tuple) else probe_targets
+    if y.is_floating_point() or y.ndim != 1 or y.numel() == 0:
+        return None
+    return int(y.max()) + 1
 
 
 @contextlib.contextmanager

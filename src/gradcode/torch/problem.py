@@ -50,7 +50,7 @@ from torch import nn
 
 from gradcode.errors import GradcodeError
 
-__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem", "apply_decoded",
+__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem", "DeviceError", "apply_decoded",
            "check_device"]
 
 
@@ -474,25 +474,29 @@ def _to_device_of(vec: torch.Tensor, module: nn.Module) -> torch.Tensor:
     return vec
 
 
+class DeviceError(GradcodeError, ValueError):
+    """A device this process cannot compute on (a bad argument: the CLI exits 2)."""
+
+
 def check_device(device) -> torch.device:
     """``device`` as a ``torch.device`` this process can compute on, or a one-line
-    :class:`GradcodeError` saying why not (a CUDA device on a machine or torch build without CUDA,
+    :class:`DeviceError` saying why not (a CUDA device on a machine or torch build without CUDA,
     an index past the GPUs there are)."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise GradcodeError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} ({exc})") from None
+        raise DeviceError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} ({exc})") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-            raise GradcodeError(f"device={device!r}: torch sees no CUDA GPU here (torch {torch.__version__},"
+            raise DeviceError(f"device={device!r}: torch sees no CUDA GPU here (torch {torch.__version__},"
                                 f" {build}); use device='cpu' or run where a GPU is")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise GradcodeError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+            raise DeviceError(f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     elif dev.type not in ("cpu", "mps"):
-        raise GradcodeError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        raise DeviceError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise GradcodeError(f"device={device!r}: torch sees no MPS device here")
+        raise DeviceError(f"device={device!r}: torch sees no MPS device here")
     return dev
 
 
