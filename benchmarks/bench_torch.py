@@ -17,6 +17,13 @@
     Also the master's peak traced memory (``tracemalloc``: numpy's allocations) over the run, in
     units of one message, against what the round must hold (n messages, the float64 sum, the
     parameters).
+(c) **Memory per worker** (``--only data``): a CIFAR-size data set (20 000 x 3 x 32 x 32 float32,
+    246 MB) for n = 4 Ray workers, CRC s = 1 (each worker holds 2 of the 4 partitions: half the
+    samples), the data given as ``(X, y)`` tensors (shipped inside the spec to every worker) and
+    as a source (a factory each worker calls, keeping only its partitions' rows). Each worker's
+    resident and private memory (``/proc/PID/smaps_rollup``: resident counts the object store's
+    shared pages it read) after its first round, and the pickled spec each receives; a
+    baseline with 256 samples gives what a worker holds without data (Ray, torch, the model).
 
 On a 2-core machine shared with other work the absolute numbers are noisy; the ratios measured
 side by side are what to read. ``OMP_WAIT_POLICY=PASSIVE`` is set (see below) unless given.
@@ -237,9 +244,58 @@ def bench_ray(repeats: int) -> dict:
             "held by the round (messages)": n + 2 + 1}  # n messages, the float64 sum (2), the params (1)
 
 
+N_DATA = 20_000
+
+
+def cifar_size_data():
+    """The memory benchmark's data: a module-level factory, so that it travels as code."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(N_DATA, 3, 32, 32, generator=g), torch.randint(0, 10, (N_DATA,), generator=g)
+
+
+def _memory_mb(pid: int) -> tuple[float, float]:
+    """``(resident, private)`` MB of process ``pid``: ``Rss`` counts the shared object-store pages it
+    has read (one copy for all the workers on a node), ``Private_Clean + Private_Dirty`` its own."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0]) / 1024
+    return fields.get("Rss", float("nan")), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)
+
+
+def bench_data() -> dict:
+    import ray.cloudpickle as cloudpickle
+    import torch
+
+    import gradcode.torch as gt
+    from gradcode.runtime import FaultConfig, RunConfig, TrainSpec
+    from gradcode.runtime.engine import ray_session
+    from gradcode.torch.models import SmallCNN
+
+    out = {"data MB": N_DATA * 3 * 32 * 32 * 4 / 2**20}
+    with ray_session():
+        for label, data in (("baseline (256 samples)", tuple(t[:256].clone() for t in cifar_size_data())),
+                            ("source", cifar_size_data), ("(X, y) shipped", cifar_size_data())):
+            net = SmallCNN((3, 32, 32), 10)
+            # max_restarts=0: fresh actors for each (a pooled actor keeps its high-water memory)
+            with gt.Workers(net, data, TrainSpec("crc", workers=4, stragglers=1), batch_size=64,
+                            faults=FaultConfig(max_restarts=0),
+                            run=RunConfig(rounds=1, run_dir=tempfile.mkdtemp())) as workers:
+                workers.backward()
+                mem = [_memory_mb(pid) for pid in workers._session.engine.pids()]
+                out[f"{label}: spec MB"] = len(cloudpickle.dumps(workers.spec)) / 2**20
+            out[f"{label}: worker RSS MB (median)"] = statistics.median(m[0] for m in mem)
+            out[f"{label}: worker private MB (median)"] = statistics.median(m[1] for m in mem)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("overhead", "ray"))
+    ap.add_argument("--only", choices=("overhead", "ray", "data"))
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores,"
@@ -250,6 +306,8 @@ def main():
     if args.only in (None, "ray"):
         print("ray:", {k: round(v, 4) if isinstance(v, float) else v for k, v in bench_ray(args.repeats).items()},
               flush=True)
+    if args.only in (None, "data"):
+        print("data:", {k: round(v, 1) for k, v in bench_data().items()}, flush=True)
 
 
 if __name__ == "__main__":

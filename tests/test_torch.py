@@ -413,13 +413,21 @@ class _Augmented(torch.utils.data.Dataset):
 
 
 def test_random_transforms_give_every_copy_of_a_partition_the_same_samples(digits):
+    """Every worker holding a partition reads the same augmented samples (whatever its own random
+    state), and the augmentation is drawn anew each epoch (it was drawn once for the run)."""
+    from gradcode.torch.problem import Batch
+
     X, y = digits[0]
     res = fit(LNBNNet(), _Augmented(X[:120], y[:120]), code="crc", stragglers=2, rounds=1, batch_size=None)
     parts = {0: np.arange(0, 20)}
-    a, _ = res.spec.build_partitions(parts)
+    a, rows = res.spec.build_partitions(parts)
     torch.randn(100)  # the global generator moved on
     b, _ = res.spec.build_partitions(parts)
-    assert torch.equal(a.X, b.X)
+    first = Batch(rows[0], 0, 0, 0)
+    assert torch.equal(a.read(first)[0], b.read(first)[0])
+    later = Batch(rows[0], 1, 0, 1)  # the same samples in the next epoch
+    assert not torch.equal(a.read(first)[0], a.read(later)[0])
+    assert torch.equal(a.read(first)[1], a.read(later)[1])
 
 
 def test_unsupported_models_are_refused_up_front(digits):

@@ -295,3 +295,80 @@ def test_an_output_size_below_the_classes_is_named(digits):
 
     with pytest.raises(GradcodeError, match="outputs 3 values per sample, but the targets hold 10 classes"):
         gt.fit(Small(), digits, SPEC, engine="inprocess")
+
+
+# ------------------------------------------------------------------------ data the way PyTorch reads it
+
+
+def _digits_source():
+    (X, y), _ = gt.digits()
+    return X[:480], y[:480]
+
+
+def test_a_data_source_is_read_by_each_worker_not_shipped(digits, tmp_path):
+    """data=a factory: the spec that travels holds no samples, every worker keeps only its
+    partitions' rows, and training equals training on the same (X, y) passed whole."""
+    import ray.cloudpickle as cloudpickle
+
+    torch.manual_seed(7)
+    net = LNBNNet()
+    config = gt.TorchConfig(optimizer="adam", optimizer_params={"lr": 1e-2}, batch_size=48)
+    sourced = gt.fit(net, _digits_source, SPEC, engine="inprocess", torch_config=config,
+                     run=RunConfig(rounds=4, eval_every=0, run_dir=tmp_path / "a"))
+    whole = gt.fit(net, digits, SPEC, engine="inprocess", torch_config=config,
+                   run=RunConfig(rounds=4, eval_every=0, run_dir=tmp_path / "b"))
+    assert torch.allclose(flat(sourced.model), flat(whole.model), rtol=1e-5, atol=1e-6)
+    shipped, light = len(cloudpickle.dumps(whole.spec)), len(cloudpickle.dumps(sourced.spec))
+    assert light < 20_000 < digits[0].numel() * 4 < shipped
+    worker, rows = sourced.spec.build_partitions({0: np.arange(0, 120), 1: np.arange(120, 240)})
+    assert worker.X.shape[0] == 240 and worker.y.shape[0] == 240  # its two partitions of four, no more
+
+
+def test_a_path_is_read_by_the_workers(tmp_path):
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 64)).astype(np.float32), rng.integers(0, 10, 300)
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    res = gt.fit(LNBNNet(), str(tmp_path / "d.npz"), SPEC, engine="inprocess",
+                 run=RunConfig(rounds=2, eval_every=0, run_dir=tmp_path / "r"))
+    assert res.spec.source == gt.data.from_path(str(tmp_path / "d.npz"), 3)
+    assert res.spec.n_train == 240  # load_data's training split (80 %)
+
+
+class _Pairs(torch.utils.data.Dataset):
+    def __init__(self, X, y):
+        self.X, self.y = X, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.X[i], self.y[i]
+
+
+def _doubling_collate(items):
+    return torch.stack([x for x, _ in items]) * 2, torch.stack([t for _, t in items])
+
+
+def test_a_dataloaders_collate_and_batch_size_are_honoured_and_its_sampler_refused(digits, tmp_path):
+    from torch.utils.data import DataLoader, SubsetRandomSampler
+
+    X, y = digits
+    torch.manual_seed(8)
+    net = LNBNNet()
+    config = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.3})
+    loader = DataLoader(_Pairs(X, y), batch_size=40, shuffle=True, drop_last=True, collate_fn=_doubling_collate)
+    collated = gt.fit(net, loader, SPEC, engine="inprocess", torch_config=config,
+                      run=RunConfig(rounds=3, eval_every=0, run_dir=tmp_path / "a"))
+    doubled = gt.fit(net, (X * 2, y), SPEC, engine="inprocess", torch_config=gt.TorchConfig(
+        optimizer="sgd", optimizer_params={"lr": 0.3}, batch_size=40),
+        run=RunConfig(rounds=3, eval_every=0, run_dir=tmp_path / "b"))
+    assert collated.spec.samples_per_job == 40
+    assert torch.allclose(flat(collated.model), flat(doubled.model), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="SubsetRandomSampler: gradcode draws each partition's batches itself"):
+        gt.fit(net, DataLoader(_Pairs(X, y), batch_size=40, sampler=SubsetRandomSampler(range(100))), SPEC,
+               engine="inprocess")
+    with pytest.raises(ValueError, match="batch_size=40 and TorchConfig.batch_size=32 disagree"):
+        gt.fit(net, loader, SPEC, engine="inprocess", torch_config=gt.TorchConfig(batch_size=32))
+    with pytest.warns(UserWarning, match="shuffle=False .*num_workers=2"):
+        gt.fit(net, DataLoader(_Pairs(X, y), batch_size=40, num_workers=2), SPEC, engine="inprocess",
+               run=RunConfig(rounds=1, eval_every=0, run_dir=tmp_path / "c"))

@@ -524,6 +524,7 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
     from gradcode.experiments.cli_sim import parse_close
     from gradcode.runtime import TrainSpec
     from gradcode.torch import TorchConfig, load_data
+    from gradcode.torch.data import from_path
 
     refused = [flag for flag, key, default in (("--verify", "verify", False), ("--problem", "problem", None),
                                                ("--target", "target", None), ("--inject", "inject", "excess"),
@@ -554,7 +555,8 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
         label = re.sub(r"[^\w.=,-]+", "_", code + ("-" + ",".join(f"{k}={v}" for k, v in sorted(code_params.items()))
                                                  if code_params else ""))
         board = Path(o.tensorboard) / label
-    return TorchRun(resolve_model(o.model, train_data), train_data, spec, torch_config,
+    # the workers read the data themselves (each keeping its partitions), not a copy shipped to each
+    return TorchRun(resolve_model(o.model, train_data), from_path(data, o.seed), spec, torch_config,
                     *_shared_configs(o, run_dir), o.engine, board)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,18 @@ def load_data(spec: str, *, seed: int = 0, test_fraction: float = 0.2):
         tr, te = torch.from_numpy(perm[:cut]), torch.from_numpy(perm[cut:])
         return (Xt[tr], yt[tr]), (Xt[te], yt[te])
     raise ValueError(f"data {spec!r}: give digits, mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz file with X and y")
+
+
+@dataclass(frozen=True)
+class from_path:
+    """A data source each worker reads itself: the training split of :func:`load_data` of
+    ``spec`` (``digits``, ``mnist:DIR``, ``cifar10:DIR``, ``cifar100:DIR``, an ``.npz``), split
+    with ``seed``. ``fit(net, "mnist:DIR", ...)`` (or ``gradcode train --data``) makes one, so the
+    data set is read where it is used instead of shipped to every worker (each keeps only its
+    partitions' samples)."""
+
+    spec: str
+    seed: int = 0
+
+    def __call__(self):
+        return load_data(self.spec, seed=self.seed)[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 import sys
 import sysconfig
 import warnings
@@ -37,11 +38,14 @@ from gradcode.torch.problem import (
     model_device,
     TorchOptimizer,
     TorchSpec,
+    as_samples,
     copy_factory,
     fetch,
     length,
+    read_source,
     seeded_factory,
 )
+from gradcode.torch.data import from_path
 
 __all__ = ["FitResult", "TorchConfig", "fit", "fit_configs"]
 
@@ -215,10 +219,10 @@ def fit(
     from gradcode.runtime import TrainSpec
 
     spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster, keywords)
-    samples, eval_samples, batch_size = _samples(data, tconf)
+    data = _samples(data, tconf, spec.seed)
     auto = isinstance(spec.code, str) and spec.code == "auto"
     scheme = _scheme(spec, tconf, auto)
-    tspec, optimizers = _torch_spec(model, samples, eval_samples, batch_size, spec, tconf, scheme)
+    tspec, optimizers = _torch_spec(model, data, spec, tconf, scheme)
     rounds = _rounds(tspec, run.rounds, tconf.epochs, spec.models)
     if auto:
         probe = check_int("probe", 20 if tconf.probe is None else tconf.probe, minimum=1)
@@ -268,22 +272,88 @@ _NOT_FIT = ("data", "data_params", "test_fraction", "problem", "problem_params",
             "verify")
 
 
-def _samples(data, tconf: TorchConfig):
-    """``(training samples, held-out samples or None, batch size)``."""
-    samples, loader_batch = as_samples(data, "data")
-    batch_size = tconf.batch_size if tconf.batch_size is not None or loader_batch is None else loader_batch
+@dataclass(frozen=True)
+class _Data:
+    """The training data of a run as :func:`_samples` resolves it."""
+
+    samples: Any  # the master's copy: (X, y) tensors or a Dataset
+    eval_samples: Any
+    batch_size: int | None
+    source: Callable | None = None  # what each worker reads its samples from (None: shipped)
+    collate: Callable | None = None
+
+
+def _samples(data, tconf: TorchConfig, seed: int = 0) -> _Data:
+    """The run's data: ``data`` as :func:`as_samples` reads it (a factory or a path: a source
+    each worker reads itself, read here once for the master), the held-out samples, the batch
+    size (a DataLoader's unless ``TorchConfig.batch_size`` is set to another) and a
+    DataLoader's ``collate_fn``. ``seed``: a path's split (:func:`~gradcode.torch.data.load_data`)."""
+    source = None
+    if isinstance(data, (str, os.PathLike)):
+        source = from_path(str(data), seed)
+    elif _is_factory(data):
+        source = data
+    collate, loader_batch = None, None
+    if source is not None:
+        samples = as_samples(read_source(source), "data")[0]
+    else:
+        samples, loader_batch = as_samples(data, "data")
+        collate = _loader_options(data)
+    batch_size = tconf.batch_size
+    if loader_batch is not None and batch_size != loader_batch:
+        if batch_size != TorchConfig.batch_size and batch_size is not None:
+            raise ValueError(f"the DataLoader's batch_size={loader_batch} and TorchConfig.batch_size={batch_size}"
+                             " disagree: give one")
+        batch_size = loader_batch
     eval_samples = None if tconf.eval_data is None else as_samples(tconf.eval_data, "eval_data")[0]
     N = length(samples)
     if batch_size is not None and N < batch_size:
         raise ValueError(f"data has {N} samples, fewer than one batch (batch_size={batch_size})")
-    return samples, eval_samples, batch_size
+    return _Data(samples, eval_samples, batch_size, source, collate)
 
 
-def _torch_spec(model, samples, eval_samples, batch_size, spec, tconf: TorchConfig, scheme):
+def _is_factory(data) -> bool:
+    from torch.utils.data import DataLoader, Dataset
+
+    return callable(data) and not isinstance(data, (Dataset, DataLoader, nn.Module, tuple, list, torch.Tensor))
+
+
+def _loader_options(data):
+    """A DataLoader's ``collate_fn`` (None for the default stacking), after refusing what gradcode
+    cannot honour (a sampler or batch sampler of one's own: every worker holding a partition must
+    draw the same samples, from the run's seed) and warning once about what it does not use."""
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+    from torch.utils.data._utils.collate import default_collate
+
+    if not isinstance(data, DataLoader):
+        return None
+    if type(data.sampler) not in (RandomSampler, SequentialSampler) or (
+            data.batch_sampler is not None and type(data.batch_sampler) is not BatchSampler):
+        own = data.sampler if type(data.sampler) not in (RandomSampler, SequentialSampler) else data.batch_sampler
+        raise ValueError(f"the DataLoader's {type(own).__name__}: gradcode draws each partition's batches itself"
+                         " (every worker holding a partition computes on the same samples, drawn from the run's"
+                         " seed), so a sampler of one's own cannot be honoured; pass the Dataset")
+    unused = []
+    if isinstance(data.sampler, SequentialSampler):
+        unused.append("shuffle=False (each partition's samples are shuffled every epoch with the run's seed)")
+    if not data.drop_last:
+        unused.append("drop_last=False (an epoch of a partition is whole batches; its remainder waits for the next)")
+    if data.num_workers:
+        unused.append(f"num_workers={data.num_workers} (each gradcode worker reads its own samples, in its"
+                      " process)")
+    if data.pin_memory:
+        unused.append("pin_memory=True")
+    if unused:
+        warnings.warn("DataLoader options gradcode does not use: " + "; ".join(unused), UserWarning, stacklevel=4)
+    return None if data.collate_fn is default_collate else data.collate_fn
+
+
+def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
     """``(TorchSpec of the run, one TorchOptimizer per model)``, after one forward and backward
     pass on a copy of the model (:func:`_probe`)."""
     factories = _model_factories(model, spec.models, spec.seed)
     device = str(check_device(model_device(model) if tconf.device is None else tconf.device))
+    samples = data.samples
     loss = _default_loss(samples) if tconf.loss is None else tconf.loss
     sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     N = length(samples)
@@ -291,8 +361,10 @@ def _torch_spec(model, samples, eval_samples, batch_size, spec, tconf: TorchConf
         raise ValueError(f"data has {N} samples, fewer than the code's {sizes.size} partitions")
     order = np.random.default_rng([spec.seed, 0]).permutation(N)
     spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=tconf.loss_reduction,
-                     batch_size=batch_size, sizes=sizes, seed=spec.seed, wire_dtype=_numpy_dtype(tconf.wire_dtype),
-                     eval_samples=eval_samples, metrics=tconf.metrics, models=spec.models, device=device)
+                     batch_size=data.batch_size, sizes=sizes, seed=spec.seed,
+                     wire_dtype=_numpy_dtype(tconf.wire_dtype), eval_samples=data.eval_samples,
+                     metrics=tconf.metrics, models=spec.models, device=device, source=data.source,
+                     collate=data.collate)
     tspec = TorchSpec(model=factories[0], **spec_args)
     _probe(tspec)
     opt_factory = _optimizer_factory(tconf.optimizer, tconf.optimizer_params)
@@ -393,41 +465,6 @@ def _engine(engine, spec: TorchSpec):
 
 
 # ----------------------------------------------------------------------------------- inputs
-
-
-def as_samples(data, name: str):
-    """``(samples, batch size of a DataLoader or None)``: ``(X, y)`` tensors, or a map-style
-    ``Dataset`` kept as is (read item by item where needed)."""
-    from torch.utils.data import DataLoader, Dataset, IterableDataset
-
-    if isinstance(data, DataLoader):
-        return as_samples(data.dataset, name)[0], data.batch_size
-    if isinstance(data, IterableDataset):
-        raise TypeError(f"{name} must be a map-style Dataset (indexable) or (X, y); an IterableDataset cannot"
-                        " give every worker holding a partition the same samples")
-    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
-        try:
-            X, y = (a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in data)
-        except (ValueError, TypeError) as exc:
-            raise TypeError(f"{name} must be (X, y) tensors or arrays (or a Dataset); {exc}") from None
-        if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
-            raise ValueError(f"{name} must be (X, y) with as many targets as inputs; got shapes"
-                             f" {tuple(X.shape)} and {tuple(y.shape)}")
-        if X.shape[0] == 0:
-            raise ValueError(f"{name} holds no samples")
-        if X.is_floating_point():
-            X = X.float()
-        if y.is_floating_point():
-            y = y.float()
-        elif y.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
-            y = y.long()
-        return (X, y), None
-    if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
-        if len(data) == 0:
-            raise ValueError(f"{name} holds no samples")
-        return data, None
-    raise TypeError(f"{name} must be a map-style torch Dataset, a DataLoader or (X, y) tensors/arrays;"
-                    f" got {type(data).__name__}")
 
 
 def _default_loss(samples):

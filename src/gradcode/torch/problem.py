@@ -51,7 +51,7 @@ from torch import nn
 from gradcode.errors import GradcodeError
 
 __all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem", "DeviceError", "apply_decoded",
-           "check_device"]
+           "as_samples", "check_device", "read_source"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ class Batch:
     rows: np.ndarray
     job: int
     partition: int
+    #: the model's epoch over the partition that the rows belong to (random augmentation's draw)
+    epoch: int = 0
 
 
 class ModelLayout:
@@ -120,6 +122,16 @@ class TorchSpec:
     messages are sent in. ``device``: where every worker computes and the master steps
     (``"cpu"``, ``"cuda"``, ``"cuda:1"``...): the models and each worker's partitions live there,
     and a message comes back to the host in float32 before its cast to the wire type.
+
+    ``source``: a zero-argument picklable factory of the samples (``(X, y)`` or a ``Dataset``; a
+    path's reader: :func:`gradcode.torch.data.from_path`); each worker calls it and keeps only its
+    partitions' samples, and ``samples`` (the master's copy) is not shipped. ``collate``: how a
+    ``Dataset``'s items become a batch (a DataLoader's ``collate_fn``; default: stacked).
+
+    A ``Dataset``'s items are read when a batch needs them, as a DataLoader reads them: item ``i``
+    of epoch ``e`` under ``torch.manual_seed`` of ``(seed, 3, i, e)``, so random augmentation is
+    drawn anew every epoch and is the same on every worker holding the sample. ``(X, y)`` tensors are
+    indexed, each worker keeping its partitions' rows.
     """
 
     problem = "torch"
@@ -142,6 +154,8 @@ class TorchSpec:
     metrics: Mapping[str, Callable] | None = None
     models: int = 1
     device: str = "cpu"
+    source: Callable | None = None
+    collate: Callable | None = None
 
     def __post_init__(self):
         self.order = np.asarray(self.order, dtype=np.int64)
@@ -169,22 +183,31 @@ class TorchSpec:
                 "eval_samples": None if self.eval_samples is None else length(self.eval_samples),
                 "device": self.device}
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.source is not None:  # each worker reads its own samples from the source
+            state["samples"] = None
+        return state
+
     def build(self):
         """``(master problem, None)``, as :class:`~gradcode.runtime.ProblemSpec` builds."""
         return TorchMaster(self), None
 
     def build_partitions(self, partitions: Mapping[int, np.ndarray]):
-        """``(worker problem, {j: local rows})``: the worker keeps only its partitions' samples,
-        fetched once and stacked (the full data set is dropped once this returns); with
-        ``hold_all`` (a scheme that changes its partitions) every sample, in training order."""
+        """``(worker problem, {j: local rows})``: the worker keeps only its partitions' samples
+        (``(X, y)`` rows fetched once and stacked; a ``Dataset``, the indices of its items, read
+        per batch), the rest dropped once this returns; with ``hold_all`` (a scheme that changes its
+        partitions) every sample, in training order. The samples come from ``source`` when set."""
         rows = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
         if self.hold_all:
             keep = np.arange(self.n_train)
         else:
             keep = np.unique(np.concatenate(list(rows.values()))) if rows else np.zeros(0, dtype=np.int64)
-        X, y = fetch(self.samples, self.order[keep], seed=self.seed)
+        samples = self.samples if self.samples is not None else read_source(self.source)
         local = {j: np.searchsorted(keep, r) for j, r in rows.items()}
-        return TorchWorkerProblem(self, X, y), local
+        if isinstance(samples, tuple):
+            return TorchWorkerProblem(self, fetch(samples, self.order[keep])), local
+        return TorchWorkerProblem(self, samples, index=self.order[keep]), local
 
     def partition_samples(self, j: int) -> np.ndarray:
         """Indices into the data set of partition ``j``'s samples (its shard of the training order)."""
@@ -208,26 +231,33 @@ class TorchSpec:
             b = int(self.per_job[j])
         else:
             b = int(min(max(round(self.batch_size * sizes[j]), 1), rows.size)) if self.batch_size else rows.size
-        if self.batch_size is None or b >= rows.size:
-            return Batch(rows, job, j)
-        steps = rows.size // b
         model, own = divmod(int(job), self.models)[::-1]
+        if self.batch_size is None or b >= rows.size:
+            return Batch(rows, job, j, own)  # every job an epoch
+        steps = rows.size // b
         epoch, step = divmod(own, steps)
         perm = np.random.default_rng([self.seed, 1, model, epoch, j]).permutation(rows.size)
-        return Batch(rows[perm[step * b: (step + 1) * b]], int(job), j)
+        return Batch(rows[perm[step * b: (step + 1) * b]], int(job), j, epoch)
 
 
 class TorchWorkerProblem:
     """A worker's side: the module, its partitions' samples, :meth:`gradient` (module docstring)."""
 
-    def __init__(self, spec: TorchSpec, X, y):
+    def __init__(self, spec: TorchSpec, samples, *, index: np.ndarray | None = None):
+        spec = copy.copy(spec)  # the worker's own, without the whole data set that travelled with it
+        spec.samples = spec.eval_samples = None
         self.spec = spec
         self.device = check_device(spec.device)
         self.module = spec.model().to(self.device)
         self.module.train()
         self.layout = ModelLayout(self.module)
         self.dim = self.layout.dim
-        self.X, self.y = X.to(self.device), y.to(self.device)
+        if index is None:  # (X, y) rows, stacked: indexed on the device
+            self.X, self.y = (t.to(self.device) for t in samples)
+            self.dataset, self.index = None, None
+        else:  # a Dataset: its items read per batch (local row r is item index[r])
+            self.X = self.y = None
+            self.dataset, self.index = samples, np.asarray(index, dtype=np.int64)
         self.wire_dtype = np.dtype(spec.wire_dtype)
         self._loaded = None
         self._layout_key, self._layout = None, None
@@ -248,15 +278,24 @@ class TorchWorkerProblem:
             self._layout_key, self._layout = key, partition_rows(self.spec.n_train, np.asarray(key))
         return self._layout[j]
 
+    def read(self, batch: Batch):
+        """``(X, y)`` of ``batch`` on the device: rows of the stacked tensors, or the Dataset's items
+        read now (the epoch's augmentation)."""
+        if self.dataset is None:
+            idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64)).to(self.device)
+            return self.X[idx], self.y[idx]
+        X, y = fetch(self.dataset, self.index[batch.rows], seed=self.spec.seed, epoch=batch.epoch,
+                     collate=self.spec.collate)
+        return X.to(self.device), y.to(self.device)
+
     def gradient(self, x: np.ndarray, batch: Batch) -> np.ndarray:
         """``g_j`` of the module docstring, float32, for the samples of ``batch`` at ``x``."""
         module, layout = self.module, self.layout
         layout.load(module, x, params=self._loaded is not x)  # buffers always: a forward moved them
         self._loaded = x
         before = [b.detach().clone() for _, b in layout.buffers]
-        idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64)).to(self.device)
-        X, y = self.X[idx], self.y[idx]
-        count = int(idx.numel())
+        X, y = self.read(batch)
+        count = int(y.shape[0])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed(self.spec.seed, 2, batch.job, batch.partition))
             out = module(X)
@@ -444,26 +483,74 @@ def evaluate(module: nn.Module, layout: ModelLayout, x, spec: TorchSpec) -> dict
     return res
 
 
-def fetch(samples, index: np.ndarray, seed: int = 0):
-    """Stacked ``(X, y)`` tensors of ``samples[index]`` (tensors are indexed; a ``Dataset`` is read
-    item by item, item ``i`` under ``torch.manual_seed`` of ``(seed, i)``: a random transform, such
-    as torchvision's crops and flips, gives every worker holding the sample the same input. It is
-    drawn once per sample for the run: augmentation does not change between epochs)."""
+def fetch(samples, index: np.ndarray, seed: int = 0, *, epoch: int | None = None, collate: Callable | None = None):
+    """``(X, y)`` tensors of ``samples[index]``: tensors are indexed; a ``Dataset`` is read item by
+    item, item ``i`` under ``torch.manual_seed`` of ``(seed, 3, i)`` (``(seed, 3, i, epoch)`` in
+    training: a random transform, such as torchvision's crops and flips, is drawn anew every epoch
+    and gives every worker holding the sample the same input), then stacked, or ``collate``'d (a
+    DataLoader's ``collate_fn``, which must return an ``(inputs, targets)`` pair)."""
     if isinstance(samples, tuple):
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64))
         return samples[0][idx], samples[1][idx]
-    xs, ys = [], []
+    items = []
     with torch.random.fork_rng(devices=[]):
         for i in np.asarray(index).tolist():
-            torch.manual_seed(_seed(seed, 3, i))
+            torch.manual_seed(_seed(seed, 3, i) if epoch is None else _seed(seed, 3, i, epoch))
             item = samples[i]
             if not isinstance(item, (tuple, list)) or len(item) != 2:
                 raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
-            xs.append(torch.as_tensor(item[0]))
-            ys.append(torch.as_tensor(item[1]))
-    if not xs:
+            items.append(item)
+    if not items:
         raise GradcodeError("no samples to fetch")
-    return torch.stack(xs), torch.stack(ys)
+    if collate is not None:
+        out = collate(items)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise GradcodeError(f"collate_fn must return an (inputs, targets) pair, got {type(out).__name__}")
+        return torch.as_tensor(out[0]), torch.as_tensor(out[1])
+    return torch.stack([torch.as_tensor(x) for x, _ in items]), torch.stack([torch.as_tensor(t) for _, t in items])
+
+
+def read_source(source: Callable):
+    """The samples a ``source`` factory returns, as :func:`as_samples` reads data."""
+    try:
+        return as_samples(source(), "the data source")[0]
+    except TypeError as exc:
+        raise GradcodeError(f"{source!r}: {exc}") from None
+
+
+def as_samples(data, name: str):
+    """``(samples, batch size of a DataLoader or None)``: ``(X, y)`` tensors, or a map-style
+    ``Dataset`` kept as is (read item by item where needed)."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    if isinstance(data, DataLoader):
+        return as_samples(data.dataset, name)[0], data.batch_size
+    if isinstance(data, IterableDataset):
+        raise TypeError(f"{name} must be a map-style Dataset (indexable) or (X, y); an IterableDataset cannot"
+                        " give every worker holding a partition the same samples")
+    if isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
+        try:
+            X, y = (a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in data)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{name} must be (X, y) tensors or arrays (or a Dataset); {exc}") from None
+        if X.ndim == 0 or y.ndim == 0 or X.shape[0] != y.shape[0]:
+            raise ValueError(f"{name} must be (X, y) with as many targets as inputs; got shapes"
+                             f" {tuple(X.shape)} and {tuple(y.shape)}")
+        if X.shape[0] == 0:
+            raise ValueError(f"{name} holds no samples")
+        if X.is_floating_point():
+            X = X.float()
+        if y.is_floating_point():
+            y = y.float()
+        elif y.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
+            y = y.long()
+        return (X, y), None
+    if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+        if len(data) == 0:
+            raise ValueError(f"{name} holds no samples")
+        return data, None
+    raise TypeError(f"{name} must be a map-style torch Dataset, a DataLoader or (X, y) tensors/arrays;"
+                    f" got {type(data).__name__}")
 
 
 def _to_device_of(vec: torch.Tensor, module: nn.Module) -> torch.Tensor:

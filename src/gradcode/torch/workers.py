@@ -94,9 +94,8 @@ class Workers:
         from gradcode.runtime import TrainSpec
         from gradcode.torch.fit import _engine, _rounds, _samples, _scheme, _torch_spec
 
-        samples, eval_samples, batch_size = _samples(data, tconf)
         scheme = _scheme(spec, tconf, False)
-        tspec, _ = _torch_spec(self.model, samples, eval_samples, batch_size, spec, tconf, scheme)
+        tspec, _ = _torch_spec(self.model, _samples(data, tconf, spec.seed), spec, tconf, scheme)
         self._capture = _Capture()
         self.spec = tspec
         self.rounds = _rounds(tspec, run.rounds, tconf.epochs, 1)
