@@ -96,7 +96,7 @@ def test_every_error_class_is_a_gradcode_error():
     import importlib
     import inspect
 
-    from gradcode.errors import GradcodeError
+    from gradcode.errors import GradcodeError, StopTraining
 
     loose = []
     for name in _modules():
@@ -104,6 +104,7 @@ def test_every_error_class_is_a_gradcode_error():
             continue
         for obj in vars(importlib.import_module(name)).values():
             if (inspect.isclass(obj) and issubclass(obj, Exception) and not issubclass(obj, Warning)
-                    and obj.__module__.startswith("gradcode") and not issubclass(obj, GradcodeError)):
+                    and obj.__module__.startswith("gradcode") and not issubclass(obj, GradcodeError)
+                    and obj is not StopTraining):  # raised by the user's callback to stop a run, not an error
                 loose.append(f"{obj.__module__}.{obj.__qualname__}")
     assert loose == []
