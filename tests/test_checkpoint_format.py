@@ -193,3 +193,83 @@ def test_a_class_named_by_the_module_it_was_split_from_comes_back():
         _lookup("gradcode.stragglers.models:np")  # the package's numpy import
     with pytest.raises(UnsafeStateError):
         _lookup("gradcode.schemes:KOfN")  # re-exported from gradcode.codes.rules, not a submodule
+
+
+# ------------------------------------------------------------------------ crafted checkpoints (issue 33, item 3)
+
+
+def _checkpointed_run(tmp_path):
+    from gradcode.problems import DataSpec
+    from gradcode.runtime import RunConfig, TrainSpec, train
+
+    train(TrainSpec("crc", workers=4, stragglers=1, data=DataSpec("tandon-synthetic", {"n_samples": 200})),
+          run=RunConfig(rounds=2, checkpoint_every=1, run_dir=tmp_path), engine="inprocess")
+    return tmp_path / "checkpoint.json"
+
+
+def _rewrite_body(path, edit):
+    """Edit a checkpoint's JSON body in place and give it valid digests again (they are not signatures)."""
+    outer = json.loads(path.read_text())
+    inner = json.loads(outer["content"])
+    edit(inner["body"])
+    content = json.dumps(inner, sort_keys=True)
+    path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
+
+
+def _objects(doc, suffix):
+    """The encoded objects of a class whose name ends with ``suffix``, anywhere in ``doc``."""
+    if isinstance(doc, dict):
+        if str(doc.get("__object", "")).endswith(suffix):
+            yield doc
+        for v in doc.values():
+            yield from _objects(v, suffix)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _objects(v, suffix)
+
+
+def test_crafted_checkpoints_are_refused_at_once(tmp_path):
+    """Valid digests, crafted content: a spec training 10**7 models, a spec missing a field, a
+    state whose tables disagree, and an array of zero-sized items claiming 10**18 of them: each a
+    CheckpointError within a second, nothing large allocated (they hung, ran 369 s, or raised
+    AttributeError)."""
+    import time
+
+    from gradcode.runtime import resume
+
+    cases = {
+        "models": (lambda body: next(_objects(body, ":TrainSpec"))["state"].update(models=10**7),
+                   "holds 1 model\\(s\\), its spec 10000000"),
+        "missing field": (lambda body: next(_objects(body, ":DataSpec"))["state"].pop("dataset"),
+                          "DataSpec: the document lacks dataset"),
+        "bad tables": (lambda body: body["state"].update(next_round=99),
+                       "next_round 99 of 2 rounds"),
+    }
+    for name, (edit, match) in cases.items():
+        run_dir = tmp_path / name.replace(" ", "-")
+        path = _checkpointed_run(run_dir)
+        _rewrite_body(path, edit)
+        start = time.perf_counter()
+        with pytest.raises(CheckpointError, match=match):
+            resume(run_dir, engine="inprocess")
+        assert time.perf_counter() - start < 1.0, name
+
+
+def test_an_array_of_zero_sized_items_is_refused(tmp_path):
+    import io
+    import zipfile
+
+    npy = io.BytesIO()  # an .npy header only: 10**18 items of zero bytes need no data
+    np.lib.format.write_array_header_1_0(npy, {"descr": "|V0", "fortran_order": False, "shape": (10**18,)})
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("a0.npy", npy.getvalue())
+    crafted = buf.getvalue()
+    name = "checkpoint-" + "0" * 16 + ".npz"
+    (tmp_path / name).write_bytes(crafted)
+    content = json.dumps({"format": "gradcode-checkpoint", "arrays": name,
+                          "arrays_sha256": hashlib.sha256(crafted).hexdigest(), "body": {"x": {"__nd": 0}}})
+    path = tmp_path / "checkpoint.json"
+    path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
+    with pytest.raises(CheckpointError, match="dtype '\\|V0', which a checkpoint never holds"):
+        read_document(path)

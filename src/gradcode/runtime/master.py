@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradcode._validation import check_choice, check_int, check_real
+from gradcode._validation import check_choice, check_int, check_memory, check_real
 from gradcode.codes.messages import warm_kernels
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
@@ -232,6 +232,9 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
         raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
                          " object brings its own n) or build the code for that many")
+    # each model's parameters, optimizer state and new parameters, before one optimizer is built
+    check_memory(f"models={spec.models} (each {int(master_problem.dim)} parameters, their optimizer state and"
+                 " update)", 3.0 * spec.models * int(master_problem.dim) * 8)
     optimizers, opt_names, opt_params = _optimizers(spec, master_problem)
     dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
     draw, comm = _injected(spec, dmodel, scheme, rounds)
@@ -476,6 +479,11 @@ def open_session(spec: TrainSpec, *, cluster: ClusterConfig, faults: FaultConfig
     """The :class:`RunSession` of a run, not yet entered: the run prepared, its folder opened
     (:func:`_open_run_dir`) and its state made (fresh or from the checkpoint: :func:`_start_state`)."""
     _check_engine(engine, cluster)  # a bad engine is refused before the run dir holds anything
+    if checkpoint is not None:  # a restored state that cannot be this spec's is refused before anything is built
+        saved = TrainState.from_dict(checkpoint["state"])
+        if len(saved.params) != spec.models:
+            raise CheckpointError(f"resume: the checkpoint's state holds {len(saved.params)} model(s), its spec"
+                                  f" {spec.models}: it is damaged or was edited")
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
     run_dir = _open_run_dir(run, setup.config, setup.n)

@@ -332,9 +332,35 @@ class TrainState:
         waitouts = state.get("waitouts")
         if waitouts is None:
             waitouts = np.zeros(np.shape(state["round_times"])[0], dtype=bool)
-        return cls(waitouts=waitouts, **{key: state[key] for key in (
+        out = cls(waitouts=waitouts, **{key: state[key] for key in (
             "next_round", "params", "opt_states", "steps", "round_times", "arrivals", "messages", "injected",
             "losses", "metrics", "failures")})
+        out._check()
+        return out
+
+    def _check(self) -> None:
+        """A restored state's tables agree with one another (rounds, workers, models), as
+        :meth:`fresh` makes them; a :class:`CheckpointError` naming the first that does not."""
+        def shape(key):
+            value = getattr(self, key)
+            if not isinstance(value, np.ndarray):
+                raise CheckpointError(f"resume: the checkpoint's {key} is not an array")
+            return value.shape
+
+        models = len(self.params) if isinstance(self.params, list) else -1
+        R = shape("round_times")[0] if len(shape("round_times")) == 1 else -1
+        n = shape("arrivals")[1] if len(shape("arrivals")) == 2 else -1
+        expected = {"round_times": (R,), "arrivals": (R, n), "messages": (R, n), "injected": (R, n),
+                    "losses": (R, models), "waitouts": (R,)}
+        bad = [f"{k} {shape(k)}" for k, want in expected.items() if shape(k) != want or -1 in want]
+        if models < 1 or not isinstance(self.opt_states, list) or len(self.opt_states) != models or \
+                not isinstance(self.steps, list) or len(self.steps) != models:
+            bad.append(f"{models} models' parameters, {len(self.opt_states)} optimizer states, {len(self.steps)} step counts")
+        if not isinstance(self.next_round, (int, np.integer)) or not 0 <= self.next_round <= max(R, 0):
+            bad.append(f"next_round {self.next_round!r} of {R} rounds")
+        if bad:
+            raise CheckpointError("resume: the checkpoint's state does not hold together (" + "; ".join(bad)
+                                  + "): it is damaged or was edited")
 
     def result(self, config: dict, run_dir, resumed_from: int | None, *,
                error: BaseException | None = None) -> TrainResult:

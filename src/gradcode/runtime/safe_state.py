@@ -32,6 +32,7 @@ without a word. Here:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import importlib
@@ -204,6 +205,34 @@ def decode(doc, arrays):
     return {k: decode(v, arrays) for k, v in doc.items()}
 
 
+def _plain_array(name: str, arr: np.ndarray) -> np.ndarray:
+    """An array as :func:`encode` writes them: numbers, booleans or text of non-zero item size. A
+    crafted header of zero-sized items (``|V0`` of shape ``(10**18,)``) takes no bytes in the
+    file but would make whatever iterates over it run for ever."""
+    if arr.dtype.kind not in "biufcSU" or arr.dtype.itemsize == 0:
+        raise ValueError(f"array {name} has dtype {arr.dtype.str!r}, which a checkpoint never holds")
+    return arr
+
+
+def _restore_dataclass(cls, state):
+    """A frozen dataclass (a config or a spec: a value) rebuilt through its constructor, so that a
+    restored one is checked as a constructed one is (ranges, types, missing fields); its other
+    attributes (set by ``__post_init__``) as saved."""
+    if not isinstance(state, dict):
+        raise UnsafeStateError(f"{_name_of(cls)}: cannot restore a state of type {type(state).__name__}")
+    init = {f.name for f in dataclasses.fields(cls) if f.init}
+    missing = sorted(f.name for f in dataclasses.fields(cls)
+                     if f.init and f.name not in state and f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING)
+    if missing:
+        raise UnsafeStateError(f"{_name_of(cls)}: the document lacks {', '.join(missing)}")
+    obj = cls(**{k: v for k, v in state.items() if k in init})
+    for key, value in state.items():
+        if key not in init:
+            object.__setattr__(obj, key, value)
+    return obj
+
+
 def _decode_tagged(tag: str, doc: dict, arrays):
     value = doc[tag]
     if tag == "__nd":
@@ -253,8 +282,10 @@ def _decode_tagged(tag: str, doc: dict, arrays):
         return _lookup(value)
     if tag == "__object":
         cls = _lookup(value)
-        obj = cls.__new__(cls)
         state = decode(doc["state"], arrays)
+        if dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and getattr(cls, "__setstate__", None) is None:
+            return _restore_dataclass(cls, state)
+        obj = cls.__new__(cls)
         if getattr(cls, "__setstate__", None) is not None:
             obj.__setstate__(state)
             return obj
@@ -330,7 +361,7 @@ def read_document(path: Path) -> dict:
             if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > len(blob) for i in z.infolist()):
                 raise ValueError("an array entry is compressed or larger than the file")
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+            arrays = {k: _plain_array(k, z[k]) for k in z.files}
         return decode(inner["body"], arrays)
     except Exception as exc:  # a document that passed its digests but is not ours to read
         raise CheckpointError(f"resume: {path}: cannot be restored ({type(exc).__name__}: {exc}); {advice}") from None
