@@ -28,6 +28,7 @@ def files(tmp_path_factory):
     (d / "single.csv").write_text("a,b,label\n1,2,0\n3,4,0\n5,6,0\n7,8,0\n")
     (d / "ragged.csv").write_text("1,2,x\n3,4\n")
     (d / "trace.npy").write_bytes(b"")
+    (d / "huge.csv").write_text("a,b,label\n1,2,0\n3,1e308,1\n5,6,0\n7,8,1\n")
     np.save(d / "trace.npy", np.ones((20, 4)))
     return d
 
@@ -41,6 +42,8 @@ CASES = [
     ("one-row csv", ["train", "--data", "{d}/one.csv", "--target", "label", "--rounds", "1"], "one.csv: 1 row"),
     ("duplicate columns", ["train", "--data", "{d}/dup.csv", "--target", "label", "--rounds", "1"],
      "'a' appear more than once"),
+    ("a value of 1e308", ["train", "--data", "{d}/huge.csv", "--target", "label", "--rounds", "1"],
+     "huge.csv: column 'b', data row 2 holds 1e+308, too large"),
     ("single class", ["train", "--data", "{d}/single.csv", "--target", "label", "--rounds", "1"],
      "at least two classes"),
     ("ragged trace", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/ragged.csv"], "line 1: 'x' is not a number"),

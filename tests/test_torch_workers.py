@@ -372,3 +372,19 @@ def test_a_dataloaders_collate_and_batch_size_are_honoured_and_its_sampler_refus
     with pytest.warns(UserWarning, match="shuffle=False .*num_workers=2"):
         gt.fit(net, DataLoader(_Pairs(X, y), batch_size=40, num_workers=2), SPEC, engine="inprocess",
                run=RunConfig(rounds=1, eval_every=0, run_dir=tmp_path / "c"))
+
+
+def test_nan_inputs_stop_the_run_at_once_naming_the_workers(digits, tmp_path):
+    """Issue 33: NaN in some partitions' inputs reported a RoundTimeoutError 'within round_timeout'
+    though the run stopped at once; now a TrainingStopped names the workers and the likely cause."""
+    from gradcode.runtime import RoundTimeoutError
+
+    X, y = digits
+    X = X.clone()
+    order = np.random.default_rng([SPEC.seed, 0]).permutation(len(y))  # fit's training order
+    X[order[:120]] = float("nan")  # partition 0 of 4: workers 0 and 3 of CRC(4, 1) hold it
+    with pytest.raises(TrainingStopped, match=r"the results of workers \[0, 3\] of 4 held NaN or infinity and the"
+                                              r" finite ones cannot decode") as info:
+        gt.fit(LNBNNet(), (X, y), SPEC, engine="inprocess", faults=gradcode.runtime.FaultConfig(round_timeout=1000),
+               run=RunConfig(rounds=2, eval_every=0, run_dir=tmp_path))
+    assert not isinstance(info.value, RoundTimeoutError) and "inputs or targets holding NaN" in str(info.value)

@@ -512,8 +512,8 @@ class RoundDriver:
                     continue
             ev = self.backlog.popleft()
             self._handle(ev)
-            if ev.kind == "message" and ev.round == t and (t, ev.worker) in self.discarded:
-                self._stop_if_all_non_finite(t, wire)
+            if ev.kind == "message" and ev.round == t and any(r == t for r, _ in self.discarded):
+                self._stop_if_non_finite_blocks(t, wire)
             if ev.kind == "failed" and not ev.lost:
                 cause = getattr(ev.payload, "cause", None) or ev.payload
                 raise TrainingStopped(
@@ -524,16 +524,23 @@ class RoundDriver:
                 retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
                 unsent.add(ev.worker)
 
-    def _stop_if_all_non_finite(self, t: int, wire: dict) -> None:
-        """Every worker of round ``t`` sent NaN or infinity: nothing more can come and nothing can
-        decode, so the run stops now, saying why, instead of waiting out ``round_timeout``."""
+    def _stop_if_non_finite_blocks(self, t: int, wire: dict) -> None:
+        """Every worker of round ``t`` has answered, some with NaN or infinity, and the finite results
+        do not decode: nothing more can come, so the run stops now, saying why, instead of waiting
+        out ``round_timeout`` (and then calling it a timeout)."""
         planned = [w for w in wire if wire[w][3] > 0]
-        if planned and all((t, w) in self.discarded for w in planned):
-            params = "" if all(finite(p) for p in self.state.params) else " (the parameters themselves hold them)"
-            raise TrainingStopped(
-                f"round {t}: every worker's result held NaN or infinity{params}: the gradients are not finite at"
-                " these parameters (a loss that diverged, inputs or targets holding NaN, a learning rate too"
-                " large); nothing can decode the round")
+        if not planned or not all((t, w) in self.discarded or self._complete(t, w) for w in planned):
+            return
+        if self.scheme.ready(t):
+            return
+        bad = sorted(w for w in planned if (t, w) in self.discarded)
+        params_finite = getattr(self.problem, "parameters_finite", finite)  # torch: less the loss slot
+        params = "" if all(params_finite(p) for p in self.state.params) else " (the parameters themselves hold them)"
+        who = "every worker's result" if len(bad) == len(planned) else f"the results of workers {bad} of {len(planned)}"
+        raise TrainingStopped(
+            f"round {t}: {who} held NaN or infinity{params} and the finite ones cannot decode the round: the"
+            " gradients are not finite at these parameters (a loss that diverged, inputs or targets holding NaN,"
+            " a learning rate too large)")
 
     def _dropped_by_scheme(self, t: int, arrived: frozenset) -> set[int]:
         """Workers the driver counted as arrived but the scheme's straggler history marks as

@@ -331,6 +331,11 @@ class TorchMaster:
     def full_gradient(self, x, g):
         return g  # the sums over the batch; TorchOptimizer divides by the batch size
 
+    def parameters_finite(self, x) -> bool:
+        """Whether the parameters and buffers in ``x`` are finite (its loss slot is NaN before the
+        first step)."""
+        return bool(np.isfinite(np.asarray(x)[:-2]).all())
+
     def objective(self, x) -> float:
         """The batch loss of the step that produced ``x`` (NaN before the first step)."""
         return float(np.asarray(x)[-2])
