@@ -283,3 +283,36 @@ def test_complex_partials_and_integer_wire_types_are_refused():
             code.decode(msgs, dim=3, precision=bad)
     assert code.decode_report(msgs, dim=3, precision=ml_dtypes.bfloat16).precision == "bfloat16"
     assert code.decode_report(msgs, dim=3, precision="float16").precision == "float16"
+
+
+def test_threaded_sums_decode_the_same_values():
+    """The decode's sums cut into parts summed at once (several threads): the same decoded
+    vector bit for bit, held or streamed; the norms for the bound agree to rounding."""
+    import gradcode
+    from gradcode.codes.messages import set_decode_threads, weighted_add
+
+    code = gradcode.make_code("crc", n=6, s=2, seed=0)
+    rng = np.random.default_rng(3)
+    d = 3 * (1 << 17) + 11  # three parts and a remainder
+    partials = rng.standard_normal((code.k, d)).astype(np.float32)
+    msgs = {w: code.encode(w, partials[list(code.placement[w])]) for w in range(2, code.n)}
+    v = partials[0]
+    results = {}
+    for threads in (1, 3):
+        before = set_decode_threads(threads)
+        try:
+            report = code.decode_report(msgs, dim=d)
+            out = np.zeros(d)
+            sq = weighted_add(out, v, 0.5, True, True)
+        finally:
+            set_decode_threads(before)
+        results[threads] = (report.gradient, report.error_bound, out, sq)
+    one, three = results[1], results[3]
+    assert np.array_equal(one[0], three[0]) and np.array_equal(one[2], three[2])
+    assert three[1] == pytest.approx(one[1], rel=1e-12) and three[3] == pytest.approx(one[3], rel=1e-12)
+
+
+def test_master_threads_leave_small_machines_to_the_workers():
+    from gradcode.runtime.worker import master_threads
+
+    assert [master_threads(c) for c in (1, 2, 3, 4, 8, 16, 64)] == [1, 1, 1, 2, 4, 8, 8]

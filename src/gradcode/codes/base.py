@@ -76,7 +76,7 @@ from scipy import sparse
 
 from gradcode._validation import check_int, check_real
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
-from gradcode.codes.messages import Message, sum_squares, weighted_sum
+from gradcode.codes.messages import Message, over_parts, sum_squares, weighted_sum
 from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.registry import Registry
@@ -1030,15 +1030,23 @@ def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors:
         used = np.flatnonzero(A[0])  # rows with a zero coefficient are not read
         vecs = [arrays[w][r] for w, r in (sol.rows[i] for i in used)]
         coefs = A[0, used]
-        sumsq = np.zeros(len(sol.rows))
-        out_sq = 0.0
         out = np.empty(m, dtype=np.float64)
         squares = bool(measure[used].any())
-        for start in range(0, m, _BLOCK):
-            stop = min(start + _BLOCK, m)
-            blk = out[start:stop]
-            sumsq[used] += weighted_sum(blk, [v[start:stop] for v in vecs], coefs, squares)
-            out_sq += sum_squares(blk)  # the block is still in cache
+
+        def part(lo: int, hi: int):  # contiguous blocks of the output, one part per decode thread
+            sq, osq = np.zeros(len(used)), 0.0
+            for start in range(lo, hi, _BLOCK):
+                stop = min(start + _BLOCK, hi)
+                blk = out[start:stop]
+                sq += weighted_sum(blk, [v[start:stop] for v in vecs], coefs, squares)
+                osq += sum_squares(blk)  # the block is still in cache
+            return sq, osq
+
+        sumsq = np.zeros(len(sol.rows))
+        out_sq = 0.0
+        for sq, osq in over_parts(m, part):
+            sumsq[used] += sq
+            out_sq += osq
         return out, np.sqrt(sumsq) / factors, out_sq
     stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
     out = (A @ stacked).reshape(L * m)

@@ -21,19 +21,28 @@ rows a pass (the block is read and written once per four rows), and returns each
 :func:`sum_squares` is the sum of squares alone. Both read float64 or float32 values, widening each element in registers: no float64 copy
 of a float32 message is ever made. The sums of squares are norms for a bound, so their
 reduction may be reassociated (vectorized); the weighted add is elementwise and not reordered.
+
+Threads: the kernels release the GIL, so a long sum is cut into :func:`decode_threads` contiguous
+parts summed at once (:func:`over_parts`): memory bandwidth grows with threads up to a few per
+socket, and the master's decode is the serial part of a round that the workers' parallel
+transfers do not hide (16 cores: 3.7x Ray's floor with one thread). One thread (the default, and
+what :func:`~gradcode.runtime.worker.master_threads` gives a machine of 2 or 3 cores) runs inline.
+The decoded values are the same whatever the threads (each element is summed in the same
+order); the sums of squares, norms for the bound, are added part by part.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["Message", "as_rows", "is_narrow", "sum_squares", "to_wire", "warm_kernels", "weighted_add",
-           "weighted_sum"]
+__all__ = ["Message", "as_rows", "decode_threads", "is_narrow", "over_parts", "set_decode_threads", "sum_squares",
+           "to_wire", "warm_kernels", "weighted_add", "weighted_sum"]
 
 #: types whose range is narrow enough that messages are scaled into it before the cast
 _NARROW = ("float16", "bfloat16")
@@ -200,11 +209,46 @@ def weighted_add(out: np.ndarray, v: np.ndarray, c: float, first: bool, squares:
     """``out = c * v`` (``first``) or ``out += c * v``, in float64; returns ``sum(v**2)`` (float64)
     when ``squares``, else 0. ``v`` float64 or float32 is read as it is; 16-bit values (float16,
     ``ml_dtypes.bfloat16``, which numba cannot read) are widened one block at a time by the
-    caller's slicing."""
+    caller's slicing. Long rows are summed in :func:`decode_threads` parts at once."""
     if v.dtype != np.float64 and v.dtype != np.float32:
         v = v.astype(np.float32)  # exact for both 16-bit types
-    s = _add_into(out, v, float(c), first, squares)
+    c = float(c)
+    s = sum(over_parts(out.size, lambda lo, hi: _add_into(out[lo:hi], v[lo:hi], c, first, squares)))
     return float(s) if squares else 0.0
+
+
+#: threads of the decode's sums (:func:`set_decode_threads`), and the pool that runs them
+_threads = 1
+_pool: ThreadPoolExecutor | None = None
+#: the smallest part worth a thread (1 MB of float64: below it the hand-off costs more than it saves)
+_MIN_PART = 1 << 17
+
+
+def decode_threads() -> int:
+    """Threads the decode's sums use (1: inline)."""
+    return _threads
+
+
+def set_decode_threads(threads: int) -> int:
+    """Set the decode's threads; returns the previous setting (to restore it)."""
+    global _threads, _pool
+    previous, _threads = _threads, max(1, int(threads))
+    if _threads > 1 and (_pool is None or _pool._max_workers < _threads):
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="gradcode-decode")
+    return previous
+
+
+def over_parts(n: int, fn) -> list:
+    """``[fn(lo, hi), ...]`` over contiguous parts of ``range(n)``: one part run inline with one
+    thread or a short range, else :func:`decode_threads` parts of at least ``_MIN_PART`` each, run
+    at once (``fn`` must release the GIL: the compiled kernels do)."""
+    parts = min(_threads, max(1, n // _MIN_PART))
+    if parts <= 1:
+        return [fn(0, n)]
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return list(_pool.map(lambda i: fn(bounds[i], bounds[i + 1]), range(parts)))
 
 
 def warm_kernels() -> None:

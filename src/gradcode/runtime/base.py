@@ -59,6 +59,9 @@ class Event:
 class Engine(ABC):
     """Runs the workers of one training run; see the module docstring for the contract."""
 
+    #: the workers compute in the master's own process (each timed on one thread there)
+    in_master_process = False
+
     @abstractmethod
     def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0) -> None: ...
 

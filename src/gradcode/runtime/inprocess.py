@@ -83,6 +83,8 @@ class InProcessEngine(Engine):
     restart takes.
     """
 
+    in_master_process = True
+
     def __init__(self, *, compute_time: float | str = 0.0, death_report: float = 0.0, restart_time: float = 1.0):
         #: "measured": each message takes the wall time its computation really took here (the
         #: workers' real cost on a virtual clock: torch models, where compute is not negligible)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_memory, check_real
-from gradcode.codes.messages import warm_kernels
+from gradcode.codes.messages import set_decode_threads, warm_kernels
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 from gradcode.errors import StopTraining
@@ -41,7 +41,7 @@ from gradcode.runtime.records import (
     read_checkpoint,
     save_checkpoint,
 )
-from gradcode.runtime.worker import ProblemSpec, limit_threads
+from gradcode.runtime.worker import ProblemSpec, limit_threads, master_threads
 
 __all__ = ["ENGINES", "CheckpointError", "RoundTimeoutError", "RunDirInUseError", "TrainResult", "TrainingStopped",
            "build_scheme", "json_safe", "make_engine", "parse_failures", "prepare", "resume", "runs_home", "train"]
@@ -530,8 +530,17 @@ class RunSession:
             self.engine = make_engine(self.engine, cluster=self.cluster, run_dir=self.run_dir)
             self.engine.spawn(self.worker_specs, max_restarts=self.faults.max_restarts,
                               start_timeout=self.cluster.start_timeout)
-            # the master's work is memory-bound; the in-process engine's workers compute here too
-            self._restore_threads = limit_threads(1)
+            # the master's own work (decode, step) gets master_threads(); the in-process engine's
+            # workers compute here too, each timed as one worker on one thread
+            threads = 1 if self.engine.in_master_process else master_threads()
+            restore = limit_threads(threads)
+            before = set_decode_threads(threads)
+
+            def restore_both() -> None:
+                restore()
+                set_decode_threads(before)
+
+            self._restore_threads = restore_both
             warm_kernels()  # the decode's compiled sums, before round 0
             self.driver = RoundDriver(self.setup, self.engine, state, faults=self.faults)
             if self.inflight is not None:

@@ -287,6 +287,15 @@ def worker_threads(cpus: float) -> int:
     return max(1, int(cpus))
 
 
+def master_threads(cpus: int | None = None) -> int:
+    """Threads of the master's own work during a Ray run (the decode's sums, the optimizer step):
+    half this machine's cores, at most 8 (memory bandwidth stops growing there), 1 on a machine of
+    2 or 3 cores, where the workers need the others. ``cpus``: the cores to count (default
+    ``os.cpu_count()``)."""
+    cpus = os.cpu_count() or 1 if cpus is None else int(cpus)
+    return max(1, min(8, cpus // 2)) if cpus >= 4 else 1
+
+
 def limit_threads(threads: int) -> Callable[[], None]:
     """Set this process's intra-op threads to ``threads``: torch's (where torch is imported) and
     every BLAS and OpenMP pool's (threadpoolctl). Returns a function that restores what was set.

@@ -77,12 +77,19 @@ class ModelLayout:
         self.dim = self.d_params + self.d_buffers + 2
 
     def flatten(self, module: nn.Module, loss: float = math.nan) -> np.ndarray:
+        """``[theta | beta | loss | 0]`` as a new float32 array of its own (one copy: the runtime
+        freezes it and sends it as it is)."""
+        out = np.empty(self.dim, dtype=np.float32)
+        out[-2:] = (loss, 0.0)
         with torch.no_grad():
-            parts = [p.detach().reshape(-1).float() for p in module.parameters()]
-            parts += [b.detach().reshape(-1).float() for _, b in self._buffers_of(module)]
-            parts = [t.cpu() for t in parts]  # a model on a GPU: its vector is read to this host
-            parts.append(torch.tensor([loss, 0.0], dtype=torch.float32))
-            return torch.cat(parts).numpy()
+            parts = [p.detach().reshape(-1) for p in module.parameters()]
+            parts += [b.detach().reshape(-1) for _, b in self._buffers_of(module)]
+            flat = torch.from_numpy(out[:-2])
+            if parts and parts[0].device.type != "cpu":
+                flat.copy_(torch.cat([t.float() for t in parts]))  # gathered on the GPU, read back in one copy
+            elif parts:
+                torch.cat([t.float() for t in parts], out=flat)
+        return out
 
     @staticmethod
     def _buffers_of(module: nn.Module):
@@ -430,9 +437,9 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
     B = float(g[-1])  # the decoded batch size (module docstring)
     if not B > 0.5:
         raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
-    mean = np.empty(layout.d_params + layout.d_buffers, dtype=np.float32)
-    np.multiply(g[: mean.size], 1.0 / B, out=mean, casting="same_kind")  # one pass, float64 -> float32
-    mean = _to_device_of(torch.from_numpy(mean), module)  # one copy to a GPU, not one per parameter
+    mean = torch.empty(layout.d_params + layout.d_buffers, dtype=torch.float32)
+    torch.mul(torch.from_numpy(g[: mean.numel()]), 1.0 / B, out=mean)  # one pass, float64 -> float32, threaded
+    mean = _to_device_of(mean, module)  # one copy to a GPU, not one per parameter
     with torch.no_grad():
         off = 0
         for p in module.parameters():
