@@ -56,6 +56,7 @@ import contextlib
 import glob
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -90,6 +91,10 @@ _claims: dict[str, int] = {}
 
 #: seconds a task waits for the reset its engine sent just before it
 _STALE_WAIT = 2.0
+
+
+class NodeDiedError(GradcodeError):
+    """A worker's Ray node died: its task will never answer (Ray may restart the worker elsewhere)."""
 
 
 class StaleWorkerError(GradcodeError):
@@ -187,6 +192,10 @@ class _RayWorker:
 
     async def ping(self) -> int:
         return os.getpid()
+
+    async def node(self) -> str:
+        """The Ray node this worker runs on (a restarted actor may run on another)."""
+        return ray.get_runtime_context().get_node_id()
 
     async def rows_held(self) -> tuple[int, int]:
         """``(training rows, held-out rows)`` of the data this worker keeps."""
@@ -502,6 +511,9 @@ class RayEngine(Engine):
         self._killed: set[int] = set()
         self._generations: list[int] = []  # the data each worker holds (reset count), which its tasks name
         self._pool_key = None
+        self._nodes: list[str | None] = []  # each worker's Ray node (None: being learnt, _node_refs)
+        self._node_refs: dict[int, Any] = {}
+        self._nodes_checked = -math.inf
 
     # ----------------------------------------------------------------- workers
     def spawn(self, specs: list[tuple[ProblemSpec, dict, int]], *, max_restarts: int = -1,
@@ -584,6 +596,7 @@ class RayEngine(Engine):
                 self._run[w] = self._actors[w].run.options(num_returns="streaming")
                 ray.get(self._actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
         self._reused = set(range(reused))
+        self._nodes = ray.get([a.node.remote() for a in self._actors], timeout=max(deadline - time.monotonic(), 0.0))
 
     @property
     def n(self) -> int:
@@ -642,10 +655,14 @@ class RayEngine(Engine):
             if timeout:
                 time.sleep(timeout)
             return []
+        deaths = self._node_deaths()
+        if deaths:
+            return deaths
         pending = [entry[1] for entry in self._running.values()]
-        ready, rest = ray.wait(pending, num_returns=1, timeout=timeout)
+        ready, rest = ray.wait(pending, num_returns=1, timeout=min(timeout, self.NODE_CHECK)
+                               if timeout is not None else self.NODE_CHECK)
         if not ready:
-            return []
+            return self._node_deaths()
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
@@ -687,6 +704,40 @@ class RayEngine(Engine):
                     events.append(Event(w, t, "done"))
                 else:
                     events.append(Event(w, t, "message", value))
+        return events
+
+    #: seconds between looks at which Ray nodes are alive (a task on a dead node never answers)
+    NODE_CHECK = 1.0
+
+    def _node_deaths(self) -> list[Event]:
+        """A ``"failed"`` event (lost) for each busy worker whose Ray node has died since: its task
+        will never answer, not even with an error (Ray queues a dead actor's calls until it is
+        restarted, which a cluster without room never does). Looked at once a :attr:`NODE_CHECK`."""
+        now = time.monotonic()
+        if now < self._nodes_checked + self.NODE_CHECK or not self._nodes:
+            return []
+        self._nodes_checked = now
+        for w, ref in list(self._node_refs.items()):  # where restarted workers run now
+            done, _ = ray.wait([ref], timeout=0)
+            if done:
+                try:
+                    self._nodes[w] = ray.get(ref)
+                except ray.exceptions.RayError:
+                    continue
+                del self._node_refs[w]
+        try:
+            dead = {n["NodeID"] for n in ray.nodes() if not n.get("Alive", True)}
+        except Exception:  # the GCS itself is gone: lost() says so
+            return []
+        events = []
+        for w, (t, _, _) in list(self._running.items()):
+            node = self._nodes[w] if w < len(self._nodes) else None
+            if node is not None and node in dead:
+                self._forget(w)
+                self._nodes[w] = None
+                self._node_refs[w] = self._actors[w].node.remote()  # answers once Ray has restarted it
+                events.append(Event(w, t, "failed", NodeDiedError(f"worker {w}'s Ray node {node[:12]} died"),
+                                    lost=True))
         return events
 
     def _lost_worker(self, w: int, exc) -> bool:
