@@ -1,5 +1,5 @@
-"""Timing helpers shared by the benchmark scripts (run as ``python benchmarks/bench_*.py``, so this
-folder is on ``sys.path``)."""
+"""Timing and memory helpers shared by the benchmark scripts (run as ``python benchmarks/bench_*.py``,
+so this folder is on ``sys.path``)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,16 @@ def interleaved(fns, repeats, clock=time.perf_counter):
 def median_time(fn, repeats):
     """Median wall time of ``fn()`` over ``repeats`` calls."""
     return interleaved([fn], repeats)[0]
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """``(resident, private)`` MB of process ``pid`` (Linux ``/proc/PID/smaps_rollup``): resident
+    counts the shared pages it has read (Ray's object store: one copy a node), private
+    (``Private_Clean + Private_Dirty``) only its own."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                fields[key] = int(rest.split()[0]) / 1024
+    return fields.get("Rss", float("nan")), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)

@@ -49,7 +49,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import interleaved  # noqa: E402
+from _timing import interleaved, memory_mb  # noqa: E402
 
 D_RESNET18 = 11_220_132  # ResNet-18 for 100 classes (SGC App. L: 11.2 M parameters)
 
@@ -255,18 +255,6 @@ def cifar_size_data():
     return torch.randn(N_DATA, 3, 32, 32, generator=g), torch.randint(0, 10, (N_DATA,), generator=g)
 
 
-def _memory_mb(pid: int) -> tuple[float, float]:
-    """``(resident, private)`` MB of process ``pid``: ``Rss`` counts the shared object-store pages it
-    has read (one copy for all the workers on a node), ``Private_Clean + Private_Dirty`` its own."""
-    fields = {}
-    with open(f"/proc/{pid}/smaps_rollup") as fh:
-        for line in fh:
-            key, _, rest = line.partition(":")
-            if rest.strip().endswith("kB"):
-                fields[key] = int(rest.split()[0]) / 1024
-    return fields.get("Rss", float("nan")), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)
-
-
 def bench_data() -> dict:
     import ray.cloudpickle as cloudpickle
     import torch
@@ -286,7 +274,7 @@ def bench_data() -> dict:
                             faults=FaultConfig(max_restarts=0),
                             run=RunConfig(rounds=1, run_dir=tempfile.mkdtemp())) as workers:
                 workers.backward()
-                mem = [_memory_mb(pid) for pid in workers._session.engine.pids()]
+                mem = [memory_mb(pid) for pid in workers._session.engine.pids()]
                 out[f"{label}: spec MB"] = len(cloudpickle.dumps(workers.spec)) / 2**20
             out[f"{label}: worker RSS MB (median)"] = statistics.median(m[0] for m in mem)
             out[f"{label}: worker private MB (median)"] = statistics.median(m[1] for m in mem)

@@ -32,20 +32,20 @@ from torch import nn
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.errors import GradcodeError
 from gradcode.schemes.switch import ProbeThenSwitch, set_decode_rtol
+from gradcode.torch.data import from_path
 from gradcode.torch.problem import (
     ModelLayout,
-    check_device,
-    model_device,
     TorchOptimizer,
     TorchSpec,
     as_samples,
+    check_device,
     copy_factory,
     fetch,
     length,
+    model_device,
     read_source,
     seeded_factory,
 )
-from gradcode.torch.data import from_path
 
 __all__ = ["FitResult", "TorchConfig", "fit", "fit_configs"]
 
@@ -295,7 +295,7 @@ def _samples(data, tconf: TorchConfig, seed: int = 0) -> _Data:
         source = data
     collate, loader_batch = None, None
     if source is not None:
-        samples = as_samples(read_source(source), "data")[0]
+        samples = read_source(source)
     else:
         samples, loader_batch = as_samples(data, "data")
         collate = _loader_options(data)

@@ -50,8 +50,8 @@ from torch import nn
 
 from gradcode.errors import GradcodeError
 
-__all__ = ["Batch", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem", "DeviceError", "apply_decoded",
-           "as_samples", "check_device", "read_source"]
+__all__ = ["Batch", "DeviceError", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem",
+           "apply_decoded", "as_samples", "check_device", "read_source"]
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,10 @@ class TorchSpec:
 
     A ``Dataset``'s items are read when a batch needs them, as a DataLoader reads them: item ``i``
     of epoch ``e`` under ``torch.manual_seed`` of ``(seed, 3, i, e)``, so random augmentation is
-    drawn anew every epoch and is the same on every worker holding the sample. ``(X, y)`` tensors are
-    indexed, each worker keeping its partitions' rows.
+    drawn anew every epoch and is the same on every worker holding the sample; each worker keeps the
+    ``Dataset`` object itself (cheap for one that reads files in ``__getitem__``; data held in
+    memory is better given as ``(X, y)`` or a source). ``(X, y)`` tensors are indexed, each worker
+    keeping only its partitions' rows.
     """
 
     problem = "torch"
