@@ -29,6 +29,11 @@ def files(tmp_path_factory):
     (d / "ragged.csv").write_text("1,2,x\n3,4\n")
     (d / "trace.npy").write_bytes(b"")
     (d / "huge.csv").write_text("a,b,label\n1,2,0\n3,1e308,1\n5,6,0\n7,8,1\n")
+    (d / "negative.csv").write_text("0.1,0.2,0.3,0.4\n0.1,-0.5,0.3,0.4\n")
+    (d / "raises.py").write_text("raise RuntimeError('boom')\n")
+    (d / "loop1").symlink_to(d / "loop2")
+    (d / "loop2").symlink_to(d / "loop1")
+    (d / "a-folder").mkdir()
     np.save(d / "trace.npy", np.ones((20, 4)))
     return d
 
@@ -47,6 +52,15 @@ CASES = [
     ("single class", ["train", "--data", "{d}/single.csv", "--target", "label", "--rounds", "1"],
      "at least two classes"),
     ("ragged trace", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/ragged.csv"], "line 1: 'x' is not a number"),
+    ("negative trace time", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/negative.csv"],
+     "negative delay -0.5 in round 1, worker 1"),
+    ("a folder as data", ["train", "--data", "{d}/a-folder/", "--rounds", "1"], "a directory, not a file"),
+    ("a symlink loop as data", ["train", "--data", "{d}/loop1", "--rounds", "1"], "a symbolic link loop"),
+    ("2e9 rounds", ["train", "--rounds", "2000000000"], "needs"),
+    ("a model file that raises", ["train", "--model", "{d}/raises.py:Net", "--engine", "inprocess", "--rounds", "1"],
+     "raised RuntimeError: boom"),
+    ("--scheduler with a bad value", ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1",
+                                      "--scheduler", "step:gamma=x"], "--scheduler step:gamma=x"),
     ("trace and a model", ["simulate", "-s", "1", "--trace", "{d}/trace.npy", "-m", "fixed"],
      "--delay-model fixed would be ignored"),
     ("tune --top -1", ["tune", "--trace", "{d}/trace.npy", "-J", "5", "--top", "-1"], "--top"),
