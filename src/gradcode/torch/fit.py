@@ -233,12 +233,20 @@ def fit(
                                  families=tconf.families)
         tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
     run_engine, shipping = _engine(engine, tspec)
-    spec = TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
-                     delay_model=spec.delay_model, data=tspec, optimizer=optimizers, models=spec.models,
-                     seed=spec.seed, close=spec.close, waitout=spec.waitout, inject=spec.inject)
+    spec = _run_spec(spec, scheme, tspec, optimizers)
     run = replace(run, rounds=rounds)
     return _train(spec, optimizers, scheme if auto else None, tspec,
                   (cluster, faults, run, run_engine, shipping, callback))
+
+
+def _run_spec(spec, scheme, tspec: TorchSpec, optimizers: list):
+    """The runtime's TrainSpec of a torch run: the caller's stragglers, seed and closing rule, the
+    built scheme, the torch spec as its data and the optimizer objects (one per model)."""
+    from gradcode.runtime import TrainSpec
+
+    return TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
+                     delay_model=spec.delay_model, data=tspec, optimizer=optimizers, models=spec.models,
+                     seed=spec.seed, close=spec.close, waitout=spec.waitout, inject=spec.inject)
 
 
 def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:

@@ -61,19 +61,17 @@ class Workers:
     def __init__(self, model: nn.Module, data, spec=None, *, loss=None, batch_size: int | None = 64,
                  wire_dtype: str | None = None, device: str | None = None, torch_config=None, run=None,
                  faults=None, cluster=None, engine: str = "ray"):
-        from gradcode.runtime import RunConfig, TrainSpec
         from gradcode.torch.fit import TorchConfig, _fit_configs
 
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be the nn.Module your loop trains, got {type(model).__name__}")
-        spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run or RunConfig(eval_every=0),
-                                                         faults, cluster, {})
+        spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster, {})
         owned = [f for f in _LOOP_FIELDS if getattr(tconf, f) != getattr(TorchConfig(), f)]
         if owned:
             raise ValueError(f"TorchConfig.{', '.join(owned)} belong to your loop under Workers (step your optimizer,"
                              " scheduler and clipping yourself, or use fit)")
         changes = {k: v for k, v in (("loss", loss), ("wire_dtype", wire_dtype), ("device", device)) if v is not None}
-        if batch_size != 64 or torch_config is None:
+        if torch_config is None or batch_size != TorchConfig.batch_size:  # the keyword's default leaves torch_config's
             changes["batch_size"] = batch_size
         tconf = replace(tconf, **changes)
         if spec.models != 1 or (isinstance(spec.code, str) and spec.code == "auto"):
@@ -91,8 +89,7 @@ class Workers:
 
     def _build(self, spec, tconf, run, faults, cluster, data) -> None:
         """The run's TorchSpec, scheme and runtime configs, as :func:`~gradcode.torch.fit` builds them."""
-        from gradcode.runtime import TrainSpec
-        from gradcode.torch.fit import _engine, _rounds, _samples, _scheme, _torch_spec
+        from gradcode.torch.fit import _engine, _rounds, _run_spec, _samples, _scheme, _torch_spec
 
         scheme = _scheme(spec, tconf, False)
         tspec, _ = _torch_spec(self.model, _samples(data, tconf, spec.seed), spec, tconf, scheme)
@@ -101,10 +98,7 @@ class Workers:
         self.rounds = _rounds(tspec, run.rounds, tconf.epochs, 1)
         self._run = replace(run, rounds=self.rounds)
         self._engine, self._shipping = _engine(self.engine, tspec)
-        self._train_spec = TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
-                                     delay_model=spec.delay_model, data=tspec, optimizer=[self._capture],
-                                     models=1, seed=spec.seed, close=spec.close, waitout=spec.waitout,
-                                     inject=spec.inject)
+        self._train_spec = _run_spec(spec, scheme, tspec, [self._capture])
         self._faults, self._cluster = faults, cluster
 
     # ----------------------------------------------------------------- the context
