@@ -601,6 +601,11 @@ def test_reproduce_agc_training_small(tmp_path):
         assert rows["AGC"]["time_per_iteration"] == pytest.approx(agc.mean(), abs=1e-3)
     assert (tmp_path / "agc-training.json").exists() and (tmp_path / "agc-training.png").exists()
     assert "G-AGC" in doc["notes"][1]
+    assert doc["notes"][2] == f"p = {p:g}: final test accuracies agree across the 4 schemes" \
+        f" ({rows['AGC']['accuracy']:.4f}: the same decoded gradients)."  # computed, not a fixed string
+    assert "not measured here" in doc["time_source"]
+    with pytest.raises(ValueError, match="unknown scheme"):
+        run_reproduction("agc-training", schemes=["GC (Tandon, s=2)"], out=str(tmp_path))  # CGC(2) by construction
     with pytest.raises(ValueError, match="unknown scheme"):
         run_reproduction("agc-training", schemes=["BGC"], out=str(tmp_path))
 
