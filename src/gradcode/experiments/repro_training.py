@@ -3,7 +3,7 @@
 
 * ``sgc-training``: SGC Sec. 4.2, Table 1, Fig. 2: the same four models, each family's parameters
   chosen beforehand from a reference profile (App. J) and run from round 1, against uncoded.
-* ``agc-training``: AGC Sec. VIII, Fig. 5-6 and Table VI: uncoded, Tandon's GC, CGC, G-CGC, AGC
+* ``agc-training``: AGC Sec. VIII, Fig. 5-6 and Table VI: uncoded, CGC (CGC(2) is Tandon's GC), G-CGC, AGC
   and G-AGC training one CNN with ``n = 20`` workers, ``d = 3``, SGD lr 0.1, batch 180, under the
   restart model of Sec. VII (see :class:`AGCTraining`).
 * ``sgc-probe-switch``: SGC App. K, Fig. 18. ``M = 4`` CNN classifiers trained concurrently
