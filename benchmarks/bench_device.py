@@ -169,7 +169,8 @@ def main() -> None:
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("bench_device.py needs a CUDA GPU (torch.cuda.is_available() is False here)")
-    doc = {"machine": f"{platform.node()} {platform.processor()}", "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    doc = {"machine": f"{platform.node()} {platform.processor()}", "gpu": gpu,
            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d")}
     if args.only in (None, "exact"):
         doc["exact"] = bench_exact(args.rounds, args.device)

@@ -44,7 +44,8 @@ def main() -> None:
         ref = train(spec, run=RunConfig(rounds=30, eval_every=0, run_dir=tempfile.mkdtemp()), engine="inprocess")
         x, r = np.asarray(res.final_params), np.asarray(ref.final_params)
         out["rel"] = float(np.linalg.norm(x - r) / np.linalg.norm(r))
-        out["failures"] = [{k: f.get(k) for k in ("round", "worker", "kind", "recovery", "error")} for f in res.failures]
+        keys = ("round", "worker", "kind", "recovery", "error")
+        out["failures"] = [{k: f.get(k) for k in keys} for f in res.failures]
         out["late"] = [np.flatnonzero(a < 0).tolist() for a in res.arrivals]
         cli = subprocess.run([sys.executable, "-m", "gradcode.cli", "train", "--address", cluster.address, "--scheme",
                               "frc", "--workers", "4", "--stragglers", "1", "--rounds", "5", "--cpus-per-worker", "1",

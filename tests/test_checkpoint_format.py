@@ -53,6 +53,16 @@ def test_arrays_generators_and_gradcode_objects_come_back_bit_for_bit():
     assert repr(back["code"]) == repr(code) and back["code"].can_decode({0: 1, 1: 1, 2: 1})
 
 
+def test_a_data_spec_keeps_its_parameters():
+    """A DataSpec's params are a read-only dict subclass, whose items are not in its __getstate__:
+    they came back empty, and a resumed run with a DataSpec was refused as another configuration."""
+    spec = gradcode.DataSpec("tandon-synthetic", {"n_samples": 200, "n_features": 3})
+    back = roundtrip(spec)
+    assert back == spec and dict(back.params) == {"n_samples": 200, "n_features": 3}
+    with pytest.raises(TypeError, match="read-only"):
+        back.params["n_samples"] = 1
+
+
 def test_bytes_and_slotted_objects_come_back():
     from gradcode.schemes.sgc.common import _Round
 

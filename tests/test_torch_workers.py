@@ -229,7 +229,7 @@ def test_ray_workers_ask_for_gpus_only_for_a_cuda_device(ray_session):
     assert "device" in TorchSpec.__dataclass_fields__
 
 
-# ------------------------------------------------------------------------ CLI: loss, scheduler, clipping, device, TensorBoard
+# ------------------------------------------------------------------------ CLI: the torch options, TensorBoard
 
 
 def test_cli_loss_scheduler_clipping_and_tensorboard(tmp_path):

@@ -220,6 +220,7 @@ def weighted_add(out: np.ndarray, v: np.ndarray, c: float, first: bool, squares:
 #: threads of the decode's sums (:func:`set_decode_threads`), and the pool that runs them
 _threads = 1
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 #: the smallest part worth a thread (1 MB of float64: below it the hand-off costs more than it saves)
 _MIN_PART = 1 << 17
 
@@ -231,12 +232,13 @@ def decode_threads() -> int:
 
 def set_decode_threads(threads: int) -> int:
     """Set the decode's threads; returns the previous setting (to restore it)."""
-    global _threads, _pool
+    global _threads, _pool, _pool_size
     previous, _threads = _threads, max(1, int(threads))
-    if _threads > 1 and (_pool is None or _pool._max_workers < _threads):
+    if _threads > _pool_size:
         if _pool is not None:
             _pool.shutdown(wait=False)
         _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="gradcode-decode")
+        _pool_size = _threads
     return previous
 
 

@@ -667,7 +667,7 @@ def load_object(spec: str, flag: str):
         if problem:
             raise ValueError(f"{flag} {spec}: {where} is {problem}" if problem != "no such file"
                              else f"{flag} {spec}: no such file {where}")
-        mod_name = f"gradcode_user_model_{abs(hash(os.path.abspath(where)))}"
+        mod_name = f"gradcode_user_file_{abs(hash(os.path.abspath(where)))}"
         module = sys.modules.get(mod_name)
         if module is None:
             loader = importlib.util.spec_from_file_location(mod_name, where)

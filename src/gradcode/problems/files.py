@@ -164,24 +164,21 @@ def _check_magnitude(X, y, path: str, names) -> None:
     standardisation's variance), and past this bound they turn into NaN far from the value that
     caused it ("lr must be finite, got nan", "Eigenvalues did not converge")."""
     limit = float(np.sqrt(np.finfo(np.float64).max / max(X.shape[0], 1)))
-    dense = X.toarray() if sparse.issparse(X) and X.shape[0] * X.shape[1] <= 10**7 else X
-    if sparse.issparse(dense):
-        big = np.abs(dense.data) > limit
+    too_large = (f"too large (beyond {limit:.3g}, whose square summed over the {X.shape[0]} rows overflows"
+                 " float64): rescale the data")
+    if sparse.issparse(X):
+        big = np.abs(X.data) > limit
         if big.any():
-            raise ValueError(f"{path}: a feature value of {dense.data[big][0]:g} is too large (beyond {limit:.3g}, whose"
-                             f" square summed over the {X.shape[0]} rows overflows float64): rescale the data")
-        return
-    over = np.argwhere(np.abs(np.asarray(dense, dtype=np.float64)) > limit)
-    if over.size:
-        row, col = (int(v) for v in over[0])
-        column = f"column {names[col]!r}" if names is not None and col < len(names) else f"feature {col}"
-        raise ValueError(f"{path}: {column}, data row {row + 1} holds {float(dense[row, col]):g}, too large (beyond"
-                         f" {limit:.3g}, whose square summed over the {X.shape[0]} rows overflows float64):"
-                         " rescale the data")
+            raise ValueError(f"{path}: a feature value of {X.data[big][0]:g} is {too_large}")
+    else:
+        over = np.argwhere(np.abs(np.asarray(X, dtype=np.float64)) > limit)
+        if over.size:
+            row, col = (int(v) for v in over[0])
+            column = f"column {names[col]!r}" if names is not None and col < len(names) else f"feature {col}"
+            raise ValueError(f"{path}: {column}, data row {row + 1} holds {float(X[row, col]):g}, {too_large}")
     if np.issubdtype(np.asarray(y).dtype, np.floating) and (np.abs(y) > limit).any():
         row = int(np.flatnonzero(np.abs(y) > limit)[0])
-        raise ValueError(f"{path}: target row {row + 1} holds {float(y[row]):g}, too large (beyond {limit:.3g}):"
-                         " rescale the data")
+        raise ValueError(f"{path}: target row {row + 1} holds {float(y[row]):g}, {too_large}")
 
 
 @register_dataset("file")

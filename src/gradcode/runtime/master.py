@@ -22,9 +22,9 @@ import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_memory, check_real
 from gradcode.codes.messages import set_decode_threads, warm_kernels
+from gradcode.errors import StopTraining
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-from gradcode.errors import StopTraining
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.records import (
     CHECKPOINT,
@@ -463,13 +463,14 @@ def run_training(
 ) -> TrainResult:
     """What :func:`train` and :func:`resume` do once the config objects are built: open the run
     (:func:`open_session`: prepare it, its folder, its state), then drive its rounds on the engine
-    in a :class:`RunSession`, which saves the records. ``checkpoint``: the checkpoint document already read (resume);
-    ``initial_params``: each model's parameters before round 0 (default: the problem's
-    ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own weights). A callback that raises
-    :class:`~gradcode.errors.StopTraining` ends the run after that round, as a finished one."""
+    in a :class:`RunSession`, which saves the records. ``checkpoint``: the checkpoint document
+    already read (resume); ``initial_params``: each model's parameters before round 0 (default:
+    the problem's ``init_params``; :func:`gradcode.torch.fit` gives the user's modules' own
+    weights). A callback that raises :class:`~gradcode.errors.StopTraining` ends the run after
+    that round, as a finished one."""
     with open_session(spec, cluster=cluster, faults=faults, run=run, engine=engine, checkpoint=checkpoint,
                       initial_params=initial_params) as session:
-        session.driver.run(run, log=session.log, checkpoint=session.save, callback=callback)
+        session.run_all(callback)
     return session.result
 
 
@@ -479,11 +480,12 @@ def open_session(spec: TrainSpec, *, cluster: ClusterConfig, faults: FaultConfig
     """The :class:`RunSession` of a run, not yet entered: the run prepared, its folder opened
     (:func:`_open_run_dir`) and its state made (fresh or from the checkpoint: :func:`_start_state`)."""
     _check_engine(engine, cluster)  # a bad engine is refused before the run dir holds anything
-    if checkpoint is not None:  # a restored state that cannot be this spec's is refused before anything is built
-        saved = TrainState.from_dict(checkpoint["state"])
-        if len(saved.params) != spec.models:
-            raise CheckpointError(f"resume: the checkpoint's state holds {len(saved.params)} model(s), its spec"
-                                  f" {spec.models}: it is damaged or was edited")
+    held = None if checkpoint is None else checkpoint["state"].get("params")
+    if checkpoint is not None and (not isinstance(held, list) or len(held) != spec.models):
+        # a state that cannot be this spec's is refused before anything is built (its tables are
+        # checked when it is restored, TrainState.from_dict)
+        raise CheckpointError(f"resume: the checkpoint's state holds {len(held) if isinstance(held, list) else 'no'}"
+                              f" model(s), its spec {spec.models}: it is damaged or was edited")
     setup = prepare(spec, rounds=run.rounds, faults=faults)
     worker_specs = setup.worker_specs()  # data too small for the partitions is refused before the run starts
     run_dir = _open_run_dir(run, setup.config, setup.n)
@@ -554,6 +556,10 @@ class RunSession:
         """Write the checkpoint (models, optimizer states, records, the scheme's state, the jobs in flight)."""
         save_checkpoint(self.run_dir / CHECKPOINT, self.setup.config, self.state, self.setup.scheme,
                         self.driver.inflight(), extra=self.extra)
+
+    def run_all(self, callback: Callable[[dict], None] | None = None) -> None:
+        """Run and record every round left (:meth:`RoundDriver.run`)."""
+        self.driver.run(self.run, log=self.log, checkpoint=self.save, callback=callback)
 
     def step(self, callback: Callable[[dict], None] | None = None) -> dict:
         """Run and record the next round (:meth:`RoundDriver.step`); returns its record."""

@@ -355,7 +355,8 @@ class TrainState:
         bad = [f"{k} {shape(k)}" for k, want in expected.items() if shape(k) != want or -1 in want]
         if models < 1 or not isinstance(self.opt_states, list) or len(self.opt_states) != models or \
                 not isinstance(self.steps, list) or len(self.steps) != models:
-            bad.append(f"{models} models' parameters, {len(self.opt_states)} optimizer states, {len(self.steps)} step counts")
+            bad.append(f"{models} models' parameters, {len(self.opt_states)} optimizer states,"
+                       f" {len(self.steps)} step counts")
         if not isinstance(self.next_round, (int, np.integer)) or not 0 <= self.next_round <= max(R, 0):
             bad.append(f"next_round {self.next_round!r} of {R} rounds")
         if bad:

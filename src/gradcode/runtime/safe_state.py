@@ -16,11 +16,13 @@ without a word. Here:
   ``{"__tensor": i, "dtype": ...}`` (a torch tensor, bit for bit), ``{"__enum": ..., "name": ...}``,
   ``{"__class": "module:qualname"}`` and ``{"__object": "module:qualname", "state": ...}`` (an
   instance: its ``__getstate__()``, restored by the class's ``__setstate__`` or, for the default
-  state, into its ``__dict__`` and ``__slots__``).
+  state, into its ``__dict__`` and ``__slots__``; a dict subclass's items beside it, ``"items"``; a frozen dataclass, a config or spec, through its
+  own constructor, so that it is checked as a constructed one is).
 * Classes, enums and instances are limited to gradcode's own modules and those the user names with
   :func:`trust_modules` (a scheme or code class of their own): :func:`decode` imports nothing else
-  and calls no constructor, only ``cls.__new__`` and the class's ``__setstate__`` (or a
-  ``__dict__`` update), so a document cannot run foreign code. Anything else (a function, a class
+  and calls only ``cls.__new__`` and the class's ``__setstate__`` (or a ``__dict__`` update), or a
+  trusted frozen dataclass's constructor, so a document cannot run foreign code. Arrays are
+  numbers, booleans or text of non-zero item size. Anything else (a function, a class
   of an untrusted module) cannot be encoded: :class:`UnsafeStateError`.
 * :func:`write_document` writes the arrays to ``STEM-<digest>.npz`` first, then ``STEM.json``
   atomically, holding the structure, the name and SHA-256 of its ``.npz`` and a SHA-256 of its own
@@ -174,8 +176,10 @@ def encode(value, arrays: list):
     if isinstance(value, type):
         return {"__class": _name_of(value)}
     name = _name_of(type(value))  # refuses instances of foreign classes (functions included)
-    state = value.__getstate__()
-    return {"__object": name, "state": encode(state, arrays)}
+    out = {"__object": name, "state": encode(value.__getstate__(), arrays)}
+    if isinstance(value, dict):  # a dict subclass: its items are not in its __getstate__
+        out["items"] = [[encode(k, arrays), encode(v, arrays)] for k, v in value.items()]
+    return out
 
 
 def _encode_tensor(tensor, arrays: list) -> dict:
@@ -283,9 +287,14 @@ def _decode_tagged(tag: str, doc: dict, arrays):
     if tag == "__object":
         cls = _lookup(value)
         state = decode(doc["state"], arrays)
-        if dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and getattr(cls, "__setstate__", None) is None:
+        frozen = dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+        if frozen and getattr(cls, "__setstate__", None) is None:
             return _restore_dataclass(cls, state)
         obj = cls.__new__(cls)
+        if "items" in doc:  # a dict subclass (a read-only one too: dict's own update)
+            if not isinstance(obj, dict):
+                raise UnsafeStateError(f"{value}: items for a class that is not a dict")
+            dict.update(obj, ((decode(k, arrays), decode(v, arrays)) for k, v in doc["items"]))
         if getattr(cls, "__setstate__", None) is not None:
             obj.__setstate__(state)
             return obj

@@ -292,7 +292,7 @@ def master_threads(cpus: int | None = None) -> int:
     half this machine's cores, at most 8 (memory bandwidth stops growing there), 1 on a machine of
     2 or 3 cores, where the workers need the others. ``cpus``: the cores to count (default
     ``os.cpu_count()``)."""
-    cpus = os.cpu_count() or 1 if cpus is None else int(cpus)
+    cpus = (os.cpu_count() or 1) if cpus is None else int(cpus)
     return max(1, min(8, cpus // 2)) if cpus >= 4 else 1
 
 

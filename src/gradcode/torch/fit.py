@@ -548,12 +548,16 @@ def _probe(spec: TorchSpec) -> None:
         raise GradcodeError(f"model: the forward pass failed on {b} samples of data (inputs {tuple(X.shape)},"
                             f" {X.dtype}): {type(exc).__name__}: {exc}") from exc
     classes = _classes(spec.samples, y)
-    if classes is not None and out.ndim == 2 and out.shape[1] < classes:
-        raise GradcodeError(f"model: it outputs {out.shape[1]} values per sample, but the targets hold {classes}"
-                            f" classes (0 to {classes - 1}): its last layer needs {classes} outputs")
+    too_few = classes is not None and out.ndim == 2 and out.shape[1] < classes
+    outputs = (f"model: it outputs {out.shape[1] if out.ndim == 2 else '?'} values per sample, but the targets hold"
+               f" {classes} classes (0 to {(classes or 1) - 1}): its last layer needs {classes} outputs")
+    if too_few and spec.loss is torch.nn.functional.cross_entropy:  # the probe's batch may not hold every class
+        raise GradcodeError(outputs)
     try:
         value = spec.loss(out, y)
     except Exception as exc:
+        if too_few:  # a loss of one's own that failed: most likely for that reason
+            raise GradcodeError(f"{outputs} (loss: {type(exc).__name__}: {exc})") from exc
         raise GradcodeError(f"loss(output, target) failed on the model's output {tuple(out.shape)} and targets"
                             f" {tuple(y.shape)} ({y.dtype}): {type(exc).__name__}: {exc}; check the targets' dtype"
                             " (class indices: int64; regression: float)") from exc

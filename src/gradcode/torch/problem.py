@@ -71,7 +71,7 @@ class ModelLayout:
     def __init__(self, module: nn.Module):
         self.params = [p for p in module.parameters()]
         self.buffers = [(name, b) for name, b in module.named_buffers() if b.is_floating_point()]
-        self.counters = [(name, b) for name, b in module.named_buffers() if name.endswith("num_batches_tracked")]
+        self.counters = self.counters_of(module)
         self.d_params = int(sum(p.numel() for p in self.params))
         self.d_buffers = int(sum(b.numel() for _, b in self.buffers))
         self.dim = self.d_params + self.d_buffers + 2
@@ -90,6 +90,11 @@ class ModelLayout:
             elif parts:
                 torch.cat([t.float() for t in parts], out=flat)
         return out
+
+    @staticmethod
+    def counters_of(module: nn.Module):
+        """BatchNorm's batch counters (``num_batches_tracked``) of ``module``."""
+        return [(name, b) for name, b in module.named_buffers() if name.endswith("num_batches_tracked")]
 
     @staticmethod
     def _buffers_of(module: nn.Module):
@@ -456,9 +461,8 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
             k = b.numel()
             b.add_(mean[off: off + k].view_as(b))
             off += k
-        for name, c in module.named_buffers():
-            if name.endswith("num_batches_tracked"):
-                c.add_(1)
+        for _, c in layout.counters_of(module):
+            c.add_(1)
     return float(g[-2] / B)
 
 
