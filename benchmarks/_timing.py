@@ -3,8 +3,15 @@ so this folder is on ``sys.path``)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def interleaved(fns, repeats, clock=time.perf_counter):
@@ -35,3 +42,18 @@ def memory_mb(pid: int) -> tuple[float, float]:
             if rest.strip().endswith("kB"):
                 fields[key] = int(rest.split()[0]) / 1024
     return fields.get("Rss", float("nan")), fields.get("Private_Clean", 0.0) + fields.get("Private_Dirty", 0.0)
+
+
+@contextlib.contextmanager
+def exported_source(ref: str):
+    """``{"before": src of git revision ref, "after": this tree's src}``: the paths to put first on
+    ``PYTHONPATH`` of a child process (``git archive`` into a temporary folder, removed after)."""
+    with tempfile.TemporaryDirectory(prefix="gcref-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        yield {"before": str(Path(tmp) / "src"), "after": str(ROOT / "src")}
+
+
+def with_source(path: str) -> dict:
+    """This process's environment with ``path`` first on ``PYTHONPATH`` (Ray's workers inherit it)."""
+    return dict(os.environ, GRADCODE_BENCH_SRC=path, PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))

@@ -19,6 +19,13 @@ before it computes. DDP waits for it in every all-reduce; gradcode's ``crc`` (s 
 ``--repeats`` times, interleaved, in one Ray session (2 CPUs here: both trainers' 4 workers share
 them, one thread each: gradcode's workers set theirs, the DDP loop sets its own, as a DDP user on
 CPUs would; medians). Per-step times are (time to target) / steps.
+
+    python benchmarks/bench_ddp.py --per-step REV [--repeats 3]
+
+gradcode's step side by side with git revision ``REV``: fresh processes, alternating this tree and
+``REV``'s ``src/``, each training the same model for 150 rounds with no delay model (what a run on a
+healthy cluster is), no evaluations; the median time between consecutive rounds' callbacks after
+20 warm-up rounds, for ``uncoded`` and ``crc`` (s = 1). Medians over the repeats.
 """
 
 from __future__ import annotations
@@ -149,12 +156,61 @@ def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[flo
     return reached.get("t", float("nan")), reached.get("steps", MAX_STEPS)
 
 
+STEP_ROUNDS, STEP_WARMUP = 150, 20
+
+
+def step_time(code: str) -> float:
+    """Median seconds between consecutive rounds of a gradcode run without delays (``--per-step``)."""
+    from gradcode.torch import SmallCNN, digits, fit, fit_configs
+
+    (X, y), _ = digits(seed=0)
+    stamps = []
+    kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=STEP_ROUNDS, optimizer="adam",
+              optimizer_params={"lr": 3e-3}, eval_every=0, seed=0)
+    if code == "crc":
+        kw["stragglers"] = 1
+    fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **fit_configs(**kw), callback=lambda rec: stamps.append(
+        time.perf_counter()))
+    return float(np.median(np.diff(stamps)[STEP_WARMUP:]))
+
+
+def per_step_against(ref: str, repeats: int) -> None:
+    import subprocess
+
+    from _timing import exported_source, with_source
+
+    print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')};"
+          f" gradcode's step, this tree against {ref}, n = {N_WORKERS}, small CNN, batch {BATCH}, no delays")
+    got = {(code, name): [] for code in ("uncoded", "crc") for name in ("before", "after")}
+    with exported_source(ref) as sources:
+        for i in range(repeats):
+            for code in ("uncoded", "crc"):
+                for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
+                    proc = subprocess.run([sys.executable, __file__, "--child-step", code], env=with_source(sources[name]),
+                                          capture_output=True, text=True, check=False)
+                    if proc.returncode:
+                        raise RuntimeError(f"{name} {code} failed:\n{proc.stderr[-3000:]}")
+                    got[code, name].append(float(proc.stdout.split()[-1]))
+                    print(f"  repeat {i} {code} {name}: {1e3 * got[code, name][-1]:.1f} ms", file=sys.stderr, flush=True)
+    for code in ("uncoded", "crc"):
+        before, after = (statistics.median(got[code, k]) for k in ("before", "after"))
+        print(f"  {code:8s} before {1e3 * before:6.1f} ms  after {1e3 * after:6.1f} ms  after/before {after / before:.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--delay", type=float, default=0.2)
+    ap.add_argument("--per-step", metavar="REV", help="gradcode's step side by side with git revision REV")
+    ap.add_argument("--child-step", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_step:
+        print(step_time(args.child_step))
+        return
+    if args.per_step:
+        per_step_against(args.per_step, args.repeats)
+        return
     import ray
 
     from gradcode.runtime.engine import init_ray

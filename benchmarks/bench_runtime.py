@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _timing import ROOT, exported_source, with_source
 
-ROOT = Path(__file__).resolve().parents[1]
 #: where gradcode is imported from: this tree's src/, or another revision's (--against, via the env)
 SRC = os.environ.get("GRADCODE_BENCH_SRC") or str(ROOT / "src")
 sys.path.insert(0, SRC)
@@ -188,15 +188,11 @@ def bench_against(ref: str, repeats: int, quick: bool) -> list[dict]:
     docstring); medians over the repeats of each process's median round."""
     reps = 10 if quick else 20
     sizes = AGAINST_SIZES[:2] if quick else AGAINST_SIZES
-    with tempfile.TemporaryDirectory(prefix="gcref-") as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        sources = {"before": str(Path(tmp) / "src"), "after": str(ROOT / "src")}
+    with exported_source(ref) as sources:
         got: dict[str, list] = {k: [] for k in sources}
         for i in range(repeats):
             for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
-                env = dict(os.environ, GRADCODE_BENCH_SRC=sources[name],
-                           PYTHONPATH=os.pathsep.join([sources[name], os.environ.get("PYTHONPATH", "")]))
+                env = with_source(sources[name])
                 proc = subprocess.run([sys.executable, __file__, "--child", json.dumps([list(s) for s in sizes]),
                                        "--reps", str(reps)], env=env, capture_output=True, text=True, check=False)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

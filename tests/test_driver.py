@@ -725,3 +725,21 @@ def test_every_result_json_field_is_an_attribute_of_the_result_of_the_same_name(
         attr = attr.tolist() if isinstance(attr, np.ndarray) else attr
         if key not in ("run_dir", "config", "metrics", "failures", "faults"):
             assert json.loads(json.dumps(attr, default=str)) == value, key
+
+
+def test_only_a_run_whose_tasks_sleep_asks_for_interruptible_workers():
+    """A run without injected sleeps (no delay model, or a trace of zeros) gets the engine's
+    cheaper workers that cannot be interrupted (Ray: synchronous actors); any positive delay asks
+    for interruptible ones."""
+    from gradcode.runtime.master import prepare
+
+    def sleeps(**kw):
+        return prepare(TrainSpec("crc", workers=4, stragglers=1, data_params=DATA, **kw), rounds=3).sleeps
+
+    zeros = np.zeros((3, 4))
+    late = zeros.copy()
+    late[2, 1] = 0.1
+    assert not sleeps()
+    assert not sleeps(delay_model=("trace", {"delays": zeros}), inject="full")
+    assert sleeps(delay_model=("trace", {"delays": late}), inject="full")
+    assert sleeps(delay=0.05)

@@ -10,8 +10,10 @@ the engine's class.
 
 The contract, as the driver relies on it:
 
-* ``spawn(specs)`` starts one worker per ``(problem spec, {partition: rows}, chunks)`` and returns
-  once all are up (or raises :class:`~gradcode.errors.GradcodeError`);
+* ``spawn(specs, interruptible=)`` starts one worker per ``(problem spec, {partition: rows},
+  chunks)`` and returns once all are up (or raises :class:`~gradcode.errors.GradcodeError`);
+  ``interruptible=False`` promises that no task will sleep (no injected delays), so ``abort``
+  need not reach a running task;
 * ``put(array)`` stores a job's parameters once; every task of the job gets the same handle;
 * ``submit(w, t, tasks, params, sleeps, fail)`` starts round ``t`` on idle worker ``w``: it sleeps
   ``sleeps[i]`` before message ``i``; ``fail`` makes its process exit before it sends anything;
@@ -63,7 +65,8 @@ class Engine(ABC):
     in_master_process = False
 
     @abstractmethod
-    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0) -> None: ...
+    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0,
+              interruptible: bool = True) -> None: ...
 
     @property
     @abstractmethod

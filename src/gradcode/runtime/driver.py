@@ -178,6 +178,13 @@ class RunSetup:
         return len(self.optimizers)
 
     @property
+    def sleeps(self) -> bool:
+        """Whether a task of the run may sleep an injected delay: a draw with a positive time
+        somewhere (``max(0, intercept + slope * load)``), or a time per message."""
+        d = self.draw
+        return d is not None and (self.comm > 0 or bool(np.any(d.intercept > 0)) or bool(np.any(d.slope > 0)))
+
+    @property
     def n(self) -> int:
         return int(self.scheme.n)
 

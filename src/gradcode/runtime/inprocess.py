@@ -99,7 +99,8 @@ class InProcessEngine(Engine):
         self._epochs = itertools.count(1)
 
     # ----------------------------------------------------------------- workers
-    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0) -> None:
+    def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0,
+              interruptible: bool = True) -> None:
         restarts = math.inf if max_restarts < 0 else int(max_restarts)
         self._slots = []
         for w, (spec, parts, chunks) in enumerate(specs):

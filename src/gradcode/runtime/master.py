@@ -530,8 +530,9 @@ class RunSession:
         self.log = RoundLog(self.run_dir / "rounds.jsonl", keep_before=state.next_round if run.resume else 0)
         try:
             self.engine = make_engine(self.engine, cluster=self.cluster, run_dir=self.run_dir)
+            # without injected sleeps there is nothing to interrupt: the cheaper synchronous workers
             self.engine.spawn(self.worker_specs, max_restarts=self.faults.max_restarts,
-                              start_timeout=self.cluster.start_timeout)
+                              start_timeout=self.cluster.start_timeout, interruptible=self.setup.sleeps)
             # the master's own work (decode, step) gets master_threads(); the in-process engine's
             # workers compute here too, each timed as one worker on one thread
             threads = 1 if self.engine.in_master_process else master_threads()
