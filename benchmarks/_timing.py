@@ -46,12 +46,15 @@ def memory_mb(pid: int) -> tuple[float, float]:
 
 @contextlib.contextmanager
 def exported_source(ref: str):
-    """``{"before": src of git revision ref, "after": this tree's src}``: the paths to put first on
-    ``PYTHONPATH`` of a child process (``git archive`` into a temporary folder, removed after)."""
+    """``{"before": src of git revision ref, "after": the src this process imports gradcode from}``
+    (this tree's, or another put first on ``PYTHONPATH``): the paths to put first on ``PYTHONPATH``
+    of a child process (``git archive`` into a temporary folder, removed after)."""
+    import gradcode
+
     with tempfile.TemporaryDirectory(prefix="gcref-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        yield {"before": str(Path(tmp) / "src"), "after": str(ROOT / "src")}
+        yield {"before": str(Path(tmp) / "src"), "after": str(Path(gradcode.__file__).resolve().parents[1])}
 
 
 def with_source(path: str) -> dict:

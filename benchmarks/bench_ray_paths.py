@@ -9,6 +9,9 @@ parameters) after ``--compute`` ms of work, the parameters (float32, d) sent eac
 (a) **actor calls** (today's round): one ``ray.put`` of the parameters, n ``.remote(ref)`` calls on
     async actors, ``ray.wait`` until all are in, one ``ray.get``;
 (b) **actor calls, sync actors**: the same on plain (synchronous) actors;
+(b') **sync actors, parameters inside the task**: no ``ray.put``; the array is an argument of each
+    call, which Ray inlines up to 100 KiB (what the runtime does now for a run without injected
+    sleeps and a model of at most 100 KiB);
 (c) **compiled graphs, one per worker** (``ray.dag``, ``experimental_compile``): each round
     ``execute(params)`` on each worker's graph, then each result's ``get``. One graph per worker,
     not one over all: a ``MultiOutputNode`` waits for the slowest (DESIGN.md's runtime notes);
@@ -17,7 +20,9 @@ parameters) after ``--compute`` ms of work, the parameters (float32, d) sent eac
     driver does. Results are collected by one thread per graph (a timed-out ``get`` consumes its
     ``CompiledDAGRef``: a late result cannot be polled).
 
-Medians over ``--rounds`` rounds after warm-up; wall clock of this process.
+Medians over ``--rounds`` rounds after warm-up; wall clock of this process. Then the CPU the
+idle actors burn in 3 s, with and without a compiled graph on each (a graph's actor loop polls its
+input channel).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class SyncWorker:
     def __init__(self, d, compute_ms, late=0.0):
         self.out, self.ms, self.late = np.ones(d, dtype=np.float32), compute_ms, late
 
+    def pid(self):
+        return os.getpid()
+
     def step(self, x):
         if self.late:
             time.sleep(self.late)
@@ -62,11 +70,11 @@ class SyncWorker:
         return self.out
 
 
-def actor_calls(actors, x, rounds):
+def actor_calls(actors, x, rounds, inline=False):
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        ref = ray.put(x)
+        ref = x if inline else ray.put(x)
         pending = [a.step.remote(ref) for a in actors]
         while pending:
             _, pending = ray.wait(pending, num_returns=1)
@@ -130,6 +138,28 @@ def compiled(actors, x, rounds, *, skip_late=False):
             g.teardown()
 
 
+def idle_cpu(actors, *, graphs: bool) -> float:
+    """CPU seconds all of ``actors``' processes use in 3 s of doing nothing (with a compiled graph
+    on each when ``graphs``: one executed, then left waiting for its next input)."""
+    import psutil
+    from ray.dag import InputNode
+
+    compiled_graphs = []
+    if graphs:
+        for a in actors:
+            with InputNode() as inp:
+                compiled_graphs.append(a.step.bind(inp).experimental_compile())
+        for g in compiled_graphs:
+            g.execute(np.zeros(1, dtype=np.float32)).get()
+    procs = [psutil.Process(p) for p in ray.get([a.pid.remote() for a in actors])]
+    before = sum(sum(p.cpu_times()[:2]) for p in procs)
+    time.sleep(3.0)
+    used = sum(sum(p.cpu_times()[:2]) for p in procs) - before
+    for g in compiled_graphs:
+        g.teardown()
+    return used
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=200)
@@ -152,8 +182,11 @@ def main():
         ray.kill(a)
     syncs = [SyncWorker.remote(args.d, args.compute) for _ in range(n)]
     report("(b) actor calls, sync actors", actor_calls(syncs, x, args.rounds))
+    report("(b') sync actors, parameters inside the task", actor_calls(syncs, x, args.rounds, inline=True))
     times, _ = compiled(syncs, x, args.rounds)
     report("(c) compiled graph per worker", times)
+    print(f"idle actors, CPU seconds over 3 s: {idle_cpu(syncs, graphs=False):.2f} as plain actors,"
+          f" {idle_cpu(syncs, graphs=True):.2f} each with a compiled graph (on {os.cpu_count()} cores)", flush=True)
     for a in syncs:
         ray.kill(a)
     late = [SyncWorker.remote(args.d, args.compute, 0.2 if w == 0 else 0.0) for w in range(n)]

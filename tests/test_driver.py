@@ -19,7 +19,7 @@ import pytest
 import gradcode
 from gradcode.codes import make_code
 from gradcode.errors import GradcodeError
-from gradcode.problems import DataSpec
+from gradcode.problems import DataSpec, make_dataset
 from gradcode.runtime import (
     CheckpointError,
     ClusterConfig,
@@ -743,3 +743,45 @@ def test_only_a_run_whose_tasks_sleep_asks_for_interruptible_workers():
     assert not sleeps(delay_model=("trace", {"delays": zeros}), inject="full")
     assert sleeps(delay_model=("trace", {"delays": late}), inject="full")
     assert sleeps(delay=0.05)
+
+
+def test_the_declared_compute_clock_charges_each_message_its_samples():
+    """ComputeCost: a message costs per_sample x the samples its new partials took + per_message,
+    whatever the host is doing: CRC (s = 1) computes two partitions a worker, uncoded one, so
+    without delays their rounds take exactly 2 and 1 partitions' cost. The run's clock is recorded."""
+    from gradcode.runtime.inprocess import ComputeCost
+
+    def rounds(code, **kw):
+        engine = InProcessEngine(compute_time=ComputeCost(per_sample=1e-3, per_message=0.5))
+        spec = TrainSpec(code, workers=4, data_params=DATA, **kw)
+        return train(spec, run=RunConfig(rounds=3, eval_every=0), engine=engine)
+
+    crc, unc = rounds("crc", stragglers=1), rounds("uncoded")
+    n_train = make_dataset(DataSpec("tandon-synthetic", DATA)).n_train
+    per_partition = unc.round_times[0] - 0.5  # the largest partition's samples x 1e-3
+    assert per_partition == pytest.approx(1e-3 * n_train / 4)  # 80 samples a partition
+    assert unc.round_times == pytest.approx(np.full(3, 0.5 + per_partition), rel=1e-12)
+    assert crc.round_times == pytest.approx(np.full(3, 0.5 + 2 * per_partition), rel=1e-12)
+    assert unc.clock == {"clock": "virtual", "compute": "declared", "per_sample": 1e-3, "per_message": 0.5}
+    assert unc.to_json()["clock"] == unc.clock
+
+
+def test_the_in_process_clock_is_chosen_and_checked():
+    from gradcode.runtime.inprocess import ComputeCost
+    from gradcode.runtime.master import make_engine
+
+    engine = make_engine("inprocess")
+    assert engine._calibrate  # engine="inprocess": a per-sample cost timed once at start
+    res = train(TrainSpec("crc", workers=4, stragglers=1, data_params=DATA),
+                run=RunConfig(rounds=2, eval_every=0), engine=engine)
+    assert res.clock["compute"] == "declared" and res.clock["per_sample"] > 0
+    measured = train(TrainSpec("crc", workers=4, stragglers=1, data_params=DATA),
+                     run=RunConfig(rounds=2, eval_every=0), engine=InProcessEngine(compute_time="measured"))
+    assert measured.clock == {"clock": "virtual", "compute": "measured"}
+    with pytest.raises(ValueError, match="compute_time must be"):
+        InProcessEngine(compute_time="wall")
+    for bad in (-1.0, float("nan"), "1e-3", True):
+        with pytest.raises(ValueError, match="per_sample must be a finite number"):
+            ComputeCost(per_sample=bad)
+    with pytest.raises(ValueError, match="finite number"):
+        InProcessEngine(compute_time=-0.1)

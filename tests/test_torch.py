@@ -7,6 +7,7 @@ a coded run with stragglers reaches the weights of an uncoded run up to float32 
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 
 import numpy as np
@@ -352,15 +353,25 @@ def test_cli_builtin_model_and_refusals(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["config"]["data"]["wire_dtype"] == "bfloat16"
     assert json.loads(res.stdout)["exit_code"] == 0  # issue 33: a successful document said nothing
+    # the in-process clock as --compute declares it: seconds per sample, the same times on any machine
+    declared = [runner.invoke(app, ["train", "--model", "cnn", "--rounds", "3", "--engine", "inprocess", "--compute",
+                                    "2e-4", "--stragglers", "1", "--delay", "0.1", "--inject", "full", "--run-dir",
+                                    str(tmp_path / f"d{i}"), "--json"]) for i in range(2)]
+    docs = [json.loads(r.stdout) for r in declared]
+    assert docs[0]["clock"] == {"clock": "virtual", "compute": "declared", "per_sample": 2e-4, "per_message": 0.0}
+    assert docs[0]["round_times"] == docs[1]["round_times"] and docs[0]["config"]["inject"] == "full"
     (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")  # a model file that fails to import
     for args, text in ((["--batch-size", "32"], "go with --model"),
                        (["--model", "cnn", "--verify"], "cannot be used with --model"),
                        (["--model", "transformer"], "unknown model"),
                        (["--model", "nowhere.py:Net"], "no such file"),
                        (["--model", str(tmp_path / "raises.py") + ":Net"], "raised RuntimeError: boom"),
-                       (["--model", "cnn", "--data", "mnist:" + str(tmp_path)], "never downloaded")):
+                       (["--model", "cnn", "--data", "mnist:" + str(tmp_path)], "never downloaded"),
+                       (["--model", "cnn", "--compute", "fast"], "--compute takes calibrated, measured or seconds"),
+                       (["--model", "cnn", "--engine", "ray", "--compute", "measured"], "sets the virtual clock"),
+                       (["--load-slope", "2"], "go with --model")):
         res = runner.invoke(app, ["train", "--engine", "inprocess", "--rounds", "1", *args]
-                            if "--model" in args else ["train", "--rounds", "1", *args])
+                            if "--model" in args and "--engine" not in args else ["train", "--rounds", "1", *args])
         assert res.exit_code == 2, (args, res.output)
         assert text in res.output, (args, res.output)
 
@@ -563,17 +574,37 @@ def test_reproduce_sgc_probe_switch_small(tmp_path):
 
 def test_reproduce_sgc_training_small(tmp_path):
     """gradcode reproduce sgc-training at a CI size: parameters from the reference profile, coded
-    from round 1."""
+    from round 1; on its declared clock the same table on an idle machine and beside two processes
+    that keep every core busy (only the search's own wall time, search_ms, may differ)."""
+    import subprocess
+    import sys
+
     from gradcode.experiments.reproduce import run_reproduction
 
-    doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False,
-                           model="mlp", time_scale=0.5)
-    assert "4 x mlp on digits" in doc["notes"][0]
+    def table():
+        doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False,
+                               model="mlp", time_scale=0.5)
+        return doc, [{k: v for k, v in r.items() if k != "search_ms"} for r in doc["rows"]]
+
+    doc, idle = table()
+    assert "4 x mlp on digits" in doc["notes"][0] and "declared clock" in doc["notes"][0]
     rows = {r["scheme"]: r for r in doc["rows"]}
     assert set(rows) == {"uncoded", "GC", "SR-SGC", "M-SGC"}
     assert rows["GC"]["parameters"].startswith("s=") and rows["GC"]["search_ms"] is not None
     assert all(np.isfinite(r["time_to_jobs"]) for r in rows.values())
     assert doc["files"] == [str(tmp_path / "sgc-training.json")]
+    # App. J's fit on the injected delays gives back their rule (load_slope 2 x time_scale 0.5), and the
+    # predicted ordering is shown at 0.25x, 1x and 4x of it
+    assert doc["alpha_fit"]["slope"] == pytest.approx(1.0) and "alpha = 1 s per unit load" in doc["notes"][1]
+    assert [o["factor"] for o in doc["alpha_sensitivity"]] == [0.25, 1.0, 4.0] and "Sensitivity" in doc["notes"][2]
+    assert all(f in (0.25, 1.0, 4.0) for f in doc["paper_order_holds_at"])
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        loaded_doc, loaded = table()
+    finally:
+        for h in hogs:
+            h.kill()
+    assert loaded == idle and loaded_doc["curves"] == doc["curves"]
 
 
 def test_reproduce_agc_training_small(tmp_path):
@@ -635,3 +666,42 @@ def test_fit_config_objects_merge_with_keywords_and_refuse_what_fit_does_not_use
         gt.fit(LNBNNet(), digits[0], TrainSpec("crc", workers=6, verify=True), engine="inprocess")
     with pytest.raises(TypeError, match="and TorchConfig for fit"):
         fit(LNBNNet(), digits[0], lr=0.1)
+
+
+def test_auto_takes_its_load_slope_from_the_injected_delays_when_they_are_the_whole_time():
+    """code="auto" without load_slope: App. J's fit on the delays injected in full (the trace
+    rule's alpha, exactly); with inject="excess" (what every worker shares, the load's cost
+    included, is not injected) or no delay model it is left to the probe's estimate; a given
+    slope is used as given."""
+    from gradcode.runtime import TrainSpec
+    from gradcode.torch.fit import _auto_load_slope
+
+    d = np.ones((12, 4))
+    rule = ("trace", {"delays": d, "trace_load": 0.25, "load_slope": 1.5})
+    slope, source = _auto_load_slope(TrainSpec("uncoded", workers=4, delay_model=rule, inject="full"),
+                                     gt.TorchConfig(), 4, 12)
+    assert slope == pytest.approx(1.5) and "fitted on the injected delays" in source and "R^2" in source
+    assert _auto_load_slope(TrainSpec("uncoded", workers=4, delay_model=rule), gt.TorchConfig(), 4, 12) == \
+        (None, "given")
+    assert _auto_load_slope(TrainSpec("uncoded", workers=4), gt.TorchConfig(load_slope=0.7), 4, 12) == (0.7, "given")
+
+
+def test_sgc_training_repetitions_are_averaged_in_table_1s_form(tmp_path):
+    """repeats = R: R independent repetitions (new delays, reference, choice and training each),
+    each scheme's time as mean, standard deviation and the R runs."""
+    from gradcode.experiments.repro_training import _mean_rows
+    from gradcode.experiments.reproduce import run_reproduction
+
+    rows = _mean_rows([[{"scheme": "GC", "parameters": "s=1", "load": 0.25, "time_to_jobs": 10.0, "search_ms": 1.0,
+                         "accuracy": 0.5}],
+                       [{"scheme": "GC", "parameters": "s=2", "load": 0.375, "time_to_jobs": 14.0, "search_ms": 3.0,
+                         "accuracy": 0.7}]])
+    assert rows == [{"scheme": "GC", "parameters": "s=1; s=2", "load": 0.3125, "time_to_jobs": 12.0,
+                     "time_sd": pytest.approx(2.83, abs=0.01), "times": [10.0, 14.0], "search_ms": 2.0,
+                     "accuracy": 0.6}]
+    doc = run_reproduction("sgc-training", workers=8, jobs=12, probe=6, out=str(tmp_path), plot=False,
+                           model="mlp", repeats=2)
+    assert doc["repeats"] == 2 and all(len(r["times"]) == 2 for r in doc["rows"])
+    assert "over 2 repetitions" in doc["notes"][0] and "M-SGC is ahead of GC in" in doc["notes"][0]
+    with pytest.raises(ValueError, match="repeats"):
+        run_reproduction("sgc-training", repeats=0, out=str(tmp_path))

@@ -13,7 +13,9 @@ import gradcode
 from gradcode import TraceError
 from gradcode.stragglers import (
     adjust_trace_load,
+    fit_load_line,
     fit_load_slope,
+    fit_model_slope,
     load_trace,
     make_delay_model,
     save_trace,
@@ -108,6 +110,32 @@ def test_fit_load_slope_recovers_a_line():
         fit_load_slope([0.5, 0.5], [1.0, 2.0])
     with pytest.raises(ValueError, match="one entry"):
         fit_load_slope([0.1, 0.2], [1.0, 2.0, 3.0])
+
+
+def test_fit_load_line_says_how_well_the_line_fits():
+    exact = fit_load_line([0.1, 0.5, 1.0], [1.2, 2.0, 3.0])
+    assert (exact.slope, exact.intercept, exact.r2) == pytest.approx((2.0, 1.0, 1.0))
+    assert "R^2 = 1.0000" in exact.line() and exact.to_dict()["means"] == [1.2, 2.0, 3.0]
+    noisy = fit_load_line([0.0, 0.5, 1.0, 1.5], [1.0, 2.5, 2.5, 4.0])
+    assert 0 < noisy.r2 < 1
+    assert "exact line through 2 loads" in fit_load_line([0.0, 1.0], [1.0, 3.0]).line()
+    assert np.isnan(fit_load_line([0.0, 1.0], [2.0, 2.0]).r2)  # no variance to explain
+
+
+def test_app_j_fit_on_a_delay_model_gives_back_its_load_rule():
+    """SGC App. J, Fig. 16 on the model the reproductions inject: a trace replayed with the
+    additive load rule ``d + (L - 1/n) alpha`` has mean worker time linear in the load with slope
+    alpha exactly (and intercept mean(d) - alpha / n); a message time is in the intercept only."""
+    rng = np.random.default_rng(0)
+    d = rng.exponential(1.0, size=(30, 8)) + 1.0
+    fit = fit_model_slope(make_delay_model("trace", delays=d, trace_load=1 / 8, load_slope=3.0), n=8, rounds=30)
+    assert fit.slope == pytest.approx(3.0) and fit.intercept == pytest.approx(d.mean() - 3.0 / 8)
+    assert fit.r2 == pytest.approx(1.0) and fit.loads[0] == 1 / 8
+    comm = fit_model_slope(make_delay_model("trace", delays=d, trace_load=1 / 8, load_slope=3.0, comm=0.5), n=8,
+                           rounds=30)
+    with pytest.raises(TypeError, match="must be a delay model"):
+        fit_model_slope(("trace", {"delays": d}), n=8, rounds=30)
+    assert comm.slope == pytest.approx(3.0) and comm.intercept > fit.intercept
 
 
 # --------------------------------------------------------------------------- malformed input

@@ -134,7 +134,16 @@ class O:
     engine = Annotated[str, typer.Option(
         "--engine",
         help="ray (default: an embedded local cluster, or --address), or inprocess (the workers in this process"
-             " on a virtual clock timed by their measured compute: no Ray).")]
+             " on a virtual clock, no Ray; their compute as --compute says).")]
+    compute = Annotated[str, typer.Option(
+        "--compute",
+        help="--engine inprocess: what a gradient costs on the virtual clock: calibrated (default: seconds per"
+             " sample timed once at start, written in result.json's clock), SECONDS per sample (declared: the same"
+             " times on any machine), or measured (each gradient's wall time here, the host's load included).")]
+    load_slope = Annotated[float, typer.Option(
+        "--load-slope",
+        help="--scheme auto: seconds per unit of load that the search adds to the probe's times (SGC App. J's "
+             "alpha; default: fitted on the injected delay model with --inject full, else estimated).")]
     probe = Annotated[int, typer.Option(
         "--probe",
         help="--scheme auto: rounds trained uncoded to measure the workers before switching to the scheme "
@@ -222,7 +231,9 @@ def train_command(
     momentum: O.momentum = None,
     weight_decay: O.weight_decay = None,
     engine: O.engine = "ray",
+    compute: O.compute = None,
     probe: O.probe = None,
+    load_slope: O.load_slope = None,
     optimizer: O.optimizer = "gd",
     lr: O.lr = None,
     opt_param: O.opt_param = None,
@@ -285,7 +296,9 @@ class TrainOptions:
     momentum: float | None
     weight_decay: float | None
     engine: str
+    compute: str | None
     probe: int | None
+    load_slope: float | None
     optimizer: str
     lr: float | None
     opt_param: list[str] | None
@@ -422,7 +435,8 @@ def run_configured(configured, callback):
             note(f"auto: after {res.auto['probe_rounds']} uncoded rounds switched to {c['scheme']} (predicted"
                  f" {c['predicted_total']:.3g} s for the {res.auto['jobs']} jobs left; candidates: "
                  + ", ".join(f"{x['scheme']} {x['params']} {x['time']:.3g} s" for x in res.auto["candidates"][:4])
-                 + f"; search {1e3 * res.auto['search_seconds']:.3g} ms)")
+                 + f"; search {1e3 * res.auto['search_seconds']:.3g} ms; load slope {res.auto['alpha']:.4g} s per unit"
+                 f" load, {res.auto['alpha_from']})")
         return res.result
     from gradcode.runtime import train
 
@@ -489,13 +503,31 @@ def configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None):
                      code_params=code_params or None, data=data_name, data_params=data_params, problem=o.problem,
                      optimizer=o.optimizer, optimizer_params=opt_params, models=o.models, seed=o.seed,
                      verify=o.verify, inject=o.inject, close=parse_close(o.close), waitout=o.waitout)
-    return (spec, *_shared_configs(o, run_dir), o.engine)
+    return (spec, *_shared_configs(o, run_dir), _engine(o))
+
+
+def _engine(o: TrainOptions):
+    """``--engine``, or with ``--compute`` the in-process engine on that clock."""
+    if o.compute is None:
+        return o.engine
+    if o.engine != "inprocess":
+        raise ValueError("--compute sets the virtual clock of --engine inprocess; on Ray the workers really compute")
+    from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
+
+    if o.compute in ("calibrated", "measured"):
+        return InProcessEngine(compute_time=o.compute)
+    try:
+        seconds = float(o.compute)
+    except ValueError:
+        raise ValueError(f"--compute takes calibrated, measured or seconds per sample, got {o.compute!r}") from None
+    return InProcessEngine(compute_time=ComputeCost(per_sample=seconds))
 
 
 #: options that only a torch model takes: (flag, option name, default)
 TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
               ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
-              ("--probe", "probe", None), ("--loss", "loss", None), ("--scheduler", "scheduler", None),
+              ("--probe", "probe", None), ("--load-slope", "load_slope", None), ("--loss", "loss", None),
+              ("--scheduler", "scheduler", None),
               ("--clip-grad-norm", "clip_grad_norm", None), ("--device", "device", None),
               ("--tensorboard", "tensorboard", None))
 
@@ -527,7 +559,7 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
     from gradcode.torch.data import from_path
 
     refused = [flag for flag, key, default in (("--verify", "verify", False), ("--problem", "problem", None),
-                                               ("--target", "target", None), ("--inject", "inject", "excess"),
+                                               ("--target", "target", None),
                                                ("--data-param", "data_param", None),
                                                ("--no-standardize", "standardize", True))
                if getattr(o, key) not in (default, [], ())]
@@ -544,10 +576,11 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
     name = {"gd": "sgd", "nesterov": "sgd"}.get(o.optimizer, o.optimizer)
     spec = TrainSpec(code=code, workers=o.workers, stragglers=o.stragglers, delay=o.delay,
                      delay_model=_delay_model(o), code_params=code_params or None, models=o.models, seed=o.seed,
-                     close=parse_close(o.close), waitout=o.waitout)
+                     close=parse_close(o.close), waitout=o.waitout, inject=o.inject)
     torch_config = TorchConfig(optimizer=name, optimizer_params=_torch_optimizer_params(o, name),
                                batch_size=o.batch_size, wire_dtype=o.wire_dtype, eval_data=test_data,
-                               probe=o.probe if code == "auto" else None, loss=resolve_loss(o.loss),
+                               probe=o.probe if code == "auto" else None,
+                               load_slope=o.load_slope if code == "auto" else None, loss=resolve_loss(o.loss),
                                scheduler=resolve_scheduler(o.scheduler, o.rounds),
                                clip_grad_norm=o.clip_grad_norm, device=o.device)
     board = None
@@ -557,7 +590,7 @@ def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None
         board = Path(o.tensorboard) / label
     # the workers read the data themselves (each keeping its partitions), not a copy shipped to each
     return TorchRun(resolve_model(o.model, train_data), from_path(data, o.seed), spec, torch_config,
-                    *_shared_configs(o, run_dir), o.engine, board)
+                    *_shared_configs(o, run_dir), _engine(o), board)
 
 
 #: --loss's names

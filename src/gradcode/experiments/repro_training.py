@@ -29,9 +29,14 @@ Lambda profiles; ``n`` is then its width).
 Every reproduction here takes ``data`` (``digits``, the default; ``mnist:DIR``, ``cifar10:DIR``,
 ``cifar100:DIR`` or an ``.npz``: what ``gradcode train --data`` takes), ``model`` (``cnn``, the
 default; ``resnet18``, ``mlp`` or ``FILE.py:NAME``), ``engine`` (``inprocess``, the default: real
-gradients on a virtual clock; ``ray``: the same run on Ray, its delays really slept) and
+gradients on a virtual clock; ``ray``: the same run on Ray, its delays really slept),
 ``time_scale``, which multiplies the injected delays (e.g. 0.01 on Ray, where a 16 s restart
-epoch would otherwise be slept).
+epoch would otherwise be slept), and ``compute``: what the in-process clock charges for the
+gradients themselves. ``declared`` (the default) charges nothing beyond the delay model: App. J's
+worker time is the reference profile (a worker's whole time at the uncoded load) plus
+``(L - 1/n) * load_slope``, so the gradient's cost is already in it, and the same command prints
+the same times on a loaded and an idle machine. ``measured`` adds each gradient's wall time on
+this host (its load included: labelled so in the notes). On Ray, compute is always real.
 """
 
 from __future__ import annotations
@@ -72,6 +77,24 @@ def _data_and_model(data: str, model: str, seed: int):
     return train, test, resolve_model(model, train)
 
 
+COMPUTE = ("declared", "measured")
+
+
+def _engine(engine: str, compute: str):
+    """A zero-argument factory of the engine a run uses (a fresh in-process engine a run): on the
+    in-process engine, ``compute="declared"`` charges the gradients nothing beyond the injected
+    delays (module docstring), ``"measured"`` their wall time here."""
+    from gradcode._validation import check_choice
+
+    check_choice("compute", compute, COMPUTE)
+    if engine != "inprocess":
+        return lambda: engine
+    from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
+
+    clock = ComputeCost() if compute == "declared" else "measured"
+    return lambda: InProcessEngine(compute_time=clock)
+
+
 def _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine, time_scale):
     """The delay model (synthetic bursty profile, or a trace file), the data and the options every
     run of an SGC training reproduction shares (Sec. 4.2: the mu-rule with mu = 1 and wait-out of
@@ -91,7 +114,7 @@ def _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine
                         "load_slope": load_slope * time_scale})
     train, test, factory = _data_and_model(data, model, seed)
     common = dict(workers=workers, models=models, rounds=rounds, delay_model=delays, inject="full", close=1.0,
-                  waitout="all", engine=engine, batch_size=256, optimizer="adam",
+                  waitout="all", engine=_engine(*engine), batch_size=256, optimizer="adam",
                   optimizer_params={"lr": 3e-3}, eval_data=test, seed=seed)
     return profile, workers, (train, factory), common
 
@@ -103,7 +126,7 @@ def _train(name, train, common, target, kw, *, fixed=None) -> tuple[dict, list]:
 
     train, factory = train
     options = {**common, **kw}
-    engine = options.pop("engine")
+    engine = options.pop("engine")()
     res = fit(factory, train, **fit_configs(**options), engine=engine)
     done, curve = 0, []
     for h in res.history:
@@ -133,10 +156,71 @@ def _finish(doc: dict, rows: list, curves: dict, out: str, stem: str, plot: bool
     return doc
 
 
-def _setting(workers: int, models: int, data: str, model: str, engine: str) -> str:
-    """How a note names the scaled setting: ``n = 16 in-process workers, 4 x cnn on digits``."""
-    where = "in-process" if engine == "inprocess" else engine
+def _setting(workers: int, models: int, data: str, model: str, engine: tuple[str, str]) -> str:
+    """How a note names the scaled setting and its clock: ``n = 16 in-process workers (declared
+    clock: ...), 4 x cnn on digits``."""
+    engine, compute = engine
+    if engine != "inprocess":
+        where = f"{engine} (wall clock, real compute)"
+    elif compute == "declared":
+        where = "in-process (declared clock: the delay model is the workers' whole time, gradients charged nothing)"
+    else:
+        where = "in-process (compute measured on this host, its load included)"
     return f"n = {workers} {where} workers, {models} x {model} on {data}"
+
+
+#: the families of the SGC tables, as the rows name them, and the paper's ordering (Table 1, fastest first)
+SGC_ROWS = {"uncoded": "uncoded", "crc": "GC", "sr-sgc": "SR-SGC", "m-sgc": "M-SGC"}
+PAPER_ORDER = ("M-SGC", "SR-SGC", "GC", "uncoded")
+#: the multiples of the fitted load slope that the sensitivity line tries
+ALPHA_FACTORS = (0.25, 1.0, 4.0)
+
+
+def _alpha_notes(delay_model, reference, *, workers: int, jobs: int, models: int, load_slope: float,
+                 seed: int) -> tuple[list[str], dict]:
+    """App. J's fit of the load slope on the workers' delay model (Fig. 16: the mean worker time
+    against load; :func:`~gradcode.stragglers.fit_model_slope`) and the sensitivity of the ordering
+    to it: each family's best parameters and predicted time (App. J's replay of ``reference``,
+    :func:`~gradcode.schemes.switch.choose_after_probe`) at 0.25x, 1x and 4x the slope, and at which
+    of them the paper's ordering (M-SGC, SR-SGC, GC, uncoded) holds. The replay is in the
+    reference's own (unscaled) seconds; the ranking does not depend on the scale."""
+    from gradcode.schemes.switch import choose_after_probe
+    from gradcode.stragglers import fit_model_slope, make_delay_model
+
+    name, params = delay_model
+    fit = fit_model_slope(make_delay_model(name, **params), n=workers, rounds=reference.shape[0], seed=seed)
+    orders, holds = [], []
+    for f in ALPHA_FACTORS:
+        _, report = choose_after_probe(reference, jobs=jobs, models=models, close=1.0, waitout="all",
+                                       load_slope=f * load_slope, seed=seed, families=tuple(SGC_ROWS))
+        best = sorted(report["candidates"], key=lambda c: c["time"])
+        order = [SGC_ROWS[c["scheme"]] for c in best]
+        orders.append({"factor": f, "alpha": f * load_slope,
+                       "order": [{"scheme": SGC_ROWS[c["scheme"]], "params": c["params"],
+                                  "predicted": round(c["time"], 2)} for c in best]})
+        if tuple(order) == PAPER_ORDER:
+            holds.append(f)
+    lines = [
+        "App. J's load slope, fitted as Fig. 16 does (the workers' mean time against their load, on the delay"
+        f" model the runs inject): {fit.line()}. The delays and the search use {load_slope:g} s per unit load"
+        " (x time_scale): this world's own rule, so the fit checks it rather than measures a machine (the paper"
+        " prints no value; its Table 4 fastest rounds imply about 2-4 s per unit load on rounds of about 1.2 s).",
+        "Sensitivity (predicted by App. J's replay of the reference profile, not trained): "
+        + "; ".join(f"{o['factor']:g}x alpha = {o['alpha']:g}: " + " < ".join(
+            f"{e['scheme']}{_params(e['params'])} {e['predicted']:g} s" for e in o["order"]) for o in orders)
+        + ". The paper's ordering (M-SGC < SR-SGC < GC < uncoded) holds at "
+        + (", ".join(f"{f:g}x" for f in holds) if holds else "none of them") + ".",
+    ]
+    return lines, {"alpha_fit": fit.to_dict(), "alpha_sensitivity": orders, "paper_order_holds_at": holds}
+
+
+def _params(params: dict) -> str:
+    """`` (2, 3, 5)`` or `` (s=2)``: a candidate's parameters in a note."""
+    if not params:
+        return ""
+    if list(params) == ["s"]:
+        return f" (s={params['s']})"
+    return " (" + ", ".join(str(v) for v in params.values()) + ")"
 
 
 def _compare_note(rows, prefix: str) -> str:
@@ -171,6 +255,7 @@ class SGCProbeSwitch:
     model: str = "cnn"
     engine: str = "inprocess"
     time_scale: float = 1.0
+    compute: str = "declared"
 
     def run(self) -> dict:
         return _sgc_probe_switch(self)
@@ -180,23 +265,27 @@ def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
     """:class:`SGCProbeSwitch`'s run, its options as local names."""
     (workers, models, jobs, probe, load_slope, seed, trace, out, plot, data, model, engine, time_scale) = (
         o.workers, o.models, o.jobs, o.probe, o.load_slope, o.seed, o.trace, o.out, o.plot, o.data, o.model,
-        o.engine, o.time_scale)
+        (o.engine, o.compute), o.time_scale)
     rounds = probe + jobs + 3  # the sequential codes' T stays below the number of models (4)
-    _, workers, train, common = _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine,
-                                       time_scale)
+    profile, workers, train, common = _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine,
+                                             time_scale)
+    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], profile[:probe], workers=workers, jobs=jobs,
+                                          models=models, load_slope=load_slope, seed=seed)
     target = probe + jobs
     rows, curves = [], {}
     for name, family in (("uncoded", None), ("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
-        kw = dict(code="uncoded") if family is None else dict(code="auto", probe=probe, load_slope=load_slope,
-                                                             families=(family,))
+        # the probe sees the scaled delays: the search's slope is scaled with them
+        kw = dict(code="uncoded") if family is None else dict(code="auto", probe=probe,
+                                                             load_slope=load_slope * time_scale, families=(family,))
         row, curves[name] = _train(name, train, common, target, kw)
         rows.append(row)
     note = _compare_note(rows, (
         f"scaled: {_setting(workers, models, data, model, engine)}, batch 256, Adam, T_probe = {probe}, {jobs} jobs"
         " after it; delays " + (f"from {trace}" if trace else "synthetic bursty (module docstring)")
         + f", load slope {load_slope} s per unit load. Paper: {FIG18_CLAIM}."))
-    doc = {"title": "SGC App. K / Fig. 18 (scaled): uncoded first, switch after T_probe rounds", "notes": [note],
-           "probe": probe, "jobs": jobs, "workers": workers, "models": models}
+    doc = {"title": "SGC App. K / Fig. 18 (scaled): uncoded first, switch after T_probe rounds",
+           "notes": [note, *alpha_lines], "probe": probe, "jobs": jobs, "workers": workers, "models": models,
+           **alpha_doc}
     return _finish(doc, rows, curves, out, "sgc-probe-switch", plot,
                    {f"end of the probe ({probe} jobs)": probe, "jobs counted": target})
 
@@ -209,26 +298,75 @@ class SGCTraining(SGCProbeSwitch):
 
     The reference profile is ``probe`` rounds of the same delays measured beforehand at the uncoded
     load (App. J: the paper uses T_probe = 80); each family's best parameters on it are then run for
-    ``jobs`` jobs (all models together). Other parameters as ``sgc-probe-switch``."""
+    ``jobs`` jobs (all models together). ``repeats``: independent repetitions (seeds ``seed``,
+    ``seed + 1``, ...: new delays, reference profile, choice and training each), reported as the
+    mean and standard deviation of each scheme's time (Table 1's form: the paper's 10). Other
+    parameters as ``sgc-probe-switch``."""
 
     probe: int = 40
     out: str = "sgc-training"
+    repeats: int = 1
 
     def run(self) -> dict:
         return _sgc_training(self)
 
 
 def _sgc_training(o: SGCTraining) -> dict:
-    """:class:`SGCTraining`'s run, its options as local names."""
-    (workers, models, jobs, probe, load_slope, seed, trace, out, plot, data, model, engine, time_scale) = (
-        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.seed, o.trace, o.out, o.plot, o.data, o.model,
-        o.engine, o.time_scale)
+    """:class:`SGCTraining`'s run: ``repeats`` repetitions, their rows averaged (the curves, the
+    load-slope fit and the sensitivity are the first repetition's)."""
+    repeats = check_int("repeats", o.repeats, minimum=1)
+    runs = [_sgc_training_once(o, o.seed + r) for r in range(repeats)]
+    rows, curves, alpha_lines, alpha_doc, workers = runs[0]
+    spread = ""
+    if repeats > 1:
+        rows = _mean_rows([run[0] for run in runs])
+        wins = sum(r["M-SGC"] < r["GC"] for r in ({x["scheme"]: x["time_to_jobs"] for x in run[0]} for run in runs))
+        spread = (f" Mean and standard deviation over {repeats} repetitions (seeds {o.seed} to {o.seed + repeats - 1}:"
+                  f" new delays, reference profile, choice and training each; the paper: 10); M-SGC is ahead of GC"
+                  f" in {wins} of them.")
+    note = _compare_note(rows, (
+        f"scaled: {_setting(workers, o.models, o.data, o.model, (o.engine, o.compute))}, batch 256, Adam, parameters"
+        f" from a {o.probe}-round reference profile (the paper: 80), {o.jobs} jobs; delays "
+        + (f"from {o.trace}" if o.trace else "synthetic bursty (module docstring)")
+        + f", load slope {o.load_slope} s per unit load. Paper (Table 1): M-SGC (1, 2, 27) 891 s, SR-SGC"
+        " (2, 3, 23) 994 s, GC s = 15 1065 s, uncoded 1308 s.")) + spread
+    doc = {"title": "SGC Sec. 4.2 / Table 1 (scaled): parameters from a reference profile, coded from round 1",
+           "notes": [note, *alpha_lines], "probe": o.probe, "jobs": o.jobs, "workers": workers, "models": o.models,
+           "repeats": repeats, **alpha_doc}
+    return _finish(doc, rows, curves, o.out, "sgc-training", o.plot, {"jobs counted": o.jobs})
+
+
+def _mean_rows(runs: list[list[dict]]) -> list[dict]:
+    """Each scheme's rows over repetitions: its time as mean, standard deviation and the runs',
+    its accuracy and load as means, its parameters listed when they vary."""
+    out = []
+    for rows in zip(*runs):
+        times = np.array([r["time_to_jobs"] for r in rows])
+        params = list(dict.fromkeys(r["parameters"] for r in rows))
+        searches = [r["search_ms"] for r in rows if r.get("search_ms") is not None]
+        out.append({"scheme": rows[0]["scheme"], "parameters": params[0] if len(params) == 1 else "; ".join(params),
+                    "load": round(float(np.mean([r["load"] for r in rows])), 4),
+                    "time_to_jobs": round(float(times.mean()), 2), "time_sd": round(float(times.std(ddof=1)), 2),
+                    "times": times.round(2).tolist(),
+                    "search_ms": round(float(np.mean(searches)), 2) if searches else None,
+                    "accuracy": round(float(np.mean([r["accuracy"] for r in rows])), 4)})
+    return out
+
+
+def _sgc_training_once(o: SGCTraining, seed: int):
+    """One repetition of :class:`SGCTraining` with ``seed``: ``(rows, curves, alpha notes, alpha
+    document, workers)``."""
+    (workers, models, jobs, probe, load_slope, trace, data, model, engine, time_scale) = (
+        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.trace, o.data, o.model, (o.engine, o.compute),
+        o.time_scale)
     from gradcode.schemes.switch import choose_after_probe
 
     rounds = jobs + 3
     profile, workers, train, common = _setup(workers, models, probe + rounds, load_slope, seed, trace, data, model,
                                              engine, time_scale)
     reference, delays = profile[:probe], profile[probe:]  # measured first, then the run's own rounds
+    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], reference, workers=workers, jobs=jobs,
+                                          models=models, load_slope=load_slope, seed=seed)
     common["delay_model"] = ("trace", {**common["delay_model"][1], "delays": delays * time_scale})
     common["rounds"] = rounds
     rows, curves = [], {}
@@ -240,15 +378,7 @@ def _sgc_training(o: SGCTraining) -> dict:
         row, curves[name] = _train(name, train, common, jobs, dict(code=scheme), fixed=report["chosen"])
         row["search_ms"] = round(1e3 * report["search_seconds"], 2)
         rows.append(row)
-    note = _compare_note(rows, (
-        f"scaled: {_setting(workers, models, data, model, engine)}, batch 256, Adam, parameters from a {probe}-round"
-        f" reference profile (the paper: 80), {jobs} jobs; delays "
-        + (f"from {trace}" if trace else "synthetic bursty (module docstring)")
-        + f", load slope {load_slope} s per unit load. Paper (Table 1): M-SGC (1, 2, 27) 891 s, SR-SGC"
-        " (2, 3, 23) 994 s, GC s = 15 1065 s, uncoded 1308 s."))
-    doc = {"title": "SGC Sec. 4.2 / Table 1 (scaled): parameters from a reference profile, coded from round 1",
-           "notes": [note], "probe": probe, "jobs": jobs, "workers": workers, "models": models}
-    return _finish(doc, rows, curves, out, "sgc-training", plot, {"jobs counted": jobs})
+    return rows, curves, alpha_lines, alpha_doc, workers
 
 
 #: AGC Sec. VIII's schemes: label -> (code family, s_max (None: the family's own), grouped).
@@ -336,6 +466,7 @@ class AGCTraining:
     model: str = "cnn"
     engine: str = "inprocess"
     time_scale: float = 1.0
+    compute: str = "declared"
 
     def run(self) -> dict:
         return _agc_training(self)
@@ -346,7 +477,7 @@ def _agc_training(o: AGCTraining) -> dict:
     (ps, iterations, workers, d, L, batch_size, lr, target, schemes, seed, wire_dtype, decode_rtol, out, plot,
      data, model, engine, time_scale) = (
         o.ps, o.iterations, o.workers, o.d, o.L, o.batch_size, o.lr, o.target, o.schemes, o.seed, o.wire_dtype,
-        o.decode_rtol, o.out, o.plot, o.data, o.model, o.engine, o.time_scale)
+        o.decode_rtol, o.out, o.plot, o.data, o.model, (o.engine, o.compute), o.time_scale)
     from gradcode.analysis import draw_restart_epochs
 
     iterations = check_int("iterations", iterations, minimum=1)
@@ -358,7 +489,7 @@ def _agc_training(o: AGCTraining) -> dict:
         raise ValueError(f"unknown scheme(s) {unknown}; choose from {list(AGC_TRAINING_SCHEMES)}")
     train, test, factory = _data_and_model(data, model, seed)
     fit_options = dict(workers=workers, rounds=iterations, batch_size=batch_size, optimizer="sgd",
-                       optimizer_params={"lr": lr}, engine=engine, wire_dtype=wire_dtype, decode_rtol=decode_rtol,
+                       optimizer_params={"lr": lr}, engine=_engine(*engine), wire_dtype=wire_dtype, decode_rtol=decode_rtol,
                        inject="full", close="decodable", eval_data=test, eval_every=max(1, iterations // 20),
                        seed=seed)
     rows, curves = [], {}
@@ -391,7 +522,7 @@ def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, 
     timing = agc_timing(key, own_s)
     delays = (timing.restart_time(epochs) + timing.t_cp) * time_scale  # worker w in at R(e_w) + t_cp
     options = dict(fit_options, code=code, delay_model=("trace", {"delays": delays}))
-    engine = options.pop("engine")
+    engine = options.pop("engine")()
     res = fit(train[1], train[0], **fit_configs(**options), engine=engine)
     rule_epoch, _ = restart_outcome(epochs, s_max, groups=groups)
     epoch = np.where(res.result.messages > 0, epochs, 0).max(axis=1)  # the epoch the run decoded in

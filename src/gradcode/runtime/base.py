@@ -100,6 +100,10 @@ class Engine(ABC):
     @abstractmethod
     def shutdown(self) -> None: ...
 
+    def clock_info(self) -> dict:
+        """What :meth:`clock` measures, for the run's records (``result.json``'s ``clock``)."""
+        return {"clock": "wall", "compute": "measured"}
+
     def clock(self) -> float:
         """Seconds on the engine's clock (wall time unless the engine keeps its own)."""
         return time.perf_counter()

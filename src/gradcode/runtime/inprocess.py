@@ -9,9 +9,18 @@ streaming, the object store.
 
 How time passes: :meth:`InProcessEngine.clock` is a virtual clock that only :meth:`poll` moves.
 A submitted task is :meth:`WorkerCore.steps` driven lazily: an injected sleep of ``s`` seconds
-schedules the worker's next step ``s`` virtual seconds later, a message is delivered at the
-instant it is computed (computation takes ``compute_time`` virtual seconds per message, 0 by
-default), and an abort ends a sleep at once, exactly as the Ray actor's interruptible sleep does.
+schedules the worker's next step ``s`` virtual seconds later, a message is delivered when its
+computation is done on the engine's compute clock (``compute_time``), and an abort ends a sleep
+at once, exactly as the Ray actor's interruptible sleep does.
+
+The compute clock is *declared*, not read from the host, unless asked for: a
+:class:`ComputeCost` charges each message ``per_sample`` seconds for every sample whose gradient
+it computed plus ``per_message`` (so a worker with more partitions is slower by exactly its extra
+samples), the same on a loaded and an idle machine; ``"calibrated"`` (what ``engine="inprocess"``
+uses) fixes ``per_sample`` once, when the workers start, from the median of timed gradients of
+worker 0's first partition, and the run's ``clock`` record says which value was used (pass it as
+a :class:`ComputeCost` to repeat the run to the bit); ``"measured"`` charges each message the
+wall time its computation took here (the host's load included: labelled so in the records).
 A message is delivered as a read-only copy, as Ray serializes it when the worker sends it: what
 the worker's problem does with its buffers afterwards cannot change a message the driver holds.
 ``poll(timeout)`` jumps the clock to the next due step (or by ``timeout`` when none is due
@@ -44,11 +53,32 @@ from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.worker import build_core
 
-__all__ = ["InProcessEngine", "WorkerDied"]
+__all__ = ["ComputeCost", "InProcessEngine", "WorkerDied"]
 
 
 class WorkerDied(GradcodeError):
     """The in-process stand-in for Ray's ``RayActorError``: the worker's process is gone."""
+
+
+@dataclass(frozen=True)
+class ComputeCost:
+    """A declared compute clock: a message takes ``per_sample * samples + per_message`` virtual
+    seconds, ``samples`` being how many samples' gradients the worker computed for it (its new
+    partials; a message that reuses partials already computed costs ``per_message`` only)."""
+
+    per_sample: float = 0.0
+    per_message: float = 0.0
+
+    def __post_init__(self):
+        for name in ("per_sample", "per_message"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"ComputeCost.{name} must be a finite number of seconds >= 0, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    def seconds(self, samples: int) -> float:
+        return self.per_sample * samples + self.per_message
 
 
 @dataclass
@@ -76,20 +106,29 @@ class _Slot:
 class InProcessEngine(Engine):
     """Workers as plain objects in this process, on a virtual clock (see the module docstring).
 
-    ``compute_time``: virtual seconds each message takes to compute, after its injected pause
-    (0: messages of a round arrive at their injected times exactly; ``"measured"``: the wall time
-    its computation took in this process, so a worker computing more partitions is slower). ``death_report``: seconds
+    ``compute_time``: how long a message takes to compute, after its injected pause: a
+    :class:`ComputeCost` (declared), a number (seconds per message; 0: messages of a round arrive
+    at their injected times exactly), ``"calibrated"`` (a :class:`ComputeCost` whose ``per_sample``
+    is timed once when the workers start) or ``"measured"`` (the wall time each computation took in
+    this process: the host's load included). ``death_report``: seconds
     between a worker's death and the failed event that reports it. ``restart_time``: seconds a
     restart takes.
     """
 
     in_master_process = True
 
-    def __init__(self, *, compute_time: float | str = 0.0, death_report: float = 0.0, restart_time: float = 1.0):
-        #: "measured": each message takes the wall time its computation really took here (the
-        #: workers' real cost on a virtual clock: torch models, where compute is not negligible)
+    def __init__(self, *, compute_time: ComputeCost | float | str = 0.0, death_report: float = 0.0,
+                 restart_time: float = 1.0):
+        if isinstance(compute_time, str) and compute_time not in ("measured", "calibrated"):
+            raise ValueError(f"compute_time must be a ComputeCost, seconds per message, 'calibrated' or 'measured',"
+                             f" got {compute_time!r}")
+        #: "measured": each message takes the wall time its computation really took here
         self.measured = compute_time == "measured"
-        self.compute_time = 0.0 if self.measured else float(compute_time)
+        self._calibrate = compute_time == "calibrated"
+        if isinstance(compute_time, ComputeCost):
+            self.cost = compute_time
+        else:
+            self.cost = ComputeCost(per_message=0.0 if isinstance(compute_time, str) else compute_time)
         self.death_report = float(death_report)
         self.restart_time = float(restart_time)
         self._now = 0.0
@@ -112,6 +151,15 @@ class InProcessEngine(Engine):
                 raise GradcodeError(f"the workers could not start (each rebuilds its problem from the data"
                                     f" spec): worker {w}: {type(exc).__name__}: {exc}") from None
             self._slots.append(slot)
+        if self._calibrate and self._slots:
+            self.cost = ComputeCost(per_sample=self._slots[0].core.time_per_sample())
+            self._calibrate = False
+
+    def clock_info(self) -> dict:
+        if self.measured:
+            return {"clock": "virtual", "compute": "measured"}
+        return {"clock": "virtual", "compute": "declared", "per_sample": self.cost.per_sample,
+                "per_message": self.cost.per_message}
 
     def _build(self, w: int, slot: _Slot) -> None:
         slot.core = build_core(w, slot.spec, slot.partitions, slot.chunks)
@@ -211,7 +259,7 @@ class InProcessEngine(Engine):
             heapq.heappush(self._heap, (self._now, next(self._order), w, task.epoch))
             return [Event(w, t, "message", message)]
         slot.sleeping = False
-        began = time.perf_counter()
+        began, samples = time.perf_counter(), slot.core.samples
         try:
             item = next(task.steps)
         except StopIteration:
@@ -230,8 +278,8 @@ class InProcessEngine(Engine):
             slot.sleeping = not aborted
             heapq.heappush(self._heap, (self._now + (0.0 if aborted else item), next(self._order), w, task.epoch))
             return []
-        took = time.perf_counter() - began if self.measured else self.compute_time
-        if took > 0:  # the message arrives compute_time (or its measured time) after its pause
+        took = time.perf_counter() - began if self.measured else self.cost.seconds(slot.core.samples - samples)
+        if took > 0:  # the message arrives its compute time after its pause
             task.computing = item
             heapq.heappush(self._heap, (self._now + took, next(self._order), w, task.epoch))
             return []

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -64,8 +65,10 @@ def make_engine(engine=None, *, cluster: ClusterConfig | None = None, run_dir=No
     default, also for None) a :class:`~gradcode.runtime.engine.RayEngine` built from ``cluster``
     (a :class:`~gradcode.runtime.config.ClusterConfig`: the Ray engine's settings) with Ray's
     temp dir under ``run_dir``; ``"inprocess"`` an
-    :class:`~gradcode.runtime.inprocess.InProcessEngine` timed by the workers' measured compute
-    (no processes, no Ray), which refuses cluster settings it would ignore."""
+    :class:`~gradcode.runtime.inprocess.InProcessEngine` (no processes, no Ray) on its declared
+    clock: compute at a per-sample cost calibrated once when the workers start (``"inprocess"``
+    with another clock: pass the engine, ``InProcessEngine(compute_time=...)``); it refuses cluster
+    settings it would ignore."""
     if isinstance(engine, Engine):
         return engine
     name = _check_engine(engine, cluster)
@@ -73,7 +76,7 @@ def make_engine(engine=None, *, cluster: ClusterConfig | None = None, run_dir=No
     if name == "inprocess":
         from gradcode.runtime.inprocess import InProcessEngine
 
-        return InProcessEngine(compute_time="measured")
+        return InProcessEngine(compute_time="calibrated")
     from gradcode.runtime.engine import RayEngine
 
     return RayEngine.from_config(cluster, run_dir=run_dir)
@@ -313,6 +316,21 @@ def _injected(spec: TrainSpec, dmodel, scheme, rounds: int):
     if spec.inject == "excess":
         draw = _excess_over_fastest(draw)
     return draw, float(dmodel.message_time(1.0 / int(scheme.chunks)))
+
+
+def injected_load_fit(spec: TrainSpec, n: int, rounds: int):
+    """App. J's load slope fitted (Fig. 16: the workers' mean time against their load;
+    :func:`~gradcode.stragglers.traces.fit_draw_slope`) on the delays a run of ``spec`` with ``n``
+    workers injects, when they are the workers' whole time (``inject="full"``); None otherwise (no
+    delay model, or ``"excess"``, which leaves out what every worker shares, the load's cost
+    included)."""
+    from gradcode.stragglers.traces import fit_draw_slope
+
+    dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
+    if dmodel is None or spec.inject != "full":
+        return None
+    draw, comm = _injected(spec, dmodel, SimpleNamespace(n=n, chunks=1), rounds)
+    return fit_draw_slope(draw, comm=comm)
 
 
 def _scheme_name(code) -> str:
@@ -568,6 +586,9 @@ class RunSession:
             raise TrainingStopped(f"the run has done its {self.run.rounds} rounds (RunConfig.rounds)")
         return self.driver.step(self.run, log=self.log, checkpoint=self.save, callback=callback)
 
+    def _clock(self) -> dict | None:
+        return self.engine.clock_info() if isinstance(self.engine, Engine) else None
+
     def __exit__(self, kind, exc, tb) -> bool:
         config = self.setup.config
         try:
@@ -575,7 +596,7 @@ class RunSession:
                 # keep what the run did: the completed rounds, every fault, and why it stopped
                 if self.driver is not None:
                     self.driver.stopped()
-                partial = self.state.result(config, self.run_dir, self.resumed_from, error=exc)
+                partial = self.state.result(config, self.run_dir, self.resumed_from, error=exc, clock=self._clock())
                 try:
                     partial.save(self.run_dir)
                 except OSError:  # a full disk must not hide the error that stopped the run
@@ -587,7 +608,7 @@ class RunSession:
             if self.driver is not None:  # also a run stopped early (StopTraining, a loop that ended)
                 self.driver.unfired()
             self.log.close()
-            self.result = self.state.result(config, self.run_dir, self.resumed_from)
+            self.result = self.state.result(config, self.run_dir, self.resumed_from, clock=self._clock())
             self.result.save(self.run_dir)
             return exc is not None  # StopTraining: the run ends there, as a finished one
         finally:

@@ -94,6 +94,7 @@ class TrainResult:
     error: str | None = None
     error_type: str | None = None
     waitouts: np.ndarray | None = None
+    clock: dict | None = None
 
     def __post_init__(self):
         if self.waitouts is None:
@@ -180,6 +181,7 @@ class TrainResult:
             "faults": len(self.faults),
             "run_dir": self.run_dir,
             "resumed_from": self.resumed_from,
+            "clock": self.clock,
         }
         if include:
             doc["final_params"] = [p.tolist() for p in self.params] if len(self.params) > 1 else self.params[0].tolist()
@@ -364,8 +366,9 @@ class TrainState:
                                   + "): it is damaged or was edited")
 
     def result(self, config: dict, run_dir, resumed_from: int | None, *,
-               error: BaseException | None = None) -> TrainResult:
-        """The :class:`TrainResult` of the rounds completed so far (``next_round`` of them)."""
+               error: BaseException | None = None, clock: dict | None = None) -> TrainResult:
+        """The :class:`TrainResult` of the rounds completed so far (``next_round`` of them);
+        ``clock``: what timed them (:meth:`~gradcode.runtime.base.Engine.clock_info`)."""
         k = int(self.next_round)
         return TrainResult(
             config=config,
@@ -382,6 +385,7 @@ class TrainState:
             resumed_from=resumed_from,
             error=None if error is None else (str(error) or type(error).__name__),
             error_type=None if error is None else type(error).__name__,
+            clock=clock,
         )
 
 

@@ -125,6 +125,8 @@ class WorkerCore:
         self.wire_dtype = None if wire is None else np.dtype(wire)
         self._aborted = -1
         self._wake = threading.Event()
+        #: samples whose gradient this worker has computed (the in-process engine's declared clock)
+        self.samples = 0
 
     # ----------------------------------------------------------------- control (any thread)
     def abort(self, round_: int) -> None:
@@ -230,6 +232,7 @@ class WorkerCore:
         rows = self.partitions[j] if task.sizes is None else self.problem.rows_of(task.sizes, j)
         if self._batch_rows is not None:
             rows = self._batch_rows(task.job, j, rows, task.sizes)
+        self.samples += _samples(rows)
         g = np.asarray(self.problem.gradient(x, rows)).ravel()
         if g.dtype.kind != "f":
             g = g.astype(np.float64)
@@ -238,6 +241,25 @@ class WorkerCore:
         if self.chunks > 1 and g.size != m * self.chunks:
             g = np.concatenate([g, np.zeros(m * self.chunks - g.size, dtype=g.dtype)])
         return g.reshape(self.chunks, m)
+
+    def time_per_sample(self, repeats: int = 5) -> float:
+        """Seconds per sample of this worker's gradient: the median of ``repeats`` timed gradients
+        of its first partition's rows for job 0 (a mini-batch problem's batch; at most 256 rows of
+        a full-batch one), at zero parameters, over their number of samples (0 without data)."""
+        if not self.partitions:
+            return 0.0
+        j, rows = next(iter(self.partitions.items()))
+        rows = self._batch_rows(0, j, rows, None) if self._batch_rows is not None else rows[:256]
+        samples = _samples(rows)
+        if samples == 0:
+            return 0.0
+        x = np.zeros(int(self.problem.dim))
+        times = []
+        for _ in range(repeats):
+            began = _now()
+            self.problem.gradient(x, rows)
+            times.append(_now() - began)
+        return float(np.median(times)) / samples
 
     @staticmethod
     def _combine(E: np.ndarray, partials: Mapping[int, np.ndarray], m: int) -> np.ndarray:
@@ -266,6 +288,11 @@ class WorkerCore:
                 else:
                     out += a * G[c]
         return np.zeros(m, dtype=next(iter(partials.values())).dtype if partials else np.float64) if out is None else out
+
+
+def _samples(rows) -> int:
+    """How many samples ``rows`` names (an index array, or a mini-batch problem's batch of them)."""
+    return len(getattr(rows, "rows", rows))
 
 
 def build_core(worker: int, spec, partitions: Mapping[int, np.ndarray], chunks: int) -> WorkerCore:

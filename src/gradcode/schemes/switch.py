@@ -54,13 +54,15 @@ def set_decode_rtol(scheme, rtol: float | None) -> None:
 
 def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="decodable",
                        waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                       max_w: int | None = None, families=None) -> tuple[Scheme, dict]:
+                       max_w: int | None = None, families=None, load_slope_from: str = "given"
+                       ) -> tuple[Scheme, dict]:
     """The scheme to switch to for ``jobs`` more jobs after a probe that measured ``times`` (``(T,
     n)`` seconds, module docstring), and the report: ``chosen`` (family and parameters),
     ``candidates`` (the best of each family with their predicted totals), ``alpha``,
     ``search_seconds``. The sequential codes are searched only when ``models`` exceeds their delay
     ``T`` (a model's next job must not start before its last one finished), over every ``W`` (up to
-    ``max_w``, default the jobs); ``families``: the
+    ``max_w``, default the jobs); ``load_slope_from``: where a given ``load_slope`` comes from
+    (the report's ``alpha_from``); ``families``: the
     families searched (default ``uncoded``, ``crc`` and, with several models, ``sr-sgc``,
     ``m-sgc``; their former names ``none``, ``gc`` warn)."""
     from gradcode.schemes.factory import make_scheme
@@ -75,10 +77,11 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     models = check_int("models", models, minimum=1)
     if load_slope is None:
         alpha = float(n * np.median(X.min(axis=1)))
-        alpha_from = "estimated: n x the median fastest worker time of the probe"
+        alpha_from = ("estimated: n x the median fastest worker time of the probe (an upper bound when part of"
+                      " that time does not grow with the load)")
     else:
         alpha = check_real("load_slope", load_slope, minimum=0.0)
-        alpha_from = "given"
+        alpha_from = str(load_slope_from)
     mu, rule = (0.0, "decodable") if close == "decodable" else (float(close), waitout)
     if families is None:
         families = ("uncoded", "crc") + (("sr-sgc", "m-sgc") if models > 1 else ())
@@ -117,7 +120,7 @@ class ProbeThenSwitch(Scheme):
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
                  waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                 decode_rtol: float | None = None, families=None):
+                 decode_rtol: float | None = None, families=None, load_slope_from: str = "given"):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
 
@@ -137,7 +140,7 @@ class ProbeThenSwitch(Scheme):
                 raise ValueError(f"families {families!r} are sequential codes, whose jobs span rounds: they need"
                                  " models >= 2 (pipelined models), or add 'crc'")
         self._options = dict(models=models, close=close, waitout=waitout, load_slope=load_slope, seed=seed,
-                             families=families)
+                             families=families, load_slope_from=load_slope_from)
         self._times = np.zeros((self.probe, self.n))
         self.decode_rtol = decode_rtol
         self.report: dict | None = None

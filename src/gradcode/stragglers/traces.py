@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
+import math
 import numbers
 import pickle
 import warnings
@@ -322,10 +323,32 @@ def adjust_trace_load(delays, *, from_load: float, to_load: float, slope: float)
     return out
 
 
-def fit_load_slope(loads, times) -> tuple[float, float]:
-    """Least-squares line ``time = intercept + slope * load`` through measured pairs (SGC App. J,
-    Fig. 16); returns ``(slope, intercept)``. ``times`` may be ``(len(loads),)`` means or
-    ``(len(loads), samples)`` raw run times (fitted to their row means)."""
+@dataclass(frozen=True)
+class LoadFit:
+    """A least-squares line ``time = intercept + slope * load`` (SGC App. J, Fig. 16): ``slope``
+    in seconds per unit of normalised load (the paper's alpha), ``intercept`` in seconds, ``r2``
+    the share of the means' variance it explains (NaN when they do not vary), through the
+    ``means`` observed at ``loads``."""
+
+    slope: float
+    intercept: float
+    r2: float
+    loads: tuple
+    means: tuple
+
+    def line(self) -> str:
+        r2 = "exact line through 2 loads" if len(self.loads) == 2 else f"R^2 = {self.r2:.4f}"
+        return (f"alpha = {self.slope:.4g} s per unit load (intercept {self.intercept:.4g} s, {r2}, loads"
+                f" {min(self.loads):.4g} to {max(self.loads):.4g})")
+
+    def to_dict(self) -> dict:
+        return {"slope": self.slope, "intercept": self.intercept, "r2": self.r2, "loads": list(self.loads),
+                "means": list(self.means)}
+
+
+def fit_load_line(loads, times) -> LoadFit:
+    """:class:`LoadFit` through measured pairs (SGC App. J, Fig. 16). ``times`` may be
+    ``(len(loads),)`` means or ``(len(loads), samples)`` raw run times (fitted to their row means)."""
     x = np.asarray(loads, dtype=np.float64)
     y = np.asarray(times, dtype=np.float64)
     if x.ndim != 1 or x.size < 2:
@@ -339,7 +362,36 @@ def fit_load_slope(loads, times) -> tuple[float, float]:
     if np.ptp(x) == 0:
         raise ValueError("loads must not all be equal (the slope is undetermined)")
     slope, intercept = np.polynomial.polynomial.polyfit(x, y, 1)[::-1]
-    return float(slope), float(intercept)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - intercept - slope * x) ** 2).sum()) / total if total > 0 else math.nan
+    return LoadFit(float(slope), float(intercept), r2, tuple(x.tolist()), tuple(y.tolist()))
+
+
+def fit_load_slope(loads, times) -> tuple[float, float]:
+    """``(slope, intercept)`` of :func:`fit_load_line`."""
+    fit = fit_load_line(loads, times)
+    return fit.slope, fit.intercept
+
+
+def fit_model_slope(model, *, n: int, rounds: int, loads=None, seed: int = 0) -> LoadFit:
+    """App. J's fit (Fig. 16: the average run time of the workers against their load) on a delay
+    model: one draw of ``rounds`` rounds for ``n`` workers (the simulator's convention), its mean
+    worker time at each of ``loads`` (default ``1/n``, 0.25, 0.5, 0.75, 1: the uncoded load to
+    the whole data set), fitted by :func:`fit_load_line`. A model's message time does not depend on
+    the load: it is in the intercept. ``model``: a delay model (:func:`make_delay_model`'s)."""
+    if not hasattr(model, "draw"):
+        raise TypeError(f"model must be a delay model (make_delay_model), got {type(model).__name__}")
+    n = check_int("n", n, minimum=1)
+    rounds = check_int("rounds", rounds, minimum=1)
+    draw = model.draw(rounds, n, np.random.default_rng(seed))
+    return fit_draw_slope(draw, comm=float(model.message_time(1.0)), loads=loads)
+
+
+def fit_draw_slope(draw, *, comm: float = 0.0, loads=None) -> LoadFit:
+    """:func:`fit_model_slope` on a draw already made (``comm``: the message time added to each)."""
+    n = draw.shape[1]
+    loads = np.asarray([1.0 / n, 0.25, 0.5, 0.75, 1.0] if loads is None else loads, dtype=np.float64)
+    return fit_load_line(loads, [float(draw.times(load).mean()) + comm for load in loads])
 
 
 # --------------------------------------------------------------------------- reference profiles (SGC App. J)

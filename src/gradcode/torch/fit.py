@@ -228,15 +228,30 @@ def fit(
         probe = check_int("probe", 20 if tconf.probe is None else tconf.probe, minimum=1)
         if rounds <= probe:
             raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
+        load_slope, slope_from = _auto_load_slope(spec, tconf, scheme.n, rounds)
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
-                                 load_slope=tconf.load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
-                                 families=tconf.families)
+                                 load_slope=load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
+                                 families=tconf.families, load_slope_from=slope_from)
         tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
     run_engine, shipping = _engine(engine, tspec)
     spec = _run_spec(spec, scheme, tspec, optimizers)
     run = replace(run, rounds=rounds)
     return _train(spec, optimizers, scheme if auto else None, tspec,
                   (cluster, faults, run, run_engine, shipping, callback))
+
+
+def _auto_load_slope(spec, tconf, n: int, rounds: int) -> tuple[float | None, str]:
+    """``code="auto"``'s load slope and where it comes from: ``TorchConfig.load_slope`` when given;
+    else, when the injected delays are the workers' whole time (``inject="full"``), App. J's fit on
+    them (:func:`~gradcode.runtime.master.injected_load_fit`); else None (the probe's estimate)."""
+    if tconf.load_slope is not None:
+        return tconf.load_slope, "given"
+    from gradcode.runtime.master import injected_load_fit
+
+    fitted = injected_load_fit(spec, n, rounds)
+    if fitted is None:
+        return None, "given"
+    return max(fitted.slope, 0.0), f"fitted on the injected delays as App. J does (Fig. 16): {fitted.line()}"
 
 
 def _run_spec(spec, scheme, tspec: TorchSpec, optimizers: list):
