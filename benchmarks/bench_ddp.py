@@ -25,7 +25,10 @@ CPUs would; medians). Per-step times are (time to target) / steps.
 gradcode's step side by side with git revision ``REV``: fresh processes, alternating this tree and
 ``REV``'s ``src/``, each training the same model for 150 rounds with no delay model (what a run on a
 healthy cluster is), no evaluations; the median time between consecutive rounds' callbacks after
-20 warm-up rounds, for ``uncoded`` and ``crc`` (s = 1). Medians over the repeats.
+20 warm-up rounds, for ``uncoded`` and ``crc`` (s = 1). Medians over the repeats. Also one
+partition's gradient (60 samples: what CRC s = 1 asks of each worker beyond uncoded), timed in the
+child on one thread, median of 50: the issue's allowance for CRC over DDP's step is the wall time
+of that extra compute, 4 extra partitions on the machine's cores.
 """
 
 from __future__ import annotations
@@ -174,6 +177,25 @@ def step_time(code: str) -> float:
     return float(np.median(np.diff(stamps)[STEP_WARMUP:]))
 
 
+def partition_time() -> float:
+    """Median seconds of one partition's gradient (BATCH / N_WORKERS samples) of the small CNN on one thread."""
+    import torch
+
+    from gradcode.torch import SmallCNN, digits
+
+    torch.set_num_threads(1)
+    (X, y), _ = digits(seed=0)
+    net, loss = SmallCNN((1, 8, 8), 10), torch.nn.CrossEntropyLoss()
+    xb, yb = X[: BATCH // N_WORKERS], y[: BATCH // N_WORKERS]
+    times = []
+    for _ in range(60):
+        t0 = time.perf_counter()
+        net.zero_grad()
+        loss(net(xb), yb).backward()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times[10:]))
+
+
 def per_step_against(ref: str, repeats: int) -> None:
     import subprocess
 
@@ -190,11 +212,17 @@ def per_step_against(ref: str, repeats: int) -> None:
                                           capture_output=True, text=True, check=False)
                     if proc.returncode:
                         raise RuntimeError(f"{name} {code} failed:\n{proc.stderr[-3000:]}")
-                    got[code, name].append(float(proc.stdout.split()[-1]))
+                    step, part = proc.stdout.split()[-2:]
+                    got[code, name].append(float(step))
+                    got.setdefault(("partition", name), []).append(float(part))
                     print(f"  repeat {i} {code} {name}: {1e3 * got[code, name][-1]:.1f} ms", file=sys.stderr, flush=True)
     for code in ("uncoded", "crc"):
         before, after = (statistics.median(got[code, k]) for k in ("before", "after"))
         print(f"  {code:8s} before {1e3 * before:6.1f} ms  after {1e3 * after:6.1f} ms  after/before {after / before:.2f}")
+    part = statistics.median(got["partition", "before"] + got["partition", "after"])
+    extra = N_WORKERS * part / (os.cpu_count() or 1)
+    print(f"  one partition's gradient {1e3 * part:.2f} ms; CRC s = 1's extra compute a step on {os.cpu_count()} cores:"
+          f" {N_WORKERS} x {1e3 * part:.2f} / {os.cpu_count()} = {1e3 * extra:.2f} ms")
 
 
 def main():
@@ -206,7 +234,7 @@ def main():
     ap.add_argument("--child-step", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_step:
-        print(step_time(args.child_step))
+        print(step_time(args.child_step), partition_time())
         return
     if args.per_step:
         per_step_against(args.per_step, args.repeats)

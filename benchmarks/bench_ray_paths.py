@@ -6,8 +6,8 @@ against today's actor calls before redesigning the round). Run from the repo roo
 n = 4 actors, each returning a float32 vector of ``d`` numbers (default: the small CNN's 20,555
 parameters) after ``--compute`` ms of work, the parameters (float32, d) sent each round:
 
-(a) **actor calls** (today's round): one ``ray.put`` of the parameters, n ``.remote(ref)`` calls on
-    async actors, ``ray.wait`` until all are in, one ``ray.get``;
+(a) **actor calls** (the round of a run that injects delays): one ``ray.put`` of the parameters,
+    n ``.remote(ref)`` calls on async actors, ``ray.wait`` until all are in, one ``ray.get``;
 (b) **actor calls, sync actors**: the same on plain (synchronous) actors;
 (b') **sync actors, parameters inside the task**: no ``ray.put``; the array is an argument of each
     call, which Ray inlines up to 100 KiB (what the runtime does now for a run without injected
@@ -177,12 +177,12 @@ def main():
               flush=True)
 
     asyncs = [AsyncWorker.remote(args.d, args.compute) for _ in range(n)]
-    report("(a) actor calls, async actors (today)", actor_calls(asyncs, x, args.rounds))
+    report("(a) actor calls, async actors (runs with sleeps)", actor_calls(asyncs, x, args.rounds))
     for a in asyncs:
         ray.kill(a)
     syncs = [SyncWorker.remote(args.d, args.compute) for _ in range(n)]
     report("(b) actor calls, sync actors", actor_calls(syncs, x, args.rounds))
-    report("(b') sync actors, parameters inside the task", actor_calls(syncs, x, args.rounds, inline=True))
+    report("(b') sync actors, parameters in the task (others)", actor_calls(syncs, x, args.rounds, inline=True))
     times, _ = compiled(syncs, x, args.rounds)
     report("(c) compiled graph per worker", times)
     print(f"idle actors, CPU seconds over 3 s: {idle_cpu(syncs, graphs=False):.2f} as plain actors,"

@@ -267,7 +267,8 @@ BAD_PARAMS = [
     (REPRODUCTIONS, "table9", {}, UnknownNameError,
      "^unknown reproduction 'table9'; available reproductions: agc-table1, agc-table6, agc-training, commfr-table1, "
      "gcdc-fig10, gcdc-fig11, gcdc-fig12, gcdc-fig4, gcdc-fig5, gcdc-fig6, gcdc-fig7, gcdc-fig8, gcdc-fig9, "
-     "gcdc-figs, gcdc-table1, sgc-example, sgc-load-bounds, sgc-probe-switch, sgc-table1-loads, sgc-training$"),
+     "gcdc-figs, gcdc-table1, sgc-example, sgc-load-bounds, sgc-probe-switch, sgc-resnet, sgc-table1-loads, "
+     "sgc-training$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa_": 1.0}, ParameterError,
      "^reproduction 'commfr-table1' does not take 'kappa_'; its parameters are kappa, eps, C$"),
     (REPRODUCTIONS, "commfr-table1", {"kappa": -1.0}, ValueError, "^kappa must be > 0.0, got -1.0$"),

@@ -505,6 +505,10 @@ def test_auto_probes_uncoded_then_switches_without_losing_a_job(digits):
     assert torch.allclose(flat(auto.model), flat(plain.model), rtol=1e-4, atol=1e-5)
     probe, after = auto.history[:6], auto.history[6:]
     assert min(h["time"] for h in probe) >= 1.0 > max(h["time"] for h in after)
+    # the prediction against the rounds after the switch, and why it may be off
+    assert report["ran_total"] == pytest.approx(sum(h["time"] for h in after))
+    assert report["predicted_error"] == pytest.approx(report["chosen"]["predicted_total"] / report["ran_total"] - 1)
+    assert ("off_because" in report) == (abs(report["predicted_error"]) > 0.2)
 
 
 def test_auto_with_pipelined_models_can_switch_to_other_partitions(digits, monkeypatch):
@@ -583,7 +587,7 @@ def test_reproduce_sgc_training_small(tmp_path):
 
     def table():
         doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False,
-                               model="mlp", time_scale=0.5)
+                               model="mlp", time_scale=0.5, repeats=1)
         return doc, [{k: v for k, v in r.items() if k != "search_ms"} for r in doc["rows"]]
 
     doc, idle = table()
@@ -668,22 +672,27 @@ def test_fit_config_objects_merge_with_keywords_and_refuse_what_fit_does_not_use
         fit(LNBNNet(), digits[0], lr=0.1)
 
 
-def test_auto_takes_its_load_slope_from_the_injected_delays_when_they_are_the_whole_time():
-    """code="auto" without load_slope: App. J's fit on the delays injected in full (the trace
-    rule's alpha, exactly); with inject="excess" (what every worker shares, the load's cost
-    included, is not injected) or no delay model it is left to the probe's estimate; a given
-    slope is used as given."""
+def test_auto_load_slope_is_the_injected_delays_plus_the_workers_own_time():
+    """code="auto" without load_slope: the injected delays' slope, fitted as App. J does when they
+    are injected in full (the trace rule's alpha, exactly; 0 for "excess" or nothing injected), plus
+    n x the probe's fastest worker's own time (arrival less injected delay); a given slope as given."""
     from gradcode.runtime import TrainSpec
-    from gradcode.torch.fit import _auto_load_slope
+    from gradcode.schemes.switch import ProbeThenSwitch
+    from gradcode.torch.fit import _injected_slope
 
     d = np.ones((12, 4))
     rule = ("trace", {"delays": d, "trace_load": 0.25, "load_slope": 1.5})
-    slope, source = _auto_load_slope(TrainSpec("uncoded", workers=4, delay_model=rule, inject="full"),
-                                     gt.TorchConfig(), 4, 12)
-    assert slope == pytest.approx(1.5) and "fitted on the injected delays" in source and "R^2" in source
-    assert _auto_load_slope(TrainSpec("uncoded", workers=4, delay_model=rule), gt.TorchConfig(), 4, 12) == \
-        (None, "given")
-    assert _auto_load_slope(TrainSpec("uncoded", workers=4), gt.TorchConfig(load_slope=0.7), 4, 12) == (0.7, "given")
+    slope, source = _injected_slope(TrainSpec("uncoded", workers=4, delay_model=rule, inject="full"), 4, 12)
+    assert slope == pytest.approx(1.5) and "fitted as App. J does" in source and "R^2" in source
+    assert _injected_slope(TrainSpec("uncoded", workers=4, delay_model=rule), 4, 12)[0] == 0.0
+    assert _injected_slope(TrainSpec("uncoded", workers=4), 4, 12)[0] == 0.0
+    switch = ProbeThenSwitch(4, 2, 6, injected_slope=1.5, injected_from="rule")
+    switch.observe_times(0, [1.25, 1.5, 2.0, -1.0], injected=[1.0, 1.0, 1.0, 1.0])  # own: 0.25, 0.5, 1.0, late
+    switch.observe_times(1, [1.75, 1.5, 1.25, 1.5], injected=[1.0, 1.0, 1.0, 1.0])  # own: fastest 0.25
+    assert switch.report["alpha"] == pytest.approx(1.5 + 4 * 0.25) and switch.report["alpha_from"].startswith("rule")
+    given = ProbeThenSwitch(4, 1, 3, load_slope=0.7, injected_slope=1.5)
+    given.observe_times(0, [1.0, 1.0, 1.0, 1.0])
+    assert (given.report["alpha"], given.report["alpha_from"]) == (0.7, "given")
 
 
 def test_sgc_training_repetitions_are_averaged_in_table_1s_form(tmp_path):
@@ -705,3 +714,19 @@ def test_sgc_training_repetitions_are_averaged_in_table_1s_form(tmp_path):
     assert "over 2 repetitions" in doc["notes"][0] and "M-SGC is ahead of GC in" in doc["notes"][0]
     with pytest.raises(ValueError, match="repeats"):
         run_reproduction("sgc-training", repeats=0, out=str(tmp_path))
+
+
+def test_reproduce_sgc_resnet_small(tmp_path):
+    """gradcode reproduce sgc-resnet (SGC App. L) at a CI size: its own rule (mu = 5), 16-bit
+    messages, batch 512, a 20-round reference by default; the note compares with App. L's claim."""
+    from gradcode.experiments.reproduce import run_reproduction
+
+    doc = run_reproduction("sgc-resnet", workers=8, jobs=12, probe=6, out=str(tmp_path), plot=False, model="mlp",
+                           repeats=1)
+    note = doc["notes"][0]
+    assert "mu = 5" in note and "float16 messages" in note and "batch 512" in note and "11.6 %" in note
+    assert "-" not in note.split("Here M-SGC")[1].split("(")[0]  # "0.4 % slower", never "-0.4 % slower"
+    assert doc["stragglers_identified"] == 0 and "no code has a straggler to tolerate" in doc["notes"][2]
+    assert {r["scheme"] for r in doc["rows"]} == {"uncoded", "GC", "SR-SGC", "M-SGC"}
+    assert all(np.isfinite(r["time_to_jobs"]) for r in doc["rows"])
+    assert doc["title"].startswith("SGC App. L") and doc["files"] == [str(tmp_path / "sgc-resnet.json")]

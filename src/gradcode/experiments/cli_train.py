@@ -143,7 +143,8 @@ class O:
     load_slope = Annotated[float, typer.Option(
         "--load-slope",
         help="--scheme auto: seconds per unit of load that the search adds to the probe's times (SGC App. J's "
-             "alpha; default: fitted on the injected delay model with --inject full, else estimated).")]
+             "alpha; default: the injected delays' slope, fitted with --inject full, plus n x the fastest "
+             "worker's own time in the probe).")]
     probe = Annotated[int, typer.Option(
         "--probe",
         help="--scheme auto: rounds trained uncoded to measure the workers before switching to the scheme "
@@ -437,6 +438,10 @@ def run_configured(configured, callback):
                  + ", ".join(f"{x['scheme']} {x['params']} {x['time']:.3g} s" for x in res.auto["candidates"][:4])
                  + f"; search {1e3 * res.auto['search_seconds']:.3g} ms; load slope {res.auto['alpha']:.4g} s per unit"
                  f" load, {res.auto['alpha_from']})")
+            if "ran_total" in res.auto:
+                error = round(100 * res.auto["predicted_error"], 1) + 0.0  # no "-0.0"
+                note(f"auto: the rounds after the switch took {res.auto['ran_total']:.3g} s, the prediction's error"
+                     f" {error:+.1f} %" + (f": {res.auto['off_because']}" if "off_because" in res.auto else ""))
         return res.result
     from gradcode.runtime import train
 

@@ -405,7 +405,7 @@ class RoundDriver:
             self.state.arrivals[t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
         observe = getattr(scheme, "observe_times", None)  # schemes that adapt to measured times
         if observe is not None:
-            observe(t, self.state.arrivals[t].copy())
+            observe(t, self.state.arrivals[t].copy(), self.state.injected[t].copy())
         for w in sorted(dropped):
             self._fault(t, w, "dropped", self.close_error or (
                 "the scheme dropped its result: decoding with it gave non-finite values, or (verify)"

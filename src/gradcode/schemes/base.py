@@ -168,10 +168,11 @@ an array when driven by hand) or ``None`` (simulator)."""
                 raise ValueError(f"rates must have shape ({self.n},), got {rates.shape}")
         self._observe_states(t, straggling, rates)
 
-    def observe_times(self, t: int, times) -> None:
+    def observe_times(self, t: int, times, injected=None) -> None:
         """After round ``t`` closed, a driver hands over its measured times: ``times[w]`` seconds
         after the round started at which worker ``w`` delivered its result, ``-1`` for a
-        straggler. Schemes that adapt to measured times (:class:`~gradcode.schemes.switch.ProbeThenSwitch`)
+        straggler, and ``injected[w]`` the delay it injected into that worker's task (None: none).
+        Schemes that adapt to measured times (:class:`~gradcode.schemes.switch.ProbeThenSwitch`)
         use them; others ignore them."""
 
     def worker_out(self, t: int, worker: int) -> None:

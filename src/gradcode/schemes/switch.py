@@ -16,7 +16,10 @@ result (a worker that did not, a dead one, gets the round's slowest time). The l
 ``alpha`` (seconds per unit of load, App. J) cannot be fitted from one load: unless given it is
 estimated as ``n`` times the median over probe rounds of the fastest worker's time, i.e. the
 fastest worker's time is taken as all computation at the uncoded load ``1/n`` (an upper bound on
-the slope when part of it is communication, which favours lighter schemes). The probe is tiled to
+the slope when part of it is communication, which favours lighter schemes). :class:`ProbeThenSwitch`
+splits what it knows: the slope of the delays it injects (App. J's fit on them, given by its
+trainer) plus ``n`` times the fastest worker's *own* time (its arrival less its injected delay),
+so delays that do not grow with the load are not mistaken for computation. The probe is tiled to
 cover the jobs left (its behaviour is assumed to repeat). The closing rule of the search is the
 run's: ``"decodable"`` is the replay with ``mu = 0`` and the decodable wait-out (the round ends
 as soon as the pattern conforms), a number ``mu`` the paper's rule with the run's wait-out.
@@ -112,15 +115,19 @@ class ProbeThenSwitch(Scheme):
     """Uncoded for ``probe`` rounds, then the scheme :func:`choose_after_probe` picks from the
     measured times (module docstring). ``rounds``: the run's rounds (the jobs left are ``rounds -
     probe``, one a round); ``models``, ``close``, ``waitout``, ``load_slope``, ``seed``,
-    ``families``: as :func:`choose_after_probe` (which searches every ``W`` up to the jobs left); ``decode_rtol``: set on the chosen scheme's codes. ``report``
-    holds the choice once made."""
+    ``families``: as :func:`choose_after_probe` (which searches every ``W`` up to the jobs left);
+    ``decode_rtol``: set on the chosen scheme's codes. Without ``load_slope``, the search's is
+    ``injected_slope`` (the slope of the delays the run injects, fitted as App. J does; said by
+    ``injected_from``) plus ``n`` times the median over probe rounds of the fastest worker's own
+    time (module docstring). ``report`` holds the choice once made."""
 
     changes_layout = True
     label = "auto"
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
                  waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                 decode_rtol: float | None = None, families=None, load_slope_from: str = "given"):
+                 decode_rtol: float | None = None, families=None, injected_slope: float = 0.0,
+                 injected_from: str = "no delays injected"):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
 
@@ -139,9 +146,12 @@ class ProbeThenSwitch(Scheme):
             if models < 2 and not set(families) & {"uncoded", "crc"}:
                 raise ValueError(f"families {families!r} are sequential codes, whose jobs span rounds: they need"
                                  " models >= 2 (pipelined models), or add 'crc'")
-        self._options = dict(models=models, close=close, waitout=waitout, load_slope=load_slope, seed=seed,
-                             families=families, load_slope_from=load_slope_from)
+        self._options = dict(models=models, close=close, waitout=waitout, seed=seed, families=families)
+        self.load_slope = None if load_slope is None else check_real("load_slope", load_slope, minimum=0.0)
+        self.injected_slope = check_real("injected_slope", injected_slope, minimum=0.0)
+        self.injected_from = str(injected_from)
         self._times = np.zeros((self.probe, self.n))
+        self._own = np.full((self.probe, self.n), np.nan)  # each worker's time less its injected delay
         self.decode_rtol = decode_rtol
         self.report: dict | None = None
         self.chunks = 1
@@ -176,19 +186,33 @@ class ProbeThenSwitch(Scheme):
     def stored_partitions(self, worker: int) -> tuple[int, ...]:
         return self.first.stored_partitions(worker)
 
-    def observe_times(self, t: int, times) -> None:
+    def observe_times(self, t: int, times, injected=None) -> None:
         if t < self.probe:
             row = np.asarray(times, dtype=np.float64).copy()
             late = row < 0
+            own = row - (0.0 if injected is None else np.asarray(injected, dtype=np.float64))
+            self._own[t] = np.where(late, np.nan, np.maximum(own, 0.0))
             if late.all():
                 row[:] = 0.0
             elif late.any():
                 row[late] = row[~late].max()  # at least the round's slowest time
             self._times[t] = row
             if t == self.probe - 1 and self.second is None:
+                slope, source = self._load_slope()
                 self.second, self.report = choose_after_probe(self._times, jobs=self.rounds - self.probe,
+                                                              load_slope=slope, load_slope_from=source,
                                                               **self._options)
                 set_decode_rtol(self.second, self.decode_rtol)
+
+    def _load_slope(self) -> tuple[float, str]:
+        """The search's load slope and where it comes from (class docstring)."""
+        if self.load_slope is not None:
+            return self.load_slope, "given"
+        fastest = np.nanmin(np.where(np.isnan(self._own).all(axis=1, keepdims=True), 0.0, self._own), axis=1)
+        own = float(self.n * np.median(fastest))
+        return self.injected_slope + own, (
+            f"{self.injected_from}: {self.injected_slope:.4g}, plus n x the fastest worker's own time in the probe"
+            f" (its arrival less its injected delay: an upper bound of the computation's slope): {own:.4g}")
 
     def round_stragglers(self, counts, planned) -> np.ndarray:
         return self.current.round_stragglers(counts, planned)

@@ -228,10 +228,10 @@ def fit(
         probe = check_int("probe", 20 if tconf.probe is None else tconf.probe, minimum=1)
         if rounds <= probe:
             raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
-        load_slope, slope_from = _auto_load_slope(spec, tconf, scheme.n, rounds)
+        injected, injected_from = _injected_slope(spec, scheme.n, rounds)
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
-                                 load_slope=load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
-                                 families=tconf.families, load_slope_from=slope_from)
+                                 load_slope=tconf.load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
+                                 families=tconf.families, injected_slope=injected, injected_from=injected_from)
         tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
     run_engine, shipping = _engine(engine, tspec)
     spec = _run_spec(spec, scheme, tspec, optimizers)
@@ -240,18 +240,17 @@ def fit(
                   (cluster, faults, run, run_engine, shipping, callback))
 
 
-def _auto_load_slope(spec, tconf, n: int, rounds: int) -> tuple[float | None, str]:
-    """``code="auto"``'s load slope and where it comes from: ``TorchConfig.load_slope`` when given;
-    else, when the injected delays are the workers' whole time (``inject="full"``), App. J's fit on
-    them (:func:`~gradcode.runtime.master.injected_load_fit`); else None (the probe's estimate)."""
-    if tconf.load_slope is not None:
-        return tconf.load_slope, "given"
+def _injected_slope(spec, n: int, rounds: int) -> tuple[float, str]:
+    """The load slope of the delays a ``code="auto"`` run injects and what it is: App. J's fit on
+    them when they are the model's whole time (``inject="full"``,
+    :func:`~gradcode.runtime.master.injected_load_fit`); 0 otherwise (``"excess"`` leaves out what
+    every worker shares, the load's cost included; or nothing injected)."""
     from gradcode.runtime.master import injected_load_fit
 
     fitted = injected_load_fit(spec, n, rounds)
     if fitted is None:
-        return None, "given"
-    return max(fitted.slope, 0.0), f"fitted on the injected delays as App. J does (Fig. 16): {fitted.line()}"
+        return 0.0, "no load-dependent delay injected"
+    return max(fitted.slope, 0.0), f"the injected delays' slope, fitted as App. J does (Fig. 16: {fitted.line()})"
 
 
 def _run_spec(spec, scheme, tspec: TorchSpec, optimizers: list):
@@ -414,7 +413,8 @@ def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> 
                               initial_params=initial)
     if result.resumed_from:  # the rounds run before the resume, from the checkpoint's tables
         history[:0] = _earlier_records(result, result.resumed_from)
-    if switch is not None:  # what was chosen and why, in the records too
+    if switch is not None:  # what was chosen and why, and how the prediction fared, in the records too
+        _compare_prediction(switch, result)
         result.config["auto"] = switch.report
         result.save(result.run_dir)
     trained = []
@@ -424,6 +424,25 @@ def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> 
         trained.append(opt.module)
     return FitResult(model=trained[0], models=trained, history=history, result=result, run_dir=str(result.run_dir),
                      spec=tspec, auto=switch.report if switch is not None else None)
+
+
+def _compare_prediction(switch: ProbeThenSwitch, result) -> None:
+    """Add to ``switch.report`` the time the rounds after the switch took (``ran_total``) and the
+    prediction's relative error (``predicted_error``); beyond 20 % the report's ``off_because``
+    says why it can be: the replay stands the probe's times, repeated, for the rounds after it
+    (whose own delays differ), with the load slope it was given or fitted."""
+    report = switch.report
+    if report is None or "predicted_total" not in report.get("chosen", {}) or result.round_times.size <= switch.probe:
+        return
+    ran = float(result.round_times[switch.probe:].sum())
+    predicted = float(report["chosen"]["predicted_total"])
+    report["ran_total"] = ran
+    report["predicted_error"] = predicted / ran - 1 if ran > 0 else math.nan
+    if not abs(report["predicted_error"]) <= 0.2:
+        report["off_because"] = (
+            f"the replay repeats the probe's {report['probe_rounds']} rounds for the {report['jobs']} jobs after it,"
+            f" whose own delays differ, with a load slope of {report['alpha']:.4g} s per unit load"
+            f" ({report['alpha_from']}); the rounds after the switch are the run's, not a repetition of the probe")
 
 
 def _earlier_records(result, rounds: int) -> list[dict]:
