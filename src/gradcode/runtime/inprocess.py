@@ -18,8 +18,9 @@ The compute clock is *declared*, not read from the host, unless asked for: a
 it computed plus ``per_message`` (so a worker with more partitions is slower by exactly its extra
 samples), the same on a loaded and an idle machine; ``"calibrated"`` (what ``engine="inprocess"``
 uses) fixes ``per_sample`` once, when the workers start, from the median of timed gradients of
-worker 0's first partition, and the run's ``clock`` record says which value was used (pass it as
-a :class:`ComputeCost` to repeat the run to the bit); ``"measured"`` charges each message the
+worker 0's first partition, in this thread's CPU time (beside two processes that kept both cores
+busy it came out 15-50 % above idle, where wall time would double), and the run's ``clock``
+record says which value was used (pass it as a :class:`ComputeCost` to repeat the run to the bit); ``"measured"`` charges each message the
 wall time its computation took here (the host's load included: labelled so in the records).
 A message is delivered as a read-only copy, as Ray serializes it when the worker sends it: what
 the worker's problem does with its buffers afterwards cannot change a message the driver holds.
