@@ -780,8 +780,9 @@ def test_the_in_process_clock_is_chosen_and_checked():
     assert measured.clock == {"clock": "virtual", "compute": "measured"}
     with pytest.raises(ValueError, match="compute_time must be"):
         InProcessEngine(compute_time="wall")
-    for bad in (-1.0, float("nan"), "1e-3", True):
-        with pytest.raises(ValueError, match="per_sample must be a finite number"):
+    for bad, error in ((-1.0, "must be >= 0"), (float("nan"), "must be finite"), ("1e-3", "must be a real number"),
+                       (True, "must be a real number")):
+        with pytest.raises((ValueError, TypeError), match=f"ComputeCost.per_sample {error}"):
             ComputeCost(per_sample=bad)
-    with pytest.raises(ValueError, match="finite number"):
+    with pytest.raises(ValueError, match="per_message must be >= 0"):
         InProcessEngine(compute_time=-0.1)

@@ -20,8 +20,9 @@ samples), the same on a loaded and an idle machine; ``"calibrated"`` (what ``eng
 uses) fixes ``per_sample`` once, when the workers start, from the median of timed gradients of
 worker 0's first partition, in this thread's CPU time (beside two processes that kept both cores
 busy it came out 15-50 % above idle, where wall time would double), and the run's ``clock``
-record says which value was used (pass it as a :class:`ComputeCost` to repeat the run to the bit); ``"measured"`` charges each message the
-wall time its computation took here (the host's load included: labelled so in the records).
+record says which value was used (pass it as a :class:`ComputeCost` to repeat the run to the
+bit); ``"measured"`` charges each message the wall time its computation took here (the host's
+load included: labelled so in the records).
 A message is delivered as a read-only copy, as Ray serializes it when the worker sends it: what
 the worker's problem does with its buffers afterwards cannot change a message the driver holds.
 ``poll(timeout)`` jumps the clock to the next due step (or by ``timeout`` when none is due
@@ -50,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from gradcode._validation import check_real
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.worker import build_core
@@ -72,11 +74,7 @@ class ComputeCost:
 
     def __post_init__(self):
         for name in ("per_sample", "per_message"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"ComputeCost.{name} must be a finite number of seconds >= 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, check_real(f"ComputeCost.{name}", getattr(self, name), minimum=0.0))
 
     def seconds(self, samples: int) -> float:
         return self.per_sample * samples + self.per_message

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -240,7 +239,7 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
                  " update)", 3.0 * spec.models * int(master_problem.dim) * 8)
     optimizers, opt_names, opt_params = _optimizers(spec, master_problem)
     dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
-    draw, comm = _injected(spec, dmodel, scheme, rounds)
+    draw, comm = _injected(spec, dmodel, scheme.n, scheme.chunks, rounds)
     failures = parse_failures(faults.fail, n=n, rounds=rounds)
     config = {
         "code": _scheme_name(code), "scheme": repr(scheme), "code_params": plain(dict(spec.code_params or {})),
@@ -306,16 +305,17 @@ def _optimizers(spec: TrainSpec, problem) -> tuple[list, list[str], list[dict]]:
     return [make_optimizer(spec.optimizer, **p) for p in params], names, params
 
 
-def _injected(spec: TrainSpec, dmodel, scheme, rounds: int):
-    """``(draw, comm)``: the delays injected in the run (the simulator's convention: one draw of
-    the delay model for the run from ``default_rng(seed)``; ``inject="excess"``: less the fastest
-    worker's) and each message's modelled communication time; ``(None, 0.0)`` without a model."""
+def _injected(spec: TrainSpec, dmodel, n: int, chunks: int, rounds: int):
+    """``(draw, comm)``: the delays injected in a run of ``n`` workers (the simulator's convention:
+    one draw of the delay model for the run from ``default_rng(seed)``; ``inject="excess"``: less
+    the fastest worker's) and the modelled communication time of each message (``1/chunks`` of a
+    gradient); ``(None, 0.0)`` without a model."""
     if dmodel is None:
         return None, 0.0
-    draw = dmodel.draw(rounds, scheme.n, np.random.default_rng(spec.seed))
+    draw = dmodel.draw(rounds, n, np.random.default_rng(spec.seed))
     if spec.inject == "excess":
         draw = _excess_over_fastest(draw)
-    return draw, float(dmodel.message_time(1.0 / int(scheme.chunks)))
+    return draw, float(dmodel.message_time(1.0 / int(chunks)))
 
 
 def injected_load_fit(spec: TrainSpec, n: int, rounds: int):
@@ -329,7 +329,7 @@ def injected_load_fit(spec: TrainSpec, n: int, rounds: int):
     dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
     if dmodel is None or spec.inject != "full":
         return None
-    draw, comm = _injected(spec, dmodel, SimpleNamespace(n=n, chunks=1), rounds)
+    draw, comm = _injected(spec, dmodel, n, 1, rounds)
     return fit_draw_slope(draw, comm=comm)
 
 

@@ -248,7 +248,7 @@ class WorkerCore:
         of its first partition's rows for job 0 (a mini-batch problem's batch; at most 256 rows of
         a full-batch one), at zero parameters, over their number of samples (0 without data).
         Timed in this thread's CPU time, not wall time: other processes competing for the cores
-        do not lengthen it (the in-process engine computes on one thread)."""
+        lengthen it far less (the in-process engine computes on one thread)."""
         if not self.partitions:
             return 0.0
         j, rows = next(iter(self.partitions.items()))
