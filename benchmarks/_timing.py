@@ -59,4 +59,5 @@ def exported_source(ref: str):
 
 def with_source(path: str) -> dict:
     """This process's environment with ``path`` first on ``PYTHONPATH`` (Ray's workers inherit it)."""
-    return dict(os.environ, GRADCODE_BENCH_SRC=path, PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
+    return dict(os.environ, GRADCODE_BENCH_SRC=path,
+                PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))

@@ -208,17 +208,19 @@ def per_step_against(ref: str, repeats: int) -> None:
         for i in range(repeats):
             for code in ("uncoded", "crc"):
                 for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
-                    proc = subprocess.run([sys.executable, __file__, "--child-step", code], env=with_source(sources[name]),
-                                          capture_output=True, text=True, check=False)
+                    proc = subprocess.run([sys.executable, __file__, "--child-step", code],
+                                          env=with_source(sources[name]), capture_output=True, text=True, check=False)
                     if proc.returncode:
                         raise RuntimeError(f"{name} {code} failed:\n{proc.stderr[-3000:]}")
                     step, part = proc.stdout.split()[-2:]
                     got[code, name].append(float(step))
                     got.setdefault(("partition", name), []).append(float(part))
-                    print(f"  repeat {i} {code} {name}: {1e3 * got[code, name][-1]:.1f} ms", file=sys.stderr, flush=True)
+                    print(f"  repeat {i} {code} {name}: {1e3 * got[code, name][-1]:.1f} ms", file=sys.stderr,
+                          flush=True)
     for code in ("uncoded", "crc"):
         before, after = (statistics.median(got[code, k]) for k in ("before", "after"))
-        print(f"  {code:8s} before {1e3 * before:6.1f} ms  after {1e3 * after:6.1f} ms  after/before {after / before:.2f}")
+        print(f"  {code:8s} before {1e3 * before:6.1f} ms  after {1e3 * after:6.1f} ms"
+              f"  after/before {after / before:.2f}")
     part = statistics.median(got["partition", "before"] + got["partition", "after"])
     extra = N_WORKERS * part / (os.cpu_count() or 1)
     print(f"  one partition's gradient {1e3 * part:.2f} ms; CRC s = 1's extra compute a step on {os.cpu_count()} cores:"

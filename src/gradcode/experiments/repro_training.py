@@ -96,31 +96,31 @@ def _engine(engine: str, compute: str):
     return lambda: InProcessEngine(compute_time=clock)
 
 
-def _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine, time_scale, o):
+def _setup(o, rounds: int, seed: int):
     """The delay model (synthetic bursty profile, or a trace file), the data and the options every
-    run of an SGC training reproduction shares (Sec. 4.2: the mu-rule with ``o.mu`` (the paper: 1;
-    App. L: 5) and wait-out of every worker, the model's whole time injected, ``o.batch_size``,
-    messages in ``o.wire_dtype``)."""
+    run of an SGC training reproduction ``o`` shares (Sec. 4.2: the mu-rule with ``o.mu`` (the
+    paper: 1; App. L: 5) and wait-out of every worker, the model's whole time injected,
+    ``o.batch_size``, messages in ``o.wire_dtype``): ``(profile, workers, (train, model factory),
+    common fit options)`` for ``rounds`` rounds drawn from ``seed``."""
     from gradcode.stragglers import load_trace
 
-    rng = np.random.default_rng(seed)
-    if trace is not None:
-        profile = load_trace(trace)
+    workers = o.workers
+    if o.trace is not None:
+        profile = load_trace(o.trace)
         workers = profile.shape[1]
         if profile.shape[0] < rounds:
             profile = np.resize(profile, (rounds, workers))
     else:
-        profile = bursty_profile(rounds, workers, rng)
-    time_scale = check_real("time_scale", time_scale, minimum=0.0, strict_min=True)
+        profile = bursty_profile(rounds, workers, np.random.default_rng(seed))
+    time_scale = check_real("time_scale", o.time_scale, minimum=0.0, strict_min=True)
     delays = ("trace", {"delays": profile * time_scale, "trace_load": 1.0 / workers,
-                        "load_slope": load_slope * time_scale})
-    train, test, factory = _data_and_model(data, model, seed)
-    common = dict(workers=workers, models=models, rounds=rounds, delay_model=delays, inject="full",
-                  close=check_real("mu", o.mu, minimum=0.0), waitout="all", engine=_engine(*engine),
+                        "load_slope": o.load_slope * time_scale})
+    train, test, factory = _data_and_model(o.data, o.model, seed)
+    common = dict(workers=workers, models=o.models, rounds=rounds, delay_model=delays, inject="full",
+                  close=check_real("mu", o.mu, minimum=0.0), waitout="all", engine=_engine(o.engine, o.compute),
                   batch_size=o.batch_size, wire_dtype=o.wire_dtype, optimizer="adam", optimizer_params={"lr": 3e-3},
                   eval_data=test, seed=seed)
     return profile, workers, (train, factory), common
-
 
 def _train(name, train, common, target, kw, *, fixed=None) -> tuple[dict, list]:
     """One run: its row (parameters, load, time to ``target`` jobs, search time, mean final
@@ -281,34 +281,30 @@ class SGCProbeSwitch:
 
 
 def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
-    """:class:`SGCProbeSwitch`'s run, its options as local names."""
-    (workers, models, jobs, probe, load_slope, seed, trace, out, plot, data, model, engine, time_scale) = (
-        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.seed, o.trace, o.out, o.plot, o.data, o.model,
-        (o.engine, o.compute), o.time_scale)
-    rounds = probe + jobs + 3  # the sequential codes' T stays below the number of models (4)
-    profile, workers, train, common = _setup(workers, models, rounds, load_slope, seed, trace, data, model, engine,
-                                             time_scale, o)
-    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], profile[:probe], workers=workers, jobs=jobs,
-                                          models=models, load_slope=load_slope, seed=seed, mu=o.mu)
-    target = probe + jobs
+    """:class:`SGCProbeSwitch`'s run."""
+    rounds = o.probe + o.jobs + 3  # the sequential codes' T stays below the number of models (4)
+    profile, workers, train, common = _setup(o, rounds, o.seed)
+    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], profile[:o.probe], workers=workers, jobs=o.jobs,
+                                          models=o.models, load_slope=o.load_slope, seed=o.seed, mu=o.mu)
+    target = o.probe + o.jobs
     rows, curves = [], {}
     for name, family in (("uncoded", None), ("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         # the probe sees the scaled delays: the search's slope is scaled with them
-        kw = dict(code="uncoded") if family is None else dict(code="auto", probe=probe,
-                                                             load_slope=load_slope * time_scale, families=(family,))
+        kw = dict(code="uncoded") if family is None else dict(code="auto", probe=o.probe,
+                                                             load_slope=o.load_slope * o.time_scale,
+                                                             families=(family,))
         row, curves[name] = _train(name, train, common, target, kw)
         rows.append(row)
     note = _compare_note(rows, (
-        f"scaled: {_setting(workers, models, data, model, engine)}, batch {o.batch_size}, Adam, mu = {o.mu:g},"
-        f" {o.wire_dtype} messages, T_probe = {probe}, {jobs} jobs"
-        " after it; delays " + (f"from {trace}" if trace else "synthetic bursty (module docstring)")
-        + f", load slope {load_slope} s per unit load. Paper: {FIG18_CLAIM}."))
+        f"scaled: {_setting(workers, o.models, o.data, o.model, (o.engine, o.compute))}, batch {o.batch_size}, Adam,"
+        f" mu = {o.mu:g}, {o.wire_dtype} messages, T_probe = {o.probe}, {o.jobs} jobs after it; delays "
+        + (f"from {o.trace}" if o.trace else "synthetic bursty (module docstring)")
+        + f", load slope {o.load_slope} s per unit load. Paper: {FIG18_CLAIM}."))
     doc = {"title": "SGC App. K / Fig. 18 (scaled): uncoded first, switch after T_probe rounds",
-           "notes": [note, *alpha_lines], "probe": probe, "jobs": jobs, "workers": workers, "models": models,
+           "notes": [note, *alpha_lines], "probe": o.probe, "jobs": o.jobs, "workers": workers, "models": o.models,
            **alpha_doc}
-    return _finish(doc, rows, curves, out, "sgc-probe-switch", plot,
-                   {f"end of the probe ({probe} jobs)": probe, "jobs counted": target})
-
+    return _finish(doc, rows, curves, o.out, "sgc-probe-switch", o.plot,
+                   {f"end of the probe ({o.probe} jobs)": o.probe, "jobs counted": target})
 
 @reproduction("sgc-training")
 @dataclass(frozen=True)
@@ -389,30 +385,25 @@ def _mean_rows(runs: list[list[dict]]) -> list[dict]:
 def _sgc_training_once(o: SGCTraining, seed: int):
     """One repetition of :class:`SGCTraining` with ``seed``: ``(rows, curves, alpha notes, alpha
     document, workers)``."""
-    (workers, models, jobs, probe, load_slope, trace, data, model, engine, time_scale) = (
-        o.workers, o.models, o.jobs, o.probe, o.load_slope, o.trace, o.data, o.model, (o.engine, o.compute),
-        o.time_scale)
     from gradcode.schemes.switch import choose_after_probe
 
-    rounds = jobs + 3
-    profile, workers, train, common = _setup(workers, models, probe + rounds, load_slope, seed, trace, data, model,
-                                             engine, time_scale, o)
-    reference, delays = profile[:probe], profile[probe:]  # measured first, then the run's own rounds
-    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], reference, workers=workers, jobs=jobs,
-                                          models=models, load_slope=load_slope, seed=seed, mu=o.mu)
-    common["delay_model"] = ("trace", {**common["delay_model"][1], "delays": delays * time_scale})
+    rounds = o.jobs + 3
+    profile, workers, train, common = _setup(o, o.probe + rounds, seed)
+    reference, delays = profile[:o.probe], profile[o.probe:]  # measured first, then the run's own rounds
+    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], reference, workers=workers, jobs=o.jobs,
+                                          models=o.models, load_slope=o.load_slope, seed=seed, mu=o.mu)
+    common["delay_model"] = ("trace", {**common["delay_model"][1], "delays": delays * o.time_scale})
     common["rounds"] = rounds
     rows, curves = [], {}
-    row, curves["uncoded"] = _train("uncoded", train, common, jobs, dict(code="uncoded"))
+    row, curves["uncoded"] = _train("uncoded", train, common, o.jobs, dict(code="uncoded"))
     rows.append(row)
     for name, family in (("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
-        scheme, report = choose_after_probe(reference, jobs=jobs, models=models, close=o.mu, waitout="all",
-                                            load_slope=load_slope, seed=seed, families=(family,))
-        row, curves[name] = _train(name, train, common, jobs, dict(code=scheme), fixed=report["chosen"])
+        scheme, report = choose_after_probe(reference, jobs=o.jobs, models=o.models, close=o.mu, waitout="all",
+                                            load_slope=o.load_slope, seed=seed, families=(family,))
+        row, curves[name] = _train(name, train, common, o.jobs, dict(code=scheme), fixed=report["chosen"])
         row["search_ms"] = round(1e3 * report["search_seconds"], 2)
         rows.append(row)
     return rows, curves, alpha_lines, alpha_doc, workers
-
 
 @reproduction("sgc-resnet")
 @dataclass(frozen=True)
@@ -538,37 +529,33 @@ class AGCTraining:
 
 
 def _agc_training(o: AGCTraining) -> dict:
-    """:class:`AGCTraining`'s run, its options as local names."""
-    (ps, iterations, workers, d, L, batch_size, lr, target, schemes, seed, wire_dtype, decode_rtol, out, plot,
-     data, model, engine, time_scale) = (
-        o.ps, o.iterations, o.workers, o.d, o.L, o.batch_size, o.lr, o.target, o.schemes, o.seed, o.wire_dtype,
-        o.decode_rtol, o.out, o.plot, o.data, o.model, (o.engine, o.compute), o.time_scale)
+    """:class:`AGCTraining`'s run."""
     from gradcode.analysis import draw_restart_epochs
 
-    iterations = check_int("iterations", iterations, minimum=1)
-    time_scale = check_real("time_scale", time_scale, minimum=0.0, strict_min=True)
-    ps = [check_real("p", p, minimum=0.0, maximum=1.0, strict_max=True) for p in np.atleast_1d(ps).tolist()]
+    iterations = check_int("iterations", o.iterations, minimum=1)
+    time_scale = check_real("time_scale", o.time_scale, minimum=0.0, strict_min=True)
+    ps = [check_real("p", p, minimum=0.0, maximum=1.0, strict_max=True) for p in np.atleast_1d(o.ps).tolist()]
+    schemes = o.schemes
     names = list(AGC_TRAINING_SCHEMES) if schemes is None else [schemes] if isinstance(schemes, str) else list(schemes)
     unknown = [s for s in names if s not in AGC_TRAINING_SCHEMES]
     if unknown:
         raise ValueError(f"unknown scheme(s) {unknown}; choose from {list(AGC_TRAINING_SCHEMES)}")
-    train, test, factory = _data_and_model(data, model, seed)
-    fit_options = dict(workers=workers, rounds=iterations, batch_size=batch_size, optimizer="sgd",
-                       optimizer_params={"lr": lr}, engine=_engine(*engine), wire_dtype=wire_dtype, decode_rtol=decode_rtol,
-                       inject="full", close="decodable", eval_data=test, eval_every=max(1, iterations // 20),
-                       seed=seed)
+    train, test, factory = _data_and_model(o.data, o.model, o.seed)
+    fit_options = dict(workers=o.workers, rounds=iterations, batch_size=o.batch_size, optimizer="sgd",
+                       optimizer_params={"lr": o.lr}, engine=_engine(o.engine, o.compute), wire_dtype=o.wire_dtype,
+                       decode_rtol=o.decode_rtol, inject="full", close="decodable", eval_data=test,
+                       eval_every=max(1, iterations // 20), seed=o.seed)
     rows, curves = [], {}
     for p in ps:
-        epochs = draw_restart_epochs(iterations, workers, p, np.random.default_rng([seed, round(p * 1e6)]))
+        epochs = draw_restart_epochs(iterations, o.workers, p, np.random.default_rng([o.seed, round(p * 1e6)]))
         for name in names:
-            row, curves[f"{name} p={p:g}"] = _agc_run(name, p, epochs, (train, factory), fit_options, d=d, L=L,
-                                                       target=target, time_scale=time_scale)
+            row, curves[f"{name} p={p:g}"] = _agc_run(name, p, epochs, (train, factory), fit_options, d=o.d, L=o.L,
+                                                       target=o.target, time_scale=time_scale)
             rows.append(row)
-    info = dict(ps=ps, iterations=iterations, workers=workers, d=d, L=L, target=target, batch_size=batch_size,
-                lr=lr, wire_dtype=wire_dtype, decode_rtol=decode_rtol,
-                setting=_setting(workers, 1, data, model, engine))
-    return _agc_finish(rows, curves, out, plot, info)
-
+    info = dict(ps=ps, iterations=iterations, workers=o.workers, d=o.d, L=o.L, target=o.target,
+                batch_size=o.batch_size, lr=o.lr, wire_dtype=o.wire_dtype, decode_rtol=o.decode_rtol,
+                setting=_setting(o.workers, 1, o.data, o.model, (o.engine, o.compute)))
+    return _agc_finish(rows, curves, o.out, o.plot, info)
 
 def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, *, d: int, L: int, target: float,
              time_scale: float) -> tuple[dict, list]:
