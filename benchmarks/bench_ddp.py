@@ -1,6 +1,6 @@
 """The anchor: gradcode against what a practitioner would use, Ray Train's ``TorchTrainer`` (PyTorch
-DDP over gloo, CPU), on the same model, data, batch size, optimizer and injected delays (issue 19,
-item 3). Needs the benchmark-only extra ``pip install -e ".[ddp]"`` (``ray[train]``). Run from the
+DDP over gloo, CPU), on the same model, data, batch size, optimizer and injected delays. Needs the
+benchmark-only extra ``pip install -e ".[ddp]"`` (``ray[train]``). Run from the
 repo root:
 
     python benchmarks/bench_ddp.py [--repeats 3] [--target 0.9] [--delay 0.2]

@@ -1,5 +1,6 @@
-"""How a round could reach its workers on Ray 2.60 (issue 30, item 4: measure what Ray offers
-against today's actor calls before redesigning the round). Run from the repo root:
+"""How a round could reach its workers on Ray 2.60: what Ray offers (actor calls on async or
+synchronous actors, parameters through the object store or inside the task, compiled graphs),
+measured side by side. Run from the repo root:
 
     python benchmarks/bench_ray_paths.py [--rounds 200] [--d 20555]
 

@@ -1,4 +1,4 @@
-"""The papers' training experiments, scaled to one machine (issue 19): real models trained through
+"""The papers' training experiments, scaled to one machine: real models trained through
 :func:`gradcode.torch.fit` on the in-process engine (real gradients, a virtual clock).
 
 * ``sgc-training``: SGC Sec. 4.2, Table 1, Fig. 2: the same four models, each family's parameters
