@@ -128,7 +128,8 @@ class _Reached(Exception):
 
 
 def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[float, int]:
-    from gradcode.torch import SmallCNN, digits, fit, fit_configs
+    from gradcode.runtime import RunConfig, TrainSpec
+    from gradcode.torch import SmallCNN, TorchConfig, digits, fit
 
     (X, y), test = digits(seed=0)
     slow = stragglers(MAX_STEPS, seed)
@@ -145,15 +146,13 @@ def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[flo
                 reached["t"], reached["steps"] = now - reached["start"], rec["round"] + 1
                 raise _Reached  # the run stops: the target was reached
 
-    kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=MAX_STEPS, optimizer="adam",
-              optimizer_params={"lr": 3e-3}, eval_data=test, eval_every=EVAL_EVERY,
-              delay_model=("trace", {"delays": delays}), inject="full", seed=0)
-    if code == "crc":
-        kw["stragglers"] = 1
-    if code == "auto":
-        kw["probe"] = 5
+    spec = TrainSpec(code, workers=N_WORKERS, stragglers=1 if code == "crc" else 0, delay_model="trace",
+                     delay_params={"delays": delays}, inject="full", seed=0)
+    tconf = TorchConfig(batch_size=BATCH, optimizer="adam", optimizer_params={"lr": 3e-3}, eval_data=test,
+                        probe=5 if code == "auto" else None)
     try:
-        fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **fit_configs(**kw), callback=stop_at_target)
+        fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), spec, torch_config=tconf,
+            run=RunConfig(rounds=MAX_STEPS, eval_every=EVAL_EVERY), callback=stop_at_target)
     except _Reached:
         pass
     return reached.get("t", float("nan")), reached.get("steps", MAX_STEPS)
@@ -164,16 +163,15 @@ STEP_ROUNDS, STEP_WARMUP = 150, 20
 
 def step_time(code: str) -> float:
     """Median seconds between consecutive rounds of a gradcode run without delays (``--per-step``)."""
-    from gradcode.torch import SmallCNN, digits, fit, fit_configs
+    from gradcode.runtime import RunConfig, TrainSpec
+    from gradcode.torch import SmallCNN, TorchConfig, digits, fit
 
     (X, y), _ = digits(seed=0)
     stamps = []
-    kw = dict(code=code, workers=N_WORKERS, batch_size=BATCH, rounds=STEP_ROUNDS, optimizer="adam",
-              optimizer_params={"lr": 3e-3}, eval_every=0, seed=0)
-    if code == "crc":
-        kw["stragglers"] = 1
-    fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), **fit_configs(**kw), callback=lambda rec: stamps.append(
-        time.perf_counter()))
+    spec = TrainSpec(code, workers=N_WORKERS, stragglers=1 if code == "crc" else 0, seed=0)
+    fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), spec,
+        torch_config=TorchConfig(batch_size=BATCH, optimizer="adam", optimizer_params={"lr": 3e-3}),
+        run=RunConfig(rounds=STEP_ROUNDS, eval_every=0), callback=lambda rec: stamps.append(time.perf_counter()))
     return float(np.median(np.diff(stamps)[STEP_WARMUP:]))
 
 

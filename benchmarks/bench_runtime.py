@@ -131,10 +131,10 @@ def _memcpy_floor(n: int, d: int, reps: int) -> float:
 def overhead_round(tmp: Path, n: int, d: int, reps: int) -> float:
     """Median seconds of a training round at ``n`` workers and ``d`` parameters (uncoded, the
     gradient one write of d numbers), over ``reps`` rounds after 2 warm-up rounds."""
-    from gradcode.runtime import configs_from_keywords, train
+    from gradcode.runtime import RunConfig, TrainSpec, train
 
-    res = train(**configs_from_keywords(code="uncoded", workers=n, data=ConstSpec(d), optimizer="gd", optimizer_params={"lr": 0.1},
-                rounds=reps + 2, eval_every=0, run_dir=tmp / f"oh-{n}-{d}-{time.monotonic_ns()}"))
+    res = train(TrainSpec("uncoded", workers=n, data=ConstSpec(d), optimizer="gd", optimizer_params={"lr": 0.1}),
+                run=RunConfig(rounds=reps + 2, eval_every=0, run_dir=tmp / f"oh-{n}-{d}-{time.monotonic_ns()}"))
     return float(np.median(res.round_times[2:]))  # first rounds warm caches
 
 
@@ -217,7 +217,7 @@ SCHEMES = [("uncoded", {}), ("ignore", {}), ("frc", {}), ("crc", {})]
 
 
 def bench_delay(tmp: Path, quick: bool) -> list[dict]:
-    from gradcode.runtime import configs_from_keywords, train
+    from gradcode.runtime import RunConfig, TrainSpec, train
 
     rows = []
     n, s = 8, 3
@@ -229,8 +229,9 @@ def bench_delay(tmp: Path, quick: bool) -> list[dict]:
         row = {"delay s": delay}
         agree, sim_ms = {}, {}
         for name, _ in SCHEMES:
-            res = train(**configs_from_keywords(code=name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic", data_params=data,
-                        rounds=rounds, eval_every=0, run_dir=tmp / f"dl-{name}-{delay}"))
+            res = train(TrainSpec(name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic",
+                                  data_params=data),
+                        run=RunConfig(rounds=rounds, eval_every=0, run_dir=tmp / f"dl-{name}-{delay}"))
             row[f"{name} ms"] = 1e3 * float(np.median(res.round_times[1:]))
             if delay > 0:  # the simulator on the same model and seed: same stragglers?
                 code = make_code(name, n=n) if name == "uncoded" else make_code(name, n=n, s=s)
@@ -249,7 +250,7 @@ def bench_delay(tmp: Path, quick: bool) -> list[dict]:
 
 def bench_target(tmp: Path, quick: bool) -> list[dict]:
     from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
-    from gradcode.runtime import configs_from_keywords, train
+    from gradcode.runtime import RunConfig, TrainSpec, train
 
     n, s, delay, seed = 8, 3, 0.2, 0
     data = {"n_samples": 8000, "n_features": 100}
@@ -267,8 +268,9 @@ def bench_target(tmp: Path, quick: bool) -> list[dict]:
     rows = []
     for name, _ in SCHEMES:
         optimizer = "sgd" if name == "ignore" else "nesterov"
-        res = train(**configs_from_keywords(code=name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic", data_params=data,
-                    optimizer=optimizer, rounds=rounds, seed=seed, eval_every=0, run_dir=tmp / f"tg-{name}"))
+        res = train(TrainSpec(name, workers=n, stragglers=s, delay=delay, data="tandon-synthetic", data_params=data,
+                              optimizer=optimizer, seed=seed),
+                    run=RunConfig(rounds=rounds, eval_every=0, run_dir=tmp / f"tg-{name}"))
         hit = np.flatnonzero(res.losses[:, 0] <= target + 1e-12)
         rows.append({
             "scheme": name, "optimizer": optimizer, "target loss": target,

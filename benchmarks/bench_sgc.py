@@ -225,12 +225,12 @@ def build(code, n, params):
 def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
     import ray
 
-    from gradcode.runtime import configs_from_keywords, train
+    from gradcode.runtime import RunConfig, TrainSpec, train
 
     n, M, alpha = 8, 4, 0.4
     X = ray_delays(n, jobs + 4)
     model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
-    runs = {  # (code, code_params)
+    runs = {  # (scheme, scheme_params)
         "uncoded": ("uncoded", {}),
         "gc (crc s=2)": ("crc", {"s": 2}),
         "m-sgc (1,2,2)": ("m-sgc", {"B": 1, "W": 2, "lam": 2, "jobs": jobs}),
@@ -250,9 +250,9 @@ def bench_ray(repeats, jobs, close="decodable", waitout="decodable"):
             rounds = jobs + int(getattr(scheme, "delay", 0) or 0)
             totals, medians, waits = [], [], []
             for r in range(repeats):
-                res = train(**configs_from_keywords(code=code, workers=n, code_params=params, delay_model=model, inject="full", models=M,
-                            rounds=rounds, eval_every=0, run_dir=os.path.join(tmp, f"{code}-{r}"), seed=0,
-                            close=close, waitout=waitout))
+                res = train(TrainSpec(code, workers=n, scheme_params=params, delay_model=model, inject="full", models=M,
+                                      seed=0, close=close, waitout=waitout),
+                            run=RunConfig(rounds=rounds, eval_every=0, run_dir=os.path.join(tmp, f"{code}-{r}")))
                 totals.append(float(np.sum(res.round_times)))
                 medians.append(float(np.median(res.round_times)))
                 waits.append(int(res.waitouts.sum()))

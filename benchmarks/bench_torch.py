@@ -218,7 +218,7 @@ def bench_ray(repeats: int) -> dict:
     init_ray(num_cpus=2)
     floor = _ray_floor(n, d, repeats)
     with tempfile.TemporaryDirectory() as tmp:
-        spec = TrainSpec(code="uncoded", workers=n, data=ConstSpec32(d), optimizer=[SGD32()])
+        spec = TrainSpec(scheme="uncoded", workers=n, data=ConstSpec32(d), optimizer=[SGD32()])
         tracemalloc.start()
         res = run_training(spec, cluster=ClusterConfig(), faults=FaultConfig(), run=RunConfig(
             rounds=repeats + 2, eval_every=0, run_dir=Path(tmp) / "run"))

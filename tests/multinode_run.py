@@ -48,7 +48,7 @@ def main() -> None:
         out["failures"] = [{k: f.get(k) for k in keys} for f in res.failures]
         out["late"] = [np.flatnonzero(a < 0).tolist() for a in res.arrivals]
         cli = subprocess.run([sys.executable, "-m", "gradcode.cli", "train", "--address", cluster.address, "--scheme",
-                              "frc", "--workers", "4", "--stragglers", "1", "--rounds", "5", "--cpus-per-worker", "1",
+                              "frc", "--workers", "4", "--stragglers", "1", "--rounds", "5", "--worker-cpus", "1",
                               "--run-dir", tempfile.mkdtemp(), "--overwrite", "--json"],
                              capture_output=True, text=True, timeout=120)
         out["cli_exit"] = cli.returncode

@@ -196,11 +196,15 @@ class PoisonedWorker:
         return problem, local
 
 
-def train_options(code=None, *, engine=None, callback=None, **options):
-    """:func:`gradcode.runtime.train` with its options flat (``workers=4, rounds=6, fail=[...]``):
-    the config objects they make (:func:`~gradcode.runtime.config.configs_from_keywords`)."""
-    from gradcode.runtime import configs_from_keywords, train
+def train_options(scheme=None, *, engine=None, callback=None, **options):
+    """:func:`gradcode.runtime.train` with its options flat (``workers=4, rounds=6, fail=[...]``),
+    split among the config objects (:func:`config_util.split_options`)."""
+    from config_util import split_options
 
-    if code is not None:
-        options["code"] = code
-    return train(**configs_from_keywords(**options), engine=engine, callback=callback)
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec, train
+
+    if scheme is not None:
+        options["scheme"] = scheme
+    configs = split_options(options, {"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig,
+                                      "run": RunConfig})
+    return train(**configs, engine=engine, callback=callback)

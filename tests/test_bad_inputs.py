@@ -42,14 +42,15 @@ CASES = [
     # (name, argv with {d} for the files' folder, text the error must hold)
     ("truncated npz", ["train", "--data", "{d}/trunc.npz", "--rounds", "1"], "trunc.npz: not a readable .npz file"),
     ("svmlight index 4e9", ["train", "--data", "{d}/big.svm", "--rounds", "1"], "big.svm: not a valid LibSVM"),
-    ("non-UTF-8 csv", ["train", "--data", "{d}/latin.csv", "--target", "label", "--rounds", "1"],
+    ("non-UTF-8 csv", ["train", "--data", "{d}/latin.csv", "--data-params", "target=label", "--rounds", "1"],
      "latin.csv: not UTF-8 text"),
-    ("one-row csv", ["train", "--data", "{d}/one.csv", "--target", "label", "--rounds", "1"], "one.csv: 1 row"),
-    ("duplicate columns", ["train", "--data", "{d}/dup.csv", "--target", "label", "--rounds", "1"],
+    ("one-row csv", ["train", "--data", "{d}/one.csv", "--data-params", "target=label", "--rounds", "1"],
+     "one.csv: 1 row"),
+    ("duplicate columns", ["train", "--data", "{d}/dup.csv", "--data-params", "target=label", "--rounds", "1"],
      "'a' appear more than once"),
-    ("a value of 1e308", ["train", "--data", "{d}/huge.csv", "--target", "label", "--rounds", "1"],
+    ("a value of 1e308", ["train", "--data", "{d}/huge.csv", "--data-params", "target=label", "--rounds", "1"],
      "huge.csv: column 'b', data row 2 holds 1e+308, too large"),
-    ("single class", ["train", "--data", "{d}/single.csv", "--target", "label", "--rounds", "1"],
+    ("single class", ["train", "--data", "{d}/single.csv", "--data-params", "target=label", "--rounds", "1"],
      "at least two classes"),
     ("ragged trace", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/ragged.csv"], "line 1: 'x' is not a number"),
     ("negative trace time", ["simulate", "-n", "4", "-s", "1", "--trace", "{d}/negative.csv"],
@@ -60,7 +61,7 @@ CASES = [
     ("a model file that raises", ["train", "--model", "{d}/raises.py:Net", "--engine", "inprocess", "--rounds", "1"],
      "raised RuntimeError: boom"),
     ("--scheduler with a bad value", ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1",
-                                      "--scheduler", "step:gamma=x"], "--scheduler step:gamma=x"),
+                                      "--scheduler", "step:gamma=x"], "scheduler step:gamma=x"),
     ("trace and a model", ["simulate", "-s", "1", "--trace", "{d}/trace.npy", "-m", "fixed"],
      "--delay-model fixed would be ignored"),
     ("tune --top -1", ["tune", "--trace", "{d}/trace.npy", "-J", "5", "--top", "-1"], "--top"),
@@ -95,7 +96,7 @@ def test_a_code_object_with_other_workers_is_refused():
     from gradcode.runtime import InProcessEngine, RunConfig, TrainSpec
 
     with pytest.raises(ValueError, match="workers=4 but the code <CRC n=6 s=1> has n=6"):
-        gradcode.train(TrainSpec(code=gradcode.make_code("crc", n=6, s=1), workers=4), run=RunConfig(rounds=1),
+        gradcode.train(TrainSpec(scheme=gradcode.make_code("crc", n=6, s=1), workers=4), run=RunConfig(rounds=1),
                        engine=InProcessEngine())
 
 
@@ -104,8 +105,8 @@ def test_a_run_that_fails_after_starting_exits_1_with_its_records(tmp_path, caps
     step size makes it diverge (in process, no Ray) stops when no worker's gradient is finite."""
     pytest.importorskip("torch")
     with pytest.raises(SystemExit) as info:
-        main(["train", "--model", "mlp", "--engine", "inprocess", "--scheme", "uncoded", "--rounds", "6", "--lr",
-              "1e30", "--run-dir", str(tmp_path / "r"), "--json"])
+        main(["train", "--model", "mlp", "--engine", "inprocess", "--scheme", "uncoded", "--rounds", "6",
+              "--optimizer-params", "lr=1e30", "--run-dir", str(tmp_path / "r"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert info.value.code == 1 and doc["exit_code"] == 1
     assert doc["error_type"] in ("RoundTimeoutError", "TrainingStopped") and doc["rounds"] >= 1
@@ -146,6 +147,6 @@ def test_verify_without_redundancy_is_refused(code, params):
     from gradcode.runtime import build_scheme
 
     with pytest.raises(ValueError, match="verify needs spare results"):
-        build_scheme(code, workers=4, code_params=params, verify=True)
+        build_scheme(code, workers=4, scheme_params=params, verify=True)
     with pytest.raises(ValueError, match="verify needs spare results"):
         build_scheme(gradcode.make_code(code, n=4, **params), verify=True)

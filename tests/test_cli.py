@@ -146,7 +146,7 @@ def test_rounds_help_says_its_default():
     for cmd in ("simulate", "compare"):
         said = _said(CliRunner().invoke(app, [cmd, "--help"], terminal_width=200))
         assert "Rounds per run (default: 1000, or the trace's length)." in said
-    assert "Training rounds (of each scheme). [default: 100]" in _said(
+    assert "Training rounds of each scheme (default: 100; with --model one epoch)." in _said(
         CliRunner().invoke(app, ["train", "--help"], terminal_width=200))
     assert "Monte-Carlo rounds (reproductions that take rounds)." in _said(
         CliRunner().invoke(app, ["reproduce", "--help"], terminal_width=200))
@@ -183,7 +183,7 @@ def test_train_splits_a_list_of_schemes_and_refuses_a_bad_one_before_running(tmp
 
 def test_train_refuses_a_scheme_n_that_contradicts_workers(tmp_path):
     """--workers 6 --scheme crc:n=8 used to train quietly with n = 8: the scheme's own n won."""
-    for extra in (["--scheme", "crc:n=8"], ["--scheme", "crc", "--param", "n=8"]):
+    for extra in (["--scheme", "crc:n=8"], ["--scheme", "crc", "--scheme-params", "n=8"]):
         res = CliRunner().invoke(app, ["train", "--workers", "6", *extra, "--run-dir", str(tmp_path / "r")])
         assert res.exit_code == 2, res.output
         assert "crc's n=8 and --workers/-n 6 disagree: give one of them" in _said(res)
@@ -197,7 +197,7 @@ def test_train_several_sends_each_param_where_it_applies_and_takes_n_from_the_sc
 
     assert params_per_scheme({"seed": 3}, [("crc", {}), ("frc", {"s": 1})]) == [{"seed": 3}, {"s": 1}]
     res = CliRunner().invoke(app, ["train", "--scheme", "crc,frc", "-p", "bogus=1", "--run-dir", str(tmp_path / "r")])
-    assert res.exit_code == 2 and "--param bogus: none of the schemes takes it" in _said(res)
+    assert res.exit_code == 2 and "--scheme-params bogus: none of the schemes takes it" in _said(res)
     res = CliRunner().invoke(app, ["train", "--scheme", "crc:n=5,frc:n=6", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "the schemes set different n (5, 6)" in _said(res)
     res = CliRunner().invoke(app, ["train", "--scheme", "crc:n=6,frc", "-n", "4", "--run-dir", str(tmp_path / "r")])
@@ -226,7 +226,7 @@ def test_waitout_all_without_a_mu_deadline_is_refused(tmp_path):
     res = CliRunner().invoke(app, ["train", "--waitout", "all", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "there is no deadline to wait out" in _said(res)
     res = CliRunner().invoke(app, ["train", "--close", "soon", "--run-dir", str(tmp_path / "r")])
-    assert res.exit_code == 2 and "--close must be 'decodable' or a number mu >= 0" in _said(res)
+    assert res.exit_code == 2 and "close must be 'decodable' or a number mu >= 0" in _said(res)
     assert not (tmp_path / "r").exists()
 
 
@@ -238,20 +238,20 @@ def test_version():
 
 
 def test_delay_model_options_have_one_name_on_every_command(tmp_path):
-    """-m/--delay-model and -M/--delay-param on simulate, compare and train; simulate's former
-    --model/--model-param still work for one release, with a warning, and may not contradict."""
+    """-m/--delay-model and -M/--delay-params on simulate, compare and train; simulate's former
+    --model/--model-param are gone (0.2.0), refused as unknown options."""
     import json
 
-    new = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "--delay-model", "fixed", "--delay-param",
-                                   "stragglers=1", "--rounds", "20", "--json"])
-    old = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "--model", "fixed", "--model-param",
-                                   "stragglers=1", "--rounds", "20", "--json"])
-    assert new.exit_code == 0 and old.exit_code == 0, old.output
-    assert json.loads(new.stdout)["summary"] == json.loads(old.stdout)["summary"]
-    assert "--model is now --delay-model" in old.stderr and "--model-param is now --delay-param" in old.stderr
-    assert "is now" not in new.stderr
-    both = CliRunner().invoke(app, ["simulate", "-n", "6", "-m", "bernoulli", "--model", "fixed", "--rounds", "5"])
-    assert both.exit_code == 2 and "former name of --delay-model" in _said(both)
+    short = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "-m", "fixed", "-M", "stragglers=1",
+                                     "--rounds", "20", "--json"])
+    long = CliRunner().invoke(app, ["simulate", "-n", "6", "-s", "1", "--delay-model", "fixed", "--delay-params",
+                                    "stragglers=1", "--rounds", "20", "--json"])
+    assert short.exit_code == 0 and long.exit_code == 0, long.output
+    assert json.loads(short.stdout)["summary"] == json.loads(long.stdout)["summary"]
+    assert json.loads(long.stdout)["summary"]["delay_model"] == "fixed"
+    for old in (["--model", "fixed"], ["--model-param", "stragglers=1"]):
+        res = CliRunner().invoke(app, ["simulate", "-n", "6", *old, "--rounds", "5"])
+        assert res.exit_code == 2 and "No such option" in _said(res)
     res = CliRunner().invoke(app, ["train", "--help"])
     assert "-m" in res.stdout and "--delay-model" in res.stdout and "-M" in res.stdout
 

@@ -88,8 +88,8 @@ def test_other_file_errors(tmp_path):
 
 
 def test_cli_target_without_a_file_is_refused(tmp_path):
-    res = CliRunner().invoke(app, ["train", "--data", "synthetic", "--target", "y", "--run-dir", str(tmp_path / "r")])
-    assert res.exit_code == 2 and "--target names the column" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["train", "--data-params", "target=y", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "does not take 'target'" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["train", "--data", str(tmp_path / "none.csv"), "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "no such file" in " ".join(res.output.split())
 
@@ -103,8 +103,8 @@ def test_cli_trains_on_a_csv_file(ray_session, tmp_path):
     lines = ["x1,x2,x3,colour,label"] + [f"{a},{b},{c},{k},{t}" for (a, b, c), k, t in zip(X, colour, y)]
     (tmp_path / "mine.csv").write_text("\n".join(lines) + "\n")
     res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "3", "--stragglers", "1",
-                                   "--data", str(tmp_path / "mine.csv"), "--target", "label",
-                                   "--data-param", "categorical=colour", "--rounds", "3",
+                                   "--data", str(tmp_path / "mine.csv"), "--data-params", "target=label",
+                                   "--data-params", "categorical=colour", "--rounds", "3",
                                    "--run-dir", str(tmp_path / "run"), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -122,7 +122,7 @@ def test_a_data_file_by_path_in_the_api_as_on_the_command_line(tmp_path):
     res = train(TrainSpec("crc", workers=3, stragglers=1, data=str(path),
                           data_params={"target": "bought", "categorical": "city"}),
                 run=RunConfig(rounds=2, run_dir=tmp_path / "run", eval_every=0), engine=InProcessEngine())
-    assert res.config["data"]["dataset"] == "file" and res.config["data"]["params"]["path"] == str(path)
+    assert res.config["data"] == "file" and res.config["data_params"]["path"] == str(path)
     with pytest.raises(ValueError, match="no such file"):
         train(TrainSpec("crc", data=str(tmp_path / "missing.csv")), run=RunConfig(rounds=1, run_dir=tmp_path / "r2"),
               engine=InProcessEngine())

@@ -58,7 +58,7 @@ def run(tmp_path, name="run", engine=None, **kw):
 def delays(rounds, n, slow, seconds):
     d = np.zeros((rounds, n))
     d[:, list(slow)] = seconds
-    return ("trace", {"delays": d})
+    return make_delay_model("trace", delays=d)
 
 
 # ---------------------------------------------------------------------------- exactness
@@ -69,15 +69,15 @@ def test_every_exact_code_reaches_the_gd_iterates_without_ray(tmp_path, name):
     code = make_code(name, **REGISTRY_PARAMS[name])
     if not code.exact:
         pytest.skip(f"{name} is not exact")
-    res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=4, stragglers=1, delay=0.05)
+    res = run(tmp_path, scheme=name, scheme_params=REGISTRY_PARAMS[name], rounds=4, stragglers=1, delay=0.05)
     assert rel(res.final_params, reference(4)) < 1e-9
     if code.tolerance:  # the delayed worker of each round was left out
         assert (res.arrivals[res.injected > 0] < 0).all()
 
 
 def test_the_in_process_run_is_reproducible_bit_for_bit(tmp_path):
-    a = run(tmp_path, "a", code="crc", stragglers=1, delay=0.2)
-    b = run(tmp_path, "b", code="crc", stragglers=1, delay=0.2)
+    a = run(tmp_path, "a", scheme="crc", stragglers=1, delay=0.2)
+    b = run(tmp_path, "b", scheme="crc", stragglers=1, delay=0.2)
     assert a.to_json()["final_params_checksum"] == b.to_json()["final_params_checksum"]
     np.testing.assert_array_equal(a.arrivals, b.arrivals)
     np.testing.assert_array_equal(a.round_times, b.round_times)
@@ -93,9 +93,9 @@ def test_round_times_and_stragglers_are_the_simulators(tmp_path, code):
     same timing rule (message arrivals included, for AGC's two messages)."""
     params = {"uncoded": dict(n=4), "crc": dict(n=4, s=1), "agc": dict(n=4, d=3, L=2)}[code]
     model = make_delay_model("shifted-exp", **({"comm": 0.5} if code == "agc" else {}))
-    res = run(tmp_path, code=code, code_params=params, rounds=8, delay_model=model, inject="full",
+    res = run(tmp_path, scheme=code, scheme_params=params, rounds=8, delay_model=model, inject="full",
               round_timeout=1e6)
-    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, code_params=params), model, 8, seed=SEED)
+    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, scheme_params=params), model, 8, seed=SEED)
     np.testing.assert_allclose(res.round_times, sim.round_times, rtol=1e-12)
     np.testing.assert_array_equal(res.stragglers, sim.stragglers)
     assert rel(res.final_params, reference(8)) < 1e-9
@@ -115,16 +115,16 @@ def test_the_mu_rule_closes_rounds_at_the_simulators_times(tmp_path, code, param
     the models reach the same parameters as under close='decodable' (the GD iterates)."""
     model = make_delay_model("shifted-exp", **({"comm": 0.5} if code == "agc" else {}))
     models = 3 if "sgc" in code else 1
-    res = run(tmp_path, code=code, code_params=params, rounds=12, delay_model=model, inject="full",
+    res = run(tmp_path, scheme=code, scheme_params=params, rounds=12, delay_model=model, inject="full",
               round_timeout=1e6, close=mu, waitout=waitout, models=models)
-    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, code_params=params), model, 12, seed=SEED,
+    sim = gradcode.simulate(build_scheme(code, workers=4, seed=SEED, scheme_params=params), model, 12, seed=SEED,
                             close=mu, waitout=waitout, records=True)
     np.testing.assert_allclose(res.round_times, sim.round_times, rtol=1e-12)
     np.testing.assert_array_equal(res.stragglers, sim.stragglers)
     np.testing.assert_array_equal(res.waitouts, sim.waitout_rounds)
     assert 0 < res.waitouts.sum() < 12 or code == "uncoded"  # rounds of both kinds (uncoded: every one waits)
     # the closing rule changes when rounds end and who straggles, never the gradients
-    base = run(tmp_path, "decodable", code=code, code_params=params, rounds=12, delay_model=model, inject="full",
+    base = run(tmp_path, "decodable", scheme=code, scheme_params=params, rounds=12, delay_model=model, inject="full",
                round_timeout=1e6, models=models)
     for m in range(models):
         assert rel(res.params[m], base.params[m]) < 1e-9
@@ -139,19 +139,19 @@ def test_the_mu_rule_does_not_wait_for_a_dead_or_discarded_worker(tmp_path):
     """The mu-rule's deadline and its wait for all (waitout='all') wait for the workers that can
     still send: one dead for good (no restarts) or whose result held NaN is settled, so a round
     closes when the others are in, not at (1 + mu) kappa, and is not waited out."""
-    ones = ("trace", {"delays": np.ones((4, 4))})
-    dead = run(tmp_path, "dead", code="crc", code_params=dict(s=1), rounds=4, delay_model=ones, inject="full",
+    ones = make_delay_model("trace", delays=np.ones((4, 4)))
+    dead = run(tmp_path, "dead", scheme="crc", scheme_params=dict(s=1), rounds=4, delay_model=ones, inject="full",
                close=1.0, waitout="all", fail=["1@1"], max_restarts=0, round_timeout=100.0)
     np.testing.assert_allclose(dead.round_times, 1.0)
     assert dead.stragglers[1:, 1].all() and not dead.waitouts.any()
     assert rel(dead.final_params, reference(4)) < 1e-9
     code = make_code("crc", n=4, s=1, seed=SEED)
-    nan = run(tmp_path, "nan", code="crc", code_params=dict(s=1), rounds=2, delay_model=ones, inject="full",
+    nan = run(tmp_path, "nan", scheme="crc", scheme_params=dict(s=1), rounds=2, delay_model=ones, inject="full",
               close=1.0, waitout="all", data=PoisonedWorker(code.placement[1], np.nan))
     np.testing.assert_allclose(nan.round_times, 1.0)
     assert nan.stragglers[:, 1].all() and rel(nan.final_params, reference(2)) < 1e-9
     # a worker that is only slow is waited for under waitout='all': two workers short at the deadline
-    slow = run(tmp_path, "slow", code="crc", code_params=dict(s=1), rounds=2, delay_model=delays(2, 4, [2, 3], 3.0),
+    slow = run(tmp_path, "slow", scheme="crc", scheme_params=dict(s=1), rounds=2, delay_model=delays(2, 4, [2, 3], 3.0),
                inject="full", close=0.0, waitout="all", round_timeout=100.0)
     np.testing.assert_allclose(slow.round_times, 3.0)
     assert slow.waitouts.all() and not slow.stragglers.any()
@@ -162,17 +162,19 @@ def test_the_round_timeout_caps_the_mu_rules_wait_when_the_round_decodes(tmp_pat
     run whose round decodes: the round closes at the timeout. One that cannot decode still stops."""
     d = np.ones((2, 4))
     d[:, 3] = 100.0
-    long = run(tmp_path, "long", code="crc", code_params=dict(s=1), rounds=2, delay_model=("trace", {"delays": d}),
+    long = run(tmp_path, "long", scheme="crc", scheme_params=dict(s=1), rounds=2, delay_model="trace",
+               delay_params={"delays": d},
                inject="full", close=200.0, round_timeout=50.0)
     np.testing.assert_allclose(long.round_times, 50.0)
     assert not long.waitouts.any() and long.stragglers[:, 3].all()
     d[:, 2] = 2.0
-    wait_all = run(tmp_path, "all", code="crc", code_params=dict(s=1), rounds=2, delay_model=("trace", {"delays": d}),
+    wait_all = run(tmp_path, "all", scheme="crc", scheme_params=dict(s=1), rounds=2, delay_model="trace",
+               delay_params={"delays": d},
                    inject="full", close=0.0, waitout="all", round_timeout=50.0)
     np.testing.assert_allclose(wait_all.round_times, 50.0)
     assert wait_all.waitouts.all() and wait_all.stragglers[:, 3].all() and not wait_all.stragglers[:, 2].any()
     with pytest.raises(RoundTimeoutError, match="could not be decoded within round_timeout=50"):
-        run(tmp_path, "uncoded", code="uncoded", rounds=1, delay_model=delays(1, 4, [3], 100.0), inject="full",
+        run(tmp_path, "uncoded", scheme="uncoded", rounds=1, delay_model=delays(1, 4, [3], 100.0), inject="full",
             close=1.0, waitout="all", round_timeout=50.0)
 
 
@@ -180,7 +182,7 @@ def test_messages_are_copies_as_ray_sends_them(tmp_path):
     """A problem that writes every gradient into one buffer (a speed idiom nothing forbids) must
     not change messages already sent: the in-process engine delivers copies, as Ray serializes
     them on send (the worker no longer copies a single-chunk message itself)."""
-    res = run(tmp_path, code=TwoMessages(4), rounds=3, data=ReusingBuffer())
+    res = run(tmp_path, scheme=TwoMessages(4), rounds=3, data=ReusingBuffer())
     assert rel(res.final_params, reference(3)) < 1e-9
 
 
@@ -216,14 +218,15 @@ def test_a_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(tm
     0 and aborts it, so worker 0 delivers in round 1 (which needs it) at once as well."""
     d = np.zeros((2, 4))
     d[0, 0] = d[1, 1] = 30.0
-    res = run(tmp_path, code="crc", stragglers=1, rounds=2, delay_model=("trace", {"delays": d}), round_timeout=10.0)
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=2, delay_model="trace",
+               delay_params={"delays": d}, round_timeout=10.0)
     np.testing.assert_array_equal(res.arrivals, [[-1, 0, 0, 0], [0, -1, 0, 0]])
     np.testing.assert_array_equal(res.round_times, [0.0, 0.0])
     assert rel(res.final_params, reference(2)) < 1e-9
 
 
 def test_uncoded_waits_for_its_slowest_worker(tmp_path):
-    res = run(tmp_path, code="uncoded", stragglers=1, delay=0.3, rounds=3)
+    res = run(tmp_path, scheme="uncoded", stragglers=1, delay=0.3, rounds=3)
     np.testing.assert_allclose(res.round_times, 0.3)
     assert (res.arrivals >= 0).all()
 
@@ -231,7 +234,7 @@ def test_uncoded_waits_for_its_slowest_worker(tmp_path):
 def test_a_busy_worker_is_skipped_and_served_late(tmp_path):
     """SkipsWorkers leaves worker 3 out of round 1's plan: it gets no task and delivers nothing
     (an uncoded round without it: not a GD step, so only the records are checked)."""
-    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,)}), rounds=3)
+    res = run(tmp_path, scheme=SkipsWorkers(4, {1: (3,)}), rounds=3)
     assert res.messages[1].tolist() == [1, 1, 1, 0] and res.arrivals[1, 3] == -1
 
 
@@ -241,7 +244,7 @@ def test_a_busy_worker_is_skipped_and_served_late(tmp_path):
 def test_injected_deaths_are_tolerated_or_waited_for_and_recorded_once(tmp_path):
     """crc s = 1: workers 1 and 2 die in round 1 (the round waits for one of them to be restarted,
     1 s, and re-sent: back-off 0.2, 0.6, 1.4 s), worker 3 in round 5 (tolerated)."""
-    res = run(tmp_path, code="crc", stragglers=1, rounds=7, fail=["1@1", "2@1", "3@5"],
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=7, fail=["1@1", "2@1", "3@5"],
               engine=InProcessEngine(restart_time=1.0))
     assert rel(res.final_params, reference(7)) < 1e-9
     got = [(f["round"], f["worker"], f["kind"], f["recovery"], f["resends"], f["back_in_round"])
@@ -257,14 +260,14 @@ def test_injected_deaths_are_tolerated_or_waited_for_and_recorded_once(tmp_path)
 def test_deaths_without_restarts_time_out_naming_the_workers(tmp_path):
     with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*held up by workers \[1, 2\]: worker 1:"
                                               r" its process died in round 1 .*Ray does not restart it") as info:
-        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
+        run(tmp_path, scheme="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
     res = info.value.result
     assert res.round_times.size == 1 and rel(res.final_params, reference(1)) < 1e-9
     assert json.loads((tmp_path / "run" / "result.json").read_text())["error_type"] == "RoundTimeoutError"
 
 
 def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(tmp_path):
-    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
+    res = run(tmp_path, scheme=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
     rec = {(f["worker"], f["planned_round"]): f for f in res.failures if f["injected"]}
     assert (rec[3, 1]["round"], rec[3, 1]["fired"]) == (2, True)
     assert rec[1, 2]["fired"] is False
@@ -290,7 +293,7 @@ class CrashesMidStream(InProcessEngine):
 def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(tmp_path):
     scheme = TwoMessages(4)
     # compute takes 10 ms a message, so the crash comes between worker 0's two messages
-    res = run(tmp_path, code=scheme, rounds=3, engine=CrashesMidStream(0, 1, compute_time=0.01), round_timeout=60)
+    res = run(tmp_path, scheme=scheme, rounds=3, engine=CrashesMidStream(0, 1, compute_time=0.01), round_timeout=60)
     assert [(f["round"], f["worker"], f["injected"], f["recovery"]) for f in res.failures] == [(1, 0, False, "resent")]
     assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
     assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
@@ -389,7 +392,7 @@ def test_a_worker_exception_stops_the_run(tmp_path):
             return {w: (self.Task(t, ((2 * w + 2) % (2 * self.n),), np.ones((1, 1, 1))),) for w in range(self.n)}
 
     with pytest.raises(GradcodeError, match="raised in round 0.*stores only"):
-        run(tmp_path, code=WrongPartition(4), rounds=2)
+        run(tmp_path, scheme=WrongPartition(4), rounds=2)
 
 
 # ---------------------------------------------------------------------------- checkpoints and resume
@@ -409,7 +412,7 @@ def stop_at(k):
 
 @pytest.mark.parametrize("how", ["resume(run_dir)", "train(resume=True)"])
 def test_an_interrupted_run_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path, how):
-    kw = dict(code="crc", stragglers=1, delay=0.1, checkpoint_every=2, fail=["2@4"])
+    kw = dict(scheme="crc", stragglers=1, delay=0.1, checkpoint_every=2, fail=["2@4"])
     whole = run(tmp_path, "whole", **kw)
     with pytest.raises(Interrupt):
         run(tmp_path, "cut", callback=stop_at(3), **kw)
@@ -438,7 +441,7 @@ def test_every_scheme_family_checkpoints_and_resumes_to_the_same_run(tmp_path, c
     uninterrupted one's parameters and, but for GC-DC, the same rounds. (GC-DC's resumed run
     assigns round 4 other workers, as it did with the pickled checkpoints before: its decodes stay
     exact, so the parameters agree; left for the GC-DC scheme's own state.)"""
-    kw = dict(code=code, code_params=params, workers=4, stragglers=1, delay=0.1, models=2, rounds=7,
+    kw = dict(scheme=code, scheme_params=params, workers=4, stragglers=1, delay=0.1, models=2, rounds=7,
               optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
     whole = run(tmp_path, "whole", **kw)
     with pytest.raises(Interrupt):
@@ -457,11 +460,11 @@ def test_a_scheme_whose_jobs_span_rounds_resumes_exactly(tmp_path, monkeypatch):
     kw = dict(models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
     # a scheme class of the user's own module: checkpoints hold it once its module is trusted
     with pytest.raises(ValueError, match="trust_modules"):
-        run(tmp_path, code=SplitJobs(4), **kw)
+        run(tmp_path, scheme=SplitJobs(4), **kw)
     monkeypatch.setattr(safe_state, "_TRUSTED", set(safe_state._TRUSTED))  # undone after the test
     trust_modules("runtime_util")
     with pytest.raises(Interrupt):
-        run(tmp_path, code=SplitJobs(4), callback=stop_at(3), overwrite=True, **kw)
+        run(tmp_path, scheme=SplitJobs(4), callback=stop_at(3), overwrite=True, **kw)
     res = resume(tmp_path / "run", engine=InProcessEngine())
     assert res.resumed_from == 4
     assert rel(res.params[0], reference(2, lr=0.5)) < 1e-9
@@ -472,7 +475,7 @@ def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
     """The checkpoint document: version 3, the state a string-keyed dict, the scheme a gradcode
     object, in JSON with its arrays in one .npz; the spec, run config and faults are kept for
     resume(run_dir). An earlier version's pickle is refused, never loaded."""
-    run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
+    run(tmp_path, scheme="crc", stragglers=1, rounds=2, checkpoint_every=2)
     folder = tmp_path / "run"
     inner = json.loads(json.loads((folder / "checkpoint.json").read_text())["content"])
     body = inner["body"]
@@ -492,7 +495,7 @@ def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
 def test_every_flipped_bit_of_a_checkpoint_is_detected(tmp_path):
     """Any changed bit of checkpoint.json or of its arrays is a CheckpointError naming the file,
     before anything is decoded."""
-    run(tmp_path, code="crc", stragglers=1, rounds=4, checkpoint_every=2)
+    run(tmp_path, scheme="crc", stragglers=1, rounds=4, checkpoint_every=2)
     path = tmp_path / "run" / "checkpoint.json"
     (blob,) = path.parent.glob("checkpoint-*.npz")
     rng = np.random.default_rng(0)
@@ -509,17 +512,17 @@ def test_every_flipped_bit_of_a_checkpoint_is_detected(tmp_path):
 
 
 def test_resume_refuses_another_configuration(tmp_path):
-    kw = dict(code="partial", rounds=2, checkpoint_every=2)
-    run(tmp_path, code_params={"s": 1, "alpha": 2.0}, **kw)
-    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(code_params: .*scheme: "):
-        run(tmp_path, code_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
+    kw = dict(scheme="partial", rounds=2, checkpoint_every=2)
+    run(tmp_path, scheme_params={"s": 1, "alpha": 2.0}, **kw)
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(scheme_params: "):
+        run(tmp_path, scheme_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
 
 
 # ---------------------------------------------------------------------------- several models
 
 
 def test_multi_model_rounds_serve_model_j_mod_m(tmp_path):
-    res = run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    res = run(tmp_path, scheme="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
     assert rel(res.params[0], reference(3, lr=0.5)) < 1e-9
     assert rel(res.params[1], reference(3, lr=1.0)) < 1e-9
 
@@ -530,38 +533,36 @@ def test_multi_model_rounds_serve_model_j_mod_m(tmp_path):
 ])
 def test_sequential_codes_train_several_models_exactly(tmp_path, name, params, steps):
     """SGC App. I (``--models M``): job j trains model j mod M with one straggler a round."""
-    res = run(tmp_path, code=name, code_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
+    res = run(tmp_path, scheme=name, scheme_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
     for m, k in enumerate(steps):
         assert rel(res.params[m], reference(k)) < 1e-9
 
 
 def test_jobs_spanning_rounds_need_more_models_than_the_delay(tmp_path):
-    res = run(tmp_path, code=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    res = run(tmp_path, scheme=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
     assert rel(res.params[0], reference(2, lr=0.5)) < 1e-9 and (res.messages[1:] == 2).all()
     with pytest.raises(GradcodeError, match="more models than the scheme's delay"):
-        run(tmp_path, "one", code=SplitJobs(4), models=1, rounds=3)
+        run(tmp_path, "one", scheme=SplitJobs(4), models=1, rounds=3)
 
 
 # ---------------------------------------------------------------------------- config objects
 
 
-def test_config_objects_and_the_deprecated_keywords_are_the_same_run(tmp_path):
+def test_train_takes_the_config_objects_only(tmp_path):
+    """0.2.0 dropped train()'s flat keywords and a code as its first argument: each is a TypeError
+    naming what to pass instead; the config objects give one run, bit for bit, however built."""
     spec = TrainSpec("crc", workers=4, stragglers=1, delay=0.1, data="tandon-synthetic", data_params=DATA,
                      optimizer_params={"lr": 0.5}, seed=SEED)
     a = train(spec, run=RunConfig(rounds=4, run_dir=tmp_path / "a", eval_every=0), faults=FaultConfig(fail=["1@2"]),
               engine=InProcessEngine())
-    with pytest.warns(DeprecationWarning, match="flat keywords are deprecated"):
-        b = train("crc", workers=4, stragglers=1, delay=0.1, data="tandon-synthetic", data_params=DATA,
-                  optimizer_params={"lr": 0.5}, seed=SEED, rounds=4, fail=["1@2"], run_dir=tmp_path / "b",
-                  eval_every=0, engine=InProcessEngine())
-    assert a.config == b.config
+    b = train(spec.replace(), run=RunConfig(rounds=4, run_dir=tmp_path / "b", eval_every=0),
+              faults=FaultConfig(fail=("1@2",)), engine=InProcessEngine())
+    assert {k: v for k, v in a.config.items()} == b.config
     assert a.to_json()["final_params_checksum"] == b.to_json()["final_params_checksum"]
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give rounds either in the RunConfig"):
-        train(spec, rounds=3, run=RunConfig(rounds=4), engine=InProcessEngine())
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="give workers either in the TrainSpec"):
-        train(spec, workers=8, engine=InProcessEngine())
-    with pytest.raises(TypeError, match="unknown training option"):
-        train(spec, workerz=8)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rounds'"):
+        train(spec, rounds=3, engine=InProcessEngine())
+    with pytest.raises(TypeError, match="spec must be a TrainSpec, got str"):
+        train("crc", engine=InProcessEngine())
     with pytest.raises(TypeError, match="run must be a RunConfig"):
         train(spec, run={"rounds": 3})
 
@@ -633,10 +634,10 @@ def test_train_several_rows_take_each_models_baseline_and_survive_a_run_stopped_
     from gradcode.experiments.cli_train import comparison_rows
 
     kw = dict(stragglers=1, delay=0.5, rounds=3, models=2)
-    crc = run(tmp_path, "crc", code="crc", engine=InProcessEngine(compute_time=0.01), **kw)
-    unc = run(tmp_path, "unc", code="uncoded", engine=InProcessEngine(compute_time=0.01), **kw)
+    crc = run(tmp_path, "crc", scheme="crc", engine=InProcessEngine(compute_time=0.01), **kw)
+    unc = run(tmp_path, "unc", scheme="uncoded", engine=InProcessEngine(compute_time=0.01), **kw)
     with pytest.raises(RoundTimeoutError) as info:
-        run(tmp_path, "stopped", code="uncoded", engine=InProcessEngine(compute_time=0.01), round_timeout=0.1, **kw)
+        run(tmp_path, "stopped", scheme="uncoded", engine=InProcessEngine(compute_time=0.01), round_timeout=0.1, **kw)
     stopped = info.value.result
     assert stopped.round_times.size == 0
     runs = [{"spec": "crc", "name": "crc", "exact": True}, {"spec": "uncoded:n=4", "name": "uncoded", "exact": True},
@@ -671,7 +672,7 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
 
 def test_result_attributes_are_named_as_in_result_json(tmp_path):
     """Issue 21, item 5: result.rounds raised although result.json has rounds."""
-    res = run(tmp_path, code="crc", stragglers=1, rounds=3)
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=3)
     doc = json.loads((tmp_path / "run" / "result.json").read_text())
     for key in ("rounds", "total_time", "waitout_rounds", "final_loss", "resumed_from", "run_dir"):
         assert getattr(res, key) == doc[key], key
@@ -690,7 +691,7 @@ def test_cli_several_schemes_in_process_with_varying_delays_draw_both_figures(tm
 
     res = CliRunner().invoke(app, [
         "train", "--engine", "inprocess", "--scheme", "crc,uncoded", "--workers", "4", "--stragglers", "1",
-        "--delay-model", "shifted-exp", "--data-param", "n_samples=200", "--data-param", "n_features=4",
+        "--delay-model", "shifted-exp", "--data-params", "n_samples=200", "--data-params", "n_features=4",
         "--rounds", "3", "--eval-every", "1", "--run-dir", str(tmp_path / "runs"), "--plot", str(tmp_path / "p"),
         "--json"])
     assert res.exit_code == 0, res.output
@@ -717,7 +718,7 @@ def test_a_bad_engine_is_refused_before_the_run_dir_holds_anything(tmp_path):
 
 
 def test_every_result_json_field_is_an_attribute_of_the_result_of_the_same_name(tmp_path):
-    res = run(tmp_path, code="crc", stragglers=1, delay=0.1)
+    res = run(tmp_path, scheme="crc", stragglers=1, delay=0.1)
     doc = json.loads(json.dumps(res.to_json(), default=str))
     for key, value in doc.items():
         assert hasattr(res, key), key
@@ -740,8 +741,8 @@ def test_only_a_run_whose_tasks_sleep_asks_for_interruptible_workers():
     late = zeros.copy()
     late[2, 1] = 0.1
     assert not sleeps()
-    assert not sleeps(delay_model=("trace", {"delays": zeros}), inject="full")
-    assert sleeps(delay_model=("trace", {"delays": late}), inject="full")
+    assert not sleeps(delay_model="trace", delay_params={"delays": zeros}, inject="full")
+    assert sleeps(delay_model="trace", delay_params={"delays": late}, inject="full")
     assert sleeps(delay=0.05)
 
 

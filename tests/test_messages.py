@@ -248,7 +248,7 @@ def test_cancelling_float32_gradients_through_real_rounds_stay_within_their_boun
     monkeypatch.setattr(LinearCode, "_bounded", recording)
     monkeypatch.setattr(StaticScheme, "on_result", receiving)
     CancellingFloat32.computed.clear()
-    run(tmp_path, code=code, code_params=params, rounds=4, data=CancellingFloat32())
+    run(tmp_path, scheme=code, scheme_params=params, rounds=4, data=CancellingFloat32())
     assert len(checked) == 4
     assert max(cancelled) > cancels  # the workers' scales saw the cancellation the messages' norms hide
     for error, bound in checked:

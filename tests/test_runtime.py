@@ -147,11 +147,11 @@ def test_parse_failures_validates():
     [
         ("crc", {"stragglers": 1, "delay": 0.2}),  # one injected straggler per round: tolerated
         ("frc", {"stragglers": 1, "delay": 0.2}),
-        ("partial", {"code_params": {"s": 1, "alpha": 2.0}}),  # two messages per worker, streamed
+        ("partial", {"scheme_params": {"s": 1, "alpha": 2.0}}),  # two messages per worker, streamed
     ],
 )
 def test_exact_codes_match_single_process_gd(ray_session, tmp_path, code, kw):
-    res = run(tmp_path, code=code, **kw)
+    res = run(tmp_path, scheme=code, **kw)
     assert rel(res.final_params, reference(6)) < 1e-9
     assert res.arrivals.shape == (6, 4) and res.round_times.shape == (6,)
     assert [m["round"] for m in res.metrics] == [5]  # eval_every=0: held-out metrics at the end only
@@ -187,7 +187,7 @@ def test_every_exact_registered_code_trains_exactly(ray_session, tmp_path, name)
         pytest.fail(f"no runtime parameters for code {name!r}: add them to REGISTRY_PARAMS")
     if not make_code(name, **REGISTRY_PARAMS[name]).exact:
         pytest.skip(f"{name} is not exact")
-    res = run(tmp_path, code=name, code_params=REGISTRY_PARAMS[name], rounds=3, stragglers=1, delay=0.05)
+    res = run(tmp_path, scheme=name, scheme_params=REGISTRY_PARAMS[name], rounds=3, stragglers=1, delay=0.05)
     assert rel(res.final_params, reference(3)) < 1e-9
 
 
@@ -198,7 +198,7 @@ def test_closed_round_aborts_its_delayed_worker_which_serves_the_next_round(ray_
     stay busy for 30 s and round 1 would time out."""
     delays = np.zeros((2, 4))
     delays[0, 0] = delays[1, 1] = 30.0
-    res = run(tmp_path, code="crc", stragglers=1, rounds=2, delay_model=("trace", {"delays": delays}),
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=2, delay_model="trace", delay_params={"delays": delays},
               round_timeout=10.0)
     np.testing.assert_array_equal(res.injected, delays)
     assert res.arrivals[0, 0] < 0 and res.arrivals[1, 1] < 0  # the delayed workers were left out
@@ -215,7 +215,7 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
     with their round and how the round got over them, and the CLI's "faults" column says 3."""
     from gradcode.experiments.cli_train import summary_rows
 
-    res = run(tmp_path, code="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=9, fail=["1@1", "2@1", "3@5"])
     assert rel(res.final_params, reference(9)) < 1e-9
     # recorded when sent, one per death; a worker still busy with an aborted round when its planned
     # round starts gets the failure on its next task (round > planned_round)
@@ -241,7 +241,7 @@ def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ra
     """Worker 3 gets no task in round 1 (as when it is busy all round): its planned failure 3@1
     fires in round 2 instead of silently never. Worker 1 gets no task in the last round: its
     planned failure 1@2 is recorded as not fired."""
-    res = run(tmp_path, code=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
+    res = run(tmp_path, scheme=SkipsWorkers(4, {1: (3,), 2: (1,)}), rounds=3, fail=["3@1", "1@2"], round_timeout=30)
     rec = {(f["worker"], f["planned_round"]): f for f in res.failures if f["injected"]}
     assert (rec[3, 1]["round"], rec[3, 1]["fired"]) == (2, True)
     assert rec[1, 2]["fired"] is False
@@ -252,7 +252,7 @@ def test_a_failure_planned_while_the_worker_has_no_task_fires_on_its_next_one(ra
 def test_too_many_failures_without_restarts_stop_with_clear_error(ray_session, tmp_path):
     with pytest.raises(RoundTimeoutError, match=r"round 1 could not be decoded.*held up by workers \[1, 2\]: worker 1:"
                                               r" its process died in round 1 .*Ray does not restart it"):
-        run(tmp_path, code="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
+        run(tmp_path, scheme="crc", stragglers=1, rounds=4, fail=["1@1", "2@1"], max_restarts=0, round_timeout=3.0)
 
 
 def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
@@ -264,15 +264,15 @@ def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, callback=stop_at_3)
-    res = run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True)
+        run(tmp_path, scheme="crc", stragglers=1, delay=0.1, checkpoint_every=2, callback=stop_at_3)
+    res = run(tmp_path, scheme="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True)
     assert res.resumed_from == 4
     assert rel(res.final_params, reference(6)) < 1e-9
     assert not np.isnan(res.losses).any() and (res.round_times > 0).all()
     with pytest.raises(ValueError, match="rounds must be at least"):
-        run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=3)
+        run(tmp_path, scheme="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=3)
     # a finished run is extended to more rounds: it goes on from its last checkpoint
-    longer = run(tmp_path, code="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
+    longer = run(tmp_path, scheme="crc", stragglers=1, delay=0.1, checkpoint_every=2, resume=True, rounds=8)
     assert longer.resumed_from == 6 and longer.losses.shape[0] == 8
     assert rel(longer.final_params, reference(8)) < 1e-9
 
@@ -280,29 +280,29 @@ def test_checkpoint_and_resume_reach_the_same_result(ray_session, tmp_path):
 def test_a_run_dir_holding_a_run_is_refused_unless_resumed_or_overwritten(ray_session, tmp_path):
     from gradcode.runtime import RunDirInUseError
 
-    run(tmp_path, code="crc", stragglers=1, rounds=2, checkpoint_every=2)
+    run(tmp_path, scheme="crc", stragglers=1, rounds=2, checkpoint_every=2)
     with pytest.raises(RunDirInUseError, match="already holds a run .*checkpoint.json.*--resume.*--overwrite"):
-        run(tmp_path, code="crc", stragglers=1, rounds=2)
-    res = run(tmp_path, code="crc", stragglers=1, rounds=2, overwrite=True)  # no checkpoint this time
+        run(tmp_path, scheme="crc", stragglers=1, rounds=2)
+    res = run(tmp_path, scheme="crc", stragglers=1, rounds=2, overwrite=True)  # no checkpoint this time
     assert not list((tmp_path / "run").glob("checkpoint*"))  # the old run's checkpoint is gone
     assert rel(res.final_params, reference(2)) < 1e-9
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ValueError, match="is a file, not a folder"):
-        run(tmp_path, name="afile", code="crc", rounds=1)
+        run(tmp_path, name="afile", scheme="crc", rounds=1)
 
 
 def test_resume_refuses_another_code_configuration(ray_session, tmp_path):
     """The checkpoint of a partial code with alpha = 2 does not resume a run with alpha = 3 (same
-    code name: only code_params and the scheme differ)."""
-    kw = dict(code="partial", rounds=2, checkpoint_every=2)
-    run(tmp_path, code_params={"s": 1, "alpha": 2.0}, **kw)
-    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(code_params: .*scheme: "):
-        run(tmp_path, code_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
-    assert run(tmp_path, code_params={"s": 1, "alpha": 2.0}, resume=True, **kw).resumed_from == 2
+    code name: only scheme_params and the scheme differ)."""
+    kw = dict(scheme="partial", rounds=2, checkpoint_every=2)
+    run(tmp_path, scheme_params={"s": 1, "alpha": 2.0}, **kw)
+    with pytest.raises(ValueError, match=r"differs from the checkpoint's \(scheme_params: "):
+        run(tmp_path, scheme_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
+    assert run(tmp_path, scheme_params={"s": 1, "alpha": 2.0}, resume=True, **kw).resumed_from == 2
 
 
 def test_multi_model_round_j_serves_model_j_mod_m(ray_session, tmp_path):
-    res = run(tmp_path, code="crc", stragglers=1, models=2, rounds=6,
+    res = run(tmp_path, scheme="crc", stragglers=1, models=2, rounds=6,
               optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
     assert len(res.params) == 2 and res.losses.shape == (6, 2)
     assert rel(res.params[0], reference(0, lr=0.5, steps=3)) < 1e-9
@@ -390,9 +390,10 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
         plain_pids = plain.pids()
         assert not set(plain_pids) & set(pids)
         plain.shutdown()
-        results = [run(tmp_path, code, code=code, stragglers=1, delay=0.05, fail=["1@1"]) for code in ("uncoded", "crc")]
+        results = [run(tmp_path, code, scheme=code, stragglers=1, delay=0.05, fail=["1@1"])
+                   for code in ("uncoded", "crc")]
         # reused synchronous workers, one of which dies: restarted with crc's data, reset before its task
-        results.append(run(tmp_path, "plain", code="uncoded", stragglers=1, fail=["1@1"]))
+        results.append(run(tmp_path, "plain", scheme="uncoded", stragglers=1, fail=["1@1"]))
         again = RayEngine()
         again.spawn(specs, interruptible=False)
         after = again.pids()
@@ -434,23 +435,23 @@ def test_workers_that_do_not_start_in_time_give_a_clear_error(ray_session, tmp_p
 
 def test_bad_arguments_are_refused_before_starting(ray_session, tmp_path):
     with pytest.raises(ValueError, match="unknown code"):
-        run(tmp_path, code="nope")
+        run(tmp_path, scheme="nope")
     with pytest.raises(ValueError, match="one per model"):
-        run(tmp_path, code="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.1}])
+        run(tmp_path, scheme="crc", stragglers=1, models=2, optimizer_params=[{"lr": 0.1}])
     with pytest.raises(FileNotFoundError, match="checkpoint"):
-        run(tmp_path, name="fresh", code="crc", stragglers=1, resume=True)
+        run(tmp_path, name="fresh", scheme="crc", stragglers=1, resume=True)
     with pytest.raises(ValueError, match="resume=True needs run_dir"):
         train_options("crc", workers=4, stragglers=1, resume=True)
 
 
 def test_rounds_carrying_tasks_of_two_jobs_train_two_models_exactly(ray_session, tmp_path):
-    res = run(tmp_path, code=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
+    res = run(tmp_path, scheme=SplitJobs(4), models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}])
     # jobs 0..3 finish (in rounds 1..4): model 0 gets jobs 0 and 2, model 1 gets jobs 1 and 3
     assert rel(res.params[0], reference(0, lr=0.5, steps=2)) < 1e-9
     assert rel(res.params[1], reference(0, lr=1.0, steps=2)) < 1e-9
     assert (res.messages[1:] == 2).all()
     with pytest.raises(Exception, match="more models than the scheme's delay"):
-        run(tmp_path, name="one", code=SplitJobs(4), models=1, rounds=3)
+        run(tmp_path, name="one", scheme=SplitJobs(4), models=1, rounds=3)
 
 
 def test_a_scheme_whose_jobs_span_rounds_resumes_to_the_same_result(ray_session, tmp_path, monkeypatch):
@@ -470,8 +471,8 @@ def test_a_scheme_whose_jobs_span_rounds_resumes_to_the_same_result(ray_session,
 
     kw = dict(models=2, rounds=5, optimizer_params=[{"lr": 0.5}, {"lr": 1.0}], checkpoint_every=2)
     with pytest.raises(Interrupt):
-        run(tmp_path, code=SplitJobs(4), callback=stop_at_3, **kw)
-    res = run(tmp_path, code=SplitJobs(4), resume=True, **kw)
+        run(tmp_path, scheme=SplitJobs(4), callback=stop_at_3, **kw)
+    res = run(tmp_path, scheme=SplitJobs(4), resume=True, **kw)
     assert res.resumed_from == 4
     assert rel(res.params[0], reference(0, lr=0.5, steps=2)) < 1e-9
     assert rel(res.params[1], reference(0, lr=1.0, steps=2)) < 1e-9
@@ -483,7 +484,7 @@ def test_checkpoints_of_a_scheme_a_checkpoint_cannot_hold_are_refused_up_front(r
     scheme = SplitJobs(4)
     scheme.lock = threading.Lock()
     with pytest.raises(ValueError, match="checkpoint_every needs a scheme that a checkpoint can hold"):
-        run(tmp_path, code=scheme, models=2, checkpoint_every=2)
+        run(tmp_path, scheme=scheme, models=2, checkpoint_every=2)
 
 
 class AsksForWrongPartition(SplitJobs):
@@ -501,7 +502,7 @@ def test_a_worker_exception_stops_the_run_with_its_message(ray_session, tmp_path
     from gradcode.errors import GradcodeError
 
     with pytest.raises(GradcodeError, match="raised in round 0.*stores only"):
-        run(tmp_path, code=AsksForWrongPartition(4), rounds=2)
+        run(tmp_path, scheme=AsksForWrongPartition(4), rounds=2)
 
 
 def test_an_engine_that_starts_ray_leaves_nothing_in_tmp(tmp_path):
@@ -610,8 +611,8 @@ def test_agc_arrival_table_marks_only_the_delayed_workers(ray_session, tmp_path)
     from gradcode.stragglers import make_delay_model
 
     params = {"stragglers": 1, "delay": 30.0, "base": 0.0, "comm": 3.0}
-    res = run(tmp_path, code="agc", code_params={"n": 4, "d": 3, "L": 2}, rounds=3,
-              delay_model=("fixed", params), round_timeout=20.0)
+    res = run(tmp_path, scheme="agc", scheme_params={"n": 4, "d": 3, "L": 2}, rounds=3,
+              delay_model="fixed", delay_params=params, round_timeout=20.0)
     delayed = res.injected > 10
     assert delayed.sum(axis=1).tolist() == [1, 1, 1]
     np.testing.assert_array_equal(res.arrivals < 0, delayed)
@@ -637,6 +638,6 @@ def test_sequential_codes_train_several_models_exactly(ray_session, tmp_path, na
     from gradcode.schemes import make_scheme
 
     assert make_scheme(name, n=4, **params).delay == 1
-    res = run(tmp_path, code=name, code_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
+    res = run(tmp_path, scheme=name, scheme_params=params, models=2, rounds=6, stragglers=1, delay=0.05)
     for m, k in enumerate(steps):
         assert rel(res.params[m], reference(0, steps=k)) < 1e-9

@@ -11,7 +11,7 @@ def test_train_json_and_plots(ray_session, tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, [
         "train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--delay", "0.1",
-        "--data", "synthetic", "--data-param", "n_samples=400", "--data-param", "n_features=5",
+        "--data-params", "n_samples=400", "--data-params", "n_features=5",
         "--rounds", "4", "--seed", "0", "--run-dir", str(tmp_path / "run"), "--plot", str(tmp_path / "plots"),
         "--json",
     ])
@@ -32,20 +32,21 @@ def test_train_bad_arguments_exit_2_with_a_message(tmp_path):
     res = runner.invoke(app, ["train", "--fail", "x", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "W@R" in res.output
     res = runner.invoke(app, ["train", "--resume"])
-    assert res.exit_code == 2 and "--resume needs --run-dir" in res.output
+    assert res.exit_code == 2 and "resume=True needs run_dir" in res.output
 
 
 def test_sgd_with_lr_is_refused_naming_its_parameters(tmp_path):
-    res = CliRunner().invoke(app, ["train", "--optimizer", "sgd", "--lr", "0.1", "--data-param", "n_samples=200",
-                                   "--data-param", "n_features=4", "--run-dir", str(tmp_path / "r")])
+    res = CliRunner().invoke(app, ["train", "--optimizer", "sgd", "--optimizer-params", "lr=0.1",
+                                   "--data-params", "n_samples=200",
+                                   "--data-params", "n_features=4", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 2 and "'sgd' does not take 'lr'; its parameters are c1, c2" in res.output
 
 
 def test_a_second_run_in_the_same_run_dir_needs_resume_or_overwrite(ray_session, tmp_path):
     """Restarting in the same --run-dir without --resume used to overwrite the checkpoint: now it is
     refused with what to do, and --overwrite replaces the run."""
-    args = ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--data", "synthetic",
-            "--data-param", "n_samples=200", "--data-param", "n_features=4", "--rounds", "2",
+    args = ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1",
+            "--data-params", "n_samples=200", "--data-params", "n_features=4", "--rounds", "2",
             "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run")]
     runner = CliRunner()
     assert runner.invoke(app, args).exit_code == 0
@@ -76,7 +77,7 @@ def test_delay_options_that_would_be_ignored_are_refused(tmp_path):
     base = ["train", "--workers", "3", "--rounds", "1", "--run-dir", str(tmp_path / "r")]
     cases = [
         (["--delay", "0.5"], "give stragglers > 0"),
-        (["--delay-param", "p=0.1"], "add --delay-model"),
+        (["--delay-params", "p=0.1"], "name a delay model"),
         (["--delay-model", "bernoulli", "--delay", "0.5"], "not used with delay_model"),
     ]
     for extra, says in cases:
@@ -88,8 +89,8 @@ def test_a_delay_model_without_stragglers_injects_nothing(ray_session, tmp_path)
     """--delay-model bernoulli --delay-param p=0.0 used to sleep the model's base time x load on
     every worker every round (0.667 s): only what the model adds beyond the round's fastest worker
     is injected now; --inject full keeps the model's whole time."""
-    base = ["train", "--workers", "3", "--rounds", "2", "--delay-model", "bernoulli", "--delay-param", "p=0.0",
-            "--delay-param", "base=0.05", "--data-param", "n_samples=150", "--data-param", "n_features=3", "--json"]
+    base = ["train", "--workers", "3", "--rounds", "2", "--delay-model", "bernoulli", "--delay-params", "p=0.0",
+            "--delay-params", "base=0.05", "--data-params", "n_samples=150", "--data-params", "n_features=3", "--json"]
     res = CliRunner().invoke(app, base + ["--run-dir", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["injected"] == [[0.0] * 3] * 2
@@ -105,7 +106,7 @@ def test_train_several_schemes_side_by_side(ray_session, tmp_path):
     import numpy as np
 
     args = ["train", "--scheme", "crc,uncoded,ignore", "--workers", "3", "--stragglers", "1", "--delay", "0.02",
-            "--data-param", "n_samples=150", "--data-param", "n_features=3", "--rounds", "3"]
+            "--data-params", "n_samples=150", "--data-params", "n_features=3", "--rounds", "3"]
     res = CliRunner().invoke(app, args + ["--run-dir", str(tmp_path / "runs"), "--plot", str(tmp_path / "p.png"),
                                           "--json"])
     assert res.exit_code == 0, res.output
@@ -133,8 +134,8 @@ def test_train_several_schemes_side_by_side(ray_session, tmp_path):
 def test_a_planned_failure_is_reported_as_planned(ray_session, tmp_path):
     """With --fail, Ray's notice for the planned exit (which reads as a crash) is left out and the
     run says itself which deaths were planned."""
-    res = CliRunner().invoke(app, ["train", "--workers", "3", "--rounds", "2", "--fail", "1@1", "--data-param",
-                                   "n_samples=150", "--data-param", "n_features=3", "--run-dir", str(tmp_path / "r")])
+    res = CliRunner().invoke(app, ["train", "--workers", "3", "--rounds", "2", "--fail", "1@1", "--data-params",
+                                   "n_samples=150", "--data-params", "n_features=3", "--run-dir", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert "worker 1 died in round 1 (planned by --fail)" in " ".join(res.stderr.split())
 
@@ -150,7 +151,7 @@ def test_train_closes_rounds_by_the_mu_rule_on_ray(ray_session, tmp_path):
     delays = np.full((2, 4), 0.3)
     delays[:, 3] = 1.3
     np.save(tmp_path / "trace.npy", delays)
-    base = ["train", "--workers", "4", "--rounds", "2", "--delay-model", "trace", "--delay-param",
+    base = ["train", "--workers", "4", "--rounds", "2", "--delay-model", "trace", "--delay-params",
             f"path={tmp_path / 'trace.npy'}", "--inject", "full", "--close", "1", "--json"]
     docs = {}
     for scheme, extra in (("crc", ["--stragglers", "1"]), ("uncoded", ["--waitout", "all"])):

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 import pytest
+
+from gradcode.stragglers import make_delay_model
 from typer.testing import CliRunner
 
 from gradcode.cli import app
@@ -33,7 +35,7 @@ try:  # workers cannot import the test modules: ship their classes (problem spec
 except ImportError:
     pass
 
-CLI_DATA = ["--data", "synthetic", "--data-param", "n_samples=400", "--data-param", "n_features=6", "--seed", "3"]
+CLI_DATA = ["--data-params", "n_samples=400", "--data-params", "n_features=6", "--seed", "3"]
 
 
 def reference(steps, *, lr=0.5):
@@ -53,7 +55,7 @@ def delays(rounds, n, slow, seconds):
     """A trace delay model: workers ``slow`` sleep ``seconds`` in every round."""
     d = np.zeros((rounds, n))
     d[:, list(slow)] = seconds
-    return ("trace", {"delays": d})
+    return make_delay_model("trace", delays=d)
 
 
 # ---------------------------------------------------------------- item 2: non-finite results
@@ -142,7 +144,8 @@ def test_a_timeout_behind_a_slow_worker_says_so_and_not_that_workers_failed(ray_
     d = np.zeros((3, 4))
     d[1, 3] = 30.0
     with pytest.raises(RoundTimeoutError) as info:
-        train_options("uncoded", workers=4, rounds=3, delay_model=("trace", {"delays": d}), round_timeout=1.5,
+        train_options("uncoded", workers=4, rounds=3, delay_model="trace", delay_params={"delays": d},
+                      round_timeout=1.5,
               data="tandon-synthetic", data_params=DATA, seed=SEED, optimizer_params={"lr": 0.5},
               run_dir=tmp_path / "r", eval_every=0)
     msg = str(info.value)
@@ -159,7 +162,7 @@ def test_cli_prints_the_records_of_a_run_that_stopped_with_its_error(ray_session
     d[2, 1] = 30.0
     res = CliRunner().invoke(app, [
         "train", "--scheme", "uncoded", "--workers", "4", "--rounds", "4", "--round-timeout", "1.5",
-        "--delay-model", "trace", "--delay-param", f"delays={json.dumps(d.tolist())}", "--lr", "0.5",
+        "--delay-model", "trace", "--delay-params", f"delays={json.dumps(d.tolist())}", "--optimizer-params", "lr=0.5",
         "--run-dir", str(tmp_path / "run"), "--json", *CLI_DATA,
     ])
     assert res.exit_code == 1, res.output
@@ -236,7 +239,7 @@ def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
     ckpt.write_bytes(good[:100])
     res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds",
                                    "2", "--checkpoint-every", "2", "--resume", "--run-dir", str(tmp_path / "r"),
-                                   "--lr", "0.5", *CLI_DATA])
+                                   "--optimizer-params", "lr=0.5", *CLI_DATA])
     assert res.exit_code == 1 and "is damaged" in res.stderr and "Traceback" not in res.output
     ckpt.write_bytes(good)  # the intact checkpoint still resumes
     blob.write_bytes(good_blob)
@@ -251,7 +254,8 @@ def test_a_diverging_step_stops_with_a_clear_error_and_json_that_parses(ray_sess
     the first non-finite parameters or loss, says why, keeps the finite rounds before, and the
     document parses as strict JSON."""
     res = CliRunner().invoke(app, ["train", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds",
-                                   "6", "--lr", "1e300", "--run-dir", str(tmp_path / "r"), "--json", *CLI_DATA])
+                                   "6", "--optimizer-params", "lr=1e300", "--run-dir", str(tmp_path / "r"), "--json",
+                                   *CLI_DATA])
     assert res.exit_code == 1, res.output
     doc = strict_json(res.stdout)
     assert "training diverged" in doc["error"] and "lr=1e+300" in doc["error"] and "Lower the learning rate" in doc["error"]
@@ -342,7 +346,7 @@ def test_verify_is_for_codes():
     from gradcode.runtime import build_scheme
 
     with pytest.raises(ValueError, match="verify applies to codes"):
-        build_scheme("gc-dc", workers=8, code_params=dict(clusters=2, r=2), verify=True)
+        build_scheme("gc-dc", workers=8, scheme_params=dict(clusters=2, r=2), verify=True)
     assert build_scheme("crc", workers=6, stragglers=2, verify=True).verify
 
 

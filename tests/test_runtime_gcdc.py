@@ -24,7 +24,7 @@ def reference(rounds, lr=0.5):
 
 @pytest.mark.parametrize("ssi", ["perfect", "imperfect"])
 def test_gc_dc_trains_to_the_single_process_gd_iterates(ray_session, tmp_path, ssi):
-    res = train_options("gc-dc", workers=6, code_params=dict(GCDC, ssi=ssi), stragglers=2, delay=0.2,
+    res = train_options("gc-dc", workers=6, scheme_params=dict(GCDC, ssi=ssi), stragglers=2, delay=0.2,
                 data="tandon-synthetic", data_params=DATA, seed=SEED, rounds=ROUNDS,
                 optimizer_params={"lr": 0.5}, run_dir=tmp_path / ssi, eval_every=0)
     assert rel(res.final_params, reference(ROUNDS)) < 1e-9
@@ -47,10 +47,11 @@ def test_gc_dc_cli_trains_with_inline_parameters(ray_session, tmp_path):
 
     out = CliRunner().invoke(app, [
         "train", "--scheme", "gc-dc:clusters=3,r=2,clusters_per_worker=2,ssi=perfect", "-n", "6", "-s", "1",
-        "--delay", "0.1", "--rounds", str(ROUNDS), "--data-param", "n_samples=300", "--data-param", "n_features=5",
-        "--seed", str(SEED), "--lr", "0.5", "--eval-every", "0", "--run-dir", str(tmp_path / "cli"), "--json",
+        "--delay", "0.1", "--rounds", str(ROUNDS), "--data-params", "n_samples=300", "--data-params", "n_features=5",
+        "--seed", str(SEED), "--optimizer-params", "lr=0.5", "--eval-every", "0", "--run-dir", str(tmp_path / "cli"),
+        "--json",
     ])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
-    assert doc["config"]["code"] == "gc-dc"
+    assert doc["config"]["scheme"] == "gc-dc"
     assert rel(np.asarray(doc["final_params"]), reference(ROUNDS)) < 1e-9  # d = 5: params are in the JSON

@@ -519,17 +519,17 @@ def test_tune_bad_input():
         tune(X, jobs=5, alpha=1.0, families=("bogus",))
 
 
-def test_tune_candidates_are_named_as_the_registries_name_them_and_the_former_names_warn():
+def test_tune_candidates_are_named_as_the_registries_name_them_and_the_former_names_are_refused():
     from gradcode.schemes import make_scheme
 
     X = _profile(8, 12)
     res = tune(X, jobs=5, alpha=1.0, max_W=3)
     for c in res.best.values():  # every candidate builds by its name and parameters
         assert make_scheme(c.scheme, n=8, **c.params).n == 8
-    with pytest.warns(DeprecationWarning, match="'gc' is now 'crc'"):
-        old = tune(X, jobs=5, alpha=1.0, families=("gc", "none"))
-    assert set(old.best) == {"crc", "uncoded"}
-    assert old.best["crc"].time == res.best["crc"].time
+    two = tune(X, jobs=5, alpha=1.0, families=("crc", "uncoded"))
+    assert set(two.best) == {"crc", "uncoded"} and two.best["crc"].time == res.best["crc"].time
+    with pytest.raises(ValueError, match="family must be one of"):  # 0.1's names gc and none are gone
+        tune(X, jobs=5, alpha=1.0, families=("gc",))
 
 
 @pytest.mark.parametrize("name", ["sr-sgc", "m-sgc"])

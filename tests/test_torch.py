@@ -34,10 +34,18 @@ def flat(module) -> torch.Tensor:
 
 
 def fit(model, data, *, engine="inprocess", callback=None, **kw):
-    """gradcode.torch.fit with its options flat: the config objects they make (fit_configs)."""
+    """gradcode.torch.fit with its options flat, split among its config objects
+    (:func:`config_util.split_options`; held-out metrics after the last round, as fit's default)."""
+    from config_util import split_options
+
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+
     kw.setdefault("workers", 6)
     kw.setdefault("batch_size", 60)
-    return gt.fit(model, data, **gt.fit_configs(**kw), engine=engine, callback=callback)
+    kw.setdefault("eval_every", 0)
+    configs = split_options(kw, {"torch_config": gt.TorchConfig, "spec": TrainSpec, "run": RunConfig,
+                                 "faults": FaultConfig, "cluster": ClusterConfig})
+    return gt.fit(model, data, **configs, engine=engine, callback=callback)
 
 
 # ------------------------------------------------------------------------ exactness
@@ -49,7 +57,7 @@ def test_decoded_step_is_the_batch_gradient(digits):
     over each partition's samples)."""
     torch.manual_seed(0)
     net = LNBNNet(dropout=0.3)
-    res = fit(net, digits[0], code="crc", stragglers=2, delay=0.5, optimizer="sgd", optimizer_params={"lr": 1.0},
+    res = fit(net, digits[0], scheme="crc", stragglers=2, delay=0.5, optimizer="sgd", optimizer_params={"lr": 1.0},
               rounds=1)
     spec, (X, y) = res.spec, digits[0]
     ref = LNBNNet(dropout=0.3)
@@ -79,16 +87,16 @@ def test_the_decoded_batch_is_the_one_asked_for(digits, code, kw, batch):
     """A batch that does not split evenly over the code's partitions is apportioned by largest
     remainders (it was rounded per partition: 130 -> 128, 100 -> 102, 64 -> 63), and one smaller
     than the partitions is refused instead of silently grown (2 -> 4)."""
-    res = fit(LNBNNet(), digits[0], code=code, rounds=1, batch_size=batch, engine="inprocess", **kw)
+    res = fit(LNBNNet(), digits[0], scheme=code, rounds=1, batch_size=batch, engine="inprocess", **kw)
     assert res.spec.samples_per_job == batch
     assert sum(res.spec.batch_indices(0, j).size for j in range(res.spec.sizes.size)) == batch
     assert res.spec.per_job.max() - res.spec.per_job.min() <= 1
     with pytest.raises(ValueError, match="batch_size=2 is smaller than the code's 4 partitions"):
-        fit(LNBNNet(), digits[0], code="crc", stragglers=1, workers=4, rounds=1, batch_size=2, engine="inprocess")
+        fit(LNBNNet(), digits[0], scheme="crc", stragglers=1, workers=4, rounds=1, batch_size=2, engine="inprocess")
 
 
 def test_batches_cover_each_partition_once_per_epoch(digits):
-    spec = fit(LNBNNet(), digits[0], code="uncoded", rounds=1).spec
+    spec = fit(LNBNNet(), digits[0], scheme="uncoded", rounds=1).spec
     steps = int(spec.shards[0] // spec.per_job[0])
     seen = np.concatenate([spec.batch_indices(job, 0) for job in range(steps)])
     assert np.unique(seen).size == seen.size == steps * spec.per_job[0]
@@ -106,8 +114,8 @@ def test_crc_with_stragglers_reaches_the_uncoded_weights(digits, engine, request
     kw = dict(optimizer=torch.optim.Adam, optimizer_params={"lr": 1e-2}, rounds=8 if engine == "ray" else 20,
               engine=engine, eval_data=digits[1])
     delays = dict(stragglers=2, delay=0.05 if engine == "ray" else 1.0)  # the same injected delays
-    coded = fit(net, digits[0], code="crc", **delays, **kw)
-    plain = fit(net, digits[0], code="uncoded", **delays, **kw)
+    coded = fit(net, digits[0], scheme="crc", **delays, **kw)
+    plain = fit(net, digits[0], scheme="uncoded", **delays, **kw)
     assert type(coded.model) is LNBNNet
     assert torch.allclose(flat(coded.model), flat(plain.model), rtol=1e-4, atol=1e-5)
     assert torch.allclose(coded.model.bn.running_mean, plain.model.bn.running_mean, rtol=1e-4, atol=1e-5)
@@ -124,7 +132,7 @@ def test_the_users_module_keeps_its_own_initialisation(digits):
     net = LNBNNet()
     with torch.no_grad():
         net.fc2.weight.fill_(0.0)
-    res = fit(net, digits[0], code="uncoded", optimizer="sgd", optimizer_params={"lr": 0.0}, rounds=1)
+    res = fit(net, digits[0], scheme="uncoded", optimizer="sgd", optimizer_params={"lr": 0.0}, rounds=1)
     assert torch.equal(res.model.fc2.weight, net.fc2.weight)
     assert res.model is not net
 
@@ -132,8 +140,8 @@ def test_the_users_module_keeps_its_own_initialisation(digits):
 def test_loss_reduction_sum_is_the_same_training(digits):
     torch.manual_seed(2)
     net = LNBNNet()
-    mean = fit(net, digits[0], code="frc", stragglers=1, rounds=5)
-    summed = fit(net, digits[0], code="frc", stragglers=1, rounds=5, loss_reduction="sum",
+    mean = fit(net, digits[0], scheme="frc", stragglers=1, rounds=5)
+    summed = fit(net, digits[0], scheme="frc", stragglers=1, rounds=5, loss_reduction="sum",
                  loss=lambda out, y: nn.functional.cross_entropy(out, y, reduction="sum"))
     assert torch.allclose(flat(mean.model), flat(summed.model), rtol=1e-4, atol=1e-6)
 
@@ -157,12 +165,12 @@ def test_every_scheme_trains_a_torch_model_exactly(digits, code, params, models)
     net = LNBNNet()
     params = dict(params)
     kw = dict(optimizer="sgd", optimizer_params={"lr": 0.1}, rounds=6 * models, models=models)
-    res = fit(net, digits[0], code=code, code_params=params, stragglers=1, delay=1.0,
+    res = fit(net, digits[0], scheme=code, scheme_params=params, stragglers=1, delay=1.0,
               wire_dtype=params.pop("wire", "float32"), **kw)
     assert len(res.models) == models and all(np.isfinite(h["loss"] if models == 1 else h["loss"][0])
                                              for h in res.history[-models:])
     if models == 1:
-        ref = fit(net, digits[0], code="uncoded", workers=res.spec.sizes.size if code != "commfr" else 3, **kw)
+        ref = fit(net, digits[0], scheme="uncoded", workers=res.spec.sizes.size if code != "commfr" else 3, **kw)
         if np.allclose(res.spec.sizes, ref.spec.sizes):  # the same partitions, hence the same batches
             # codes with amplifying coefficients decode float32 messages within float32's accepted
             # bound (rtol 1e-3 of the gradient a round); repetition codes add partials as they are
@@ -177,7 +185,7 @@ def test_every_scheme_trains_a_torch_model_exactly(digits, code, params, models)
 def test_16_bit_messages_train_close_to_float32(digits, wire):
     torch.manual_seed(4)
     net = LNBNNet()
-    kw = dict(code="crc", workers=4, stragglers=1, delay=1.0, optimizer="sgd", optimizer_params={"lr": 0.2},
+    kw = dict(scheme="crc", workers=4, stragglers=1, delay=1.0, optimizer="sgd", optimizer_params={"lr": 0.2},
               rounds=6)
     f32 = fit(net, digits[0], **kw)
     low = fit(net, digits[0], wire_dtype=wire, **kw)
@@ -191,7 +199,7 @@ def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):
     default, trained when the user accepts the looser bound (and then close to float64). (With
     L = 6 and one straggler, the weighted E·M decode of every message now stays within float32's
     bound, so this takes a larger L.)"""
-    kw = dict(code="agc", code_params={"d": 3, "L": 16}, stragglers=1, delay=1.0, optimizer="sgd",
+    kw = dict(scheme="agc", scheme_params={"d": 3, "L": 16}, stragglers=1, delay=1.0, optimizer="sgd",
               optimizer_params={"lr": 0.1}, rounds=3)
     with pytest.raises(GradcodeError, match="float64"):
         fit(LNBNNet(), digits[0], **kw)
@@ -212,7 +220,7 @@ def test_an_imprecise_code_for_the_wire_type_is_refused_with_a_safer_choice(digi
 
     with pytest.raises(GradcodeError, match="float32 or float64") as info, \
             pytest.warns(ImpreciseWaitWarning, match="round 0 waits for more workers.*float16"):
-        fit(LNBNNet(), digits[0], code="agc", code_params={"d": 3, "L": 16}, stragglers=1, delay=1.0,
+        fit(LNBNNet(), digits[0], scheme="agc", scheme_params={"d": 3, "L": 16}, stragglers=1, delay=1.0,
             wire_dtype="float16", rounds=2)
     assert "not accurate enough" in str(info.value) and "65504" not in str(info.value)
 
@@ -259,7 +267,7 @@ def test_a_nan_loss_makes_its_workers_stragglers(digits):
     X = X.clone()
     X[0, 0, 0, 0] = float("nan")
     with pytest.raises(TrainingStopped, match=r"the results of workers \[\d, \d\] of 6 held NaN") as info:
-        fit(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), (X, y), code="frc", stragglers=1, batch_size=None,
+        fit(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), (X, y), scheme="frc", stragglers=1, batch_size=None,
             rounds=1, round_timeout=1000)
     assert not isinstance(info.value, RoundTimeoutError)
 
@@ -330,12 +338,13 @@ def test_cli_trains_a_model_file_side_by_side(tmp_path):
     model_file = Path(__file__).with_name("torch_util.py")
     res = CliRunner().invoke(app, [
         "train", "--model", f"{model_file}:LNBNNet", "--scheme", "crc,uncoded", "--workers", "6", "--stragglers",
-        "2", "--delay", "0.5", "--rounds", "6", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "60",
+        "2", "--delay", "0.5", "--rounds", "6", "--optimizer", "adam", "--optimizer-params", "lr=0.01",
+        "--batch-size", "60",
         "--engine", "inprocess", "--run-dir", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     crc, plain = doc["runs"]
-    assert crc["config"]["code"] == "crc" and crc["config"]["data"]["batch_size"] == 60
+    assert crc["config"]["scheme"] == "crc" and crc["config"]["data"]["batch_size"] == 60
     assert np.allclose(crc["final_params"], plain["final_params"], rtol=1e-4, atol=1e-5)
     assert doc["rows"][0]["speedup"] > 1
 
@@ -381,7 +390,7 @@ def test_checkpoint_and_resume_reach_the_uninterrupted_weights(digits, tmp_path)
     then resumed to 8, equal 8 rounds straight."""
     torch.manual_seed(6)
     net = LNBNNet()
-    kw = dict(code="crc", stragglers=1, delay=1.0, optimizer="adam", optimizer_params={"lr": 1e-2},
+    kw = dict(scheme="crc", stragglers=1, delay=1.0, optimizer="adam", optimizer_params={"lr": 1e-2},
               scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5))
     straight = fit(net, digits[0], rounds=8, **kw)
     fit(net, digits[0], rounds=4, checkpoint_every=2, run_dir=tmp_path, **kw)
@@ -399,15 +408,15 @@ def test_a_resnet_with_batchnorm_trains():
     X, y = torch.rand(64, 3, 32, 32), torch.randint(0, 10, (64,))
     net = gt.ResNet18(10, width=4)
     kw = dict(workers=4, batch_size=16, rounds=2, optimizer="sgd", optimizer_params={"lr": 0.05, "momentum": 0.9})
-    coded = fit(net, (X, y), code="crc", stragglers=1, delay=1.0, **kw)
-    plain = fit(net, (X, y), code="uncoded", **kw)
+    coded = fit(net, (X, y), scheme="crc", stragglers=1, delay=1.0, **kw)
+    plain = fit(net, (X, y), scheme="uncoded", **kw)
     assert all(np.isfinite(h["loss"]) for h in coded.history)
     assert not torch.equal(coded.model.stem[1].running_mean, net.stem[1].running_mean)
     assert torch.allclose(flat(coded.model), flat(plain.model), rtol=1e-4, atol=1e-5)
 
 
 def test_each_pipelined_model_has_its_own_epochs(digits):
-    spec = fit(LNBNNet(), digits[0], code="uncoded", rounds=1, models=2).spec
+    spec = fit(LNBNNet(), digits[0], scheme="uncoded", rounds=1, models=2).spec
     steps = int(spec.shards[0] // spec.per_job[0])
     for model in range(2):
         seen = np.concatenate([spec.batch_indices(model + 2 * step, 0) for step in range(steps)])
@@ -433,7 +442,7 @@ def test_random_transforms_give_every_copy_of_a_partition_the_same_samples(digit
     from gradcode.torch.problem import Batch
 
     X, y = digits[0]
-    res = fit(LNBNNet(), _Augmented(X[:120], y[:120]), code="crc", stragglers=2, rounds=1, batch_size=None)
+    res = fit(LNBNNet(), _Augmented(X[:120], y[:120]), scheme="crc", stragglers=2, rounds=1, batch_size=None)
     parts = {0: np.arange(0, 20)}
     a, rows = res.spec.build_partitions(parts)
     torch.randn(100)  # the global generator moved on
@@ -458,7 +467,7 @@ def test_the_callers_code_object_is_not_changed(digits):
     import gradcode
 
     code = gradcode.make_code("crc", n=4, s=1, seed=0)
-    fit(LNBNNet(), digits[0], code=code, workers=None, stragglers=1, rounds=1, decode_rtol=0.5)
+    fit(LNBNNet(), digits[0], scheme=code, workers=None, stragglers=1, rounds=1, decode_rtol=0.5)
     assert code.decode_rtol is None
 
 
@@ -472,9 +481,9 @@ def test_only_user_code_travels_by_value_and_only_during_the_run(digits):
     from ray.cloudpickle import cloudpickle as impl
 
     import torch_util
-    from gradcode.torch.fit import _user_code_by_value
+    from gradcode.torch.training import _user_code_by_value
 
-    res = fit(LNBNNet(), digits[0], code="uncoded", rounds=1,
+    res = fit(LNBNNet(), digits[0], scheme="uncoded", rounds=1,
               loss=functools.partial(nn.functional.cross_entropy, label_smoothing=0.1))
     with _user_code_by_value(res.spec):
         assert torch_util.__name__ in impl._PICKLE_BY_VALUE_MODULES
@@ -483,7 +492,7 @@ def test_only_user_code_travels_by_value_and_only_during_the_run(digits):
     assert torch_util.__name__ not in impl._PICKLE_BY_VALUE_MODULES
 
 
-# ------------------------------------------------------------------------ code="auto" (SGC App. K)
+# ------------------------------------------------------------------------ scheme="auto" (SGC App. K)
 
 
 def test_auto_probes_uncoded_then_switches_without_losing_a_job(digits):
@@ -494,8 +503,8 @@ def test_auto_probes_uncoded_then_switches_without_losing_a_job(digits):
     torch.manual_seed(8)
     net = LNBNNet()
     kw = dict(optimizer="sgd", optimizer_params={"lr": 0.1}, rounds=14, stragglers=2, delay=1.0)
-    auto = fit(net, digits[0], code="auto", probe=6, **kw)
-    plain = fit(net, digits[0], code="uncoded", **kw)
+    auto = fit(net, digits[0], scheme="auto", probe=6, **kw)
+    plain = fit(net, digits[0], scheme="uncoded", **kw)
     report = auto.auto
     assert report["probe_rounds"] == 6 and report["jobs"] == 8 and report["chosen"]["family"] == "crc"
     assert report["chosen"]["params"]["s"] >= 2  # tolerates the two injected stragglers
@@ -521,7 +530,7 @@ def test_auto_with_pipelined_models_can_switch_to_other_partitions(digits, monke
         return make_scheme("m-sgc", n=times.shape[1], B=1, W=2, lam=2), {"chosen": {"family": "m-sgc"}}
 
     monkeypatch.setattr(switch, "choose_after_probe", to_msgc)
-    res = fit(LNBNNet(), digits[0], code="auto", probe=3, models=3, rounds=15, stragglers=1, delay=1.0,
+    res = fit(LNBNNet(), digits[0], scheme="auto", probe=3, models=3, rounds=15, stragglers=1, delay=1.0,
               optimizer="sgd", optimizer_params={"lr": 0.1})
     assert res.auto["chosen"]["family"] == "m-sgc"
     losses = [h["loss"] for h in res.history]
@@ -546,17 +555,17 @@ def test_choose_after_probe_follows_the_measurements():
 
 
 def test_auto_refusals(digits):
-    with pytest.raises(ValueError, match="go with code='auto'"):
-        fit(LNBNNet(), digits[0], code="crc", probe=5, rounds=2)
+    with pytest.raises(ValueError, match="go with scheme='auto'"):
+        fit(LNBNNet(), digits[0], scheme="crc", probe=5, rounds=2)
     with pytest.raises(ValueError, match="needs more rounds"):
-        fit(LNBNNet(), digits[0], code="auto", probe=5, rounds=5)
+        fit(LNBNNet(), digits[0], scheme="auto", probe=5, rounds=5)
 
 
 @pytest.mark.ray
 def test_auto_switches_on_ray(digits, ray_session):
     """The switch on real workers: the layout travels with each task, the actors are not restarted."""
     torch.manual_seed(9)
-    res = fit(LNBNNet(), digits[0], code="auto", probe=3, rounds=6, stragglers=1, delay=0.3, engine="ray",
+    res = fit(LNBNNet(), digits[0], scheme="auto", probe=3, rounds=6, stragglers=1, delay=0.3, engine="ray",
               workers=4, optimizer="sgd", optimizer_params={"lr": 0.1})
     assert res.auto["chosen"]["family"] in ("crc", "uncoded") and len(res.history) == 6
     assert np.isfinite(res.history[-1]["loss"])
@@ -647,44 +656,46 @@ def test_reproduce_agc_training_small(tmp_path):
 
 def test_auto_families_are_checked_up_front(digits):
     with pytest.raises(ValueError, match="need models >= 2"):
-        fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("m-sgc",))
+        fit(LNBNNet(), digits[0], scheme="auto", probe=2, rounds=4, families=("m-sgc",))
     with pytest.raises(ValueError, match="families must name"):
-        fit(LNBNNet(), digits[0], code="auto", probe=2, rounds=4, families=("bogus",))
+        fit(LNBNNet(), digits[0], scheme="auto", probe=2, rounds=4, families=("bogus",))
 
 
-def test_fit_config_objects_merge_with_keywords_and_refuse_what_fit_does_not_use(digits, tmp_path):
+def test_fit_takes_config_objects_and_refuses_what_fit_does_not_use(digits, tmp_path):
     """optimizer is TorchConfig's (not a clash with TrainSpec's); a RunConfig without rounds leaves
-    them to the epochs; TrainSpec fields that fit does not use are refused, not dropped."""
+    them to the epochs; TrainSpec fields that fit does not use are refused, not dropped; the flat
+    keywords of 0.1 are gone."""
     from gradcode.runtime import RunConfig, TrainSpec
 
     spec = TrainSpec("crc", workers=6, stragglers=1)
-    with pytest.warns(DeprecationWarning):
-        res = gt.fit(LNBNNet(), digits[0], spec, optimizer="adam", batch_size=60, rounds=1, engine="inprocess")
+    res = gt.fit(LNBNNet(), digits[0], spec, torch_config=gt.TorchConfig(optimizer="adam", batch_size=60),
+                 run=RunConfig(rounds=1), engine="inprocess")
     assert "Adam" in res.result.config["optimizer"][0]
     epoch = gt.fit(LNBNNet(), digits[0], spec, torch_config=gt.TorchConfig(batch_size=300),
                    run=RunConfig(run_dir=tmp_path / "r"), engine="inprocess")
     plain = gt.fit(LNBNNet(), digits[0], spec, torch_config=gt.TorchConfig(batch_size=300), engine="inprocess")
     assert len(epoch.history) == len(plain.history) < 10  # one epoch of whole batches, not 100 rounds
     assert epoch.result.config["optimizer_params"][0]["lr"] == 0.01  # the resolved step size, recorded
-    with pytest.raises(ValueError, match="TrainSpec.verify is not used by fit"):
+    with pytest.raises(ValueError, match="verify is not used by a torch model's run"):
         gt.fit(LNBNNet(), digits[0], TrainSpec("crc", workers=6, verify=True), engine="inprocess")
-    with pytest.raises(TypeError, match="and TorchConfig for fit"):
-        fit(LNBNNet(), digits[0], lr=0.1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr'"):
+        gt.fit(LNBNNet(), digits[0], lr=0.1)
 
 
 def test_auto_load_slope_is_the_injected_delays_plus_the_workers_own_time():
-    """code="auto" without load_slope: the injected delays' slope, fitted as App. J does when they
+    """scheme="auto" without load_slope: the injected delays' slope, fitted as App. J does when they
     are injected in full (the trace rule's alpha, exactly; 0 for "excess" or nothing injected), plus
     n x the probe's fastest worker's own time (arrival less injected delay); a given slope as given."""
     from gradcode.runtime import TrainSpec
     from gradcode.schemes.switch import ProbeThenSwitch
-    from gradcode.torch.fit import _injected_slope
+    from gradcode.torch.training import _injected_slope
 
     d = np.ones((12, 4))
-    rule = ("trace", {"delays": d, "trace_load": 0.25, "load_slope": 1.5})
-    slope, source = _injected_slope(TrainSpec("uncoded", workers=4, delay_model=rule, inject="full"), 4, 12)
+    rule = {"delays": d, "trace_load": 0.25, "load_slope": 1.5}
+    slope, source = _injected_slope(TrainSpec("uncoded", workers=4, delay_model="trace", delay_params=rule,
+                                              inject="full"), 4, 12)
     assert slope == pytest.approx(1.5) and "fitted as App. J does" in source and "R^2" in source
-    assert _injected_slope(TrainSpec("uncoded", workers=4, delay_model=rule), 4, 12)[0] == 0.0
+    assert _injected_slope(TrainSpec("uncoded", workers=4, delay_model="trace", delay_params=rule), 4, 12)[0] == 0.0
     assert _injected_slope(TrainSpec("uncoded", workers=4), 4, 12)[0] == 0.0
     switch = ProbeThenSwitch(4, 2, 6, injected_slope=1.5, injected_from="rule")
     switch.observe_times(0, [1.25, 1.5, 2.0, -1.0], injected=[1.0, 1.0, 1.0, 1.0])  # own: 0.25, 0.5, 1.0, late

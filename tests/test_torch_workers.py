@@ -247,7 +247,9 @@ def test_cli_loss_scheduler_clipping_and_tensorboard(tmp_path):
         "def smooth(out, y):\n    return torch.nn.functional.cross_entropy(out, y, label_smoothing=0.1)\n")
     res = CliRunner().invoke(app, [
         "train", "--model", "mlp", "--scheme", "crc", "--workers", "4", "--stragglers", "1", "--rounds", "6",
-        "--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--batch-size", "48", "--eval-every", "3",
+        "--optimizer", "sgd", "--optimizer-params", "lr=0.5", "--optimizer-params", "momentum=0.9",
+        "--batch-size", "48",
+        "--eval-every", "3",
         "--loss", f"{tmp_path / 'parts.py'}:smooth", "--scheduler", "step:step_size=2,gamma=0.5",
         "--clip-grad-norm", "0.05", "--device", "cpu", "--tensorboard", str(tmp_path / "tb"),
         "--engine", "inprocess", "--run-dir", str(tmp_path / "run"), "--json"])
@@ -266,9 +268,9 @@ def test_cli_torch_option_refusals(tmp_path):
     from gradcode.cli import app
 
     runner = CliRunner()
-    for args, text in ((["--loss", "hinge"], "--loss must be one of"),
-                       (["--scheduler", "linear"], "--scheduler must be one of"),
-                       (["--scheduler", "step:gamma=x,step_size=-1"], "--scheduler step"),
+    for args, text in ((["--loss", "hinge"], "loss must be one of"),
+                       (["--scheduler", "linear"], "scheduler must be one of"),
+                       (["--scheduler", "step:gamma=x,step_size=-1"], "scheduler step"),
                        (["--clip-grad-norm", "0"], "clip_grad_norm"),
                        (["--loss", "nowhere.py:f"], "no such file")):
         res = runner.invoke(app, ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1", *args,

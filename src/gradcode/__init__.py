@@ -12,7 +12,7 @@ from importlib import import_module
 
 from gradcode.errors import GradcodeError, NotDecodableError, StopTraining, TraceError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "make_code": "gradcode.codes",

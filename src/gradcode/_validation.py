@@ -102,8 +102,14 @@ def check_closing_rule(close, waitout: str = "decodable") -> float | None:
     simulator's and the runtime's ``close``/``waitout`` (SGC Section 2): ``close`` is
     ``"decodable"`` or a number ``mu >= 0``; ``waitout`` is ``"decodable"`` or ``"all"``, and
     ``"all"`` needs a ``mu`` (it waits out the mu-rule's deadline, which the decodable close has
-    not)."""
+    not). A number may come as its text (``"0.5"``: the command line's ``--close``)."""
     check_choice("waitout", waitout, ("decodable", "all"))
+    if isinstance(close, str) and close != "decodable":
+        try:
+            close = float(close)
+        except ValueError:
+            raise ValueError(f"close must be 'decodable' or a number mu >= 0 (the SGC mu-rule), got {close!r}"
+                             ) from None
     if isinstance(close, str):
         check_choice("close", close, ("decodable",))
         mu = None

@@ -73,7 +73,7 @@ def codes_command(as_json: bool = typer.Option(False, "--json", help="Print one 
 @app.command("reproduce")
 def reproduce_command(
     name: str = typer.Argument(None, help="Reproduction to run; omit to list them."),
-    param: list[str] = typer.Option(None, "--param", "-p", help="Reproduction parameter key=value (repeatable)."),
+    params: list[str] = typer.Option(None, "--params", "-p", help="Reproduction parameter key=value (repeatable)."),
     rounds: int = typer.Option(None, "--rounds", help="Monte-Carlo rounds (reproductions that take rounds)."),
     seed: int = typer.Option(None, "--seed", help="Seed (reproductions that take one)."),
     out_dir: str = typer.Option(None, "--out", help="Directory for files (reproductions that write figures)."),
@@ -85,7 +85,7 @@ def reproduce_command(
 
     from gradcode.errors import GradcodeError
     from gradcode.experiments.cli_output import exit_code_of, fail
-    from gradcode.experiments.cli_sim import parse_kv
+    from gradcode.experiments.cli_options import parse_kv
     from gradcode.experiments.reproduce import available_reproductions, run_reproduction
 
     if name is None:
@@ -93,7 +93,7 @@ def reproduce_command(
              as_json=as_json, title="reproductions")
         return
     try:
-        params = parse_kv(param, "--param")
+        params = parse_kv(params, "--params")
         for key, value in (("rounds", rounds), ("seed", seed), ("out", out_dir), ("full", full or None)):
             if value is not None:
                 params[key] = value

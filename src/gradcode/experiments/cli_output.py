@@ -213,17 +213,6 @@ def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def renamed(new_value, old_value, new: str, old: str, default=None):
-    """The value of an option given under its former name ``old`` (a hidden alias kept for one
-    release, with a warning) or its name ``new``; both, with different values, is a ``ValueError``."""
-    if old_value is None or old_value == []:
-        return new_value
-    if new_value not in (None, [], default) and new_value != old_value:
-        raise ValueError(f"{old} is the former name of {new}: give {new} only")
-    warn(f"{old} is now {new} (the old name goes in the next release)")
-    return old_value
-
-
 def plain_warnings() -> None:
     """Python warnings raised while a command runs (gradcode's own: workers sharing cores,
     ignored engine settings, deprecations) as ``warning: message`` lines on stderr, each distinct

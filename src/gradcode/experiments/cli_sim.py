@@ -39,14 +39,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import typer
 
+from gradcode._options import described
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, renamed, warn
+from gradcode.experiments.cli_options import Values, command, options, parse_kv
+from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, warn
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
 
@@ -54,21 +57,6 @@ _CLOSE_HELP = "Closing rule: 'decodable' (end when the job decodes) or a number 
 
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def parse_kv(items: list[str] | None, what: str) -> dict:
-    """``["k=v", ...]`` -> dict, values parsed as JSON when possible."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"{what} must look like key=value, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def parse_scheme(spec: str) -> tuple[str, dict]:
@@ -187,13 +175,13 @@ def _available_codes():
 DEFAULT_MODEL = "shifted-exp"
 
 
-def build_model(model: str, model_params: list[str] | None, trace, trace_loads=None, load_slope=None):
-    """The delay model: ``--delay-model`` with its ``--delay-param``s, or the trace(s) of ``--trace``
-    load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
+def build_model(model: str, params: dict | None, trace, trace_loads=None, load_slope=None):
+    """The delay model: ``--delay-model`` with its ``--delay-params``, or the trace(s) of
+    ``--trace`` load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
     ``trace_info`` (``None`` without a trace) says how the trace is load-adjusted."""
     from gradcode.stragglers import make_delay_model
 
-    params = parse_kv(model_params, "--delay-param")
+    params = dict(params or {})
     traces = [] if trace is None else [trace] if isinstance(trace, (str, Path)) else list(trace)
     if traces:
         if model not in (DEFAULT_MODEL, "trace"):
@@ -230,39 +218,55 @@ def label(code) -> str:
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    """What a ``simulate`` or ``compare`` run is, besides its schemes: the delay model (``model``
-    with ``model_params``, or ``trace`` files with ``trace_loads`` and ``load_slope``,
-    :func:`build_model`), its length (``rounds``, or the ``J + T`` rounds of ``jobs``), ``repeats``
-    with seeds ``seed, seed + 1, ...``, the closing rule (``close`` as given on the command line,
-    ``waitout``), the simulator's ``method``, ``records`` (keep per-round tables: True for
-    ``--records`` and ``--plot``; None, while small) and ``progress`` (a bar on a terminal)."""
+class Simulation:
+    """What a ``simulate`` or ``compare`` run is, besides its schemes, one field per command-line
+    option (:mod:`~gradcode.experiments.cli_options`): the workers, stragglers and parameters the
+    schemes are built with, the delay model (``delay_model`` with ``delay_params``, or ``trace``
+    files with ``trace_load`` and ``load_slope``, :func:`build_model`), the length (``rounds``, or
+    the ``J + T`` rounds of ``jobs``), ``repeats`` with seeds ``seed, seed + 1, ...``, the closing
+    rule (``close``, ``waitout``), the simulator's ``method``; and, for the program only,
+    ``keep_records`` (keep per-round tables: True for ``--records`` and ``--plot``; None, while
+    small) and ``progress`` (a bar on a terminal)."""
 
-    model: str = "shifted-exp"
-    model_params: list | None = None
-    trace: list | None = None
-    trace_loads: list | None = None
-    load_slope: float | None = None
-    rounds: int | None = None
-    jobs: int | None = None
-    repeats: int = 1
-    seed: int = 0
-    close: str = "decodable"
-    waitout: str = "decodable"
-    method: str = "auto"
-    records: bool | None = None
-    progress: bool = False
+    workers: int | None = described(None, "Number of workers (the code's n).", short="-n")
+    stragglers: int | None = described(None, "Stragglers to tolerate (the code's s).", short="-s")
+    scheme_params: Mapping | None = described(None, "key=value parameter of the schemes (repeatable; compare: of"
+                                                    " every scheme but uncoded).", short="-p")
+    delay_model: str = described(DEFAULT_MODEL, "Delay model (see `gradcode models`).", short="-m")
+    delay_params: Mapping | None = described(None, "key=value parameter of --delay-model, or of --trace (offset,"
+                                                   " wrap) (repeatable).", short="-M")
+    trace: Sequence[Path] | None = described(None, "Replay a (rounds, workers) trace file instead of a model (n is"
+                                                   " its number of workers); repeat it, each with --trace-load, to"
+                                                   " fit the load slope.")
+    trace_load: Sequence[float] | None = described(None, "Load each --trace was recorded at (one per trace; default"
+                                                         " 1/n, uncoded, when --load-slope is given).")
+    load_slope: float | None = described(None, "Seconds per unit load: a trace is adjusted to a scheme's load L by"
+                                               " adding (L - trace load) * slope (SGC App. J); fitted from the traces"
+                                               " when several are given. Without it one trace replays as recorded.")
+    rounds: int | None = described(None, "Rounds per run (default: 1000, or the trace's length).", short="-r")
+    jobs: int | None = described(None, "Run J jobs instead of --rounds: J + T rounds for a scheme of delay T, so"
+                                       " that every scheme's total time is that of the same J jobs.", short="-J")
+    repeats: int = described(1, "Runs, with seeds seed, seed+1, ...")
+    seed: int = described(0, "Seed of the first run.")
+    close: str = described("decodable", _CLOSE_HELP)
+    waitout: str = described("decodable", "With --close MU, what a round the deadline leaves unresolved waits"
+                                          " for: decodable (first decodable instant) or all (every worker: the SGC"
+                                          " paper's replay rule).")
+    method: str = described("auto", "auto | fast (vectorized) | events (protocol path).")
+    keep_records: bool | None = described(None, "Keep the per-round tables.", cli=False)
+    progress: bool = described(False, "Show a progress bar.", cli=False)
 
     def __post_init__(self):
-        from gradcode._validation import check_closing_rule
+        from gradcode._validation import check_closing_rule, check_int
 
-        if self.repeats < 1:
-            raise ValueError(f"--repeats must be >= 1, got {self.repeats}")
-        check_closing_rule(parse_close(self.close), self.waitout)  # refused before anything runs
+        check_int("repeats", self.repeats, minimum=1)
+        if self.jobs is not None:
+            check_int("jobs", self.jobs, minimum=1)
+        check_closing_rule(self.close, self.waitout)  # refused before anything runs
 
-    def delay_model(self):
+    def built_delay_model(self):
         """``(model, trace_info)`` of :func:`build_model`."""
-        return build_model(self.model, self.model_params, self.trace, self.trace_loads, self.load_slope)
+        return build_model(self.delay_model, self.delay_params, self.trace, self.trace_load, self.load_slope)
 
     def bar(self, rounds: int):
         """The progress bar over ``rounds`` rounds in all (a no-op context without ``progress``)."""
@@ -271,10 +275,10 @@ class RunOptions:
         return RunProgress(rounds) if self.progress else contextlib.nullcontext()
 
 
-def run_repeats(built, model, rounds: int, run: RunOptions, progress=None):
+def run_repeats(built, model, rounds: int, run: Simulation, progress=None):
     """``run.repeats`` runs of ``built`` (a :class:`Built`: a fresh scheme per repeat, or a code)
     under ``model`` for ``rounds`` rounds with seeds ``run.seed + i``. ``run.records``: keep the
-    per-round tables (True: for --records files and --plot); by default only while small, so long
+    per-round tables (``run.keep_records`` True: for --records files and --plot); by default only while small, so long
     runs keep summaries in bounded memory (see gradcode.simulate). A scheme family (no static
     code) runs on the simulator's event path, which ``method="auto"`` picks by itself.
     ``progress``: a :class:`~gradcode.experiments.cli_output.RunProgress` that every repeat
@@ -290,7 +294,7 @@ def run_repeats(built, model, rounds: int, run: RunOptions, progress=None):
 
     return [
         simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=run.seed + i,
-                 close=close, method=run.method, progress=bar(), records=run.records, waitout=run.waitout)
+                 close=close, method=run.method, progress=bar(), records=run.keep_records, waitout=run.waitout)
         for i in range(run.repeats)
     ]
 
@@ -387,16 +391,16 @@ def plot_comparison(path: Path, names: list[str], times: list[np.ndarray], compl
 # ---------------------------------------------------------------------------------- commands
 
 
-def simulate_doc(scheme: str, params: dict, workers, stragglers, run: RunOptions) -> tuple[dict, list]:
+def simulate_doc(scheme: str, run: Simulation) -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
-    ``run.records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
+    ``run.keep_records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
     (and then must match it); ``run.jobs``: run ``J + T`` rounds (``run.rounds`` otherwise)."""
     from gradcode.sim import pooled_stats
 
     name, inline = parse_scheme(scheme)
-    dmodel, trace_info = run.delay_model()
-    code = build_code(name, {**params, **inline}, trace_workers(workers, dmodel, {**params, **inline}), stragglers,
-                      run.jobs)
+    dmodel, trace_info = run.built_delay_model()
+    params = {**(run.scheme_params or {}), **inline}
+    code = build_code(name, params, trace_workers(run.workers, dmodel, params), run.stragglers, run.jobs)
     check_trace_width(code, dmodel)
     rounds = run_rounds(run.rounds, run.jobs, code, dmodel)
     with run.bar(rounds * run.repeats) as bar:
@@ -410,7 +414,8 @@ def simulate_doc(scheme: str, params: dict, workers, stragglers, run: RunOptions
             "stragglers_per_round": s["stragglers_per_round"], "waitouts": s["waitouts"],
         })
     summary = {
-        "scheme": code.label, "kind": code.kind, "model": repr(dmodel), "close": results[0].close, "rounds": rounds,
+        "scheme": code.label, "kind": code.kind, **_delay_record(run, dmodel), "close": results[0].close,
+        "rounds": rounds,
         "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": run.repeats, "load": code.load,
         "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
@@ -418,6 +423,13 @@ def simulate_doc(scheme: str, params: dict, workers, stragglers, run: RunOptions
     if trace_info is not None:
         summary["trace"] = trace_info
     return {"summary": summary, "rows": rows}, results
+
+
+def _delay_record(run: Simulation, dmodel) -> dict:
+    """How a document names the delay model: by the option's name and parameters (its repr, the
+    model as built, under ``delay_model_built``), ``"trace"`` for a replayed trace."""
+    return {"delay_model": "trace" if run.trace else run.delay_model, "delay_params": dict(run.delay_params or {}),
+            "delay_model_built": repr(dmodel)}
 
 
 def _jobs_done(results) -> int | float:
@@ -428,25 +440,25 @@ def _jobs_done(results) -> int | float:
 
 def params_per_scheme(common: dict, parsed: list[tuple[str, dict]], *, none_takes: str = "none of the schemes",
                       skip: tuple[str, ...] = ()) -> list[dict]:
-    """Each scheme's parameters: the ``--param`` values it takes (``seed`` to ``crc``, not to
-    ``frc`` or ``ignore``), then its inline ones; schemes named in ``skip`` (compare's ``uncoded``
-    baseline) get their inline ones only. A ``--param`` no scheme takes is refused
-    (``"--param K: {none_takes} takes it"``)."""
+    """Each scheme's parameters: the ``--scheme-params`` values it takes (``seed`` to ``crc``, not
+    to ``frc`` or ``ignore``), then its inline ones; schemes named in ``skip`` (compare's
+    ``uncoded`` baseline) get their inline ones only. A parameter no scheme takes is refused
+    (``"--scheme-params K: {none_takes} takes it"``)."""
     takes = [set() if name in skip else set(code_info_params(name)) for name, _ in parsed]
     unused = [k for k in common if not any(k in t for t in takes)]
     if unused:
-        raise ValueError(f"--param {', '.join(unused)}: {none_takes} takes it")
+        raise ValueError(f"--scheme-params {', '.join(unused)}: {none_takes} takes it")
     return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
 
 
-def compare_codes(specs: list[tuple[str, dict]], params: list[str] | None, workers, stragglers, dmodel,
+def compare_codes(specs: list[tuple[str, dict]], params: dict | None, workers, stragglers, dmodel,
                   jobs) -> list:
-    """The :class:`Built` schemes ``compare`` runs: each of ``specs`` with the ``--param`` values
+    """The :class:`Built` schemes ``compare`` runs: each of ``specs`` with the ``--scheme-params`` values
     it takes (:func:`params_per_scheme`; none to the ``uncoded`` baseline) and ``n`` from
     ``workers`` or the trace, plus ``uncoded`` first when not named; all must share one ``n``,
     which a trace must have (:func:`check_trace_width`). Warns when a trace replays the same times
     for schemes of different loads."""
-    passed = params_per_scheme(parse_kv(params, "--param"), specs, none_takes="no compared scheme", skip=("uncoded",))
+    passed = params_per_scheme(params or {}, specs, none_takes="no compared scheme", skip=("uncoded",))
     # n from the trace goes to each scheme that sets no n of its own in what it is given
     codes = [build_code(name, q, trace_workers(workers, dmodel, q), stragglers if name != "uncoded" else None, jobs)
              for (name, _), q in zip(specs, passed)]
@@ -466,8 +478,7 @@ def compare_codes(specs: list[tuple[str, dict]], params: list[str] | None, worke
     return codes
 
 
-def compare_doc(schemes: list[str] | None, params: list[str] | None, workers, stragglers,
-                run: RunOptions) -> tuple[dict, list[str], list[np.ndarray | None], list]:
+def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[str], list[np.ndarray | None], list]:
     """The document ``gradcode compare`` prints, the scheme labels, their pooled round times and
     the clock times their runs finished their jobs (:func:`job_completions`; ``None`` for a scheme
     whose runs kept no per-round records: pass ``records=True`` to plot). ``run.jobs``: every
@@ -475,10 +486,10 @@ def compare_doc(schemes: list[str] | None, params: list[str] | None, workers, st
     ``run.rounds``. The speed-up is the uncoded run's total time over each scheme's."""
     from gradcode.sim import pooled_stats
 
-    dmodel, trace_info = run.delay_model()
-    specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(trace_workers(workers, dmodel),
-                                                                             stragglers)
-    codes = compare_codes(specs, params, workers, stragglers, dmodel, run.jobs)
+    dmodel, trace_info = run.built_delay_model()
+    specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(trace_workers(run.workers, dmodel),
+                                                                             run.stragglers)
+    codes = compare_codes(specs, run.scheme_params, run.workers, run.stragglers, dmodel, run.jobs)
     plan = [run_rounds(run.rounds, run.jobs, code, dmodel) for code in codes]
     if run.jobs is None and len({n - delay_of(c) for n, c in zip(plan, codes)}) > 1:
         warn(f"in {plan[0]} rounds a scheme with delay T finishes {plan[0]} - T jobs, so the schemes' totals"
@@ -508,7 +519,8 @@ def compare_doc(schemes: list[str] | None, params: list[str] | None, workers, st
     # the fastest exact scheme: an inexact baseline (ignore) is faster by not computing the gradient
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
-    doc = {"model": repr(dmodel), "close": parse_close(run.close), "rounds": plan[0] if len(set(plan)) == 1 else None,
+    doc = {**_delay_record(run, dmodel), "close": parse_close(run.close),
+           "rounds": plan[0] if len(set(plan)) == 1 else None,
            "jobs": run.jobs, "repeats": run.repeats, "seed": run.seed, "fastest_exact": best, "rows": rows}
     if trace_info is not None:
         doc["trace"] = trace_info
@@ -524,136 +536,80 @@ def _default_specs(workers, stragglers):
     return specs
 
 
-_SCHEME_OPT = typer.Option("crc", "--scheme", help="Code or scheme family to run, NAME or NAME:key=value,..."
-                           " (see `gradcode codes`).")
-_WORKERS_OPT = typer.Option(None, "--workers", "-n", help="Number of workers (the code's n).")
-_STRAG_OPT = typer.Option(None, "--stragglers", "-s", help="Stragglers to tolerate (the code's s).")
-_PARAM_OPT = typer.Option(None, "--param", "-p", help="Other code/scheme parameter key=value (repeatable).")
-_MODEL_OPT = typer.Option(DEFAULT_MODEL, "--delay-model", "-m", help="Delay model (see `gradcode models`).")
-_MPARAM_OPT = typer.Option(None, "--delay-param", "-M", help="Delay-model parameter key=value (repeatable).")
-# the former names (train's --model is the network it trains): hidden, warned, one more release
-_OLD_MODEL_OPT = typer.Option(None, "--model", hidden=True)
-_OLD_MPARAM_OPT = typer.Option(None, "--model-param", hidden=True)
-_TRACE_OPT = typer.Option(None, "--trace", help="Replay a (rounds, workers) trace file instead of a model (n is"
-                          " its number of workers); repeat it, each with --trace-load, to fit the load slope.")
-_TRACE_LOAD_OPT = typer.Option(None, "--trace-load", help="Load each --trace was recorded at (one per trace;"
-                               " default 1/n, uncoded, when --load-slope is given).")
-_LOAD_SLOPE_OPT = typer.Option(None, "--load-slope", help="Seconds per unit load: a trace is adjusted to a"
-                               " scheme's load L by adding (L - trace load) * slope (SGC App. J); fitted from"
-                               " the traces when several are given. Without it one trace replays as recorded.")
-_ROUNDS_OPT = typer.Option(None, "--rounds", "-r", help="Rounds per run (default: 1000, or the trace's length).")
-_JOBS_OPT = typer.Option(None, "--jobs", "-J", min=1, help="Run J jobs instead of --rounds: J + T rounds for a"
-                         " scheme of delay T, so that every scheme's total time is that of the same J jobs.")
-_REPEATS_OPT = typer.Option(1, "--repeats", help="Runs, with seeds seed, seed+1, ...")
-_SEED_OPT = typer.Option(0, "--seed", help="Seed of the first run.")
-_CLOSE_OPT = typer.Option("decodable", "--close", help=_CLOSE_HELP)
-_WAITOUT_OPT = typer.Option("decodable", "--waitout", help="With --close MU, what a round the deadline leaves"
-                            " unresolved waits for: decodable (first decodable instant) or all (every worker:"
-                            " the SGC paper's replay rule).")
-_METHOD_OPT = typer.Option("auto", "--method", help="auto | fast (vectorized) | events (protocol path).")
-_JSON_OPT = typer.Option(False, "--json", help="Print one JSON document.")
+@dataclass(frozen=True)
+class SimulateCommand:
+    """``gradcode simulate``'s own options (the rest are :class:`Simulation`'s)."""
+
+    scheme: str = described("crc", "Code or scheme family to run, NAME or NAME:key=value,... (see `gradcode"
+                                   " codes`).")
+    records: Path | None = described(None, "Write per-round records (.csv or .json).")
+    plot: Path | None = described(None, "Draw the jobs completed against time (SGC Fig. 2a; mean over the"
+                                        " repeats): simulate_jobs.png. " + PLOT_HELP)
+    json: bool = described(False, "Print one JSON document.")
 
 
-def simulate_command(
-    scheme: str = _SCHEME_OPT,
-    workers: int = _WORKERS_OPT,
-    stragglers: int = _STRAG_OPT,
-    param: list[str] = _PARAM_OPT,
-    model: str = _MODEL_OPT,
-    model_param: list[str] = _MPARAM_OPT,
-    old_model: str = _OLD_MODEL_OPT,
-    old_model_param: list[str] = _OLD_MPARAM_OPT,
-    trace: list[Path] = _TRACE_OPT,
-    trace_load: list[float] = _TRACE_LOAD_OPT,
-    load_slope: float = _LOAD_SLOPE_OPT,
-    rounds: int | None = _ROUNDS_OPT,
-    jobs: int | None = _JOBS_OPT,
-    repeats: int = _REPEATS_OPT,
-    seed: int = _SEED_OPT,
-    close: str = _CLOSE_OPT,
-    waitout: str = _WAITOUT_OPT,
-    method: str = _METHOD_OPT,
-    records: Path = typer.Option(None, "--records", help="Write per-round records (.csv or .json)."),
-    plot: Path = typer.Option(None, "--plot", help="Draw the jobs completed against time (SGC Fig. 2a;"
-                              " mean over the repeats): simulate_jobs.png. " + PLOT_HELP),
-    as_json: bool = _JSON_OPT,
-):
+@dataclass(frozen=True)
+class CompareCommand:
+    """``gradcode compare``'s own options (the rest are :class:`Simulation`'s)."""
+
+    scheme: Sequence[str] | None = described(None, "NAME or NAME:key=value,... (repeatable); default: uncoded,"
+                                                   " ignore, frc, crc.")
+    plot: Path | None = described(None, "Draw the mean round time per scheme, the CDF and the jobs completed"
+                                        " against time (SGC Fig. 2a): compare.png. " + PLOT_HELP)
+    json: bool = described(False, "Print one JSON document.")
+
+
+def simulate_command(o: Values):
     """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
     from gradcode.experiments.cli_output import emit, make_parents, plot_files
 
     try:
-        pngs = plot_files(plot, ["simulate_jobs"]) if plot is not None else None  # refused before the run
-        model = renamed(model, old_model, "--delay-model", "--model", DEFAULT_MODEL)
-        model_param = renamed(model_param, old_model_param, "--delay-param", "--model-param")
-        run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
-                         waitout, method, records=True if records is not None or plot is not None else None,
-                         progress=True)
-        doc, results = simulate_doc(scheme, parse_kv(param, "--param"), workers, stragglers, run)
-        if records is not None:
+        pngs = plot_files(o.plot, ["simulate_jobs"]) if o.plot is not None else None  # refused before the run
+        keep = True if o.records is not None or o.plot is not None else None
+        run = Simulation(**o.fields_of(Simulation, keep_records=keep, progress=True))
+        doc, results = simulate_doc(o.scheme, run)
+        if o.records is not None:
             rows = [dict(r, repeat=i) for i, res in enumerate(results) for r in res.to_records()]
-            _write_records(records, rows)
-        if plot is not None:
+            _write_records(o.records, rows)
+        if o.plot is not None:
             make_parents(pngs)
             plot_jobs(pngs[0], [doc["summary"]["scheme"]], [job_completions(results)])
             doc["plot"] = str(pngs[0])
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-        fail(exc, exit_code_of(exc), as_json=as_json)
+        fail(exc, exit_code_of(exc), as_json=o.json)
     s = doc["summary"]
-    title = (f"{s['scheme']} under {s['model']}, close={s['close']}: {s['rounds']} rounds x {s['repeats']};"
-             f" {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
+    title = (f"{s['scheme']} under {s['delay_model_built']}, close={s['close']}: {s['rounds']} rounds x"
+             f" {s['repeats']}; {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
              f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
-    emit(doc, as_json=as_json, title=title)
+    emit(doc, as_json=o.json, title=title)
 
 
-def compare_command(
-    scheme: list[str] = typer.Option(
-        None, "--scheme", help="NAME or NAME:key=value,... (repeatable); default: uncoded, ignore, frc, crc."),
-    workers: int = _WORKERS_OPT,
-    stragglers: int = _STRAG_OPT,
-    param: list[str] = typer.Option(None, "--param", "-p", help="Parameter key=value for every scheme but uncoded."),
-    model: str = _MODEL_OPT,
-    model_param: list[str] = _MPARAM_OPT,
-    old_model: str = _OLD_MODEL_OPT,
-    old_model_param: list[str] = _OLD_MPARAM_OPT,
-    trace: list[Path] = _TRACE_OPT,
-    trace_load: list[float] = _TRACE_LOAD_OPT,
-    load_slope: float = _LOAD_SLOPE_OPT,
-    rounds: int | None = _ROUNDS_OPT,
-    jobs: int | None = _JOBS_OPT,
-    repeats: int = _REPEATS_OPT,
-    seed: int = _SEED_OPT,
-    close: str = _CLOSE_OPT,
-    waitout: str = _WAITOUT_OPT,
-    method: str = _METHOD_OPT,
-    plot: Path = typer.Option(None, "--plot", help="Draw the mean round time per scheme, the CDF and the"
-                              " jobs completed against time (SGC Fig. 2a): compare.png. " + PLOT_HELP),
-    as_json: bool = _JSON_OPT,
-):
+def compare_command(o: Values):
     """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
     from gradcode.experiments.cli_output import emit, make_parents, plot_files
 
     try:
-        pngs = plot_files(plot, ["compare"]) if plot is not None else None  # refused before the run
+        pngs = plot_files(o.plot, ["compare"]) if o.plot is not None else None  # refused before the run
         # the plot's CDF needs every round time: keep the records only then
-        model = renamed(model, old_model, "--delay-model", "--model", DEFAULT_MODEL)
-        model_param = renamed(model_param, old_model_param, "--delay-param", "--model-param")
-        run = RunOptions(model, model_param, trace, trace_load, load_slope, rounds, jobs, repeats, seed, close,
-                         waitout, method, records=True if plot is not None else None, progress=True)
-        doc, names, pooled, curves = compare_doc(scheme, param, workers, stragglers, run)
-        if plot is not None:
+        run = Simulation(**o.fields_of(Simulation, keep_records=True if o.plot is not None else None, progress=True))
+        doc, names, pooled, curves = compare_doc(o.scheme, run)
+        if o.plot is not None:
             make_parents(pngs)
             plot_comparison(pngs[0], names, pooled, curves)
             doc["plot"] = str(pngs[0])
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
-        fail(exc, exit_code_of(exc), as_json=as_json)
+        fail(exc, exit_code_of(exc), as_json=o.json)
     length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
-    emit(doc, as_json=as_json,
-         title=f"{doc['model']}, close={doc['close']}: {length} x {repeats} (same draws for every"
+    emit(doc, as_json=o.json,
+         title=f"{doc['delay_model_built']}, close={doc['close']}: {length} x {run.repeats} (same draws for every"
                f" scheme); fastest exact: {doc['fastest_exact']}",
          columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers_per_round",
                   "waitouts"])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_command)
-    app.command("compare")(compare_command)
+    run = ("Simulation", Simulation)
+    app.command("simulate")(command(options(("Scheme and output", SimulateCommand), run), simulate_command,
+                                    name="simulate", doc=simulate_command.__doc__))
+    app.command("compare")(command(options(("Schemes and output", CompareCommand), run), compare_command,
+                                   name="compare", doc=compare_command.__doc__))

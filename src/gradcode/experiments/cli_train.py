@@ -1,13 +1,12 @@
 """``gradcode train``: real training with gradient coding on Ray (embedded cluster by default).
 
-    gradcode train --scheme crc --workers 12 --stragglers 2 --delay 0.5 --data synthetic \\
-        --rounds 100 --seed 0
+    gradcode train --scheme crc --workers 12 --stragglers 2 --delay 0.5 --rounds 100 --seed 0
 
 runs :func:`gradcode.train`: ``--stragglers S`` random workers sleep ``--delay`` extra seconds in
 every round (Tandon et al. Sec. 5; the ``fixed`` delay model with ``base=0``) unless
 ``--delay-model`` names another model, and ``S`` is also the tolerance ``s`` of codes that take one
 (``uncoded`` simply faces the delays). ``--scheme`` also takes a scheme family with its parameters
-inline or through ``--param``: ``--scheme gc-dc:clusters=2,r=2,ssi=perfect`` trains with GC-DC
+inline or through ``--scheme-params`` (``-p``): ``--scheme gc-dc:clusters=2,r=2,ssi=perfect`` trains with GC-DC
 (``n`` = ``--workers``; perfect straggler state information is the injected delay model's states
 of each round; ``--stragglers`` then only sets the injected delays). A progress bar goes to stderr, a final table to stdout (or,
 with ``--json``, exactly one JSON document: ``round_times``, ``final_loss``,
@@ -21,12 +20,15 @@ Several schemes, comma-separated (``--scheme crc,frc,uncoded,ignore``), run one 
 same data, seed and injected delays (:func:`train_several`): one table, one JSON document with every
 run, one subfolder of ``--run-dir`` each, and ``--plot`` draws them all on the same axes.
 
-Data: ``--data`` is a dataset name (``synthetic`` = ``tandon-synthetic``, ``amazon`` =
-``amazon-synthetic``, or any registered name) with ``--data-param key=value``, or your own file
-(``--data my.csv --target label [--data-param categorical=colour,city]``, ``--data my.npz`` with
-arrays ``X`` and ``y``, ``--data my.svm`` in LibSVM format); ``--problem`` defaults
-to the data's task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
-``--lr`` or ``--opt-param key=value`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
+Every option but those of :class:`CommandLine` is a field of the config objects under the same
+name (``--worker-cpus`` is ``ClusterConfig.worker_cpus`` and ``"worker_cpus"`` in the JSON;
+:mod:`~gradcode.experiments.cli_options` builds them from the fields, and ``--help`` groups them by
+object). Data: ``--data`` is a dataset name (default ``tandon-synthetic``; ``amazon-synthetic``, or
+any registered name) with ``--data-params key=value``, or your own file (``--data my.csv
+--data-params target=label [--data-params categorical=colour,city]``, ``--data my.npz`` with
+arrays ``X`` and ``y``, ``--data my.svm`` in LibSVM format); ``--problem`` defaults to the data's
+task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
+``--optimizer-params lr=0.1`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
 makes worker W's process exit in round R; the run then says after its table which deaths were
 planned, instead of Ray's notice that reads as a crash (:func:`ray_output`). ``--checkpoint-every K`` and ``--resume`` (same
 ``--run-dir``) continue an interrupted run. ``--address`` joins an existing Ray cluster (an address
@@ -48,304 +50,89 @@ import io
 import json
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from gradcode._validation import check_choice, unreadable_file
+from gradcode._options import described
+from gradcode._validation import check_choice
+from gradcode.experiments.cli_options import Values, command, options
 from gradcode.experiments.cli_output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, error, fail
-
-DATA_ALIASES = {"synthetic": "tandon-synthetic", "amazon": "amazon-synthetic"}
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train_command)
+    app.command("train")(command(train_options(), train_command, name="train", doc=train_command.__doc__))
 
 
-class O:
-    """The options of ``gradcode train``, one annotated type each (flags and help), so that
-    :func:`train_command`'s signature is one line an option."""
+@dataclass(frozen=True)
+class CommandLine:
+    """``gradcode train``'s own options: those that are no field of the config objects (a model
+    given by name, the engine, plots, the output's form). The others are the fields of
+    :class:`~gradcode.runtime.TrainSpec`, :class:`~gradcode.torch.TorchConfig`,
+    :class:`~gradcode.runtime.ClusterConfig`, :class:`~gradcode.runtime.FaultConfig` and
+    :class:`~gradcode.runtime.RunConfig`, under their own names."""
 
-    scheme = Annotated[str, typer.Option(
-        "--scheme", "--code",
-        help="Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`); several, comma-"
-             "separated (crc,frc,uncoded,ignore), train one after another on the same data, seed and injected "
-             "delays.")]
-    workers = Annotated[int, typer.Option(
-        "--workers", "-n",
-        help="Number of workers n (default: 4, or the n that --scheme NAME:n=N or --param n=N sets).")]
-    stragglers = Annotated[int, typer.Option(
-        "--stragglers", "-s",
-        help="Workers delayed per round; tolerance s of codes that take one.")]
-    delay = Annotated[float, typer.Option("--delay", help="Seconds each delayed worker sleeps per round.")]
-    delay_model = Annotated[str, typer.Option(
-        "--delay-model", "-m",
-        help="Another delay model instead of the fixed delays.")]
-    delay_param = Annotated[list[str], typer.Option(
-        "--delay-param", "-M",
-        help="key=value for --delay-model (repeatable).")]
-    code_param = Annotated[list[str], typer.Option(
-        "--param", "-p",
-        help="key=value code/scheme parameter (repeatable).")]
-    data = Annotated[str, typer.Option(
-        "--data",
-        help="Dataset: synthetic, amazon, breast-cancer, digits, ..., or your own FILE (.csv with --target, "
-             ".npz with X and y, .svm/.libsvm).")]
-    target = Annotated[str, typer.Option("--target", help="CSV files: the column to predict.")]
-    standardize = Annotated[bool, typer.Option(
-        "--standardize/--no-standardize",
-        help="File data: centre and scale every feature with the training split's statistics (default on, as "
-             "the built-in data sets are).")]
-    data_param = Annotated[list[str], typer.Option("--data-param", help="key=value dataset parameter (repeatable).")]
-    problem = Annotated[str, typer.Option("--problem", help="logistic, linear, softmax, mlp, cnn (default: by task).")]
-    model = Annotated[str, typer.Option(
-        "--model",
-        help="A PyTorch model: FILE.py:NAME, package.module:NAME or a built-in (mlp, cnn, resnet18); mini-batch"
-             " training with torch optimizers (--data digits, mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz).")]
-    batch_size = Annotated[int, typer.Option(
-        "--batch-size",
-        help="--model: samples per job, split over the partitions.")]
-    wire_dtype = Annotated[str, typer.Option(
-        "--wire-dtype",
-        help="--model: float32, float64, float16 or bfloat16 messages.")]
-    loss = Annotated[str, typer.Option(
-        "--loss",
-        help="--model: cross-entropy (class targets), mse (float targets) or FILE.py:NAME / module:NAME, a "
-             "loss(output, target) returning the batch's mean (default: by the targets' type).")]
-    scheduler = Annotated[str, typer.Option(
-        "--scheduler",
-        help="--model: the learning rate's schedule, stepped every round: step (x gamma every step_size rounds; "
-             "default a third of --rounds, gamma 0.1), cosine (to 0 over --rounds), with parameters as "
-             "step:step_size=10,gamma=0.5; or FILE.py:NAME, a factory optimizer -> LR scheduler.")]
-    clip_grad_norm = Annotated[float, typer.Option(
-        "--clip-grad-norm", help="--model: clip the decoded gradient's norm to this before each step.")]
-    device = Annotated[str, typer.Option(
-        "--device",
-        help="--model: where the workers compute and the master steps: cpu (default), cuda or cuda:N (on Ray "
-             "each worker reserves a share of the cluster's GPUs).")]
-    tensorboard = Annotated[Path, typer.Option(
-        "--tensorboard",
-        help="--model: write TensorBoard event files under this folder (one subfolder per scheme): loss, round "
-             "time, stragglers and the held-out metrics, by round.")]
-    momentum = Annotated[float, typer.Option("--momentum", help="--model: SGD momentum.")]
-    weight_decay = Annotated[float, typer.Option("--weight-decay", help="--model: weight decay.")]
-    engine = Annotated[str, typer.Option(
-        "--engine",
-        help="ray (default: an embedded local cluster, or --address), or inprocess (the workers in this process"
-             " on a virtual clock, no Ray; their compute as --compute says).")]
-    compute = Annotated[str, typer.Option(
-        "--compute",
-        help="--engine inprocess: what a gradient costs on the virtual clock: calibrated (default: seconds per"
-             " sample timed once at start, written in result.json's clock), SECONDS per sample (declared: the same"
-             " times on any machine), or measured (each gradient's wall time here, the host's load included).")]
-    load_slope = Annotated[float, typer.Option(
-        "--load-slope",
-        help="--scheme auto: seconds per unit of load that the search adds to the probe's times (SGC App. J's "
-             "alpha; default: the injected delays' slope, fitted with --inject full, plus n x the fastest "
-             "worker's own time in the probe).")]
-    probe = Annotated[int, typer.Option(
-        "--probe",
-        help="--scheme auto: rounds trained uncoded to measure the workers before switching to the scheme "
-             "predicted fastest (default 20; SGC App. K).")]
-    optimizer = Annotated[str, typer.Option(
-        "--optimizer",
-        help="gd, nesterov or sgd; with --model sgd, adam or adamw.")]
-    lr = Annotated[float, typer.Option(
-        "--lr",
-        help="Learning rate of gd/nesterov (default 1/L); --model: sgd 0.1, adam 1e-3.")]
-    opt_param = Annotated[list[str], typer.Option("--opt-param", help="key=value optimizer parameter (repeatable).")]
-    rounds = Annotated[int, typer.Option("--rounds", help="Training rounds (of each scheme).")]
-    models = Annotated[int, typer.Option("--models", help="Models trained at once (round j serves model j mod M).")]
-    seed = Annotated[int, typer.Option("--seed", help="Seed of the data, the code and the injected delays.")]
-    fail = Annotated[list[str], typer.Option("--fail", help="W@R: worker W's process exits in round R (repeatable).")]
-    checkpoint_every = Annotated[int, typer.Option("--checkpoint-every", help="Checkpoint every K rounds (0: never).")]
-    resume = Annotated[bool, typer.Option("--resume", help="Continue the run in --run-dir from its checkpoint.")]
-    run_dir = Annotated[Path, typer.Option(
-        "--run-dir",
-        help="Where the run's records go (default: a new folder under ~/.gradcode/runs, or $GRADCODE_RUNS).")]
-    address = Annotated[str, typer.Option("--address", help="Join an existing Ray cluster (e.g. auto, host:port).")]
-    num_cpus = Annotated[int, typer.Option("--num-cpus", help="CPUs of the embedded Ray cluster.")]
-    cpus_per_worker = Annotated[float, typer.Option(
-        "--cpus-per-worker",
-        help="CPUs each worker reserves on the Ray cluster (Ray's num_cpus; default 0: none, and a warning when"
-             " the workers outnumber the cluster's CPUs).")]
-    round_timeout = Annotated[float, typer.Option(
-        "--round-timeout",
-        help="Give up on a round after this many seconds.")]
-    start_timeout = Annotated[float, typer.Option(
-        "--start-timeout",
-        help="Give up joining the cluster or starting the workers after this many seconds.")]
-    eval_every = Annotated[int, typer.Option(
-        "--eval-every",
-        help="Held-out metrics every K rounds (0: at the end only).")]
-    inject = Annotated[str, typer.Option(
-        "--inject",
-        help="What delayed workers sleep on top of their real computation: 'excess' (default) only what the "
-             "delay model adds beyond the round's fastest worker (a model without stragglers injects nothing), "
-             "'full' the model's whole time.")]
-    overwrite = Annotated[bool, typer.Option(
-        "--overwrite",
-        help="Replace the run already in --run-dir (its checkpoint and records); without it such a run-dir is "
-             "refused unless --resume.")]
-    close = Annotated[str, typer.Option(
-        "--close",
-        help="When a round ends: 'decodable' (as soon as it decodes) or a number mu, SGC's mu-rule (wait until "
-             "(1 + mu) x the first whole result's time).")]
-    waitout = Annotated[str, typer.Option(
-        "--waitout",
-        help="With --close MU, what a round the deadline leaves undecodable waits for: decodable (until it "
-             "decodes) or all (every live worker: the SGC paper's rule).")]
-    verify = Annotated[bool, typer.Option(
-        "--verify",
-        help="Wait for two results more than decoding needs and check them against each other: a worker whose "
-             "result is wrong is named and left out.")]
-    plot = Annotated[Path, typer.Option(
-        "--plot",
-        help="Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against "
-             "the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)]
-    as_json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+    model: str | None = described(
+        None, "A PyTorch model: FILE.py:NAME, package.module:NAME or a built-in (mlp, cnn, resnet18); mini-batch"
+              " training with torch optimizers (--data digits, mnist:DIR, cifar10:DIR, cifar100:DIR or an .npz).")
+    engine: str = described("ray", "ray (an embedded local cluster, or --address), or inprocess (the workers in"
+                                   " this process on a virtual clock, no Ray; their compute as --compute says).")
+    compute: str | None = described(
+        None, "--engine inprocess: what a gradient costs on the virtual clock: calibrated (default: seconds per"
+              " sample timed once at start, written in result.json's clock), SECONDS per sample (declared: the"
+              " same times on any machine), or measured (each gradient's wall time here, the host's load"
+              " included).")
+    tensorboard: Path | None = described(
+        None, "Write TensorBoard event files under this folder (one subfolder per scheme): loss, round time,"
+              " stragglers and the held-out metrics, by round.", torch_only=True)
+    plot: Path | None = described(
+        None, "Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against"
+              " the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)
+    json: bool = described(False, "Print one JSON document.")
 
 
-def train_command(
-    scheme: O.scheme = "crc",
-    workers: O.workers = None,
-    stragglers: O.stragglers = 0,
-    delay: O.delay = 0.0,
-    delay_model: O.delay_model = None,
-    delay_param: O.delay_param = None,
-    code_param: O.code_param = None,
-    data: O.data = "synthetic",
-    target: O.target = None,
-    standardize: O.standardize = True,
-    data_param: O.data_param = None,
-    problem: O.problem = None,
-    model: O.model = None,
-    batch_size: O.batch_size = 64,
-    wire_dtype: O.wire_dtype = "float32",
-    loss: O.loss = None,
-    scheduler: O.scheduler = None,
-    clip_grad_norm: O.clip_grad_norm = None,
-    device: O.device = None,
-    tensorboard: O.tensorboard = None,
-    momentum: O.momentum = None,
-    weight_decay: O.weight_decay = None,
-    engine: O.engine = "ray",
-    compute: O.compute = None,
-    probe: O.probe = None,
-    load_slope: O.load_slope = None,
-    optimizer: O.optimizer = "gd",
-    lr: O.lr = None,
-    opt_param: O.opt_param = None,
-    rounds: O.rounds = 100,
-    models: O.models = 1,
-    seed: O.seed = 0,
-    fail: O.fail = None,
-    checkpoint_every: O.checkpoint_every = 0,
-    resume: O.resume = False,
-    run_dir: O.run_dir = None,
-    address: O.address = None,
-    num_cpus: O.num_cpus = None,
-    cpus_per_worker: O.cpus_per_worker = 0.0,
-    round_timeout: O.round_timeout = 120.0,
-    start_timeout: O.start_timeout = 120.0,
-    eval_every: O.eval_every = 1,
-    inject: O.inject = "excess",
-    overwrite: O.overwrite = False,
-    close: O.close = "decodable",
-    waitout: O.waitout = "decodable",
-    verify: O.verify = False,
-    plot: O.plot = None,
-    as_json: O.as_json = False,
-):
+def train_options() -> list:
+    """``gradcode train``'s options: the fields of the config objects and of :class:`CommandLine`,
+    grouped in ``--help`` by the object they belong to."""
+    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+    from gradcode.torch.config import TorchConfig
+
+    return options(("What is trained", TrainSpec), ("Model, engine and output", CommandLine),
+                   ("PyTorch models (--model)", TorchConfig), ("Cluster", ClusterConfig), ("Faults", FaultConfig),
+                   ("Run", RunConfig))
+
+
+def train_command(o: Values):
     """Train a model with gradient coding on Ray workers (embedded local cluster by default).
 
     Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
     """
-    opts = TrainOptions(**locals())  # first, while locals() holds just the options
-    if len(split_schemes(opts.scheme)) > 1:
-        return train_several(opts)
-    return train_one(opts)
+    if len(split_schemes(o.scheme)) > 1:
+        return train_several(o)
+    return train_one(o)
 
 
-@dataclass(frozen=True)
-class TrainOptions:
-    """``gradcode train``'s options by name, as typed values (what :func:`configs` turns into the
-    runtime's config objects). Every field is given: the defaults are the command's own."""
-
-    scheme: str
-    workers: int | None
-    stragglers: int
-    delay: float
-    delay_model: str | None
-    delay_param: list[str] | None
-    code_param: list[str] | None
-    data: str
-    target: str | None
-    standardize: bool
-    data_param: list[str] | None
-    problem: str | None
-    model: str | None
-    batch_size: int
-    wire_dtype: str
-    loss: str | None
-    scheduler: str | None
-    clip_grad_norm: float | None
-    device: str | None
-    tensorboard: Path | None
-    momentum: float | None
-    weight_decay: float | None
-    engine: str
-    compute: str | None
-    probe: int | None
-    load_slope: float | None
-    optimizer: str
-    lr: float | None
-    opt_param: list[str] | None
-    rounds: int
-    models: int
-    seed: int
-    fail: list[str] | None
-    checkpoint_every: int
-    resume: bool
-    run_dir: Path | None
-    address: str | None
-    num_cpus: int | None
-    cpus_per_worker: float
-    round_timeout: float
-    start_timeout: float
-    eval_every: int
-    inject: str
-    overwrite: bool
-    close: str
-    waitout: str
-    verify: bool
-    plot: Path | None
-    as_json: bool
-
-    def replace(self, **changes) -> TrainOptions:
-        return replace(self, **changes)
-
-
-def train_one(o: TrainOptions) -> None:
+def train_one(o: Values) -> None:
     """One scheme's run: the table (or ``--json`` document), the planned deaths, the plots; a run
     that cannot start exits 2, one that stops exits 1 (:func:`_exit_for`)."""
     from gradcode.experiments.cli_output import emit, err, plot_files
-    from gradcode.experiments.cli_sim import parse_kv, parse_scheme
+    from gradcode.experiments.cli_sim import parse_scheme
+    from gradcode.runtime.master import DEFAULT_WORKERS
 
     try:
         scheme, inline = parse_scheme(o.scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
-        code_params = {**parse_kv(o.code_param, "--param"), **inline}
+        scheme_params = {**(o.scheme_params or {}), **inline}
         if o.workers is None:
-            o = o.replace(workers=code_params.get("n", _DEFAULT_WORKERS))
-        elif "n" in code_params and code_params["n"] != o.workers:  # the scheme's own n would silently win
-            raise ValueError(f"{scheme}'s n={code_params['n']} and --workers/-n {o.workers} disagree: give one of them")
+            o = o.replace(workers=scheme_params.get("n", DEFAULT_WORKERS))
+        elif "n" in scheme_params and scheme_params["n"] != o.workers:  # the scheme's own n would silently win
+            raise ValueError(f"{scheme}'s n={scheme_params['n']} and --workers/-n {o.workers} disagree: give one of"
+                             " them")
         if o.plot is not None:  # a path that can hold no plot is found out now, not after training
             plot_files(o.plot, PLOT_FIGURES)
-        configured = configs(o, scheme, code_params)
-        _note_standardized(o, configured)
-        callback, finish = _progress(o.rounds, err, enabled=True)
+        configured = configs(o, scheme, scheme_params)
+        _note_standardized(configured)
+        callback, finish = _progress(_rounds_of(configured), err, enabled=True)
         try:
             # Ray's driver prints some cluster messages (raylet warnings) to sys.stdout: keep
             # stdout for the one JSON document / table
@@ -354,10 +141,10 @@ def train_one(o: TrainOptions) -> None:
         finally:
             finish()
     except (Exception, KeyboardInterrupt) as exc:
-        _exit_for(exc, o.as_json)
+        _exit_for(exc, o.json)
         raise
     # the result first: a finished run is never lost to an error while plotting
-    if o.as_json:
+    if o.json:
         emit(result.to_json(), as_json=True)
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
@@ -391,19 +178,29 @@ def _exit_for(exc: BaseException, as_json: bool) -> None:
         emit(exc.result.to_json(), as_json=True)
 
 
-def _note_standardized(o: TrainOptions, configured) -> None:
+def _note_standardized(configured) -> None:
     """Say on stderr that the features of a data file are standardised (or not): it changes what
     the model sees, so the run states it."""
     from gradcode.experiments.cli_output import note
+    from gradcode.problems.files import data_source
+    from gradcode.runtime.master import DEFAULT_DATA
 
-    if isinstance(configured, tuple) and configured[0].data == "file":
-        how = ("standardized with the training split's mean and deviation (--no-standardize: as read)"
-               if o.standardize else "used as read (not standardized)")
-        note(f"{o.data}: features {how}")
+    if isinstance(configured, tuple) and isinstance(configured[0].data or DEFAULT_DATA, str):
+        spec = configured[0]
+        name, params = data_source(spec.data or DEFAULT_DATA, spec.data_params)
+        if name == "file":
+            how = ("standardized with the training split's mean and deviation (--data-params standardize=false: as"
+                   " read)" if params.get("standardize", True) else "used as read (not standardized)")
+            note(f"{spec.data}: features {how}")
 
 
-#: workers when neither --workers nor the scheme sets n
-_DEFAULT_WORKERS = 4
+def _rounds_of(configured) -> int | None:
+    """The rounds a run will take, for the progress bar (None: a torch run's epochs decide)."""
+    from gradcode.runtime.master import DEFAULT_ROUNDS
+
+    if isinstance(configured, TorchRun):
+        return configured.run.rounds
+    return configured[3].rounds or DEFAULT_ROUNDS
 
 
 def run_configured(configured, callback):
@@ -449,69 +246,38 @@ def run_configured(configured, callback):
     return train(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
 
 
-def _delay_model(o: TrainOptions):
-    """``(--delay-model, its --delay-param)``, or None."""
-    from gradcode.experiments.cli_sim import parse_kv
-
-    if o.delay_model is not None:
-        return o.delay_model, parse_kv(o.delay_param, "--delay-param")
-    if o.delay_param:
-        raise ValueError("--delay-param sets a parameter of --delay-model, which is not given;"
-                         " add --delay-model NAME (gradcode models lists them)")
-    return None
-
-
-def _shared_configs(o: TrainOptions, run_dir):
+def _shared_configs(o: Values, run_dir):
     """The config objects every run of ``o`` shares: ``(ClusterConfig, FaultConfig, RunConfig)``."""
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig
 
-    if o.resume and o.run_dir is None:  # the default run dir is a new timestamped folder
-        raise ValueError("--resume needs --run-dir: the folder of the run to continue")
-    cluster = ClusterConfig(address=o.address, num_cpus=o.num_cpus, start_timeout=o.start_timeout,
-                            worker_cpus=o.cpus_per_worker)
-    faults = FaultConfig(fail=tuple(o.fail or ()), round_timeout=o.round_timeout)
-    run = RunConfig(rounds=o.rounds, checkpoint_every=o.checkpoint_every,
-                    run_dir=o.run_dir if run_dir is None else run_dir, eval_every=o.eval_every,
-                    resume=o.resume, overwrite=o.overwrite)
-    return cluster, faults, run
+    return (ClusterConfig(**o.fields_of(ClusterConfig)), FaultConfig(**o.fields_of(FaultConfig)),
+            RunConfig(**o.fields_of(RunConfig, run_dir=o.run_dir if run_dir is None else run_dir)))
 
 
-def configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None):
+def configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None):
     """The config objects ``(TrainSpec, ClusterConfig, FaultConfig, RunConfig, engine)`` of
-    ``gradcode train``'s options ``o`` for the scheme ``code`` with ``code_params``, or with
-    ``--model`` a :class:`TorchRun` (:func:`torch_configs`); ``run_dir`` (several schemes: each
-    its subfolder) replaces ``--run-dir``. Refuses the options that would otherwise be silently
-    dropped."""
-    from gradcode.experiments.cli_sim import parse_close, parse_kv
+    ``gradcode train``'s options ``o`` for ``scheme`` with ``scheme_params`` (each field taken by
+    its name), or with ``--model`` a :class:`TorchRun` (:func:`torch_configs`); ``run_dir``
+    (several schemes: each its subfolder) replaces ``--run-dir``. Refuses the options that would
+    otherwise be silently dropped."""
     from gradcode.runtime import ENGINES, TrainSpec
 
     check_choice("--engine", o.engine, ENGINES)
     if o.model is not None:
-        return torch_configs(o, code, code_params, run_dir=run_dir)
-    if code == "auto":
+        return torch_configs(o, scheme, scheme_params, run_dir=run_dir)
+    if scheme == "auto":
         raise ValueError("--scheme auto switches the workers' partitions mid-run, which needs every worker to hold"
                          " the whole data set: it trains torch models (--model); the built-in problems keep"
                          " only their partitions")
-    torch_only = [flag for flag, key, default in TORCH_ONLY if getattr(o, key) != default]
+    torch_only = [opt.flag for opt in o.changed() if opt.torch_only]
     if torch_only:
         raise ValueError(f"{', '.join(torch_only)} go with --model (a PyTorch model); the built-in problems train"
                          " full-batch with --optimizer gd|nesterov|sgd")
-    data_name, data_params = _data_source(o.data, o.target, parse_kv(o.data_param, "--data-param"))
-    if data_name == "file" and not o.standardize:
-        data_params["standardize"] = False
-    elif not o.standardize:
-        raise ValueError("--no-standardize is for data files; the built-in data sets come prepared")
-    opt_params = parse_kv(o.opt_param, "--opt-param")
-    if o.lr is not None:
-        opt_params["lr"] = o.lr
-    spec = TrainSpec(code, workers=o.workers, stragglers=o.stragglers, delay=o.delay, delay_model=_delay_model(o),
-                     code_params=code_params or None, data=data_name, data_params=data_params, problem=o.problem,
-                     optimizer=o.optimizer, optimizer_params=opt_params, models=o.models, seed=o.seed,
-                     verify=o.verify, inject=o.inject, close=parse_close(o.close), waitout=o.waitout)
+    spec = TrainSpec(**o.fields_of(TrainSpec, scheme=scheme, scheme_params=scheme_params or None))
     return (spec, *_shared_configs(o, run_dir), _engine(o))
 
 
-def _engine(o: TrainOptions):
+def _engine(o: Values):
     """``--engine``, or with ``--compute`` the in-process engine on that clock."""
     if o.compute is None:
         return o.engine
@@ -526,15 +292,6 @@ def _engine(o: TrainOptions):
     except ValueError:
         raise ValueError(f"--compute takes calibrated, measured or seconds per sample, got {o.compute!r}") from None
     return InProcessEngine(compute_time=ComputeCost(per_sample=seconds))
-
-
-#: options that only a torch model takes: (flag, option name, default)
-TORCH_ONLY = (("--batch-size", "batch_size", 64), ("--wire-dtype", "wire_dtype", "float32"),
-              ("--momentum", "momentum", None), ("--weight-decay", "weight_decay", None),
-              ("--probe", "probe", None), ("--load-slope", "load_slope", None), ("--loss", "loss", None),
-              ("--scheduler", "scheduler", None),
-              ("--clip-grad-norm", "clip_grad_norm", None), ("--device", "device", None),
-              ("--tensorboard", "tensorboard", None))
 
 
 @dataclass(frozen=True)
@@ -553,192 +310,60 @@ class TorchRun:
     tensorboard: Path | None = None
 
 
-def torch_configs(o: TrainOptions, code: str, code_params: dict, *, run_dir=None) -> TorchRun:
-    """``gradcode train --model M``: :func:`gradcode.torch.fit`'s arguments. ``--data`` is
-    ``digits`` (the default ``synthetic`` means it here), ``mnist:DIR``, ``cifar10:DIR``,
-    ``cifar100:DIR`` or an ``.npz`` of ``X`` and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain
-    SGD, ``nesterov`` SGD with Nesterov momentum 0.9), ``adam`` or ``adamw``."""
-    from gradcode.experiments.cli_sim import parse_close
-    from gradcode.runtime import TrainSpec
-    from gradcode.torch import TorchConfig, load_data
-    from gradcode.torch.data import from_path
+#: the TrainSpec fields of the built-in problems that a torch model's run cannot take (its data
+#: and optimizer options are read here, for the torch model)
+_NOT_TORCH = ("data_params", "test_fraction", "problem", "problem_params", "verify")
+#: the auto scheme's options: they go to the ``auto`` scheme only, when several are trained
+_AUTO_ONLY = ("probe", "load_slope", "families")
 
-    refused = [flag for flag, key, default in (("--verify", "verify", False), ("--problem", "problem", None),
-                                               ("--target", "target", None),
-                                               ("--data-param", "data_param", None),
-                                               ("--no-standardize", "standardize", True))
-               if getattr(o, key) not in (default, [], ())]
+
+def torch_configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None) -> TorchRun:
+    """``gradcode train --model M``: :func:`gradcode.torch.fit`'s arguments. ``--data`` is
+    ``digits`` (default), ``mnist:DIR``, ``cifar10:DIR``, ``cifar100:DIR`` or an ``.npz`` of ``X``
+    and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain SGD, ``nesterov`` SGD with Nesterov
+    momentum 0.9), ``adam`` or ``adamw``."""
+    from gradcode.runtime import TrainSpec
+    from gradcode.torch.config import TorchConfig
+    from gradcode.torch.data import from_path, load_data
+    from gradcode.torch.training import NOT_FIT
+    from gradcode.torch.loading import model_factory
+
+    refused = [opt.flag for opt in o.changed() if opt.name in _NOT_TORCH]
     if refused:
-        raise ValueError(f"{', '.join(refused)} cannot be used with --model yet (torch models train from the"
-                         " options --data, --batch-size, --optimizer, --lr, --momentum, --weight-decay, --wire-dtype,"
-                         " --loss, --scheduler, --clip-grad-norm, --device)")
+        raise ValueError(f"{', '.join(refused)} cannot be used with --model (a torch model trains on --data with its"
+                         " own loss and optimizer)")
     if o.device is not None:
         from gradcode.torch.problem import check_device
 
         check_device(o.device)  # before the data are read and a run starts
-    data = "digits" if o.data == "synthetic" else o.data
+    data = "digits" if o.data is None else o.data
     train_data, test_data = load_data(data, seed=o.seed)
     name = {"gd": "sgd", "nesterov": "sgd"}.get(o.optimizer, o.optimizer)
-    spec = TrainSpec(code=code, workers=o.workers, stragglers=o.stragglers, delay=o.delay,
-                     delay_model=_delay_model(o), code_params=code_params or None, models=o.models, seed=o.seed,
-                     close=parse_close(o.close), waitout=o.waitout, inject=o.inject)
-    torch_config = TorchConfig(optimizer=name, optimizer_params=_torch_optimizer_params(o, name),
-                               batch_size=o.batch_size, wire_dtype=o.wire_dtype, eval_data=test_data,
-                               probe=o.probe if code == "auto" else None,
-                               load_slope=o.load_slope if code == "auto" else None, loss=resolve_loss(o.loss),
-                               scheduler=resolve_scheduler(o.scheduler, o.rounds),
-                               clip_grad_norm=o.clip_grad_norm, device=o.device)
+    spec = TrainSpec(**{k: v for k, v in o.fields_of(TrainSpec, scheme=scheme, scheme_params=scheme_params or None)
+                        .items() if k not in NOT_FIT})
+    auto = {k: getattr(o, k) if scheme == "auto" else None for k in _AUTO_ONLY}
+    torch_config = TorchConfig(**o.fields_of(TorchConfig, optimizer=name, eval_data=test_data, **auto,
+                                             optimizer_params=_torch_optimizer_params(o, name)))
     board = None
     if o.tensorboard is not None:
-        label = re.sub(r"[^\w.=,-]+", "_", code + ("-" + ",".join(f"{k}={v}" for k, v in sorted(code_params.items()))
-                                                 if code_params else ""))
+        label = re.sub(r"[^\w.=,-]+", "_", scheme + ("-" + ",".join(f"{k}={v}" for k, v in
+                                                                   sorted(scheme_params.items()))
+                                                    if scheme_params else ""))
         board = Path(o.tensorboard) / label
     # the workers read the data themselves (each keeping its partitions), not a copy shipped to each
-    return TorchRun(resolve_model(o.model, train_data), from_path(data, o.seed), spec, torch_config,
+    return TorchRun(model_factory(o.model, train_data, "--model"), from_path(data, o.seed), spec, torch_config,
                     *_shared_configs(o, run_dir), _engine(o), board)
 
 
-#: --loss's names
-LOSSES = ("cross-entropy", "mse")
-#: --scheduler's names and their defaults (``rounds``: the run's rounds)
-SCHEDULERS = ("step", "cosine")
-
-
-def resolve_loss(spec: str | None):
-    """``--loss``: None (by the targets), ``cross-entropy``, ``mse`` or ``FILE.py:NAME`` /
-    ``module:NAME`` naming a ``loss(output, target)``."""
-    import torch.nn.functional as F
-
-    if spec is None:
-        return None
-    if ":" not in spec:
-        check_choice("--loss", spec, LOSSES)
-        return F.cross_entropy if spec == "cross-entropy" else F.mse_loss
-    return load_object(spec, "--loss")
-
-
-def resolve_scheduler(spec: str | None, rounds: int):
-    """``--scheduler``: ``step`` (``StepLR``: ``step_size`` default a third of the rounds, ``gamma``
-    0.1), ``cosine`` (``CosineAnnealingLR``: ``T_max`` default the rounds), each with parameters
-    as ``step:step_size=10,gamma=0.5``; or ``FILE.py:NAME`` / ``module:NAME``, a factory
-    ``optimizer -> LR scheduler``. The schedulers step once a round (every optimizer step)."""
-    import functools
-
-    from gradcode.experiments.cli_sim import parse_kv
-
-    if spec is None:
-        return None
-    head, _, rest = spec.partition(":")
-    if rest and (head.endswith(".py") or "." in head or "/" in head or "=" not in rest):
-        return load_object(spec, "--scheduler")
-    check_choice("--scheduler", head, SCHEDULERS)
-    params = parse_kv(rest.split(",") if rest else [], "--scheduler")
-    import torch
-
-    if head == "step":
-        params.setdefault("step_size", max(1, rounds // 3))
-        params.setdefault("gamma", 0.1)
-        cls = torch.optim.lr_scheduler.StepLR
-    else:
-        params.setdefault("T_max", rounds)
-        cls = torch.optim.lr_scheduler.CosineAnnealingLR
-    from gradcode._validation import check_int, check_real
-
-    try:
-        for key, value in params.items():  # numbers of the right kind, before a round runs
-            if key in ("step_size", "T_max"):
-                params[key] = check_int(key, value, minimum=1)
-            elif key in ("gamma", "eta_min"):
-                params[key] = check_real(key, value, minimum=0.0)
-        cls(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), **params)  # unknown parameters
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"--scheduler {spec}: {exc}") from None
-    return functools.partial(cls, **params)
-
-
-def _torch_optimizer_params(o: TrainOptions, name: str) -> dict:
-    """The torch optimizer's parameters from ``--lr``, ``--momentum``, ``--weight-decay`` and
-    ``--opt-param`` (``lr`` 0.1 for SGD, 1e-3 for Adam by default)."""
-    from gradcode.experiments.cli_sim import parse_kv
-
-    params = parse_kv(o.opt_param, "--opt-param")
-    params.setdefault("lr", o.lr if o.lr is not None else (0.1 if name == "sgd" else 1e-3))
+def _torch_optimizer_params(o: Values, name: str) -> dict:
+    """The torch optimizer's parameters from ``--optimizer-params`` (``lr`` 0.1 for SGD, 1e-3
+    for Adam by default; ``--optimizer nesterov``: SGD with Nesterov momentum 0.9)."""
+    params = dict(o.optimizer_params or {})
+    params.setdefault("lr", 0.1 if name == "sgd" else 1e-3)
     if o.optimizer == "nesterov":
-        params.update(nesterov=True, momentum=o.momentum if o.momentum is not None else 0.9)
-    elif o.momentum is not None:
-        if name != "sgd":
-            raise ValueError(f"--momentum is SGD's; --optimizer {o.optimizer} has its own betas (--opt-param)")
-        params["momentum"] = o.momentum
-    if o.weight_decay is not None:
-        params["weight_decay"] = o.weight_decay
+        params.setdefault("momentum", 0.9)
+        params["nesterov"] = True
     return params
-
-
-def resolve_model(spec: str, train_data):
-    """``--model``: a built-in name (sized from the data: inputs, image shape, classes), or
-    ``FILE.py:NAME`` / ``package.module:NAME`` naming an ``nn.Module`` class or a factory, called
-    with no arguments."""
-    import functools
-
-    from gradcode.torch import make_model
-
-    X, y = train_data
-    if ":" not in spec:
-        n_out = int(y.max()) + 1 if not y.is_floating_point() else (1 if y.ndim == 1 else int(y.shape[1]))
-        image_shape = tuple(X.shape[1:]) if X.ndim == 4 else None
-        make_model(spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)  # a bad name, now
-        # a factory: fit builds it under the run's seed, so every scheme starts from the same weights
-        return functools.partial(make_model, spec, n_in=int(X[0].numel()), n_out=n_out, image_shape=image_shape)
-    return load_object(spec, "--model")
-
-
-def load_object(spec: str, flag: str):
-    """``FILE.py:NAME`` or ``package.module:NAME``: the callable it names (a user's file is imported
-    under a name of its own and travels to Ray's workers by value)."""
-    import importlib
-    import importlib.util
-    import os
-
-    where, _, name = spec.rpartition(":")
-    if where.endswith(".py"):
-        problem = unreadable_file(where)
-        if problem:
-            raise ValueError(f"{flag} {spec}: {where} is {problem}" if problem != "no such file"
-                             else f"{flag} {spec}: no such file {where}")
-        mod_name = f"gradcode_user_file_{abs(hash(os.path.abspath(where)))}"
-        module = sys.modules.get(mod_name)
-        if module is None:
-            loader = importlib.util.spec_from_file_location(mod_name, where)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
-            try:
-                loader.loader.exec_module(module)
-            except Exception as exc:  # the user's file: its error, named, not our traceback
-                del sys.modules[mod_name]
-                raise ValueError(f"{flag} {spec}: importing {where} raised {type(exc).__name__}: {exc}") from None
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as exc:
-            raise ValueError(f"{flag} {spec}: cannot import {where}: {exc}") from None
-    obj = getattr(module, name, None)
-    if obj is None or not callable(obj):
-        raise ValueError(f"{flag} {spec}: {where} has no class or function {name!r}")
-    return obj
-
-
-def _data_source(data: str, target: str | None, params: dict) -> tuple[str, dict]:
-    """``--data``: a dataset name (aliases resolved) or a path to the user's own file, which
-    becomes the ``file`` dataset (``path``, and ``target`` for CSV):
-    :func:`~gradcode.problems.files.data_source`."""
-    from gradcode.problems.files import data_source
-
-    name, params = data_source(DATA_ALIASES.get(data, data), params)
-    if name != "file" and target is not None:
-        raise ValueError(f"--target names the column to predict in a CSV file; --data {data} is a dataset name")
-    if target is not None:
-        params["target"] = target
-    return name, params
 
 
 def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
@@ -771,7 +396,7 @@ def summary_rows(result) -> list[dict]:
     for m, _ in enumerate(result.params):
         met = last.get(m, {})
         rows.append({
-            "scheme": result.config["code"] + (f"/{m}" if len(result.params) > 1 else ""),
+            "scheme": result.config["scheme"] + (f"/{m}" if len(result.params) > 1 else ""),
             "rounds": int(result.round_times.size),
             "time_s": float(result.round_times.sum()),
             "round_ms": 1e3 * float(np.median(result.round_times)),
@@ -787,14 +412,16 @@ def summary_rows(result) -> list[dict]:
     return rows
 
 
-def _progress(rounds: int, console, *, enabled: bool):
-    """A rich progress bar on stderr fed by train()'s per-round callback."""
+def _progress(rounds: int | None, console, *, enabled: bool):
+    """A rich progress bar on stderr fed by train()'s per-round callback (``rounds`` None: a count
+    without a total, for a torch run whose epochs decide)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not enabled:
         return None, lambda: None
     progress = Progress(
-        TextColumn("training"), BarColumn(), TextColumn("{task.completed}/{task.total} rounds"),
+        TextColumn("training"), BarColumn(),
+        TextColumn("{task.completed}/{task.total} rounds" if rounds is not None else "{task.completed} rounds"),
         TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=False,
     )
     task = progress.add_task("train", total=rounds, info="")
@@ -818,7 +445,7 @@ def write_plots(result, plot: Path) -> list[Path]:
 
     from gradcode.experiments.cli_output import plot_files
 
-    paths = write_comparison_plots([{"spec": result.config["code"], "exact": True}], [result],
+    paths = write_comparison_plots([{"spec": result.config["scheme"], "exact": True}], [result],
                                    plot_files(plot, PLOT_FIGURES))
     if paths[0].parent == Path(plot):  # a folder, not a .png path
         (Path(plot) / "train_summary.json").write_text(json.dumps(summary_rows(result), indent=1))
@@ -914,7 +541,7 @@ def _subfolder(spec: str, taken: set) -> str:
     return name
 
 
-def train_several(o: TrainOptions) -> None:
+def train_several(o: Values) -> None:
     """``gradcode train --scheme crc,frc,uncoded,ignore``: each scheme trained in turn on the same
     data, seed (initial parameters, code randomness) and injected delays (the delay model's draw
     depends on the seed and ``n`` only), one :func:`gradcode.runtime.train` call each; then one
@@ -932,19 +559,19 @@ def train_several(o: TrainOptions) -> None:
         o, runs, pngs = _plan_runs(o)
         session = _session(o)
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
-        _fail(exc, EXIT_USAGE, o.as_json, err)
+        _fail(exc, EXIT_USAGE, o.json, err)
     # Ray prints its notices (a worker's death) to sys.stdout whenever they come, also between
     # two runs: stdout is kept for the table or the JSON document while the session lasts
     with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))), contextlib.ExitStack() as stack:
         try:
             stack.enter_context(session)
         except GradcodeError as exc:  # no cluster at --address, Ray could not start: nothing ran
-            _fail(exc, EXIT_FAILED, o.as_json, err)
+            _fail(exc, EXIT_FAILED, o.json, err)
         results, errors = _run_each(runs, o)
     _report_several(runs, results, errors, pngs, o)
 
 
-def _session(o: TrainOptions):
+def _session(o: Values):
     """One Ray session for every scheme of ``train_several`` (:func:`~gradcode.runtime.engine.ray_session`:
     Ray starts once, not once a scheme), or nothing to open for ``--engine inprocess``."""
     if o.engine != "ray":
@@ -952,17 +579,17 @@ def _session(o: TrainOptions):
     from gradcode.runtime import ClusterConfig
     from gradcode.runtime.engine import ray_session
 
-    cluster = ClusterConfig(address=o.address, num_cpus=o.num_cpus, start_timeout=o.start_timeout)
-    return ray_session(cluster, run_dir=o.run_dir)
+    return ray_session(ClusterConfig(**o.fields_of(ClusterConfig)), run_dir=o.run_dir)
 
 
-def _plan_runs(o: TrainOptions) -> tuple[TrainOptions, list[dict], list[Path] | None]:
+def _plan_runs(o: Values) -> tuple[Values, list[dict], list[Path] | None]:
     """``(options, runs, plot files)`` of ``train_several``: each scheme built and its config
     objects made (so that a bad one is refused before anything runs); the options' ``workers`` is
     the n the schemes share when ``-n`` is absent."""
     from gradcode.experiments.cli_output import plot_files
-    from gradcode.experiments.cli_sim import params_per_scheme, parse_kv, parse_scheme
+    from gradcode.experiments.cli_sim import params_per_scheme, parse_scheme
     from gradcode.runtime import build_scheme
+    from gradcode.runtime.master import DEFAULT_WORKERS
 
     plot, run_dir = o.plot, o.run_dir
     specs = split_schemes(o.scheme)
@@ -972,13 +599,13 @@ def _plan_runs(o: TrainOptions) -> tuple[TrainOptions, list[dict], list[Path] | 
         raise ValueError(f"--run-dir {run_dir} is a file; give a folder (each scheme gets a subfolder)")
     pngs = plot_files(plot, PLOT_FIGURES) if plot is not None else None
     parsed = [parse_scheme(spec) for spec in specs]
-    params_of = params_per_scheme(parse_kv(o.code_param, "--param"), parsed)
+    params_of = params_per_scheme(o.scheme_params or {}, parsed)
     if o.workers is None:  # n from the schemes that set one (they must agree), else the default
         own = sorted({p["n"] for p in params_of if "n" in p})
         if len(own) > 1:
             raise ValueError(f"the schemes set different n ({', '.join(map(str, own))}); they are compared on"
                              " the same workers: give one -n")
-        o = o.replace(workers=own[0] if own else _DEFAULT_WORKERS)
+        o = o.replace(workers=own[0] if own else DEFAULT_WORKERS)
     runs, taken = [], set()
     for spec, (name, _), params in zip(specs, parsed, params_of):
         if name == "auto":  # chosen during the run (torch models): refused below without --model
@@ -986,7 +613,7 @@ def _plan_runs(o: TrainOptions) -> tuple[TrainOptions, list[dict], list[Path] | 
             runs.append({"spec": spec, "name": name, "params": params, "configs": configured, "exact": True})
             continue
         built = build_scheme(name, workers=o.workers, stragglers=o.stragglers, seed=o.seed,
-                             code_params=params or None, verify=o.verify)
+                             scheme_params=params or None, verify=o.verify)
         if built.n != o.workers:  # same injected delays need the same n
             raise ValueError(f"{spec} has n = {built.n} but --workers is {o.workers}: the schemes are"
                              " compared on the same workers; leave n to --workers")
@@ -997,7 +624,7 @@ def _plan_runs(o: TrainOptions) -> tuple[TrainOptions, list[dict], list[Path] | 
     return o, runs, pngs
 
 
-def _run_each(runs: list[dict], o: TrainOptions) -> tuple[list, list]:
+def _run_each(runs: list[dict], o: Values) -> tuple[list, list]:
     """Train each run in turn: ``(results, errors)``, a result (``None`` when nothing ran) and an
     error text (``None`` when it finished) per run. A run that stops is reported and the next one
     starts; when the first run fails before any round, the command stops as a single run would."""
@@ -1009,7 +636,7 @@ def _run_each(runs: list[dict], o: TrainOptions) -> tuple[list, list]:
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
         err.print(f"[{i + 1}/{len(runs)}] {escape(r['spec'])}", highlight=False)
-        callback, finish = _progress(o.rounds, err, enabled=True)
+        callback, finish = _progress(_rounds_of(r["configs"]), err, enabled=True)
         try:
             with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))):
                 result = run_configured(r["configs"], callback)
@@ -1017,7 +644,7 @@ def _run_each(runs: list[dict], o: TrainOptions) -> tuple[list, list]:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
             if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
-                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o.as_json, err)  # nothing ran: as a single run would
+                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o.json, err)  # nothing ran: as a single run would
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
             error(f"{r['spec']}: {exc}")
@@ -1030,7 +657,7 @@ def _run_each(runs: list[dict], o: TrainOptions) -> tuple[list, list]:
     return results, errors
 
 
-def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: TrainOptions) -> None:
+def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: Values) -> None:
     """The table (or ``--json`` document) of ``train_several``, the planned deaths, the plots;
     exit status 1 when a run stopped or the plots could not be written."""
     from gradcode.experiments.cli_output import emit, err
@@ -1042,7 +669,7 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
             written = write_comparison_plots(runs, results, pngs)
         except Exception as exc:  # noqa: BLE001 - a plot never loses the printed result
             plot_error = f"plots not written to {o.plot}: {type(exc).__name__}: {exc}"
-    if o.as_json:
+    if o.json:
         doc = {"schemes": [r["spec"] for r in runs], "rows": rows, "plots": [str(p) for p in written],
                "runs": [dict(res.to_json(), scheme=r["spec"], exact=r["exact"]) if res is not None
                         else {"scheme": r["spec"], "exact": r["exact"], "error": e}

@@ -42,9 +42,10 @@ this host (its load included: labelled so in the notes). On Ray, compute is alwa
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -71,11 +72,11 @@ def bursty_profile(rounds: int, n: int, rng, *, base: float = 1.0, jitter: float
 
 def _data_and_model(data: str, model: str, seed: int):
     """``(train, test, model factory)`` from the ``data`` and ``model`` specs of ``gradcode train``."""
-    from gradcode.experiments.cli_train import resolve_model
     from gradcode.torch import load_data
+    from gradcode.torch.loading import model_factory
 
     train, test = load_data(data, seed=seed)
-    return train, test, resolve_model(model, train)
+    return train, test, model_factory(model, train)
 
 
 COMPUTE = ("declared", "measured")
@@ -96,6 +97,24 @@ def _engine(engine: str, compute: str):
     return lambda: InProcessEngine(compute_time=clock)
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """What every run of a training reproduction shares: :func:`gradcode.torch.fit`'s config
+    objects and a factory of the engine (a fresh in-process engine a run); :meth:`fit` runs one
+    with its own changes to the spec and the torch config."""
+
+    spec: Any
+    torch_config: Any
+    run: Any
+    engine: Callable
+
+    def fit(self, model, data, spec=None, torch_config=None):
+        from gradcode.torch import fit
+
+        return fit(model, data, self.spec.replace(**(spec or {})), run=self.run, engine=self.engine(),
+                   torch_config=replace(self.torch_config, **(torch_config or {})))
+
+
 def _setup(o, rounds: int, seed: int):
     """The delay model (synthetic bursty profile, or a trace file), the data and the options every
     run of an SGC training reproduction ``o`` shares (Sec. 4.2: the mu-rule with ``o.mu`` (the
@@ -112,32 +131,32 @@ def _setup(o, rounds: int, seed: int):
             profile = np.resize(profile, (rounds, workers))
     else:
         profile = bursty_profile(rounds, workers, np.random.default_rng(seed))
+    from gradcode.runtime import RunConfig, TrainSpec
+    from gradcode.torch import TorchConfig
+
     time_scale = check_real("time_scale", o.time_scale, minimum=0.0, strict_min=True)
-    delays = ("trace", {"delays": profile * time_scale, "trace_load": 1.0 / workers,
-                        "load_slope": o.load_slope * time_scale})
+    delays = {"delays": profile * time_scale, "trace_load": 1.0 / workers, "load_slope": o.load_slope * time_scale}
     train, test, factory = _data_and_model(o.data, o.model, seed)
-    common = dict(workers=workers, models=o.models, rounds=rounds, delay_model=delays, inject="full",
-                  close=check_real("mu", o.mu, minimum=0.0), waitout="all", engine=_engine(o.engine, o.compute),
-                  batch_size=o.batch_size, wire_dtype=o.wire_dtype, optimizer="adam", optimizer_params={"lr": 3e-3},
-                  eval_data=test, seed=seed)
+    spec = TrainSpec("uncoded", workers=workers, models=o.models, delay_model="trace", delay_params=delays,
+                     inject="full", close=check_real("mu", o.mu, minimum=0.0), waitout="all", seed=seed)
+    tconf = TorchConfig(batch_size=o.batch_size, wire_dtype=o.wire_dtype, optimizer="adam",
+                        optimizer_params={"lr": 3e-3}, eval_data=test)
+    common = _Runs(spec, tconf, RunConfig(rounds=rounds, eval_every=0), _engine(o.engine, o.compute))
     return profile, workers, (train, factory), common
 
-def _train(name, train, common, target, kw, *, fixed=None) -> tuple[dict, list]:
-    """One run: its row (parameters, load, time to ``target`` jobs, search time, mean final
-    accuracy) and its jobs-completed-against-time curve."""
-    from gradcode.torch import fit, fit_configs
-
+def _train(name, train, common: _Runs, target, spec: dict, torch_config=None, *, fixed=None) -> tuple[dict, list]:
+    """One run of ``common`` with the changes ``spec`` and ``torch_config``: its row (parameters,
+    load, time to ``target`` jobs, search time, mean final accuracy) and its jobs-completed-against-
+    time curve."""
     train, factory = train
-    options = {**common, **kw}
-    engine = options.pop("engine")()
-    res = fit(factory, train, **fit_configs(**options), engine=engine)
+    res = common.fit(factory, train, spec, torch_config)
     done, curve = 0, []
     for h in res.history:
         done += len(h["jobs"])
         curve.append((h["elapsed"], done))
     finish = next((t for t, d in curve if d >= target), float("nan"))
-    chosen = fixed or (res.auto["chosen"] if res.auto else {"params": {}, "load": 1.0 / common["workers"]})
-    accuracy = [m["accuracy"] for m in res.result.metrics[-common["models"]:]]
+    chosen = fixed or (res.auto["chosen"] if res.auto else {"params": {}, "load": 1.0 / common.spec.workers})
+    accuracy = [m["accuracy"] for m in res.result.metrics[-common.spec.models:]]
     row = {"scheme": name, "parameters": ", ".join(f"{k}={v}" for k, v in chosen["params"].items()) or "—",
            "load": round(float(chosen["load"]), 4), "time_to_jobs": round(finish, 2),
            "search_ms": round(1e3 * res.auto["search_seconds"], 2) if res.auto else None,
@@ -181,19 +200,19 @@ PAPER_ORDER = ("M-SGC", "SR-SGC", "GC", "uncoded")
 ALPHA_FACTORS = (0.25, 1.0, 4.0)
 
 
-def _alpha_notes(delay_model, reference, *, workers: int, jobs: int, models: int, load_slope: float,
+def _alpha_notes(trace_params: dict, reference, *, workers: int, jobs: int, models: int, load_slope: float,
                  seed: int, mu: float) -> tuple[list[str], dict]:
     """App. J's fit of the load slope on the workers' delay model (Fig. 16: the mean worker time
     against load; :func:`~gradcode.stragglers.fit_model_slope`) and the sensitivity of the ordering
     to it: each family's best parameters and predicted time (App. J's replay of ``reference``,
     :func:`~gradcode.schemes.switch.choose_after_probe`) at 0.25x, 1x and 4x the slope, and at which
     of them the paper's ordering (M-SGC, SR-SGC, GC, uncoded) holds. The replay is in the
-    reference's own (unscaled) seconds; the ranking does not depend on the scale."""
+    reference's own (unscaled) seconds; the ranking does not depend on the scale. ``trace_params``:
+    the ``trace`` delay model's parameters the runs inject."""
     from gradcode.schemes.switch import choose_after_probe
     from gradcode.stragglers import fit_model_slope, make_delay_model
 
-    name, params = delay_model
-    fit = fit_model_slope(make_delay_model(name, **params), n=workers, rounds=reference.shape[0], seed=seed)
+    fit = fit_model_slope(make_delay_model("trace", **trace_params), n=workers, rounds=reference.shape[0], seed=seed)
     # the mu-rule on the reference at the uncoded load: a worker straggles beyond (1 + mu) x the fastest
     identified = float((reference > (1 + mu) * reference.min(axis=1, keepdims=True)).mean())
     orders, holds = [], []
@@ -284,16 +303,16 @@ def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
     """:class:`SGCProbeSwitch`'s run."""
     rounds = o.probe + o.jobs + 3  # the sequential codes' T stays below the number of models (4)
     profile, workers, train, common = _setup(o, rounds, o.seed)
-    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], profile[:o.probe], workers=workers, jobs=o.jobs,
+    alpha_lines, alpha_doc = _alpha_notes(common.spec.delay_params, profile[:o.probe], workers=workers, jobs=o.jobs,
                                           models=o.models, load_slope=o.load_slope, seed=o.seed, mu=o.mu)
     target = o.probe + o.jobs
     rows, curves = [], {}
     for name, family in (("uncoded", None), ("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         # the probe sees the scaled delays: the search's slope is scaled with them
-        kw = dict(code="uncoded") if family is None else dict(code="auto", probe=o.probe,
-                                                             load_slope=o.load_slope * o.time_scale,
-                                                             families=(family,))
-        row, curves[name] = _train(name, train, common, target, kw)
+        auto = None if family is None else dict(probe=o.probe, load_slope=o.load_slope * o.time_scale,
+                                                 families=(family,))
+        row, curves[name] = _train(name, train, common, target, {"scheme": "uncoded" if family is None else "auto"},
+                                   auto)
         rows.append(row)
     note = _compare_note(rows, (
         f"scaled: {_setting(workers, o.models, o.data, o.model, (o.engine, o.compute))}, batch {o.batch_size}, Adam,"
@@ -390,17 +409,18 @@ def _sgc_training_once(o: SGCTraining, seed: int):
     rounds = o.jobs + 3
     profile, workers, train, common = _setup(o, o.probe + rounds, seed)
     reference, delays = profile[:o.probe], profile[o.probe:]  # measured first, then the run's own rounds
-    alpha_lines, alpha_doc = _alpha_notes(common["delay_model"], reference, workers=workers, jobs=o.jobs,
+    alpha_lines, alpha_doc = _alpha_notes(common.spec.delay_params, reference, workers=workers, jobs=o.jobs,
                                           models=o.models, load_slope=o.load_slope, seed=seed, mu=o.mu)
-    common["delay_model"] = ("trace", {**common["delay_model"][1], "delays": delays * o.time_scale})
-    common["rounds"] = rounds
+    common = replace(common, run=replace(common.run, rounds=rounds),
+                     spec=common.spec.replace(delay_params={**common.spec.delay_params,
+                                                            "delays": delays * o.time_scale}))
     rows, curves = [], {}
-    row, curves["uncoded"] = _train("uncoded", train, common, o.jobs, dict(code="uncoded"))
+    row, curves["uncoded"] = _train("uncoded", train, common, o.jobs, {"scheme": "uncoded"})
     rows.append(row)
     for name, family in (("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         scheme, report = choose_after_probe(reference, jobs=o.jobs, models=o.models, close=o.mu, waitout="all",
                                             load_slope=o.load_slope, seed=seed, families=(family,))
-        row, curves[name] = _train(name, train, common, o.jobs, dict(code=scheme), fixed=report["chosen"])
+        row, curves[name] = _train(name, train, common, o.jobs, {"scheme": scheme}, fixed=report["chosen"])
         row["search_ms"] = round(1e3 * report["search_seconds"], 2)
         rows.append(row)
     return rows, curves, alpha_lines, alpha_doc, workers
@@ -541,10 +561,13 @@ def _agc_training(o: AGCTraining) -> dict:
     if unknown:
         raise ValueError(f"unknown scheme(s) {unknown}; choose from {list(AGC_TRAINING_SCHEMES)}")
     train, test, factory = _data_and_model(o.data, o.model, o.seed)
-    fit_options = dict(workers=o.workers, rounds=iterations, batch_size=o.batch_size, optimizer="sgd",
-                       optimizer_params={"lr": o.lr}, engine=_engine(o.engine, o.compute), wire_dtype=o.wire_dtype,
-                       decode_rtol=o.decode_rtol, inject="full", close="decodable", eval_data=test,
-                       eval_every=max(1, iterations // 20), seed=o.seed)
+    from gradcode.runtime import RunConfig, TrainSpec
+    from gradcode.torch import TorchConfig
+
+    fit_options = _Runs(TrainSpec(workers=o.workers, inject="full", seed=o.seed),
+                        TorchConfig(batch_size=o.batch_size, optimizer="sgd", optimizer_params={"lr": o.lr},
+                                    wire_dtype=o.wire_dtype, decode_rtol=o.decode_rtol, eval_data=test),
+                        RunConfig(rounds=iterations, eval_every=max(1, iterations // 20)), _engine(o.engine, o.compute))
     rows, curves = [], {}
     for p in ps:
         epochs = draw_restart_epochs(iterations, o.workers, p, np.random.default_rng([o.seed, round(p * 1e6)]))
@@ -557,25 +580,22 @@ def _agc_training(o: AGCTraining) -> dict:
                 setting=_setting(o.workers, 1, o.data, o.model, (o.engine, o.compute)))
     return _agc_finish(rows, curves, o.out, o.plot, info)
 
-def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: dict, *, d: int, L: int, target: float,
+def _agc_run(name: str, p: float, epochs: np.ndarray, train, fit_options: _Runs, *, d: int, L: int, target: float,
              time_scale: float) -> tuple[dict, list]:
     """One scheme's training under the drawn restart epochs: its row (time per iteration measured
     and expected, Table VI's value, the decodes that needed a later epoch, final accuracy, time to
     ``target``) and its accuracy-against-time curve (:class:`AGCTraining`)."""
     from gradcode.analysis import restart_outcome, scheme_aet
     from gradcode.experiments.repro_analysis import AGC_TABLE6, agc_timing
-    from gradcode.torch import fit, fit_configs
-
-    workers = fit_options["workers"]
+    workers = fit_options.spec.workers
     family, s_max, group = AGC_TRAINING_SCHEMES[name]
     code, comm, s_max, groups = _agc_code(family, s_max, group, workers, d, L)
     key = family
     own_s = None if key in ("agc", "uncoded") else s_max  # AGC and uncoded have no s_max parameter
     timing = agc_timing(key, own_s)
     delays = (timing.restart_time(epochs) + timing.t_cp) * time_scale  # worker w in at R(e_w) + t_cp
-    options = dict(fit_options, code=code, delay_model=("trace", {"delays": delays}))
-    engine = options.pop("engine")()
-    res = fit(train[1], train[0], **fit_configs(**options), engine=engine)
+    res = fit_options.fit(train[1], train[0], {"scheme": code, "delay_model": "trace",
+                                                "delay_params": {"delays": delays}})
     rule_epoch, _ = restart_outcome(epochs, s_max, groups=groups)
     epoch = np.where(res.result.messages > 0, epochs, 0).max(axis=1)  # the epoch the run decoded in
     Y, S = restart_outcome(epochs, s_max, groups=groups, at=np.maximum(epoch, rule_epoch))

@@ -11,7 +11,7 @@ Importing this package does not import Ray.
 """
 
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, configs_from_keywords
+from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
 from gradcode.runtime.driver import ImpreciseWaitWarning, RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.inprocess import InProcessEngine
 from gradcode.runtime.master import ENGINES, build_scheme, make_engine, parse_failures, prepare, resume, runs_home, train
@@ -42,7 +42,6 @@ __all__ = [
     "WireTask",
     "WorkerCore",
     "build_scheme",
-    "configs_from_keywords",
     "make_engine",
     "parse_failures",
     "prepare",

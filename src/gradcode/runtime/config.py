@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gradcode._options import described
 from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
 
-__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "configs_from_keywords", "merge_configs"]
+__all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "given_configs"]
 
 
 def _set(obj, name: str, value) -> None:
@@ -53,11 +54,16 @@ class ClusterConfig:
     one each).
     """
 
-    address: str | None = None
-    num_cpus: int | None = None
-    start_timeout: float = 120.0
-    worker_cpus: float = 0.0
-    worker_gpus: float | None = None
+    address: str | None = described(None, "Join an existing Ray cluster (auto, host:port, ray://...); default: this"
+                                         " process's Ray session, or an embedded local cluster.")
+    num_cpus: int | None = described(None, "CPUs of the embedded Ray cluster (default: the machine's).")
+    start_timeout: float = described(120.0, "Give up joining the cluster or starting the workers after this many"
+                                            " seconds.")
+    worker_cpus: float = described(0.0, "CPUs each worker reserves on the Ray cluster (Ray's num_cpus; 0: none, and"
+                                        " a warning when the workers outnumber the cluster's CPUs); torch and BLAS"
+                                        " run that many threads in each worker (at least 1).")
+    worker_gpus: float | None = described(None, "GPUs each worker reserves (a fraction shares one; default: none,"
+                                                " or an even share when the model computes on CUDA).")
 
     def __post_init__(self):
         if self.num_cpus is not None:
@@ -79,9 +85,9 @@ class FaultConfig:
     :class:`~gradcode.runtime.RoundTimeoutError`.
     """
 
-    fail: tuple = ()
-    max_restarts: int = -1
-    round_timeout: float = 120.0
+    fail: tuple = described((), "W@R: worker W's process exits in round R (repeatable).", metavar="W@R")
+    max_restarts: int = described(-1, "How often Ray restarts a dead worker (-1: without limit, 0: never).")
+    round_timeout: float = described(120.0, "Give up on a round that has not decoded after this many seconds.")
 
     def __post_init__(self):
         items = (self.fail,) if isinstance(self.fail, str) else tuple(self.fail or ())
@@ -117,12 +123,14 @@ class RunConfig:
     refused).
     """
 
-    rounds: int | None = None
-    checkpoint_every: int = 0
-    run_dir: str | os.PathLike | None = None
-    eval_every: int = 1
-    resume: bool = False
-    overwrite: bool = False
+    rounds: int | None = described(None, "Training rounds of each scheme (default: 100; with --model one epoch).")
+    checkpoint_every: int = described(0, "Checkpoint every K rounds (0: never).")
+    run_dir: str | os.PathLike | None = described(
+        None, "Where the run's records go (default: a new folder under ~/.gradcode/runs, or $GRADCODE_RUNS).")
+    eval_every: int = described(1, "Held-out metrics every K rounds and after the last (0: after the last only).")
+    resume: bool = described(False, "Continue the run in --run-dir from its checkpoint.")
+    overwrite: bool = described(False, "Replace the run already in --run-dir (its checkpoint and records); without"
+                                       " it such a run dir is refused unless --resume.")
 
     def __post_init__(self):
         if self.rounds is not None:  # None: the trainer's default (gradcode.torch.fit: one epoch)
@@ -138,28 +146,29 @@ class TrainSpec:
     """What is trained: two runs with the same spec train the same models to the same iterates
     (exact codes), whatever the engine, the cluster or the faults.
 
-    ``code``: a code name, built with ``n=workers`` (default 4, or the code's own ``n`` from
-    ``code_params``), ``s=stragglers`` and ``seed`` where the code takes them, plus ``code_params``
-    (:func:`~gradcode.schemes.factory.resolve_scheme`); a scheme family's name (``gc-dc``, with its
-    parameters in ``code_params``); a :class:`~gradcode.LinearCode` or any
+    ``scheme``: a code name, built with ``n=workers`` (default 4, or the code's own ``n`` from
+    ``scheme_params``), ``s=stragglers`` and ``seed`` where the code takes them, plus
+    ``scheme_params`` (:func:`~gradcode.schemes.factory.resolve_scheme`); a scheme family's name
+    (``gc-dc``, with its parameters in ``scheme_params``); a :class:`~gradcode.LinearCode` or any
     :class:`~gradcode.schemes.Scheme` (it brings its own ``n``; a ``workers`` that differs is
     refused).
 
     ``stragglers``/``delay``: ``stragglers`` random workers per round sleep ``delay`` extra seconds
-    (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless ``delay_model`` (a delay model, a
-    name, or ``(name, params)``) is given; ``stragglers`` is also the tolerance ``s`` of codes that
-    take one. ``inject``: what a worker sleeps on top of its real computation, from the delay
-    model's draw (``time = intercept + slope * load``): ``"excess"`` (default) only what the model
-    adds beyond the round's fastest worker (``intercept`` and ``slope`` less their minimum over
-    workers), since the real computation already takes the fastest worker's time: a model with no
-    stragglers injects nothing, Tandon's ``fixed`` model exactly its delays, a shifted exponential
-    its spread; ``"full"``: the model's whole time (workers whose real computation is negligible
-    next to the modelled one).
+    (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless ``delay_model`` (a delay model
+    object, or a registry name with its ``delay_params``) is given; ``stragglers`` is also the
+    tolerance ``s`` of codes that take one. ``inject``: what a worker sleeps on top of its real
+    computation, from the delay model's draw (``time = intercept + slope * load``): ``"excess"``
+    (default) only what the model adds beyond the round's fastest worker (``intercept`` and
+    ``slope`` less their minimum over workers), since the real computation already takes the fastest
+    worker's time: a model with no stragglers injects nothing, Tandon's ``fixed`` model exactly its
+    delays, a shifted exponential its spread; ``"full"``: the model's whole time (workers whose real
+    computation is negligible next to the modelled one).
 
-    ``data``: a dataset name (with ``data_params`` and ``test_fraction``; ``"file"`` with
-    ``data_params={"path": ..., "target": ...}`` for a CSV, NPZ or LibSVM file, whose features are
-    standardised with the training split's statistics unless ``standardize=False``), a path to such
-    a file (``data="mydata.csv", data_params={"target": "label"}``, as the CLI's ``--data``), a
+    ``data``: None (default: ``tandon-synthetic``), a dataset name (with ``data_params`` and
+    ``test_fraction``; ``"file"`` with ``data_params={"path": ..., "target": ...}`` for a CSV, NPZ
+    or LibSVM file, whose features are standardised with the training split's statistics unless
+    ``standardize=False``), a path to such a file (``data="mydata.csv", data_params={"target":
+    "label"}``, as the CLI's ``--data``), a
     :class:`~gradcode.problems.DataSpec`, or a problem spec: anything picklable whose ``build()``
     returns ``(problem, dataset)``, which workers and master call to get the same problem.
     ``problem`` defaults to ``logistic``/``linear``/``softmax`` by the data's task.
@@ -184,35 +193,56 @@ class TrainSpec:
     paper's, for every worker that has not failed), and ``TrainResult.waitouts`` marks it.
     """
 
-    code: Any = "crc"
-    workers: int | None = None
-    stragglers: int = 0
-    delay: float = 0.0
-    delay_model: Any = None
-    code_params: Mapping | None = None
-    data: Any = "tandon-synthetic"
-    data_params: Mapping | None = None
-    test_fraction: float = 0.2
-    problem: str | None = None
-    problem_params: Mapping | None = None
-    optimizer: str = "gd"
-    optimizer_params: Mapping | Sequence[Mapping] | None = None
-    models: int = 1
-    seed: int = 0
-    verify: bool = False
-    inject: str = "excess"
-    close: str | float = "decodable"
-    waitout: str = "decodable"
+    scheme: Any = described("crc", "Code or scheme family, NAME or NAME:key=value,... (see `gradcode codes`); on the"
+                                   " command line several, comma-separated (crc,frc,uncoded,ignore), train one after"
+                                   " another on the same data, seed and injected delays.")
+    workers: int | None = described(None, "Number of workers n (default: 4, or the scheme's own n).", short="-n")
+    stragglers: int = described(0, "Workers delayed per round; the tolerance s of codes that take one.", short="-s")
+    delay: float = described(0.0, "Seconds each delayed worker sleeps per round.")
+    delay_model: Any = described(None, "Another delay model instead of the fixed delays (gradcode models lists"
+                                       " them).", short="-m")
+    delay_params: Mapping | None = described(None, "key=value parameter of --delay-model (repeatable).", short="-M")
+    scheme_params: Mapping | None = described(None, "key=value parameter of the scheme (repeatable).", short="-p")
+    data: Any = described(None, "Data set: tandon-synthetic (default), amazon-synthetic, breast-cancer, digits,"
+                                " ..., or your own FILE (.csv with --data-params target=COLUMN, .npz with X and y,"
+                                " .svm/.libsvm); with --model digits (default), mnist:DIR, cifar10:DIR, cifar100:DIR"
+                                " or an .npz.")
+    data_params: Mapping | None = described(None, "key=value data set parameter (repeatable; a file's target=COLUMN,"
+                                                  " standardize=false).")
+    test_fraction: float = described(0.2, "Share of the data held out for the held-out metrics.")
+    problem: str | None = described(None, "logistic, linear, softmax, mlp, cnn (default: by the data's task).")
+    problem_params: Mapping | None = described(None, "key=value problem parameter (repeatable).")
+    optimizer: Any = described("gd", "gd, nesterov or sgd; with --model sgd, adam or adamw.")
+    optimizer_params: Mapping | Sequence[Mapping] | None = described(
+        None, "key=value optimizer parameter (repeatable), e.g. lr=0.1 (default step of gd and nesterov: 1/L).")
+    models: int = described(1, "Models trained at once (round j serves model j mod M).")
+    seed: int = described(0, "Seed of the data, the code and the injected delays.")
+    verify: bool = described(False, "Wait for two results more than decoding needs and check them against each"
+                                    " other: a worker whose result is wrong is named and left out.")
+    inject: str = described("excess", "What delayed workers sleep on top of their real computation: excess (what"
+                                      " the delay model adds beyond the round's fastest worker) or full (the"
+                                      " model's whole time).")
+    close: str | float = described("decodable", "When a round ends: decodable (as soon as it decodes) or a number"
+                                                " mu, SGC's mu-rule (wait until (1 + mu) x the first whole result's"
+                                                " time).")
+    waitout: str = described("decodable", "With --close MU, what a round the deadline leaves undecodable waits"
+                                          " for: decodable (until it decodes) or all (every live worker: the SGC"
+                                          " paper's rule).")
 
     def __post_init__(self):
         _set(self, "models", check_int("models", self.models, minimum=1))
         _set(self, "seed", check_int("seed", self.seed, minimum=0))
         _set(self, "delay", check_real("delay", self.delay, minimum=0.0))
         check_choice("inject", self.inject, ("excess", "full"))
+        if self.delay_params is not None and not isinstance(self.delay_model, str):
+            raise ValueError("delay_params are the parameters of a delay_model given by name; a delay model object"
+                             " carries its own" if self.delay_model is not None else
+                             "delay_params set the parameters of delay_model, which is not given: name a delay"
+                             " model (gradcode models lists them)")
         mu = check_closing_rule(self.close, self.waitout)
         if mu is not None:
             _set(self, "close", mu)
-        for name in ("code_params", "data_params", "problem_params"):
+        for name in ("scheme_params", "delay_params", "data_params", "problem_params"):
             value = getattr(self, name)
             if value is not None:
                 _set(self, name, dict(value))
@@ -225,50 +255,23 @@ class TrainSpec:
         return replace(self, **changes)
 
 
-#: which config object each of the old ``train()`` keywords belongs to
-_KEYWORD_GROUPS = (("spec", TrainSpec), ("cluster", ClusterConfig), ("faults", FaultConfig), ("run", RunConfig))
-
-
-def configs_from_keywords(**keywords) -> dict:
-    """``{"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig, "run": RunConfig}``
-    from flat keywords (any field of the four, e.g. ``code="crc", workers=4, rounds=10,
-    round_timeout=5``), for ``train(**configs_from_keywords(...), engine=...)``; a keyword that is
-    no field of any of them is a ``TypeError`` naming it."""
-    out, left = {}, dict(keywords)
-    for name, cls in _KEYWORD_GROUPS:
-        out[name] = cls(**{k: left.pop(k) for k in field_names(cls) if k in left})
-    if left:
-        raise TypeError(f"unknown training option(s) {', '.join(sorted(left))}; the options are the fields of"
-                        " TrainSpec, ClusterConfig, FaultConfig and RunConfig")
-    return out
-
-
-def merge_configs(given: dict, classes: dict, built: dict | None = None, keywords=()) -> dict:
-    """The config objects of an entry point (``{name: object}``): each ``given`` object checked
-    to be of its class in ``classes``, a missing one taken from ``built`` (what the deprecated flat
-    ``keywords`` made) or its class's default (``classes[name]``: a class, or a zero-argument
-    factory returning the default object). A keyword that belongs to an object also given is a
-    ``TypeError``: which would win? A keyword goes to the first class in ``classes`` that has it
-    (``fit``: ``optimizer`` is ``TorchConfig``'s, not ``TrainSpec``'s)."""
-    out, claimed = {}, set()
+def given_configs(given: dict, classes: dict) -> dict:
+    """The config objects of an entry point (``{name: object}``): each ``given`` object checked to
+    be of its class in ``classes``, a missing one its class's default (``classes[name]``: a class,
+    or a zero-argument factory returning the default object)."""
+    out = {}
     for name, make in classes.items():
         cls = make if isinstance(make, type) else type(make())
-        mine = {k for k in keywords if k in field_names(cls)} - claimed
-        claimed |= mine
         obj = given.get(name)
         if obj is None:
-            out[name] = built[name] if built is not None else make()
-            continue
-        if not isinstance(obj, cls):
+            out[name] = make()
+        elif not isinstance(obj, cls):
             raise TypeError(f"{name} must be a {cls.__name__}, got {type(obj).__name__}")
-        both = sorted(mine)
-        if both:
-            raise TypeError(f"give {', '.join(both)} either in the {cls.__name__} or as keywords, not both")
-        out[name] = obj
+        else:
+            out[name] = obj
     return out
 
 
 def field_names(cls) -> tuple[str, ...]:
-    """The fields of one of the config classes, in order (what ``train()`` maps its keywords to)."""
+    """The fields of one of the config classes, in order."""
     return tuple(f.name for f in fields(cls))
-

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from gradcode._validation import check_choice, check_int, check_memory, check_re
 from gradcode.codes.messages import set_decode_threads, warm_kernels
 from gradcode.errors import StopTraining
 from gradcode.runtime.base import Engine
-from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
+from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec, given_configs
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
 from gradcode.runtime.records import (
     CHECKPOINT,
@@ -114,11 +113,11 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
     return frozenset(out)
 
 
-def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, code_params=None,
+def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, scheme_params=None,
                  dim: int | None = None, verify: bool = False):
     """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
     passing ``s`` and ``seed`` only to codes that take them, by
-    :func:`~gradcode.schemes.factory.resolve_scheme`: ``code_params`` may not set another ``n``,
+    :func:`~gradcode.schemes.factory.resolve_scheme`: ``scheme_params`` may not set another ``n``,
     and their ``s`` and ``seed`` stand over the run's; ``workers=None``: the code's own ``n``,
     else :data:`DEFAULT_WORKERS`), a scheme family's name (``gc-dc``),
     a :class:`LinearCode` or a :class:`Scheme` (returned as is). ``dim``: the gradient dimension
@@ -137,9 +136,9 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         return as_scheme(code, dim=dim, what="code")  # a Scheme as is
     if workers is not None:
         workers = check_int("workers", workers, minimum=1)
-    elif "n" not in (code_params or {}):  # neither the run nor the code says: the default
+    elif "n" not in (scheme_params or {}):  # neither the run nor the code says: the default
         workers = DEFAULT_WORKERS
-    spec = resolve_scheme(code, code_params, n=workers, s=check_int("stragglers", stragglers, minimum=0), seed=seed,
+    spec = resolve_scheme(code, scheme_params, n=workers, s=check_int("stragglers", stragglers, minimum=0), seed=seed,
                           agree=("n",))
     if spec.kind == "scheme":  # a scheme family (gc-dc, ...)
         return _labelled(spec.build(dim=dim), code)
@@ -191,10 +190,14 @@ def _excess_over_fastest(draw):
                 draw.slope - draw.slope.min(axis=1, keepdims=True), draw.straggling, draw.rates)
 
 
-def _delay_model(delay_model, stragglers, delay):
+def _delay_model(spec: TrainSpec):
+    """The delay model a run injects: ``spec.delay_model`` (an object, or a name built with
+    ``spec.delay_params``), else Tandon's ``fixed`` model of ``stragglers`` workers ``delay``
+    seconds late, else None (nothing injected)."""
     from gradcode.stragglers import make_delay_model
 
-    delay = check_real("delay", delay, minimum=0.0)
+    delay_model, stragglers = spec.delay_model, spec.stragglers
+    delay = check_real("delay", spec.delay, minimum=0.0)
     if delay_model is None:
         if delay > 0 and not stragglers:
             raise ValueError(f"delay={delay:g} delays stragglers={stragglers} random workers a round, i.e."
@@ -204,14 +207,12 @@ def _delay_model(delay_model, stragglers, delay):
         return None
     if delay > 0:
         raise ValueError(f"delay={delay:g} is the extra time of the default straggler model and is not used"
-                         " with delay_model; give the model's own parameters (--delay-param) instead")
+                         " with delay_model; give the model's own parameters (delay_params) instead")
     if isinstance(delay_model, str):
-        return make_delay_model(delay_model)
-    if isinstance(delay_model, tuple) and len(delay_model) == 2 and isinstance(delay_model[0], str):
-        return make_delay_model(delay_model[0], **dict(delay_model[1]))
+        return make_delay_model(delay_model, **(spec.delay_params or {}))
     if hasattr(delay_model, "sample"):
         return delay_model
-    raise TypeError(f"delay_model must be a delay model, a name or (name, params); got {delay_model!r}")
+    raise TypeError(f"delay_model must be a delay model or a registry name (with delay_params); got {delay_model!r}")
 
 
 # ----------------------------------------------------------------------------------------- setup
@@ -227,9 +228,9 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     faults = faults or FaultConfig()
     rounds = check_int("rounds", rounds, minimum=1)
     pspec, master_problem, data_record = _problem(spec)
-    code = spec.code
+    code = spec.scheme
     scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, seed=spec.seed,
-                          code_params=spec.code_params, dim=int(master_problem.dim), verify=spec.verify)
+                          scheme_params=spec.scheme_params, dim=int(master_problem.dim), verify=spec.verify)
     n = scheme.n
     if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
         raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
@@ -238,14 +239,15 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     check_memory(f"models={spec.models} (each {int(master_problem.dim)} parameters, their optimizer state and"
                  " update)", 3.0 * spec.models * int(master_problem.dim) * 8)
     optimizers, opt_names, opt_params = _optimizers(spec, master_problem)
-    dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
+    dmodel = _delay_model(spec)
     draw, comm = _injected(spec, dmodel, scheme.n, scheme.chunks, rounds)
     failures = parse_failures(faults.fail, n=n, rounds=rounds)
     config = {
-        "code": _scheme_name(code), "scheme": repr(scheme), "code_params": plain(dict(spec.code_params or {})),
+        "scheme": _scheme_name(code), "scheme_params": plain(dict(spec.scheme_params or {})),
         "verify": bool(spec.verify), "workers": n, "stragglers": spec.stragglers, "delay": spec.delay,
-        "delay_model": repr(dmodel) if dmodel is not None else None, "inject": spec.inject, "close": spec.close,
-        "waitout": spec.waitout, "data": data_record, "problem": getattr(pspec, "problem", None),
+        "delay_model": _delay_model_name(spec.delay_model, dmodel),
+        "delay_params": plain(dict(spec.delay_params or {})), "inject": spec.inject, "close": spec.close,
+        "waitout": spec.waitout, **data_record, "problem": getattr(pspec, "problem", None),
         "problem_params": dict(spec.problem_params or {}),
         "optimizer": spec.optimizer if isinstance(spec.optimizer, str) else opt_names,
         "optimizer_params": opt_params, "rounds": rounds, "models": spec.models, "seed": spec.seed,
@@ -257,17 +259,23 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
                     rounds=rounds)
 
 
+#: the data set of a run whose spec names none (Tandon et al. Sec. 5's synthetic logistic data)
+DEFAULT_DATA = "tandon-synthetic"
+
+
 def _problem(spec: TrainSpec) -> tuple:
-    """``(problem spec the workers build from, the master's problem, the config's data record)``
-    of ``spec.data``: a problem spec (anything with ``build()``), a ``DataSpec``, a dataset name
-    or a path to a data file (:func:`~gradcode.problems.files.data_source`)."""
+    """``(problem spec the workers build from, the master's problem, the config's data keys)`` of
+    ``spec.data``: a problem spec (anything with ``build()``; the keys: ``data``, its record), a
+    ``DataSpec``, a dataset name or a path to a data file
+    (:func:`~gradcode.problems.files.data_source`; the keys: ``data``, ``data_params``,
+    ``test_fraction``, as the spec's fields); None is :data:`DEFAULT_DATA`."""
     from gradcode.problems import DataSpec, make_dataset, make_problem
     from gradcode.problems.files import data_source
 
-    data = spec.data
+    data = DEFAULT_DATA if spec.data is None else spec.data
     if hasattr(data, "build") and not isinstance(data, (str, DataSpec)):
         master_problem, _ = data.build()
-        return data, master_problem, data.to_dict() if hasattr(data, "to_dict") else repr(data)
+        return data, master_problem, {"data": data.to_dict() if hasattr(data, "to_dict") else repr(data)}
     if isinstance(data, str):
         name, params = data_source(data, spec.data_params)
         data = DataSpec(name, params, seed=spec.seed, test_fraction=spec.test_fraction)
@@ -276,7 +284,9 @@ def _problem(spec: TrainSpec) -> tuple:
                         f" {type(data).__name__}")
     dataset = make_dataset(data)
     pspec = ProblemSpec(data, spec.problem or _default_problem(dataset), dict(spec.problem_params or {}))
-    return pspec, make_problem(pspec.problem, dataset, **pspec.params), data.to_dict()
+    record = data.to_dict()
+    keys = {"data": record["dataset"], "data_params": record["params"], "test_fraction": record["test_fraction"]}
+    return pspec, make_problem(pspec.problem, dataset, **pspec.params), keys
 
 
 def _optimizers(spec: TrainSpec, problem) -> tuple[list, list[str], list[dict]]:
@@ -326,11 +336,22 @@ def injected_load_fit(spec: TrainSpec, n: int, rounds: int):
     included)."""
     from gradcode.stragglers.traces import fit_draw_slope
 
-    dmodel = _delay_model(spec.delay_model, spec.stragglers, spec.delay)
+    dmodel = _delay_model(spec)
     if dmodel is None or spec.inject != "full":
         return None
     draw, comm = _injected(spec, dmodel, n, 1, rounds)
     return fit_draw_slope(draw, comm=comm)
+
+
+def _delay_model_name(given, dmodel) -> str | None:
+    """How the config names the injected delay model: its registry name (its parameters are
+    ``delay_params``), ``fixed`` for the default stragglers (``stragglers``, ``delay``), or a
+    model object's repr."""
+    if dmodel is None:
+        return None
+    if isinstance(given, str):
+        return given
+    return "fixed" if given is None else repr(dmodel)
 
 
 def _scheme_name(code) -> str:
@@ -367,7 +388,6 @@ def train(
     run: RunConfig | None = None,
     engine: Engine | str | None = None,
     callback: Callable[[dict], None] | None = None,
-    **keywords,
 ) -> TrainResult:
     """Train with gradient coding on workers (rules: :mod:`gradcode.runtime.driver`).
 
@@ -400,36 +420,12 @@ def train(
     too. A damaged checkpoint raises :class:`CheckpointError`. :func:`resume` continues a run
     from its folder alone.
 
-    Deprecated for one release: ``train("crc", workers=4, rounds=10, ...)``, the flat keywords
-    (any field of the four config objects; :func:`~gradcode.runtime.config.configs_from_keywords`
-    maps them) warn with a ``DeprecationWarning`` and run as the config objects they make.
     """
-    spec, cluster, faults, run = _configs(spec, cluster, faults, run, keywords)
-    if run.rounds is None:
-        run = replace(run, rounds=DEFAULT_ROUNDS)
-    return run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
-
-
-def _configs(spec, cluster, faults, run, keywords: dict) -> tuple:
-    """The four config objects of :func:`train`: those given, the rest default; with the
-    deprecated flat keywords (or a code as the first argument), the objects they make. A keyword
-    whose object is also given is a ``TypeError`` (which would win?)."""
-    from gradcode.runtime.config import configs_from_keywords, merge_configs
-
-    if spec is not None and not isinstance(spec, TrainSpec):  # train("crc", ...): a code first
-        if "code" in keywords:
-            raise TypeError("give the code once: as the first argument or as code=, not both")
-        keywords, spec = {"code": spec, **keywords}, None
-    built = None
-    if keywords:
-        warnings.warn("train()'s flat keywords are deprecated and go in the next release: pass the config"
-                      " objects, train(TrainSpec(code, workers=..., ...), run=RunConfig(rounds=...), faults=...,"
-                      " cluster=...)", DeprecationWarning, stacklevel=3)
-        built = configs_from_keywords(**keywords)
-    out = merge_configs({"spec": spec, "cluster": cluster, "faults": faults, "run": run},
-                        {"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig, "run": RunConfig},
-                        built, keywords)
-    return out["spec"], out["cluster"], out["faults"], out["run"]
+    out = given_configs({"spec": spec, "cluster": cluster, "faults": faults, "run": run},
+                        {"spec": TrainSpec, "cluster": ClusterConfig, "faults": FaultConfig, "run": RunConfig})
+    run = out["run"] if out["run"].rounds is not None else replace(out["run"], rounds=DEFAULT_ROUNDS)
+    return run_training(out["spec"], cluster=out["cluster"], faults=out["faults"], run=run, engine=engine,
+                        callback=callback)
 
 
 def resume(
@@ -635,7 +631,7 @@ def _open_run_dir(run: RunConfig, config: dict, n: int) -> Path:
     if run.run_dir is None:
         import re
 
-        stem = re.sub(r"[^\w.=-]+", "_", f"{config['code']}-n{n}")[:60]
+        stem = re.sub(r"[^\w.=-]+", "_", f"{config['scheme']}-n{n}")[:60]
         base = runs_home() / f"{stem}-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
         run_dir, i = base, 2
         while run_dir.exists():
@@ -681,9 +677,9 @@ def _restore(saved: dict, setup: RunSetup, run: RunConfig) -> tuple[TrainState, 
     state's tables grow to ``run.rounds``."""
     # checkpoints written before the closing rule was configurable closed when decodable
     saved["config"] = {"close": "decodable", "waitout": "decodable", **saved["config"]}
-    # a code built from its name is fully described by the config (name, code_params, workers,
-    # stragglers, seed) and its repr; a code or scheme object's repr may hold an address
-    ignore = ("rounds",) if isinstance(setup.spec.code, str) else ("rounds", "scheme")
+    # a scheme built from its name is fully described by the config (name, scheme_params, workers,
+    # stragglers, seed); a code or scheme object is named by its repr, which may hold an address
+    ignore = ("rounds",) if isinstance(setup.spec.scheme, str) else ("rounds", "scheme")
     check_checkpoint_config(saved, setup.config, ignore=ignore)
     state = TrainState.from_dict(saved["state"])
     setup.scheme = saved["scheme"]

@@ -67,7 +67,7 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     ``max_w``, default the jobs); ``load_slope_from``: where a given ``load_slope`` comes from
     (the report's ``alpha_from``); ``families``: the
     families searched (default ``uncoded``, ``crc`` and, with several models, ``sr-sgc``,
-    ``m-sgc``; their former names ``none``, ``gc`` warn)."""
+    ``m-sgc``)."""
     from gradcode.schemes.factory import make_scheme
     from gradcode.schemes.sgc.tune import family_names, tune
 

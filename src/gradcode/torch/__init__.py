@@ -8,18 +8,34 @@
                                           batch_size=120, epochs=2), engine="inprocess")
     result.model        # MyNet, trained;   result.history[-1]["loss"]
 
-:func:`fit` (:mod:`gradcode.torch.fit`) runs mini-batch training on Ray or in process;
+:func:`fit` (:mod:`gradcode.torch.training`) runs mini-batch training on Ray or in process;
 :class:`Workers` (:mod:`gradcode.torch.workers`) gives your own loop the coded gradient; what the
 workers compute and how the master steps is in :mod:`gradcode.torch.problem`; built-in models in
 :mod:`gradcode.torch.models`; readers for the data files the papers' data sets come in (MNIST idx,
 CIFAR-10/100 python batches) and the bundled digits in :mod:`gradcode.torch.data`.
 """
 
-from gradcode.torch.data import digits, load_data, read_cifar, read_mnist
-from gradcode.torch.fit import FitResult, TorchConfig, fit, fit_configs
-from gradcode.torch.models import MLP, ResNet18, SmallCNN, make_model
-from gradcode.torch.tensorboard import TensorBoard
-from gradcode.torch.workers import Workers
+import importlib
 
-__all__ = ["FitResult", "MLP", "ResNet18", "SmallCNN", "TorchConfig", "digits", "fit", "fit_configs", "load_data",
-           "make_model", "read_cifar", "read_mnist", "TensorBoard", "Workers"]
+#: where each public name lives: imported on first use (PEP 562), so that ``gradcode.torch.config``
+#: (the command line's options) loads without loading torch
+_HOMES = {
+    "FitResult": "training", "fit": "training", "TorchConfig": "config", "MLP": "models", "ResNet18": "models",
+    "SmallCNN": "models", "make_model": "models", "digits": "data", "load_data": "data", "read_cifar": "data",
+    "read_mnist": "data", "TensorBoard": "tensorboard", "Workers": "workers",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gradcode.torch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gradcode.torch.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

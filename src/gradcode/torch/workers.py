@@ -61,11 +61,12 @@ class Workers:
     def __init__(self, model: nn.Module, data, spec=None, *, loss=None, batch_size: int | None = 64,
                  wire_dtype: str | None = None, device: str | None = None, torch_config=None, run=None,
                  faults=None, cluster=None, engine: str = "ray"):
-        from gradcode.torch.fit import TorchConfig, _fit_configs
+        from gradcode.torch.config import TorchConfig
+        from gradcode.torch.training import _fit_configs
 
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be the nn.Module your loop trains, got {type(model).__name__}")
-        spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster, {})
+        spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster)
         owned = [f for f in _LOOP_FIELDS if getattr(tconf, f) != getattr(TorchConfig(), f)]
         if owned:
             raise ValueError(f"TorchConfig.{', '.join(owned)} belong to your loop under Workers (step your optimizer,"
@@ -74,8 +75,8 @@ class Workers:
         if torch_config is None or batch_size != TorchConfig.batch_size:  # the keyword's default leaves torch_config's
             changes["batch_size"] = batch_size
         tconf = replace(tconf, **changes)
-        if spec.models != 1 or (isinstance(spec.code, str) and spec.code == "auto"):
-            raise ValueError("Workers trains one model with a named code or scheme (models=1, not code='auto');"
+        if spec.models != 1 or (isinstance(spec.scheme, str) and spec.scheme == "auto"):
+            raise ValueError("Workers trains one model with a named code or scheme (models=1, not scheme='auto');"
                              " use fit for several models or the probe-then-switch run")
         if run.checkpoint_every:
             raise ValueError("Workers writes no checkpoints: the loop owns the optimizer; save the model and the"
@@ -89,7 +90,7 @@ class Workers:
 
     def _build(self, spec, tconf, run, faults, cluster, data) -> None:
         """The run's TorchSpec, scheme and runtime configs, as :func:`~gradcode.torch.fit` builds them."""
-        from gradcode.torch.fit import _engine, _rounds, _run_spec, _samples, _scheme, _torch_spec
+        from gradcode.torch.training import _engine, _rounds, _run_spec, _samples, _scheme, _torch_spec
 
         scheme = _scheme(spec, tconf, False)
         tspec, _ = _torch_spec(self.model, _samples(data, tconf, spec.seed), spec, tconf, scheme)

@@ -56,22 +56,15 @@ __all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profil
            "replay", "tune"]
 
 FAMILIES = ("uncoded", "crc", "sr-sgc", "m-sgc")
-#: the families' former names (one release, with a DeprecationWarning)
-_FORMER = {"none": "uncoded", "gc": "crc"}
 
 
 def family_names(families) -> tuple[str, ...]:
     """``families`` checked against :data:`FAMILIES` (the names :data:`~gradcode.schemes.SCHEMES`
     and the code registry use, so a candidate is built with ``make_scheme(c.scheme, n=n,
-    **c.params)``); the former ``none``/``gc`` still work for a release, with a warning."""
-    out = []
-    for f in families:
-        if f in _FORMER:
-            warnings.warn(f"the tune family {f!r} is now {_FORMER[f]!r} (the old name goes in the next release)",
-                          DeprecationWarning, stacklevel=3)
-            f = _FORMER[f]
-        out.append(check_choice("family", f, FAMILIES))
-    return tuple(out)
+    **c.params)``)."""
+    if isinstance(families, str):
+        families = (families,)
+    return tuple(check_choice("family", f, FAMILIES) for f in families)
 
 
 @dataclass(frozen=True)

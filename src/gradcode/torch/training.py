@@ -29,10 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradcode._validation import check_choice, check_int, check_real
+from gradcode._validation import check_choice, check_int
 from gradcode.errors import GradcodeError
 from gradcode.schemes.switch import ProbeThenSwitch, set_decode_rtol
 from gradcode.torch.data import from_path
+from gradcode.torch.config import WIRE_DTYPES, TorchConfig
+from gradcode.torch.loading import scheduler_factory
 from gradcode.torch.problem import (
     ModelLayout,
     TorchOptimizer,
@@ -47,10 +49,9 @@ from gradcode.torch.problem import (
     seeded_factory,
 )
 
-__all__ = ["FitResult", "TorchConfig", "fit", "fit_configs"]
+__all__ = ["FitResult", "TorchConfig", "fit"]
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
-WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 @dataclass
@@ -70,103 +71,12 @@ class FitResult:
     result: Any = None
     run_dir: str | None = None
     spec: Any = None
-    #: with ``code="auto"``: what the probe measured, the candidates' predicted totals, the choice
+    #: with ``scheme="auto"``: what the probe measured, the candidates' predicted totals, the choice
     auto: dict | None = None
 
     @property
     def losses(self) -> list[float]:
         return [h["loss"] for h in self.history]
-
-
-@dataclass(frozen=True)
-class TorchConfig:
-    """How a torch model trains, beside the :class:`~gradcode.runtime.config.TrainSpec` (the code,
-    workers, stragglers, models, seed, closing rule) of :func:`fit`.
-
-    ``loss(output, target)``: a scalar; default cross-entropy for integer targets, mean squared
-    error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
-    ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
-    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
-    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``; plain ``"sgd"`` defaults to
-    ``lr=0.01``) or a factory ``params -> Optimizer``; it steps on the master with the decoded
-    gradient. ``scheduler``: a factory ``optimizer -> LR scheduler``, stepped after every
-    optimizer step. ``batch_size``: samples per job (None: full batch, or a ``DataLoader``'s).
-    ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
-    ``N / batch_size`` jobs per model).
-
-    ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
-    ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
-    refuses a decode whose error bound in that precision exceeds ``decode_rtol``
-    (:class:`~gradcode.codes.ImpreciseDecodeError`; default by precision,
-    :data:`gradcode.codes.DEFAULT_RTOL`: 1e-3 for float32, 5e-2 for float16). The bound is a worst
-    case, typically far above the real error; codes with large coefficients (AGC with L >= 6,
-    Vandermonde CGC) need float64 messages or a looser ``decode_rtol`` in float32.
-
-    ``eval_data``: held-out data as :func:`fit`'s ``data``; loss, accuracy and ``metrics`` (``name
-    -> fn(output, target)``) every ``RunConfig.eval_every`` rounds and after the last.
-
-    ``clip_grad_norm``: the decoded batch gradient's norm is clipped to it before each optimizer
-    step (``torch.nn.utils.clip_grad_norm_``). ``device``: where the workers compute and the
-    master steps (``"cpu"``, ``"cuda"``, ``"cuda:N"``; None: the model's own device, CPU for a
-    factory); a CUDA device on a machine without one is a one-line error. On Ray each worker
-    reserves a share of the cluster's GPUs (``ClusterConfig.worker_gpus``).
-
-    ``code="auto"`` (the spec's code): train uncoded for ``probe`` rounds (default 20), measure
-    the workers, then switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC
-    parameters that the paper's search predicts fastest for the rounds left (SGC App. K;
-    :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
-    estimated from the probe when not given; ``families``: those searched, a subset of
-    ``"uncoded"``, ``"crc"``, ``"sr-sgc"``, ``"m-sgc"``).
-    """
-
-    loss: Callable | None = None
-    loss_reduction: str = "mean"
-    optimizer: Any = "sgd"
-    optimizer_params: Mapping | None = None
-    scheduler: Callable | None = None
-    batch_size: int | None = 64
-    epochs: float | None = None
-    wire_dtype: str = "float32"
-    decode_rtol: float | None = None
-    eval_data: Any = None
-    metrics: Mapping[str, Callable] | None = None
-    probe: int | None = None
-    load_slope: float | None = None
-    families: Any = None
-    clip_grad_norm: float | None = None
-    device: str | None = None
-
-    def __post_init__(self):
-        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
-        check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
-        if self.batch_size is not None:
-            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
-        if self.loss is not None and not callable(self.loss):
-            raise TypeError(f"loss must be a callable loss(output, target), got {type(self.loss).__name__}")
-        if self.optimizer_params is not None:
-            object.__setattr__(self, "optimizer_params", dict(self.optimizer_params))
-        if self.clip_grad_norm is not None:
-            object.__setattr__(self, "clip_grad_norm", check_real("clip_grad_norm", self.clip_grad_norm, minimum=0.0,
-                                                                  strict_min=True))
-        if self.device is not None:
-            object.__setattr__(self, "device", str(self.device))
-
-
-def fit_configs(**keywords) -> dict:
-    """``{"spec", "torch_config", "cluster", "faults", "run"}``, the config objects of :func:`fit`,
-    from flat keywords (any field of :class:`TorchConfig` and of the runtime's four config
-    objects; ``rounds`` left out: the epochs decide; ``eval_every`` left out: 0), for
-    ``fit(model, data, **fit_configs(...))``."""
-    from gradcode.runtime.config import configs_from_keywords, field_names
-
-    torch_kw = {k: keywords.pop(k) for k in field_names(TorchConfig) if k in keywords}
-    keywords.setdefault("eval_every", 0)
-    try:
-        out = configs_from_keywords(**keywords)
-    except TypeError as exc:
-        raise TypeError(f"{exc} (and TorchConfig for fit)") from None
-    out["torch_config"] = TorchConfig(**torch_kw)
-    return out
 
 
 def fit(
@@ -180,7 +90,6 @@ def fit(
     cluster=None,
     engine: str = "ray",
     callback: Callable[[dict], None] | None = None,
-    **keywords,
 ) -> FitResult:
     """Train ``model`` on ``data`` with gradient coding::
 
@@ -211,23 +120,19 @@ def fit(
     between two runs, and the weights with it, by float32 rounding). ``callback(record)`` after
     every round.
 
-    Deprecated for one release: the flat keywords (``fit(net, data, code="crc", workers=6,
-    rounds=50, optimizer_params={"lr": 0.1})``: any field of the config objects,
-    :func:`fit_configs`) warn with a ``DeprecationWarning`` and run as the config objects they
-    make.
     """
-    from gradcode.runtime import TrainSpec
-
-    spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster, keywords)
+    spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster)
     data = _samples(data, tconf, spec.seed)
-    auto = isinstance(spec.code, str) and spec.code == "auto"
+    auto = isinstance(spec.scheme, str) and spec.scheme == "auto"
     scheme = _scheme(spec, tconf, auto)
-    tspec, optimizers = _torch_spec(model, data, spec, tconf, scheme)
+    tspec, model_specs = _torch_spec(model, data, spec, tconf, scheme)
     rounds = _rounds(tspec, run.rounds, tconf.epochs, spec.models)
+    optimizers = _optimizers(model_specs, tconf, rounds)
     if auto:
         probe = check_int("probe", 20 if tconf.probe is None else tconf.probe, minimum=1)
         if rounds <= probe:
-            raise ValueError(f"code='auto' probes {probe} rounds uncoded and needs more rounds than that, got {rounds}")
+            raise ValueError(f"scheme='auto' probes {probe} rounds uncoded and needs more rounds than that,"
+                             f" got {rounds}")
         injected, injected_from = _injected_slope(spec, scheme.n, rounds)
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
                                  load_slope=tconf.load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
@@ -241,7 +146,7 @@ def fit(
 
 
 def _injected_slope(spec, n: int, rounds: int) -> tuple[float, str]:
-    """The load slope of the delays a ``code="auto"`` run injects and what it is: App. J's fit on
+    """The load slope of the delays a ``scheme="auto"`` run injects and what it is: App. J's fit on
     them when they are the model's whole time (``inject="full"``,
     :func:`~gradcode.runtime.master.injected_load_fit`); 0 otherwise (``"excess"`` leaves out what
     every worker shares, the load's cost included; or nothing injected)."""
@@ -258,39 +163,34 @@ def _run_spec(spec, scheme, tspec: TorchSpec, optimizers: list):
     built scheme, the torch spec as its data and the optimizer objects (one per model)."""
     from gradcode.runtime import TrainSpec
 
-    return TrainSpec(code=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
-                     delay_model=spec.delay_model, data=tspec, optimizer=optimizers, models=spec.models,
+    return TrainSpec(scheme=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
+                     delay_model=spec.delay_model, delay_params=spec.delay_params, data=tspec, optimizer=optimizers,
+                     models=spec.models,
                      seed=spec.seed, close=spec.close, waitout=spec.waitout, inject=spec.inject)
 
 
-def _fit_configs(spec, tconf, run, faults, cluster, keywords: dict) -> tuple:
+def _fit_configs(spec, tconf, run, faults, cluster) -> tuple:
     """:func:`fit`'s config objects: those given, the rest default (``RunConfig(eval_every=0)``:
-    rounds by epochs, held-out metrics after the last round); with the deprecated flat keywords,
-    those they make. TrainSpec fields fit does not use are refused, not dropped."""
+    rounds by epochs, held-out metrics after the last round). TrainSpec fields fit does not use
+    are refused, not dropped."""
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.config import merge_configs
+    from gradcode.runtime.config import given_configs
 
-    built = None
-    if keywords:
-        warnings.warn("fit()'s flat keywords are deprecated and go in the next release: pass the config objects,"
-                      " fit(model, data, TrainSpec(code, workers=...), torch_config=TorchConfig(optimizer=...,"
-                      " batch_size=...), run=RunConfig(rounds=...))", DeprecationWarning, stacklevel=3)
-        built = fit_configs(**keywords)
-    out = merge_configs({"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster},
+    out = given_configs({"spec": spec, "torch_config": tconf, "run": run, "faults": faults, "cluster": cluster},
                         {"torch_config": TorchConfig, "spec": TrainSpec, "run": lambda: RunConfig(eval_every=0),
-                         "faults": FaultConfig, "cluster": ClusterConfig}, built, keywords)
+                         "faults": FaultConfig, "cluster": ClusterConfig})
     spec = out["spec"]
     default = TrainSpec()
-    ignored = [f for f in _NOT_FIT if getattr(spec, f) != getattr(default, f)]
+    ignored = [f for f in NOT_FIT if getattr(spec, f) != getattr(default, f)]
     if ignored:
-        raise ValueError(f"TrainSpec.{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by fit (its data,"
-                         " loss and optimizer are fit's arguments and its TorchConfig; verify is for the built-in"
-                         " problems): leave them at their defaults")
+        raise ValueError(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by a torch model's"
+                         " run (its data, loss and optimizer are fit's arguments and its TorchConfig; verify is for"
+                         " the built-in problems): leave them at their defaults")
     return spec, out["torch_config"], out["run"], out["faults"], out["cluster"]
 
 
 #: TrainSpec fields that fit does not use (its data, loss and optimizer come from its own arguments)
-_NOT_FIT = ("data", "data_params", "test_fraction", "problem", "problem_params", "optimizer", "optimizer_params",
+NOT_FIT = ("data", "data_params", "test_fraction", "problem", "problem_params", "optimizer", "optimizer_params",
             "verify")
 
 
@@ -371,8 +271,8 @@ def _loader_options(data):
 
 
 def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
-    """``(TorchSpec of the run, one TorchOptimizer per model)``, after one forward and backward
-    pass on a copy of the model (:func:`_probe`)."""
+    """``(TorchSpec of the run, one TorchSpec per model)``, after one forward and backward pass on
+    a copy of the model (:func:`_probe`)."""
     factories = _model_factories(model, spec.models, spec.seed)
     device = str(check_device(model_device(model) if tconf.device is None else tconf.device))
     samples = data.samples
@@ -389,9 +289,14 @@ def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
                      collate=data.collate)
     tspec = TorchSpec(model=factories[0], **spec_args)
     _probe(tspec)
+    return tspec, [TorchSpec(model=f, **spec_args) for f in factories]
+
+
+def _optimizers(model_specs: list, tconf: TorchConfig, rounds: int) -> list:
+    """One :class:`TorchOptimizer` per model, its schedule sized to the run's ``rounds``."""
     opt_factory = _optimizer_factory(tconf.optimizer, tconf.optimizer_params)
-    return tspec, [TorchOptimizer(TorchSpec(model=f, **spec_args), opt_factory, tconf.scheduler, tconf.clip_grad_norm)
-                   for f in factories]
+    schedule = scheduler_factory(tconf.scheduler, rounds)
+    return [TorchOptimizer(m, opt_factory, schedule, tconf.clip_grad_norm) for m in model_specs]
 
 
 def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> FitResult:
@@ -467,20 +372,20 @@ def _earlier_records(result, rounds: int) -> list[dict]:
 
 def _scheme(spec, tconf: TorchConfig, auto: bool):
     """The run's scheme: the named code or a copy of the caller's object (``decode_rtol`` is set on
-    the run's own codes, never on the caller's), or for ``code="auto"`` the probe's uncoded one
+    the run's own codes, never on the caller's), or for ``scheme="auto"`` the probe's uncoded one
     (:class:`ProbeThenSwitch` wraps it once the rounds are known)."""
     from gradcode.runtime.master import build_scheme
 
     if auto:
-        if spec.code_params:
-            raise ValueError("code='auto' chooses its own parameters; code_params go with a named code")
+        if spec.scheme_params:
+            raise ValueError("scheme='auto' chooses its own parameters; scheme_params go with a named scheme")
         workers = spec.workers if spec.workers is not None else 4
         return build_scheme("uncoded", workers=check_int("workers", workers, minimum=2))
     if any(option is not None for option in (tconf.probe, tconf.load_slope, tconf.families)):
-        raise ValueError("probe, load_slope and families go with code='auto' (start uncoded, measure, switch)")
-    code = spec.code
+        raise ValueError("probe, load_slope and families go with scheme='auto' (start uncoded, measure, switch)")
+    code = spec.scheme
     scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code), workers=spec.workers,
-                          stragglers=spec.stragglers, seed=spec.seed, code_params=spec.code_params)
+                          stragglers=spec.stragglers, seed=spec.seed, scheme_params=spec.scheme_params)
     set_decode_rtol(scheme, tconf.decode_rtol)
     return scheme
 

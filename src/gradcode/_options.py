@@ -1,0 +1,35 @@
+"""Each option declared once: a config dataclass's field carries its help text (and a short flag)
+in its metadata, and the command line builds its options from the fields
+(:mod:`gradcode.experiments.cli_options`), so that the flag, the field and the JSON key are one
+name: field ``worker_cpus`` is ``--worker-cpus`` and ``"worker_cpus"`` in ``config.json``.
+
+This module sits below every layer (it imports nothing of gradcode) so that the runtime's and the
+torch layer's configs can describe their fields without knowing about the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["described", "flag_of", "help_of"]
+
+
+def described(default: Any, help: str, *, short: str | None = None, cli: bool = True, torch_only: bool = False,
+              metavar: str | None = None) -> Any:
+    """A dataclass field with ``default`` whose metadata says how the command line offers it:
+    ``help``, an optional ``short`` flag (``"-n"``), ``cli=False`` for a field that only the API
+    can set (held-out tensors, callables), ``torch_only`` for an option that only a PyTorch model's
+    run takes (``gradcode train --model``), ``metavar`` for the help's placeholder."""
+    return dataclasses.field(default=default, metadata={"help": help, "short": short, "cli": cli,
+                                                        "torch_only": torch_only, "metavar": metavar})
+
+
+def help_of(cls, name: str) -> str:
+    """The help text of ``cls``'s field ``name`` (for docstrings and errors)."""
+    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a field: ``worker_cpus`` -> ``--worker-cpus``."""
+    return "--" + name.replace("_", "-")

@@ -1,0 +1,116 @@
+"""How a torch model trains (:class:`TorchConfig`), beside the runtime's
+:class:`~gradcode.runtime.config.TrainSpec`. This module imports no torch, so that the command
+line can offer these fields as options (:mod:`gradcode.experiments.cli_options`) without torch
+installed or loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradcode._options import described
+from gradcode._validation import check_choice, check_int, check_real
+
+__all__ = ["WIRE_DTYPES", "TorchConfig"]
+
+#: what messages may cross the wire in
+WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class TorchConfig:
+    """How a torch model trains, beside the :class:`~gradcode.runtime.config.TrainSpec` (the code,
+    workers, stragglers, models, seed, closing rule) of :func:`fit`.
+
+    ``loss(output, target)``: a scalar, or a loss by name (``"cross-entropy"``, ``"mse"``,
+    ``"FILE.py:NAME"``: :func:`~gradcode.torch.loading.loss_function`); default cross-entropy for integer targets, mean squared
+    error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
+    ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
+    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
+    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``; plain ``"sgd"`` defaults to
+    ``lr=0.01``) or a factory ``params -> Optimizer``; it steps on the master with the decoded
+    gradient. ``scheduler``: a factory ``optimizer -> LR scheduler``, or a schedule by name
+    (``"step"``, ``"cosine"``, with parameters as ``"step:gamma=0.5"``:
+    :func:`~gradcode.torch.loading.scheduler_factory`), stepped after every optimizer step. ``batch_size``: samples per job (None: full batch, or a ``DataLoader``'s).
+    ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
+    ``N / batch_size`` jobs per model).
+
+    ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
+    ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
+    refuses a decode whose error bound in that precision exceeds ``decode_rtol``
+    (:class:`~gradcode.codes.ImpreciseDecodeError`; default by precision,
+    :data:`gradcode.codes.DEFAULT_RTOL`: 1e-3 for float32, 5e-2 for float16). The bound is a worst
+    case, typically far above the real error; codes with large coefficients (AGC with L >= 6,
+    Vandermonde CGC) need float64 messages or a looser ``decode_rtol`` in float32.
+
+    ``eval_data``: held-out data as :func:`fit`'s ``data``; loss, accuracy and ``metrics`` (``name
+    -> fn(output, target)``) every ``RunConfig.eval_every`` rounds and after the last.
+
+    ``clip_grad_norm``: the decoded batch gradient's norm is clipped to it before each optimizer
+    step (``torch.nn.utils.clip_grad_norm_``). ``device``: where the workers compute and the
+    master steps (``"cpu"``, ``"cuda"``, ``"cuda:N"``; None: the model's own device, CPU for a
+    factory); a CUDA device on a machine without one is a one-line error. On Ray each worker
+    reserves a share of the cluster's GPUs (``ClusterConfig.worker_gpus``).
+
+    ``scheme="auto"`` (the spec's scheme): train uncoded for ``probe`` rounds (default 20), measure
+    the workers, then switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC
+    parameters that the paper's search predicts fastest for the rounds left (SGC App. K;
+    :class:`~gradcode.schemes.switch.ProbeThenSwitch`; ``load_slope``: seconds per unit of load,
+    estimated from the probe when not given; ``families``: those searched, a subset of
+    ``"uncoded"``, ``"crc"``, ``"sr-sgc"``, ``"m-sgc"``).
+    """
+
+    loss: Callable | str | None = described(
+        None, "cross-entropy (class targets), mse (float targets) or FILE.py:NAME / module:NAME, a loss(output,"
+              " target) returning the batch's mean (default: by the targets' type).", torch_only=True)
+    loss_reduction: str = described("mean", "Whether the loss is the mean (torch's default) or the sum over its"
+                                            " samples.", torch_only=True)
+    optimizer: Any = described("sgd", "sgd, adam or adamw (or a torch.optim class, or a factory params ->"
+                                      " optimizer).")
+    optimizer_params: Mapping | None = described(None, "The torch optimizer's parameters, e.g. lr=0.1.")
+    scheduler: Callable | str | None = described(
+        None, "The learning rate's schedule, stepped every round: step (x gamma every step_size rounds; default a"
+              " third of the rounds, gamma 0.1), cosine (to 0 over the rounds), with parameters as"
+              " step:step_size=10,gamma=0.5; or FILE.py:NAME, a factory optimizer -> LR scheduler.",
+        torch_only=True)
+    batch_size: int | None = described(64, "Samples per job, split over the partitions.", torch_only=True)
+    epochs: float | None = described(None, "The run's length in epochs when --rounds is not given (default 1).",
+                                     torch_only=True)
+    wire_dtype: str = described("float32", "float32, float64, float16 or bfloat16 messages.", torch_only=True)
+    decode_rtol: float | None = described(None, "Refuse a decode whose error bound exceeds this relative error"
+                                                " (default by the wire's precision).", torch_only=True)
+    eval_data: Any = described(None, "Held-out data.", cli=False)
+    metrics: Mapping[str, Callable] | None = described(None, "Held-out metrics, name -> fn(output, target).",
+                                                       cli=False)
+    probe: int | None = described(None, "--scheme auto: rounds trained uncoded to measure the workers before"
+                                        " switching to the scheme predicted fastest (default 20; SGC App. K).",
+                                  torch_only=True)
+    load_slope: float | None = described(
+        None, "--scheme auto: seconds per unit of load that the search adds to the probe's times (SGC App. J's"
+              " alpha; default: the injected delays' slope, fitted with --inject full, plus n x the fastest"
+              " worker's own time in the probe).", torch_only=True)
+    families: Sequence[str] | None = described(None, "--scheme auto: the families searched (repeatable): uncoded, crc, sr-sgc,"
+                                    " m-sgc (default: all).", torch_only=True)
+    clip_grad_norm: float | None = described(None, "Clip the decoded gradient's norm to this before each step.",
+                                             torch_only=True)
+    device: str | None = described(None, "Where the workers compute and the master steps: cpu, cuda or cuda:N"
+                                         " (default: the model's; on Ray each worker reserves a share of the"
+                                         " cluster's GPUs).", torch_only=True)
+
+    def __post_init__(self):
+        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
+        check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
+        from gradcode.torch.loading import check_scheduler, loss_function
+
+        object.__setattr__(self, "loss", loss_function(self.loss))
+        check_scheduler(self.scheduler)
+        if self.optimizer_params is not None:
+            object.__setattr__(self, "optimizer_params", dict(self.optimizer_params))
+        if self.clip_grad_norm is not None:
+            object.__setattr__(self, "clip_grad_norm", check_real("clip_grad_norm", self.clip_grad_norm, minimum=0.0,
+                                                                  strict_min=True))
+        if self.device is not None:
+            object.__setattr__(self, "device", str(self.device))

@@ -1,0 +1,88 @@
+"""One vocabulary: each option declared once, as a config dataclass field whose name is the flag and
+the JSON key; the glossary of docs/architecture.md says the same as ``--help``, the API and a run's
+``config.json``."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gradcode._options import flag_of
+from gradcode.cli import app
+from gradcode.experiments.cli_sim import CompareCommand, SimulateCommand, Simulation
+from gradcode.experiments.cli_train import CommandLine, train_options
+from gradcode.runtime import ClusterConfig, FaultConfig, InProcessEngine, RunConfig, TrainSpec, train
+from gradcode.torch.config import TorchConfig
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+CLASSES = {c.__name__: c for c in (TrainSpec, ClusterConfig, FaultConfig, RunConfig, TorchConfig, CommandLine,
+                                   Simulation, SimulateCommand, CompareCommand)}
+
+
+def _help(command: str) -> str:
+    res = CliRunner().invoke(app, [command, "--help"], terminal_width=400)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def _glossary() -> list[dict]:
+    text = ARCHITECTURE.read_text()
+    table = text[text.index("## Glossary"):].split("\n## ")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| term")]
+    out = []
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out.append(dict(zip(("term", "cli", "api", "json"), cells)))
+    assert len(out) >= 10
+    return out
+
+
+def test_train_options_are_the_config_fields_under_their_own_names():
+    """Every ``gradcode train`` option is one field (of TrainSpec, TorchConfig, ClusterConfig,
+    FaultConfig, RunConfig or the command's own CommandLine), its flag the field's name, listed in
+    --help; every field the command line may set is an option, none twice."""
+    opts = train_options()
+    names = [o.name for o in opts]
+    assert len(names) == len(set(names))
+    expected = []
+    for cls in (TrainSpec, CommandLine, TorchConfig, ClusterConfig, FaultConfig, RunConfig):
+        expected += [f.name for f in dataclasses.fields(cls) if f.metadata.get("cli") and f.name not in expected]
+    assert names == expected
+    shown = _help("train")
+    for o in opts:
+        assert o.flag == flag_of(o.name) and o.flag in shown, o.flag
+        assert o.help == next(f.metadata["help"] for f in dataclasses.fields(o.owner) if f.name == o.name)
+    for old in ("--param ", "--cpus-per-worker", "--data-param ", "--opt-param", "--target", "--code", "--lr"):
+        assert old not in shown, old
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_simulate_and_compare_share_one_declaration(command):
+    shown = _help(command)
+    for f in dataclasses.fields(Simulation):
+        assert (flag_of(f.name) in shown) == bool(f.metadata.get("cli")), f.name
+
+
+def test_the_glossary_matches_help_the_api_and_the_json(tmp_path):
+    res = train(TrainSpec("crc", workers=3, stragglers=1, delay=0.01, data_params={"n_samples": 90, "n_features": 3}),
+                run=RunConfig(rounds=1, run_dir=tmp_path / "r", eval_every=0), engine=InProcessEngine())
+    config = res.config
+    helps = {c: _help(c) for c in ("train", "simulate", "compare")}
+    for row in _glossary():
+        flags = re.findall(r"`(--[a-z-]+)", row["cli"])
+        fields = re.findall(r"`(\w+)\.(\w+)`", row["api"])
+        keys = re.findall(r"`(\w+)`", row["json"])
+        for flag in flags:
+            assert any(flag in h for h in helps.values()), (row["term"], flag)
+        for cls, name in fields:
+            assert name in {f.name for f in dataclasses.fields(CLASSES[cls])}, (row["term"], cls, name)
+            if flags and cls in ("TrainSpec", "ClusterConfig", "FaultConfig", "RunConfig", "TorchConfig"):
+                assert flag_of(name) in flags, (row["term"], name, flags)  # the flag is the field's name
+        for key in keys:
+            if key in {f.name for f in dataclasses.fields(TrainSpec)} | {"rounds", "fail"}:
+                assert key in config, (row["term"], key)
+    # the config names its scheme and delay model by name and parameters, not by a repr
+    assert config["scheme"] == "crc" and config["scheme_params"] == {} and config["delay_model"] == "fixed"
+    assert not any(k in config for k in ("code", "code_params"))
