@@ -137,7 +137,7 @@ def bench_tune(repeats, quick=False, against=None):
     # (profile rounds, J, max_W): the W <= 8 search of earlier revisions, the default W <= J, the
     # paper's probe (App. K: 40 rounds) and its 480 jobs
     cases = [(100, 80, 8), (100, 80, None), (40, 30, None)] + ([] if quick else [(500, 480, None)])
-    tune(profile(8, 12), jobs=4, alpha=1.0)  # compile (or load) the replay before timing
+    tune(profile(8, 12), jobs=4, load_slope=1.0)  # compile (or load) the replay before timing
     old = None if against is None else tune_at(against)
     print(f"\n(b) tune, n = {n}, waitout = all (seconds, median of {repeats}; sets: searched / listed)")
     print(f"{'family':7s} {'rounds':>6s} {'J':>4s} {'max_W':>5s} {'sets':>16s} {'bounded':>8s} {'every':>8s}"
@@ -147,8 +147,8 @@ def bench_tune(repeats, quick=False, against=None):
         for R, J, max_W in cases:
             X = profile(n, R, seed=1)
             for fam in ("crc", "sr-sgc", "m-sgc"):
-                runs = {"bounded": lambda: tune(X, jobs=J, alpha=3.0, families=(fam,), max_W=max_W),
-                        "every": lambda: tune(X, jobs=J, alpha=3.0, families=(fam,), max_W=max_W, within=None)}
+                runs = {"bounded": lambda: tune(X, jobs=J, load_slope=3.0, families=(fam,), max_w=max_W),
+                        "every": lambda: tune(X, jobs=J, load_slope=3.0, families=(fam,), max_w=max_W, within=None)}
                 if old is not None and max_W is not None:
                     # revisions before the families took the registries' names called crc "gc"
                     runs[against] = lambda: old(X, jobs=J, alpha=3.0, families=({"crc": "gc"}.get(fam, fam),),

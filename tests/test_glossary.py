@@ -3,6 +3,7 @@ the JSON key; the glossary of docs/architecture.md says the same as ``--help``, 
 ``config.json``."""
 
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gradcode.cli import app
 from gradcode.experiments.cli_sim import CompareCommand, SimulateCommand, Simulation
 from gradcode.experiments.cli_train import CommandLine, train_options
 from gradcode.runtime import ClusterConfig, FaultConfig, InProcessEngine, RunConfig, TrainSpec, train
+from gradcode.schemes.sgc.tune import tune
 from gradcode.torch.config import TorchConfig
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -69,13 +71,16 @@ def test_the_glossary_matches_help_the_api_and_the_json(tmp_path):
     res = train(TrainSpec("crc", workers=3, stragglers=1, delay=0.01, data_params={"n_samples": 90, "n_features": 3}),
                 run=RunConfig(rounds=1, run_dir=tmp_path / "r", eval_every=0), engine=InProcessEngine())
     config = res.config
-    helps = {c: _help(c) for c in ("train", "simulate", "compare")}
+    helps = {c: _help(c) for c in ("train", "simulate", "compare", "tune")}
+    tune_keywords = set(inspect.signature(tune).parameters)
     for row in _glossary():
         flags = re.findall(r"`(--[a-z-]+)", row["cli"])
         fields = re.findall(r"`(\w+)\.(\w+)`", row["api"])
         keys = re.findall(r"`(\w+)`", row["json"])
         for flag in flags:
             assert any(flag in h for h in helps.values()), (row["term"], flag)
+        for name in re.findall(r"(\w+)=", " ".join(re.findall(r"`tune\(([^`]*)\)`", row["api"]))):
+            assert name in tune_keywords and flag_of(name) in flags, (row["term"], name)  # tune's keyword = flag
         for cls, name in fields:
             assert name in {f.name for f in dataclasses.fields(CLASSES[cls])}, (row["term"], cls, name)
             if flags and cls in ("TrainSpec", "ClusterConfig", "FaultConfig", "RunConfig", "TorchConfig"):

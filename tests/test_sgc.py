@@ -421,11 +421,11 @@ def test_tune_totals_by_hand_including_the_final_rounds():
         (X, "m-sgc", {"B": 1, "W": 2, "lam": 2}, 5.0), (X2, "crc", {"s": 1}, 4.0),
         (X2, "sr-sgc", {"B": 1, "W": 2, "lam": 1}, 4.0),
     ]:
-        c = tune(profile, jobs=3, alpha=0.0, families=(fam,), only=only).candidates[0]
+        c = tune(profile, jobs=3, load_slope=0.0, families=(fam,), only=only).candidates[0]
         assert c.time == pytest.approx(total), (fam, only)
     # the uncoded baseline is load-shifted like every scheme: a profile measured at load 1/2,
     # replayed at 1/4 with 2 s per unit load, is 0.5 s shorter a round
-    assert tune(X, jobs=3, loads=[0.5], alpha=2.0, families=("uncoded",)).best["uncoded"].time == pytest.approx(5.5)
+    assert tune(X, jobs=3, trace_load=[0.5], load_slope=2.0, families=("uncoded",)).best["uncoded"].time == pytest.approx(5.5)
 
 
 def test_srsgc_final_rounds_with_work_match_the_simulator():
@@ -439,7 +439,7 @@ def test_srsgc_final_rounds_with_work_match_the_simulator():
         X[rng.random((50, n)) < 0.25] += 3.0
         model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
         r = gradcode.simulate(SRSGC(n=n, B=1, W=2, lam=4, jobs=J), model, J + 1, close=1.0, records=True)
-        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("sr-sgc",),
+        c = tune(X, jobs=J, load_slope=alpha, waitout="decodable", families=("sr-sgc",),
                  only={"B": 1, "W": 2, "lam": 4}).candidates[0]
         assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
         checked += r.round_times[-1] > 0
@@ -456,17 +456,17 @@ def test_tune_replay_matches_the_simulator():
     model = gradcode.make_delay_model("trace", delays=X, trace_load=1 / n, load_slope=alpha)
     for B, W, lam in [(2, 3, 6), (1, 3, 5), (1, 2, 4)]:
         r = gradcode.simulate(SRSGC(n=n, B=B, W=W, lam=lam, jobs=J), model, J + B, close=1.0, records=True)
-        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("sr-sgc",),
+        c = tune(X, jobs=J, load_slope=alpha, waitout="decodable", families=("sr-sgc",),
                  only={"B": B, "W": W, "lam": lam}).candidates[0]
         assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
         assert c.waitouts == int(np.sum(r.waitout_rounds))
     r = gradcode.simulate(gradcode.make_code("crc", n=n, s=4), model, J, close=1.0, records=True)
-    c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("crc",), only={"s": 4}).candidates[0]
+    c = tune(X, jobs=J, load_slope=alpha, waitout="decodable", families=("crc",), only={"s": 4}).candidates[0]
     assert c.time == pytest.approx(r.round_times.sum(), rel=1e-12)
     for B, W, lam in [(1, 2, 4), (2, 3, 3)]:
         sc = MSGC(n=n, B=B, W=W, lam=lam)
         r = gradcode.simulate(sc, model, J + sc.delay, close=1.0, records=True)
-        c = tune(X, jobs=J, alpha=alpha, waitout="decodable", families=("m-sgc",),
+        c = tune(X, jobs=J, load_slope=alpha, waitout="decodable", families=("m-sgc",),
                  only={"B": B, "W": W, "lam": lam}).candidates[0]
         assert abs(c.waitouts - int(np.sum(r.waitout_rounds))) <= sc.delay
         assert c.time == pytest.approx(r.round_times.sum(), rel=0.05)
@@ -474,7 +474,7 @@ def test_tune_replay_matches_the_simulator():
 
 def test_tune_ranks_families_and_reports_best():
     X = _profile(16, 60)
-    res = tune(X, jobs=50, alpha=5.0, max_W=5)
+    res = tune(X, jobs=50, load_slope=5.0, max_w=5)
     assert set(res.best) == {"uncoded", "crc", "sr-sgc", "m-sgc"}
     times = [c.time for c in res.candidates]
     assert times == sorted(times)
@@ -484,7 +484,7 @@ def test_tune_ranks_families_and_reports_best():
     assert set(d["best"]["crc"]) >= {"scheme", "params", "load", "time"}
     assert set(d["best"]["m-sgc"]["params"]) == {"B", "W", "lam"}
     # the paper's wait-out (all workers) never beats waiting only until the round resolves
-    res_all = tune(X, jobs=50, alpha=5.0, max_W=5, waitout="all")
+    res_all = tune(X, jobs=50, load_slope=5.0, max_w=5, waitout="all")
     by = {(c.scheme, tuple(sorted(c.params.items()))): c.time for c in res.candidates}
     for c in res_all.candidates:
         assert c.time >= by[(c.scheme, tuple(sorted(c.params.items())))] - 1e-9
@@ -500,7 +500,7 @@ def test_load_adjustment_and_slope():
     assert alpha == pytest.approx(3.0)
     with pytest.warns(RuntimeWarning, match="negative"):
         fit_profile_slope([X + 10.0 - L * 3.0 for L in loads], loads)
-    res = tune([X + L * 3.0 for L in loads], loads=loads, jobs=10, families=("crc",))
+    res = tune([X + L * 3.0 for L in loads], trace_load=loads, jobs=10, families=("crc",))
     assert res.alpha == pytest.approx(3.0) and res.reference_load == pytest.approx(1 / 8)
 
 
@@ -509,27 +509,27 @@ def test_tune_bad_input():
     with pytest.raises(ValueError, match="load slope alpha is needed"):
         tune(X, jobs=5)
     with pytest.raises(ValueError, match="12 rounds but J = 20"):
-        tune(X, jobs=20, alpha=1.0)
+        tune(X, jobs=20, load_slope=1.0)
     with pytest.warns(RuntimeWarning, match="left out"):
-        res = tune(X, jobs=11, alpha=1.0, families=("m-sgc", "crc"), max_W=4)
+        res = tune(X, jobs=11, load_slope=1.0, families=("m-sgc", "crc"), max_w=4)
     assert res.skipped > 0 and all(c.delay <= 1 for c in res.candidates)
     with pytest.raises(ValueError, match="waitout"):
-        tune(X, jobs=5, alpha=1.0, waitout="some")
+        tune(X, jobs=5, load_slope=1.0, waitout="some")
     with pytest.raises(ValueError, match="family must be one of"):
-        tune(X, jobs=5, alpha=1.0, families=("bogus",))
+        tune(X, jobs=5, load_slope=1.0, families=("bogus",))
 
 
 def test_tune_candidates_are_named_as_the_registries_name_them_and_the_former_names_are_refused():
     from gradcode.schemes import make_scheme
 
     X = _profile(8, 12)
-    res = tune(X, jobs=5, alpha=1.0, max_W=3)
+    res = tune(X, jobs=5, load_slope=1.0, max_w=3)
     for c in res.best.values():  # every candidate builds by its name and parameters
         assert make_scheme(c.scheme, n=8, **c.params).n == 8
-    two = tune(X, jobs=5, alpha=1.0, families=("crc", "uncoded"))
+    two = tune(X, jobs=5, load_slope=1.0, families=("crc", "uncoded"))
     assert set(two.best) == {"crc", "uncoded"} and two.best["crc"].time == res.best["crc"].time
     with pytest.raises(ValueError, match="family must be one of"):  # 0.1's names gc and none are gone
-        tune(X, jobs=5, alpha=1.0, families=("gc",))
+        tune(X, jobs=5, load_slope=1.0, families=("gc",))
 
 
 @pytest.mark.parametrize("name", ["sr-sgc", "m-sgc"])
@@ -582,11 +582,11 @@ def test_tune_clips_the_load_adjusted_profile_at_zero_as_every_trace_adjustment_
     from gradcode.stragglers.traces import adjust_trace_load
 
     X = np.array([[1.0, 3.0], [1.0, 0.5]])
-    res = tune(X, jobs=2, loads=[1.0], alpha=4.0, families=("uncoded", "crc"), within=None)
+    res = tune(X, jobs=2, trace_load=[1.0], load_slope=4.0, families=("uncoded", "crc"), within=None)
     assert res.best["uncoded"].time == pytest.approx(1.0)
     adjusted = adjust_profile(X, 0.5, reference_load=1.0, alpha=4.0)
     np.testing.assert_array_equal(adjusted, adjust_trace_load(X, from_load=1.0, to_load=0.5, slope=4.0))
     assert adjusted.max(axis=1).sum() == pytest.approx(1.0)
     crc = [c for c in res.candidates if c.scheme == "crc" and c.params == {"s": 1}][0]  # load 1: no shift
-    assert crc.time == pytest.approx(tune(X, jobs=2, loads=[1.0], alpha=0.0, families=("crc",), only={"s": 1})
+    assert crc.time == pytest.approx(tune(X, jobs=2, trace_load=[1.0], load_slope=0.0, families=("crc",), only={"s": 1})
                                      .candidates[0].time)

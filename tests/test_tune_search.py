@@ -54,9 +54,9 @@ def test_bounding_keeps_the_best_and_every_set_within_the_margin(seed):
     within = x exactly the sets within x of it; the rest are counted as bounded."""
     n, J = 16, 30
     X = _profile(n, 40, seed, slow=0.08)
-    every = tune(X, jobs=J, alpha=4.0, within=None)
+    every = tune(X, jobs=J, load_slope=4.0, within=None)
     for x in (0.0, 0.03):
-        bounded = tune(X, jobs=J, alpha=4.0, within=x)
+        bounded = tune(X, jobs=J, load_slope=4.0, within=x)
         for fam, best in every.best.items():
             assert bounded.best[fam] == best
             want = {(tuple(c.params.items()), c.time) for c in every.candidates
@@ -73,7 +73,7 @@ def test_the_search_covers_every_w_up_to_j_that_the_profile_fits():
     X = _profile(n, R, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res = tune(X, jobs=J, alpha=2.0, within=None, families=("sr-sgc", "m-sgc"))
+        res = tune(X, jobs=J, load_slope=2.0, within=None, families=("sr-sgc", "m-sgc"))
     pairs = {(c.scheme, c.params["B"], c.params["W"]) for c in res.candidates}
     want = {("sr-sgc", B, W) for W in range(2, J + 1) for B in range(1, W) if (W - 1) % B == 0 and B <= R - J}
     want |= {("m-sgc", B, W) for W in range(2, J + 1) for B in range(1, W) if W - 2 + B <= R - J}
@@ -81,8 +81,8 @@ def test_the_search_covers_every_w_up_to_j_that_the_profile_fits():
     assert res.skipped == _count_sets("sr-sgc", n, J, R - J + 1) + _count_sets("m-sgc", n, J, R - J + 1) > 0
     assert any("left out" in note for note in res.notes)
     with pytest.warns(RuntimeWarning, match="left out"):
-        tune(X, jobs=J, alpha=2.0, families=("m-sgc",), max_W=J)
-    capped = tune(X, jobs=J, alpha=2.0, within=None, families=("sr-sgc", "m-sgc"), max_delay=3)
+        tune(X, jobs=J, load_slope=2.0, families=("m-sgc",), max_w=J)
+    capped = tune(X, jobs=J, load_slope=2.0, within=None, families=("sr-sgc", "m-sgc"), max_delay=3)
     assert max(c.delay for c in capped.candidates) == 3
     assert capped.skipped == 0  # left out by the caller's bound, not the profile's length
 
@@ -99,13 +99,13 @@ def test_counting_the_sets_agrees_with_listing_them():
 def test_tune_refuses_bad_search_bounds():
     X = _profile(6, 20, seed=0)
     with pytest.raises(ValueError, match="within"):
-        tune(X, jobs=10, alpha=1.0, within=-0.1)
+        tune(X, jobs=10, load_slope=1.0, within=-0.1)
     with pytest.raises(ValueError, match="max_delay"):
-        tune(X, jobs=10, alpha=1.0, max_delay=-1)
-    with pytest.raises(ValueError, match="max_W"):
-        tune(X, jobs=10, alpha=1.0, max_W=1)
+        tune(X, jobs=10, load_slope=1.0, max_delay=-1)
+    with pytest.raises(ValueError, match="max_w"):
+        tune(X, jobs=10, load_slope=1.0, max_w=1)
     with pytest.raises(ValueError, match="B to divide W - 1"):  # one set replayed: checked as the scheme checks it
-        tune(X, jobs=10, alpha=1.0, families=("sr-sgc",), only={"B": 2, "W": 4, "lam": 3})
+        tune(X, jobs=10, load_slope=1.0, families=("sr-sgc",), only={"B": 2, "W": 4, "lam": 3})
 
 
 def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing():
@@ -119,5 +119,5 @@ def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing
     times, _, replayed = replay_family("sr-sgc", X, 7, B, W, lam, s, (load - 0.2) * 1.0, mu=2.0, waitout="all",
                                        within=0.0)
     assert np.isnan(times[~replayed]).all() and not np.isnan(times[replayed]).any()
-    res = tune(1.0 + np.random.default_rng(0).random((12, 1)), jobs=8, alpha=1.0)
+    res = tune(1.0 + np.random.default_rng(0).random((12, 1)), jobs=8, load_slope=1.0)
     assert set(res.best) == {"uncoded", "crc", "m-sgc"}

@@ -46,8 +46,8 @@ def register(app: typer.Typer) -> None:
             loads = list(trace_load) if trace_load else None
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, loads=loads,
-                              alpha=load_slope, mu=mu, waitout=waitout, max_W=max_w, max_delay=max_delay,
+                result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, trace_load=loads,
+                              load_slope=load_slope, mu=mu, waitout=waitout, max_w=max_w, max_delay=max_delay,
                               within=None if every else within)
         except (ValueError, TypeError, OSError, GradcodeError) as exc:
             fail(exc, exit_code_of(exc), as_json=as_json)

@@ -146,42 +146,43 @@ def replay(profile, scheme: str, params: dict, *, jobs: int, mu: float = 1.0, wa
            alpha: float = 0.0, reference_load: float | None = None) -> Candidate:
     """Estimated run time of ``J`` jobs for one parameter set (module docstring)."""
     X = as_profile(profile)
-    res = tune(X, jobs=jobs, mu=mu, waitout=waitout, alpha=alpha,
-               loads=None if reference_load is None else [reference_load],
+    res = tune(X, jobs=jobs, mu=mu, waitout=waitout, load_slope=alpha,
+               trace_load=None if reference_load is None else [reference_load],
                families=(scheme,), only=params)
     return res.candidates[0]
 
 
-def tune(profiles, *, jobs: int, loads=None, alpha: float | None = None, mu: float = 1.0,
-         waitout: str = "all", families=FAMILIES, max_W: int | None = None, max_delay: int | None = None,
+def tune(profiles, *, jobs: int, trace_load=None, load_slope: float | None = None, mu: float = 1.0,
+         waitout: str = "all", families=FAMILIES, max_w: int | None = None, max_delay: int | None = None,
          within: float | None = 0.0, only: dict | None = None) -> TuneResult:
     """Estimate the run time of ``jobs`` jobs for every valid parameter set of each family in
     ``families`` (``uncoded``; ``crc``: ``s = 0 .. n - 1``; ``sr-sgc``: ``B | W - 1``, ``W <=
-    max_W``, ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_W``, ``0 <= lam
+    max_w``, ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_w``, ``0 <= lam
     <= n``) and rank them (module docstring). Candidates are named as the scheme registries name
     them: ``make_scheme(c.scheme, n=n, **c.params)`` builds one.
 
-    ``profiles``: a ``(rounds, n)`` array of seconds, or a list of them measured at ``loads``
+    ``profiles``: a ``(rounds, n)`` array of seconds, or a list of them measured at ``trace_load``
     (one load each; default ``[1/n]`` for a single profile). The profile at the smallest load is
-    replayed, shifted by ``(L - L_0) alpha``. ``alpha``: the load slope (seconds per unit load);
-    ``None`` fits it from the profiles (:func:`fit_profile_slope`, needs two or more loads).
-    ``mu``: the tolerance of the deadline rule. ``waitout``: ``"all"`` (the paper's) or
-    ``"decodable"``. ``max_W``: the largest ``W`` searched (default ``J``, as the paper's search;
-    a set also needs ``J + T`` rounds of profile: the sets left out for that are counted in
-    ``skipped``, and warned of when ``max_W`` is given). ``max_delay``: the largest delay ``T`` searched
+    replayed, shifted by ``(L - L_0) alpha``. ``load_slope``: alpha, seconds per unit load;
+    ``None`` fits it from the profiles (:func:`fit_profile_slope`, needs two or more loads). The
+    keywords are named as ``gradcode tune``'s options (``--trace-load``, ``--load-slope``,
+    ``--max-w``). ``mu``: the tolerance of the deadline rule. ``waitout``: ``"all"`` (the
+    paper's) or ``"decodable"``. ``max_w``: the largest ``W`` searched (default ``J``, as the
+    paper's search; a set also needs ``J + T`` rounds of profile: the sets left out for that are
+    counted in ``skipped``, and warned of when ``max_w`` is given). ``max_delay``: the largest delay ``T`` searched
     (default: any that fits). ``within``: the candidates kept, every set whose total is within
     that fraction of its family's best (``0``: the best and its ties); the sequential families'
     other sets are bounded out without a full replay (:mod:`.replay`) and counted in
     ``TuneResult.bounded``; ``None`` replays and keeps every set. ``only``: replay one parameter
     set of the (single) family given."""
-    ref = reference_profile(profiles, loads=loads, alpha=alpha)
+    ref = reference_profile(profiles, loads=trace_load, alpha=load_slope)
     X, L0, alpha, notes = ref.profile, ref.load, ref.alpha, list(ref.notes)
     R = X.shape[0]
     jobs = check_int("jobs", jobs, minimum=1)
     mu = check_real("mu", mu, minimum=0.0)
     check_choice("waitout", waitout, ("all", "decodable"))
-    explicit_W = max_W is not None
-    max_W = max(jobs, 2) if max_W is None else check_int("max_W", max_W, minimum=2)
+    explicit_W = max_w is not None
+    max_W = max(jobs, 2) if max_w is None else check_int("max_w", max_w, minimum=2)
     max_delay = None if max_delay is None else check_int("max_delay", max_delay, minimum=0)
     within = None if within is None else check_real("within", within, minimum=0.0)
     families = family_names(families)
