@@ -7,6 +7,7 @@ worker). The schemes live in the master only (never shipped to workers)."""
 from __future__ import annotations
 
 import numpy as np
+from codes_util import SMALL_INSTANCES
 
 from gradcode.problems import DataSpec, make_dataset, make_optimizer, make_problem
 from gradcode.schemes import Scheme
@@ -34,17 +35,8 @@ def rel(a, b) -> float:
 
 #: runtime parameters (n = 4 workers) for each registered code; multi-chunk and multi-message codes
 #: included. A code missing here is skipped with a reason, so adding a family shows up in the run.
-REGISTRY_PARAMS = {
-    "agc": dict(n=4, d=2, L=2),
-    "cgc": dict(n=4, d=2, m=2),
-    "g-agc": dict(n=4, d=2, L=2),
-    "g-cgc": dict(n=4, d=2, m=2),
-    "gc-sc": dict(n=4, clusters=2, s=1),
-    "commfr": dict(n=4, k=2, N=2, K=1, construction="mds-gaussian"),
-    "matrix": dict(B=[[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 1]], s=0),
-    "partial": dict(n=4, s=1, alpha=2.0, inner="frc"),
-    "crc": dict(n=4, s=2), "frc": dict(n=4, s=1), "uncoded": dict(n=4), "ignore": dict(n=4, s=1),
-}
+#: one instance of every registered code, its first ``examples`` entry (n = 4 where the family allows)
+REGISTRY_PARAMS = {name: examples[0] for name, examples in SMALL_INSTANCES.items() if examples}
 
 
 class SkipsWorkers(Scheme):

@@ -1,13 +1,15 @@
 """The linear code contract of DESIGN.md, checked on every registered code family.
 
-Each family contributes small instances in ``codes_util.SMALL_INSTANCES``; every check here runs on
-all of them: attributes, encode shapes, exhaustive straggler sweeps (every straggler set up to the
+Each registered family declares small instances, its ``examples`` (read by
+``codes_util.SMALL_INSTANCES``), so a new code joins by registering; every check here runs on all
+of them: attributes, encode shapes, exhaustive straggler sweeps (every straggler set up to the
 tolerance decodes exactly, and the tolerance is tight), fast decoders against the generic solve,
 Theorem 1's load bound, and bad input."""
 
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -21,13 +23,14 @@ IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in (p or {}).items() if k != 'B')}"
 
 def build(name, params):
     if params is None:
-        pytest.fail(f"registered code {name!r} has no small instance in tests/codes_util.py SMALL_INSTANCES")
+        pytest.fail(f"registered code {name!r} declares no examples (LinearCode.examples: small valid parameter"
+                    " sets the contract suite checks)")
     return gradcode.make_code(name, **params)
 
 
-def test_every_registered_code_has_instances():
-    missing = [name for name in gradcode.available_codes() if name not in SMALL_INSTANCES]
-    assert not missing, f"add small instances for {missing} to SMALL_INSTANCES"
+def test_every_registered_code_declares_its_examples():
+    missing = [name for name in gradcode.available_codes() if not SMALL_INSTANCES[name]]
+    assert not missing, f"{missing} declare no examples (a class attribute: tuple of parameter dicts)"
 
 
 @pytest.mark.parametrize("name,params", CASES, ids=IDS)
@@ -259,8 +262,12 @@ REPRS = [
 ]
 
 
-def test_every_registered_code_has_a_repr_row():
-    assert {name for name, _, _ in REPRS} == set(gradcode.available_codes())
+@pytest.mark.parametrize("name,params", CASES, ids=IDS)
+def test_reprs_name_the_class_and_the_workers(name, params):
+    """Every code's repr reads ``<Class n=... ...>`` (REPRS below pins the exact text of the
+    papers' families)."""
+    code = build(name, params)
+    assert re.fullmatch(rf"<{type(code).__name__} n={code.n}( [\w.-]+=\S+)*>", repr(code)), repr(code)
 
 
 @pytest.mark.parametrize("name,params,text", REPRS, ids=[r[2] for r in REPRS])

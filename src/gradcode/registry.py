@@ -52,7 +52,7 @@ from typing import Any, Generic, TypeVar
 
 from gradcode.errors import GradcodeError
 
-__all__ = ["REQUIRED", "ParameterError", "Registry", "UnknownNameError"]
+__all__ = ["REQUIRED", "ParameterError", "Registry", "UnknownNameError", "package_modules"]
 
 T = TypeVar("T")
 
@@ -114,6 +114,31 @@ def _summary(target) -> str:
     if not doc or (isinstance(target, type) and doc.startswith(f"{target.__name__}(")):
         return ""
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+def package_modules(anchor: str, *, skip: Iterable[str] = ("__init__", "base"), prefix: str = "",
+                    packages: bool = False) -> list[str]:
+    """The one discovery rule of the registries: every module of the package holding the file
+    ``anchor`` (pass ``__file__``) whose name starts with ``prefix``, less ``skip``, and with
+    ``packages`` its sub-packages too, as a registry's ``modules``. A new module that registers
+    entries is found by being there; nothing else is edited."""
+    from pathlib import Path
+
+    here = Path(anchor).resolve().parent
+    package = _package_of(here)
+    names = {p.stem for p in here.glob("*.py")}
+    if packages:
+        names |= {p.parent.name for p in here.glob("*/__init__.py")}
+    return sorted(f"{package}.{name}" for name in names if name.startswith(prefix) and name not in set(skip))
+
+
+def _package_of(folder) -> str:
+    """The dotted name of the package in ``folder`` (walking up while there is an ``__init__.py``)."""
+    parts = []
+    while (folder / "__init__.py").exists():
+        parts.append(folder.name)
+        folder = folder.parent
+    return ".".join(reversed(parts))
 
 
 def _listing(names: Iterable[str]) -> str:

@@ -14,7 +14,10 @@ What it may import: numpy, scipy and ``gradcode.errors`` / ``gradcode._validatio
 clocks, no engine, no I/O: the layers above (``schemes``, the drivers) import codes, never the
 reverse. Randomness comes only from explicit seeds or Generators.
 
-Importing this package registers every code family; ``make_code(name, **params)`` builds one.
+``make_code(name, **params)`` builds a code by name: :data:`CODES` imports every module of this
+package the first time it is read (:func:`~gradcode.registry.package_modules`, the rule of every
+registry), so a new family is one module that registers its class; docs/architecture.md has the
+recipe.
 """
 
 from gradcode.codes.base import (
@@ -29,6 +32,7 @@ from gradcode.codes.base import (
     LinearCode,
     NonFiniteMessageError,
     available_codes,
+    check_n_s,
     code_info,
     make_code,
     register,
@@ -37,11 +41,6 @@ from gradcode.codes.base import (
 from gradcode.codes.messages import Message
 from gradcode.codes.verify import InconsistentMessagesError, Verification
 from gradcode.errors import NotDecodableError
-
-# Each import registers its families with the registry.
-from gradcode.codes import tandon  # noqa: E402,F401  uncoded, ignore, frc, crc, partial
-from gradcode.codes import clustering  # noqa: E402,F401  gc-sc
-from gradcode.codes import commfr, adaptive  # noqa: E402,F401  commfr; cgc, agc, g-agc, g-cgc
 
 __all__ = [
     "CODES",
@@ -59,6 +58,7 @@ __all__ = [
     "NotDecodableError",
     "Verification",
     "available_codes",
+    "check_n_s",
     "code_info",
     "make_code",
     "register",

@@ -244,6 +244,9 @@ class CGC(_EMCode):
     solves above ``max_condition``. ``construction="gaussian"``: ``V`` i.i.d. ``N(0, 1)`` (seeded).
     """
 
+    examples = (dict(n=4, d=2, m=2), dict(n=5, d=3, m=2), dict(n=6, d=4, m=1, construction="gaussian", seed=1),
+                dict(n=4, d=4, m=2))
+
     summary = "Ye-Abbe CGC: cyclic placement, m-fold shorter messages, tolerates d-m stragglers"
 
     def __init__(self, n: int, d: int, m: int, construction: str = "vandermonde", seed=0):
@@ -300,6 +303,9 @@ class AGC(_EMCode):
     ``d`` is the number of partitions per worker (``floor(n mu)``), ``1 <= d <= n``; ``L >= 1``.
     Tolerates ``d - 1`` stragglers (with all ``L`` messages of the others).
     """
+
+    examples = (dict(n=4, d=2, L=2), dict(n=3, d=2, L=2), dict(n=5, d=4, L=3, seed=1), dict(n=5, d=3, L=2, seed=2),
+                dict(n=4, d=4, L=2))
 
     summary = "adaptive gradient coding: up to L messages, cost ceil(L/(d-s))/L with s stragglers"
 
@@ -438,6 +444,8 @@ class GroupAGC(_Grouped):
     stragglers, and more when they spread: any ``s_j <= d - 1`` per group (Theorem 3), at cost
     ``ceil(L/(d - max_j s_j))/L`` (eq. 33, :meth:`group_comm_cost`)."""
 
+    examples = (dict(n=4, d=2, L=2), dict(n=7, d=2, L=2), dict(n=8, d=3, L=2, seed=1))
+
     summary = "group AGC: floor(n/d) AGC subsystems (eq. 31), decoded per group"
 
     def __init__(self, n: int, d: int, L: int, seed=0):
@@ -456,6 +464,8 @@ class GroupCGC(_Grouped):
     with a seeded Gaussian ``V`` (``construction="gaussian"``, so ``seed`` matters); works for every
     ``d <= n`` (no ``d | n`` needed). Tolerates any ``d - m`` stragglers and up to ``d - m`` per
     group."""
+
+    examples = (dict(n=4, d=2, m=2), dict(n=7, d=3, m=2), dict(n=9, d=4, m=2, seed=1))
 
     summary = "group CGC: floor(n/d) Ye-Abbe subsystems (eq. 31), decoded per group"
 

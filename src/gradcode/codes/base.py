@@ -79,7 +79,7 @@ from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_co
 from gradcode.codes.messages import Message, over_parts, sum_squares, weighted_sum
 from gradcode.codes.rules import DecodeRule, GenericRule
 from gradcode.errors import GradcodeError, NotDecodableError
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
@@ -209,7 +209,18 @@ class _Refusal:
 
 
 #: every code family, by name (``gradcode codes`` lists them; ``make_code`` builds them)
-CODES: Registry = Registry("code")
+CODES: Registry = Registry("code", modules=package_modules(__file__))
+
+
+def check_n_s(n, s) -> tuple[int, int]:
+    """``(n, s)`` checked, as every code with ``n`` workers tolerating ``s`` stragglers takes them:
+    integers with ``n >= 1`` and ``0 <= s < n`` (at least one worker must finish); a
+    ``ValueError``/``TypeError`` naming the argument otherwise. For a new code's constructor."""
+    n = check_int("n", n, minimum=1)
+    s = check_int("s", s, minimum=0)
+    if s >= n:
+        raise ValueError(f"s must be < n (at least one worker must finish); got s={s}, n={n}")
+    return n, s
 
 
 def register(name: str):
@@ -260,6 +271,11 @@ class LinearCode:
     )
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
+    #: small valid parameter sets of a registered code, the first with n = 4 where the family
+    #: allows: the contract suite (``tests/test_code_contract.py`` and the tests that run every
+    #: registered code) builds and checks each, so a code that registers joins it with no test
+    #: edited; a registered code must declare its own
+    examples: ClassVar[tuple[dict, ...]] = ()
     #: decodings kept per code (least recently used dropped first; 0: none)
     CACHE_SIZE: ClassVar[int] = 4096
     #: codes this one decodes through (clusters, groups, an inner code); settings such as

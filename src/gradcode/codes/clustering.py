@@ -29,6 +29,8 @@ class GCSC(DirectSumCode):
     row ``i`` is the worker holding the cluster's ``i``-th cyclic codeword); by default cluster ``p``
     is workers ``p l, ..., p l + l - 1``."""
 
+    examples = (dict(n=4, clusters=2, s=1), dict(n=6, clusters=2, s=1), dict(n=8, clusters=2, s=2, seed=4))
+
     summary = "GC with static clustering (GC-DC Sec. II-B): a CRC per cluster"
     part_label = "cluster"
 

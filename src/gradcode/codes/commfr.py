@@ -123,6 +123,13 @@ class CommFR(DirectSumCode):
     See the module docstring for the constructions (``mds-gaussian``, ``mds-systematic``,
     ``repetition``, ``ldpc`` with ``dc``/``dv``, or a user ``generator``)."""
 
+    examples = (dict(n=4, k=2, N=2, K=1, construction="mds-gaussian"),
+                dict(n=8, k=4, N=4, K=2, generator=[[1, 0, 1, 1], [0, 1, 1, 2]]),
+                dict(n=6, k=6, N=3, K=2, construction="mds-systematic", seed=1),
+                dict(n=6, k=4, N=3, K=1, construction="repetition"),
+                dict(n=6, k=6, N=6, K=3, construction="mds-gaussian", seed=2),
+                dict(n=12, k=6, N=12, K=6, construction="ldpc", dc=6, dv=3, seed=0))
+
     summary = "CommFR-GC: fractional repetition + any [N, K] linear code (MDS, systematic, LDPC)"
 
     def __init__(

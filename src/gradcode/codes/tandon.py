@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int, check_memory, check_real
-from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.base import Decoding, LinearCode, Pattern, check_n_s, register
 from gradcode.codes.compose import SequentialCode
 from gradcode.codes.linalg import NullspaceSolver
 from gradcode.codes.rules import KOfN, PerGroup
@@ -28,14 +28,6 @@ def _single_message_encoders(B: np.ndarray, placement) -> list[np.ndarray]:
     return [B[w, list(p)].reshape(1, len(p), 1) for w, p in enumerate(placement)]
 
 
-def _check_n_s(n, s, *, s_max_exclusive=True):
-    n = check_int("n", n, minimum=1)
-    s = check_int("s", s, minimum=0)
-    if s >= n:
-        raise ValueError(f"s must be < n (at least one worker must finish); got s={s}, n={n}")
-    return n, s
-
-
 def _decoding_from_weights(pattern: Pattern, weights: dict[int, float], method: str) -> Decoding:
     rows = tuple((w, 0) for w in sorted(weights))
     coefficients = np.array([[weights[w] for w, _ in rows]])
@@ -45,6 +37,8 @@ def _decoding_from_weights(pattern: Pattern, weights: dict[int, float], method: 
 @register("uncoded")
 class Uncoded(LinearCode):
     """Naive synchronous GD: worker ``w`` holds partition ``w`` and the master waits for all."""
+
+    examples = (dict(n=4), dict(n=1))
 
     summary = "naive baseline: one partition per worker, waits for all"
 
@@ -81,10 +75,12 @@ class Ignore(LinearCode):
     least ``n - s`` workers are in and rescales by ``k / (partitions received)``. Not exact: the
     result is an unbiased estimate of the gradient when stragglers are random."""
 
+    examples = (dict(n=4, s=1), dict(n=5, s=2), dict(n=4, s=0))
+
     summary = "baseline: sum the first n-s results and rescale (inexact)"
 
     def __init__(self, n: int, s: int):
-        n, s = _check_n_s(n, s)
+        n, s = check_n_s(n, s)
         placement = [(w,) for w in range(n)]
         super().__init__(
             n=n,
@@ -116,10 +112,12 @@ class FRC(LinearCode):
     ``g, g + n/(s+1), ...`` hold the same data. Decoding (closed form): the first received worker of
     each data group, coefficient 1."""
 
+    examples = (dict(n=4, s=1), dict(n=6, s=2), dict(n=6, s=1), dict(n=4, s=3), dict(n=5, s=0))
+
     summary = "fractional repetition (Tandon Sec. 3.1): n/(s+1) replicated data groups"
 
     def __init__(self, n: int, s: int):
-        n, s = _check_n_s(n, s)
+        n, s = check_n_s(n, s)
         if n % (s + 1):
             raise ValueError(f"frc needs (s + 1) to divide n; got n={n}, s={s} (n % (s+1) = {n % (s + 1)})")
         self.groups = n // (s + 1)
@@ -213,10 +211,13 @@ class CRC(LinearCode):
     computed in float64 whatever the message dtype.
     """
 
+    examples = (dict(n=4, s=2), dict(n=7, s=3, seed=1), dict(n=5, s=1), dict(n=6, s=5), dict(n=4, s=0),
+                dict(n=8, s=2, seed=3))
+
     summary = "cyclic repetition (Tandon Alg. 2): any s < n, structured null-space decode"
 
     def __init__(self, n: int, s: int, seed=0):
-        n, s = _check_n_s(n, s)
+        n, s = check_n_s(n, s)
         # B and its SVD (the null-space decoder) are dense n x n: refused up front when too large
         check_memory(f"crc with n={n} (dense n x n matrices)", 4 * 8.0 * n * n)
         rng = as_generator(seed)
@@ -267,10 +268,13 @@ class Partial(SequentialCode):
     naive and coded data, and hence the load, stays exactly the paper's.
     """
 
+    examples = (dict(n=4, s=1, alpha=2.0, inner="frc"), dict(n=3, s=1, alpha=2), dict(n=4, s=1, alpha=3, inner="frc"),
+                dict(n=5, s=2, alpha=2.5, seed=2))
+
     summary = "two-stage scheme for alpha-partial stragglers (Tandon Sec. 4)"
 
     def __init__(self, n: int, s: int, alpha: float, inner: str = "crc", seed=0):
-        n, s = _check_n_s(n, s)
+        n, s = check_n_s(n, s)
         alpha = check_real("alpha", alpha, minimum=1.0, strict_min=True)
         check_choice("inner", inner, ("crc", "frc"))
         inner_code = CRC(n, s, seed) if inner == "crc" else FRC(n, s)
@@ -308,6 +312,9 @@ class MatrixCode(LinearCode):
     stores ``supp(b_i)`` and sends ``b_i g``. ``s`` is the claimed tolerance; it is checked against
     the B-span condition (Condition 1) on every straggler set when ``n <= 16``, and found that way
     when omitted. Decoding is the generic least-squares solve, i.e. Algorithm 1 row by row."""
+
+    examples = (dict(B=[[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 1]], s=1),
+                dict(B=[[0.5, 1, 0], [0, 1, -1], [0.5, 0, 1]]))
 
     summary = "any single-message code given by its matrix B (Tandon Sec. 2.2)"
 

@@ -2,24 +2,21 @@
 
 A reproduction is a function returning ``{"rows": [dict, ...], ...}`` computed from the library
 (never typed in); its keyword arguments are its parameters (``run_reproduction("commfr-table1",
-C=6.414)``) and the first paragraph of its docstring is its summary. Modules listed in
-``_MODULES`` register theirs with :func:`reproduction`; :data:`REPRODUCTIONS` imports them the
-first time it is read (they import this module, so it cannot import them up front).
+C=6.414)``) and the first paragraph of its docstring is its summary. The ``repro_*`` modules of
+this package register theirs with :func:`reproduction`; :data:`REPRODUCTIONS` imports them the
+first time it is read (:func:`~gradcode.registry.package_modules`; they import this module, so it
+cannot import them up front).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
-#: modules that define reproductions; each registers on import
-_MODULES: list[str] = ["gradcode.experiments.repro_analysis", "gradcode.experiments.repro_codes",
-                      "gradcode.experiments.repro_gcdc", "gradcode.experiments.repro_sgc",
-                      "gradcode.experiments.repro_training"]
-
-#: Every reproduction by name; ``REPRODUCTIONS.make(name, **kwargs)`` runs one.
-REPRODUCTIONS: Registry[dict[str, Any]] = Registry("reproduction", modules=_MODULES)
+#: Every reproduction by name; ``REPRODUCTIONS.make(name, **kwargs)`` runs one. The modules
+#: ``repro_*`` of this package define them, each registering on import.
+REPRODUCTIONS: Registry[dict[str, Any]] = Registry("reproduction", modules=package_modules(__file__, prefix="repro_"))
 
 
 def reproduction(name: str):

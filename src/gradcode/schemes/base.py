@@ -35,11 +35,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gradcode.errors import GradcodeError
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
 #: scheme families that are not a single static code (GC-DC; the sequential codes), by name.
 #: Every code of ``gradcode.codes.CODES`` is a scheme too, through :func:`make_scheme`.
-SCHEMES: Registry = Registry("scheme", modules=("gradcode.schemes.gcdc", "gradcode.schemes.sgc"))
+SCHEMES: Registry = Registry("scheme", modules=package_modules(__file__, packages=True))
 
 
 @dataclass(frozen=True, eq=False)

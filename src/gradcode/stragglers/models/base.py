@@ -9,12 +9,11 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pathlib import Path
 
 import numpy as np
 
 from gradcode._validation import as_generator, check_int, check_real
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
 _COMMON_HELP = {
     "comm": "seconds to send a message as long as the full gradient (message time is proportional to length)",
@@ -309,8 +308,7 @@ DELAY_MODELS: Registry[DelayModel] = Registry(
     "delay model", common={"comm": 0.0, "comm_latency": 0.0}, wrap=with_communication,
     # every module of this package registers its models when first needed: a new module needs
     # no edit elsewhere
-    modules=sorted(f"{__package__}.{p.stem}" for p in Path(__file__).parent.glob("*.py")
-                   if p.stem not in ("__init__", "base")),
+    modules=package_modules(__file__),
 )
 
 
