@@ -89,7 +89,7 @@ def bench_exact(rounds: int, gpu: str) -> dict:
     loop.load_state_dict(net.state_dict())
     loop = loop.to(gpu)
     opt = torch.optim.Adam(loop.parameters(), lr=1e-2)
-    with gt.Workers(loop, train, spec, batch_size=120, engine="inprocess",
+    with gt.Workers(loop, train, spec, torch_config=gt.TorchConfig(batch_size=120), engine="inprocess",
                     run=RunConfig(rounds=rounds, run_dir=tempfile.mkdtemp())) as workers:
         out["workers_device"] = workers.spec.device
         for _ in range(rounds):

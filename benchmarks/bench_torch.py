@@ -270,7 +270,8 @@ def bench_data() -> dict:
                             ("source", cifar_size_data), ("(X, y) shipped", cifar_size_data())):
             net = SmallCNN((3, 32, 32), 10)
             # max_restarts=0: fresh actors for each (a pooled actor keeps its high-water memory)
-            with gt.Workers(net, data, TrainSpec("crc", workers=4, stragglers=1), batch_size=64,
+            with gt.Workers(net, data, TrainSpec("crc", workers=4, stragglers=1),
+                            torch_config=gt.TorchConfig(batch_size=64),
                             faults=FaultConfig(max_restarts=0),
                             run=RunConfig(rounds=1, run_dir=tempfile.mkdtemp())) as workers:
                 workers.backward()

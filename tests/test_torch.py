@@ -687,7 +687,7 @@ def test_auto_load_slope_is_the_injected_delays_plus_the_workers_own_time():
     are injected in full (the trace rule's alpha, exactly; 0 for "excess" or nothing injected), plus
     n x the probe's fastest worker's own time (arrival less injected delay); a given slope as given."""
     from gradcode.runtime import TrainSpec
-    from gradcode.schemes.switch import ProbeThenSwitch
+    from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource
     from gradcode.torch.training import _injected_slope
 
     d = np.ones((12, 4))
@@ -697,11 +697,11 @@ def test_auto_load_slope_is_the_injected_delays_plus_the_workers_own_time():
     assert slope == pytest.approx(1.5) and "fitted as App. J does" in source and "R^2" in source
     assert _injected_slope(TrainSpec("uncoded", workers=4, delay_model="trace", delay_params=rule), 4, 12)[0] == 0.0
     assert _injected_slope(TrainSpec("uncoded", workers=4), 4, 12)[0] == 0.0
-    switch = ProbeThenSwitch(4, 2, 6, injected_slope=1.5, injected_from="rule")
+    switch = ProbeThenSwitch(4, 2, 6, slope=SlopeSource(injected=1.5, injected_from="rule"))
     switch.observe_times(0, [1.25, 1.5, 2.0, -1.0], injected=[1.0, 1.0, 1.0, 1.0])  # own: 0.25, 0.5, 1.0, late
     switch.observe_times(1, [1.75, 1.5, 1.25, 1.5], injected=[1.0, 1.0, 1.0, 1.0])  # own: fastest 0.25
     assert switch.report["alpha"] == pytest.approx(1.5 + 4 * 0.25) and switch.report["alpha_from"].startswith("rule")
-    given = ProbeThenSwitch(4, 1, 3, load_slope=0.7, injected_slope=1.5)
+    given = ProbeThenSwitch(4, 1, 3, slope=SlopeSource(0.7, injected=1.5))
     given.observe_times(0, [1.0, 1.0, 1.0, 1.0])
     assert (given.report["alpha"], given.report["alpha_from"]) == (0.7, "given")
 

@@ -52,7 +52,7 @@ def test_own_loop_with_clipping_and_a_scheduler_reaches_fits_weights(digits, tmp
     opt = torch.optim.SGD(start.parameters(), lr=0.5, momentum=0.9)
     sched = step_lr(opt)
     losses, norms = [], []
-    with gt.Workers(start, digits, SPEC, batch_size=48, engine="inprocess",
+    with gt.Workers(start, digits, SPEC, torch_config=gt.TorchConfig(batch_size=48), engine="inprocess",
                     run=RunConfig(rounds=rounds, run_dir=tmp_path / "loop")) as workers:
         assert workers.rounds == rounds
         for _ in range(workers.rounds):
@@ -79,7 +79,8 @@ def test_backward_adds_the_exact_batch_gradient_and_updates_batchnorm(digits, tm
     net = LNBNNet(dropout=0.3)
     ref = LNBNNet(dropout=0.3)
     ref.load_state_dict(net.state_dict())
-    with gt.Workers(net, digits, TrainSpec("frc", workers=4, stragglers=1, seed=5), batch_size=40,
+    with gt.Workers(net, digits, TrainSpec("frc", workers=4, stragglers=1, seed=5),
+                    torch_config=gt.TorchConfig(batch_size=40),
                     engine="inprocess", run=RunConfig(rounds=2, run_dir=tmp_path)) as workers:
         loss = workers.backward()
         first = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).clone()
@@ -136,7 +137,8 @@ def test_workers_on_ray(digits, ray_session, tmp_path):
     plain = LNBNNet()
     plain.load_state_dict(net.state_dict())
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
-    with gt.Workers(net, digits, TrainSpec("crc", workers=4, stragglers=1, delay=0.05), batch_size=48,
+    with gt.Workers(net, digits, TrainSpec("crc", workers=4, stragglers=1, delay=0.05),
+                    torch_config=gt.TorchConfig(batch_size=48),
                     run=RunConfig(rounds=3, run_dir=tmp_path)) as workers:
         for _ in range(3):
             opt.zero_grad()
@@ -196,7 +198,7 @@ def test_a_cuda_device_without_cuda_is_one_clear_error(digits):
         gt.fit(LNBNNet(), digits, SPEC, engine="inprocess", torch_config=gt.TorchConfig(device="cuda"))
     assert "\n" not in str(info.value)
     with pytest.raises(GradcodeError, match="no CUDA GPU"):
-        gt.Workers(LNBNNet(), digits, SPEC, device="cuda:1")
+        gt.Workers(LNBNNet(), digits, SPEC, torch_config=gt.TorchConfig(device="cuda:1"))
     with pytest.raises(GradcodeError, match="device must be 'cpu', 'cuda' or 'cuda:N'"):
         check_device("tpu")
     with pytest.raises(GradcodeError, match="device must be"):

@@ -28,14 +28,14 @@ as soon as the pattern conforms), a number ``mu`` the paper's rule with the run'
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gradcode._validation import check_int, check_real
 from gradcode.schemes.base import Scheme
 
-__all__ = ["ProbeThenSwitch", "choose_after_probe", "set_decode_rtol"]
+__all__ = ["ProbeThenSwitch", "SlopeSource", "choose_after_probe", "set_decode_rtol"]
 
 
 def set_decode_rtol(scheme, rtol: float | None) -> None:
@@ -111,23 +111,37 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     return scheme, report
 
 
+@dataclass(frozen=True)
+class SlopeSource:
+    """Where the search's load slope (SGC App. J's alpha) comes from: ``given`` seconds per unit
+    load, when known; else ``injected`` (the slope of the delays the run injects, fitted as App. J
+    does, described by ``injected_from``) plus ``n`` times the median over probe rounds of the
+    fastest worker's own time."""
+
+    given: float | None = None
+    injected: float = 0.0
+    injected_from: str = "no delays injected"
+
+    def __post_init__(self):
+        if self.given is not None:
+            object.__setattr__(self, "given", check_real("load_slope", self.given, minimum=0.0))
+        object.__setattr__(self, "injected", check_real("injected slope", self.injected, minimum=0.0))
+
+
 class ProbeThenSwitch(Scheme):
     """Uncoded for ``probe`` rounds, then the scheme :func:`choose_after_probe` picks from the
     measured times (module docstring). ``rounds``: the run's rounds (the jobs left are ``rounds -
-    probe``, one a round); ``models``, ``close``, ``waitout``, ``load_slope``, ``seed``,
-    ``families``: as :func:`choose_after_probe` (which searches every ``W`` up to the jobs left);
-    ``decode_rtol``: set on the chosen scheme's codes. Without ``load_slope``, the search's is
-    ``injected_slope`` (the slope of the delays the run injects, fitted as App. J does; said by
-    ``injected_from``) plus ``n`` times the median over probe rounds of the fastest worker's own
-    time (module docstring). ``report`` holds the choice once made."""
+    probe``, one a round); ``models``, ``close``, ``waitout``, ``seed``, ``families``: as
+    :func:`choose_after_probe` (which searches every ``W`` up to the jobs left); ``decode_rtol``:
+    set on the chosen scheme's codes; ``slope``: the search's load slope, given or estimated
+    (:class:`SlopeSource`; module docstring). ``report`` holds the choice once made."""
 
     changes_layout = True
     label = "auto"
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
-                 waitout: str = "decodable", load_slope: float | None = None, seed: int = 0,
-                 decode_rtol: float | None = None, families=None, injected_slope: float = 0.0,
-                 injected_from: str = "no delays injected"):
+                 waitout: str = "decodable", seed: int = 0, decode_rtol: float | None = None, families=None,
+                 slope: SlopeSource = SlopeSource()):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
 
@@ -140,16 +154,16 @@ class ProbeThenSwitch(Scheme):
             from gradcode.schemes.sgc.tune import FAMILIES, family_names
 
             families = tuple(families)
-            if not families or any(f not in FAMILIES and f not in ("none", "gc") for f in families):
+            if not families or any(f not in FAMILIES for f in families):
                 raise ValueError(f"families must name some of {', '.join(FAMILIES)}; got {families!r}")
             families = family_names(families)
             if models < 2 and not set(families) & {"uncoded", "crc"}:
                 raise ValueError(f"families {families!r} are sequential codes, whose jobs span rounds: they need"
                                  " models >= 2 (pipelined models), or add 'crc'")
         self._options = dict(models=models, close=close, waitout=waitout, seed=seed, families=families)
-        self.load_slope = None if load_slope is None else check_real("load_slope", load_slope, minimum=0.0)
-        self.injected_slope = check_real("injected_slope", injected_slope, minimum=0.0)
-        self.injected_from = str(injected_from)
+        if not isinstance(slope, SlopeSource):
+            raise TypeError(f"slope must be a SlopeSource, got {type(slope).__name__}")
+        self.slope = slope
         self._times = np.zeros((self.probe, self.n))
         self._own = np.full((self.probe, self.n), np.nan)  # each worker's time less its injected delay
         self.decode_rtol = decode_rtol
@@ -206,13 +220,13 @@ class ProbeThenSwitch(Scheme):
 
     def _load_slope(self) -> tuple[float, str]:
         """The search's load slope and where it comes from (class docstring)."""
-        if self.load_slope is not None:
-            return self.load_slope, "given"
+        if self.slope.given is not None:
+            return self.slope.given, "given"
         fastest = np.nanmin(np.where(np.isnan(self._own).all(axis=1, keepdims=True), 0.0, self._own), axis=1)
         own = float(self.n * np.median(fastest))
-        return self.injected_slope + own, (
-            f"{self.injected_from}: {self.injected_slope:.4g}, plus n x the fastest worker's own time in the probe"
-            f" (its arrival less its injected delay: an upper bound of the computation's slope): {own:.4g}")
+        return self.slope.injected + own, (
+            f"{self.slope.injected_from}: {self.slope.injected:.4g}, plus n x the fastest worker's own time in the"
+            f" probe (its arrival less its injected delay: an upper bound of the computation's slope): {own:.4g}")
 
     def round_stragglers(self, counts, planned) -> np.ndarray:
         return self.current.round_stragglers(counts, planned)

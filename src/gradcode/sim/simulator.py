@@ -415,77 +415,73 @@ class _JobLedger:
         return max(self.floor - 1, max(self.ahead, default=-1))
 
 
+class _BlockTables:
+    """The per-round tables of one block of rounds ``[a, b)`` on the event path, filled by a
+    compiled run of rounds (:meth:`put_played`) or round by round (:meth:`put_round`); the
+    arrival and finish tables only when ``records`` are kept."""
+
+    def __init__(self, m: int, n: int, records: bool):
+        self.round_times = np.empty(m)
+        self.stragglers = np.zeros((m, n), dtype=bool)
+        self.waitout = np.zeros(m, dtype=bool)
+        self.arrivals = np.full((m, n), -1.0) if records else None
+        self.finish = np.zeros((m, n)) if records else None
+
+    def put_played(self, k: int, played) -> int:
+        """Rounds ``k, k + 1, ...`` of the block from a scheme's compiled ``play_rounds``; their count."""
+        done = played.end.shape[0]
+        self.round_times[k:k + done] = played.end
+        self.waitout[k:k + done] = played.waitout
+        self.stragglers[k:k + done] = played.stragglers
+        if self.arrivals is not None:
+            self.arrivals[k:k + done] = played.arrivals
+            self.finish[k:k + done] = played.finish
+        return done
+
+    def put_round(self, k: int, end: float, planned, arrived, last, comp) -> None:
+        self.round_times[k] = end
+        self.stragglers[k, planned] = ~arrived[planned]
+        if self.arrivals is not None:
+            self.arrivals[k] = np.where(arrived, last, -1.0)
+            self.finish[k, planned] = comp[planned]
+
+    def write_tables(self, arr, fin) -> None:
+        np.copyto(arr, self.arrivals)
+        np.copyto(fin, self.finish)
+
+
 def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> SimulationResult:
     mu = rule[0]
-    n = scheme.n
-    sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
     c = _message_time(model, scheme.chunks)
-    sink = _Sink(rounds, n, records)
+    sink = _Sink(rounds, scheme.n, records)
     ledger = _JobLedger(records)
     started = -1  # highest job any plan gave work to: unfinished jobs are reported as -1
-    cache: dict = {}
-    waitouts = mu is not None
-    batched = BATCHED and scheme.batched_rounds
-    blocks = batched and COMPILED and scheme.compiled_rounds
+    step = _ProtocolRound(scheme, c, rule)
+    blocks = BATCHED and scheme.batched_rounds and COMPILED and scheme.compiled_rounds
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
-            m = b - a
-            # this block's rounds (copied into the records, if kept, by sink.put)
-            round_times = np.empty(m)
-            stragglers = np.zeros((m, n), dtype=bool)
-            arrivals = np.full((m, n), -1.0) if records else None
-            finish = np.zeros((m, n)) if records else None
-            waitout = np.zeros(m, dtype=bool)
+            tables = _BlockTables(b - a, scheme.n, records)
             t = a
             while t < b:
                 k = t - a
                 if blocks:  # as many rounds as the scheme's compiled code plays, then one by the protocol
                     played = scheme.play_rounds(t, draw.intercept[k:], draw.slope[k:], c, mu, rule[1], records,
                                                 draw.straggling[k:], None if draw.rates is None else draw.rates[k:])
-                    done = played.end.shape[0]
-                    round_times[k:k + done] = played.end
-                    waitout[k:k + done] = played.waitout
-                    stragglers[k:k + done] = played.stragglers
-                    if records:
-                        arrivals[k:k + done] = played.arrivals
-                        finish[k:k + done] = played.finish
                     started = max(started, played.last_job)
                     for job, u in zip(played.jobs.tolist(), played.job_rounds.tolist()):
                         ledger.finish(job, u, scheme)
-                    t += done
+                    t += tables.put_played(k, played)
                     if t == b:
                         break
-                    k = t - a
-                scheme.observe_states(t, draw.straggling[k], None if draw.rates is None else draw.rates[k])
-                if batched:
-                    plan = scheme.plan_loads(t)
-                    started = max(started, plan.last_job)
-                    end, waitout[k], planned, arrived, last, comp = _play_batched(
-                        scheme, t, plan, draw.intercept[k], draw.slope[k], c, rule)
-                else:
-                    plan = scheme.plan(t)
-                    started = max([started, *(task.job for tasks in plan.values() for task in tasks)])
-                    end, waitout[k], planned, arrived, last, comp = _play_round(
-                        scheme, t, plan, n, sizes, draw.intercept[k], draw.slope[k], c, cache, rule)
-                round_times[k] = end
-                stragglers[k, planned] = ~arrived[planned]
-                if records:
-                    arrivals[k] = np.where(arrived, last, -1.0)
-                    finish[k, planned] = comp[planned]
-                for job, _ in scheme.close(t, arrived):
-                    ledger.finish(job, t, scheme)
+                started = max(started, step(t, draw, t - a, tables, ledger))
                 t += 1
                 if prog is not None and (t % 256 == 0 or t == rounds):
                     prog.update(task, completed=t)
             if blocks and prog is not None:
                 prog.update(task, completed=b)
-
-            def write_tables(arr, fin, arrivals=arrivals, finish=finish):
-                np.copyto(arr, arrivals)
-                np.copyto(fin, finish)
-
-            sink.put(a, b, round_times, stragglers, waitout if waitouts else None, write_tables)
+            sink.put(a, b, tables.round_times, tables.stragglers, tables.waitout if mu is not None else None,
+                     tables.write_tables)
     sink.stats.jobs_done = ledger.count
 
     def job_done_round():
@@ -499,6 +495,37 @@ def _events(scheme, model, draws, rounds, rule, close, seed, show, records) -> S
         job_done_round,
         scheme=_name(scheme), model=_name(model), close=close, seed=_seed_repr(seed), method="events",
     )
+
+
+class _ProtocolRound:
+    """One round of the event path by the scheme's protocol: observe the round's states, plan
+    (a batched plan of loads, or tasks), play the arrivals, close; returns the highest job the
+    plan gave work to."""
+
+    def __init__(self, scheme, c: float, rule):
+        self.scheme, self.c, self.rule = scheme, c, rule
+        self.batched = BATCHED and scheme.batched_rounds
+        self.sizes = np.asarray(scheme.partition_sizes, dtype=np.float64)
+        self.cache: dict = {}
+
+    def __call__(self, t: int, draw, k: int, tables: _BlockTables, ledger) -> int:
+        scheme = self.scheme
+        scheme.observe_states(t, draw.straggling[k], None if draw.rates is None else draw.rates[k])
+        if self.batched:
+            plan = scheme.plan_loads(t)
+            started = plan.last_job
+            end, tables.waitout[k], planned, arrived, last, comp = _play_batched(
+                scheme, t, plan, draw.intercept[k], draw.slope[k], self.c, self.rule)
+        else:
+            plan = scheme.plan(t)
+            started = max([-1, *(task.job for tasks in plan.values() for task in tasks)])
+            end, tables.waitout[k], planned, arrived, last, comp = _play_round(
+                scheme, t, plan, scheme.n, self.sizes, draw.intercept[k], draw.slope[k], self.c, self.cache,
+                self.rule)
+        tables.put_round(k, end, planned, arrived, last, comp)
+        for job, _ in scheme.close(t, arrived):
+            ledger.finish(job, t, scheme)
+        return started
 
 
 def _play_round(scheme, t, plan, n, sizes, intercept, slope, c, cache, rule):

@@ -31,7 +31,7 @@ from torch import nn
 
 from gradcode._validation import check_choice, check_int
 from gradcode.errors import GradcodeError
-from gradcode.schemes.switch import ProbeThenSwitch, set_decode_rtol
+from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource, set_decode_rtol
 from gradcode.torch.data import from_path
 from gradcode.torch.config import WIRE_DTYPES, TorchConfig
 from gradcode.torch.loading import scheduler_factory
@@ -133,10 +133,9 @@ def fit(
         if rounds <= probe:
             raise ValueError(f"scheme='auto' probes {probe} rounds uncoded and needs more rounds than that,"
                              f" got {rounds}")
-        injected, injected_from = _injected_slope(spec, scheme.n, rounds)
+        slope = SlopeSource(tconf.load_slope, *_injected_slope(spec, scheme.n, rounds))
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
-                                 load_slope=tconf.load_slope, seed=spec.seed, decode_rtol=tconf.decode_rtol,
-                                 families=tconf.families, injected_slope=injected, injected_from=injected_from)
+                                 seed=spec.seed, decode_rtol=tconf.decode_rtol, families=tconf.families, slope=slope)
         tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
     run_engine, shipping = _engine(engine, tspec)
     spec = _run_spec(spec, scheme, tspec, optimizers)

@@ -5,7 +5,7 @@
 writes the decoded batch-mean gradient into the parameters' ``.grad``; clipping, the optimizer,
 schedulers, AMP's ``GradScaler``, logging and stopping are the loop's::
 
-    with Workers(net, (X, y), TrainSpec("crc", workers=4, stragglers=1), batch_size=64) as workers:
+    with Workers(net, (X, y), TrainSpec("crc", workers=4, stragglers=1)) as workers:  # batches of 64
         for step in range(workers.rounds):
             optimizer.zero_grad()
             loss = workers.backward()              # the exact gradient of the batch's mean loss
@@ -43,13 +43,13 @@ _LOOP_FIELDS = ("optimizer", "optimizer_params", "scheduler", "clip_grad_norm", 
 class Workers:
     """A context manager holding a run's workers for a training loop of your own.
 
-    ``model``: the ``nn.Module`` your loop trains (on its device; ``device`` in ``torch_config``
-    or the keyword moves the workers' copies elsewhere); its current parameters and floating
-    buffers travel to the workers at every :meth:`backward`. ``data``, ``spec`` (code, workers,
-    injected stragglers, seed, closing rule), ``engine``, ``cluster``, ``faults``: as
-    :func:`~gradcode.torch.fit`. ``loss``, ``batch_size``, ``wire_dtype``, ``device``: override
-    ``torch_config``'s (:class:`~gradcode.torch.TorchConfig`; its optimizer, scheduler, clipping and
-    evaluation fields are the loop's and are refused here). ``run``: the rounds the workers are
+    ``model``: the ``nn.Module`` your loop trains (on its device; ``TorchConfig.device`` moves the
+    workers' copies elsewhere); its current parameters and floating buffers travel to the workers
+    at every :meth:`backward`. ``data``, ``spec`` (scheme, workers, injected stragglers, seed,
+    closing rule), ``engine``, ``cluster``, ``faults``: as :func:`~gradcode.torch.fit`.
+    ``torch_config``: the loss, batch size, wire type and device
+    (:class:`~gradcode.torch.TorchConfig`; its optimizer, scheduler, clipping and evaluation fields
+    are the loop's and are refused here). ``run``: the rounds the workers are
     opened for (``RunConfig.rounds``; default ``torch_config.epochs``, one epoch: ``N /
     batch_size`` rounds, :attr:`rounds`) and the run dir of the records; checkpoints are the
     loop's (``torch.save`` of the model and the optimizer).
@@ -58,9 +58,8 @@ class Workers:
     runtime's :class:`~gradcode.runtime.TrainResult`, also saved under :attr:`run_dir`).
     """
 
-    def __init__(self, model: nn.Module, data, spec=None, *, loss=None, batch_size: int | None = 64,
-                 wire_dtype: str | None = None, device: str | None = None, torch_config=None, run=None,
-                 faults=None, cluster=None, engine: str = "ray"):
+    def __init__(self, model: nn.Module, data, spec=None, *, torch_config=None, run=None, faults=None, cluster=None,
+                 engine: str = "ray"):
         from gradcode.torch.config import TorchConfig
         from gradcode.torch.training import _fit_configs
 
@@ -71,10 +70,6 @@ class Workers:
         if owned:
             raise ValueError(f"TorchConfig.{', '.join(owned)} belong to your loop under Workers (step your optimizer,"
                              " scheduler and clipping yourself, or use fit)")
-        changes = {k: v for k, v in (("loss", loss), ("wire_dtype", wire_dtype), ("device", device)) if v is not None}
-        if torch_config is None or batch_size != TorchConfig.batch_size:  # the keyword's default leaves torch_config's
-            changes["batch_size"] = batch_size
-        tconf = replace(tconf, **changes)
         if spec.models != 1 or (isinstance(spec.scheme, str) and spec.scheme == "auto"):
             raise ValueError("Workers trains one model with a named code or scheme (models=1, not scheme='auto');"
                              " use fit for several models or the probe-then-switch run")
