@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import gradcode
 from codes_util import SMALL_INSTANCES
-from gradcode.codes.base import Decoding, LinearCode
+from gradcode.codes.base import LinearCode
+from gradcode.codes.decoding import Decoding
 from gradcode.errors import NotDecodableError
 
 TOLERANCE = 1e-5

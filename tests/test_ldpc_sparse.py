@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from gradcode.codes.base import ImpreciseDecodeError
+from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.ldpc import SparseLDPC, regular_parity_check
 from gradcode.errors import NotDecodableError
 

@@ -197,7 +197,7 @@ def test_decodability_is_by_rank_not_count():
 
 def test_cache_hits_and_bound():
     code = gradcode.make_code("crc", n=6, s=2)
-    object.__setattr__(code, "_cache_size", 2)  # the LRU bound (4096 by default); codes are frozen
+    code._cache.size = 2  # the LRU bound (LinearCode.CACHE_SIZE, 4096, by default)
     pats = [{w: 1 for w in range(6) if w not in S} for S in [(0, 1), (2, 3), (4, 5)]]
     for p in pats:
         code.decoding(p)

@@ -47,7 +47,8 @@ from fractions import Fraction
 import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int
-from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.base import LinearCode, register
+from gradcode.codes.decoding import Decoding, Pattern
 from gradcode.codes.compose import DirectSumCode
 from gradcode.codes.linalg import min_norm_left_solve
 from gradcode.errors import NotDecodableError

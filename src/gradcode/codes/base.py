@@ -32,32 +32,8 @@ answer that fails is refused. A structured decoder may always refuse on its own.
 Coefficients are always computed in float64; messages may be float64, float32, float16 or
 bfloat16 (``ml_dtypes.bfloat16`` arrays), and the decoded gradient is float64.
 
-Precision of what arrived (:meth:`LinearCode.decode_report`). The checks above are of the
-*pattern*; each decode is also checked against the *data* it sums. Message ``i`` carries a
-rounding error ``||delta_i|| <= u ||m_i|| + nnz_i u_c S_i``: ``u`` the unit roundoff of the
-precision the messages crossed the wire in (``2^-53``, ``2^-24``, ``2^-11``, ``2^-8`` for float64,
-float32, float16, bfloat16), for the cast to it; ``nnz_i`` the terms of the worker's weighted sum
-(plus one: its coefficients are rounded to the partials' type), ``S_i`` what they add up to in
-norm (:meth:`LinearCode.message_scales`, passed as ``scales=``; without them ``||m_i||`` stands
-in, which assumes a worker's terms do not cancel among themselves: the runtime's workers do not
-send scales yet) and ``u_c`` the roundoff it was computed in (the wire's, or float32's if that is
-finer: 16-bit messages are computed in float32 and cast, as torch's autocast accumulates). The coefficients themselves are a float64
-solve: ``A B_F - T`` is not exactly 0, and the decode adds ``(A B_F - T) g``, bounded with
-``||g_j[c]|| <= S_i / |B_i[jc]|`` from any received row ``i`` that holds coordinate ``jc``. The decoded chunk
-``c`` is ``sum_i A[c, i] m_i``, so its error is at most ``e_c = sum_i |A[c, i]| ||delta_i||`` plus
-the master's float64 sum, and
-
-    error_bound = sqrt(sum_c e_c^2)          (chunks are disjoint coordinates of the gradient)
-
-is relative to *what was summed* (the received messages, weighted by the decoding coefficients),
-not to the answer. Near an optimum the partial gradients cancel: the answer is far smaller than
-what was summed, and ``error_bound / ||decoded||`` grows although the pattern is well
-conditioned. A decode is refused (:class:`ImpreciseDecodeError`) when its bound exceeds both
-``rtol`` of the result (default :data:`DEFAULT_RTOL` by precision: 1e-5 for float64, 1e-3 for
-float32, 5e-2 for float16, 2e-1 for bfloat16) and :data:`PLAIN_SUM_SLACK` times the error of a
-plain sum of the same partial gradients in that precision: what no method could beat is accepted
-(an uncoded sum near an optimum), what the code's coefficients add beyond it is not. More received
-rows give smaller coefficients (a runtime driver waits for more workers and tries again).
+Precision of what arrived: each decode is also checked against the *data* it sums, its rounding
+error bounded relative to what was summed (:mod:`gradcode.codes.precision`).
 """
 
 from __future__ import annotations
@@ -65,8 +41,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -75,10 +49,22 @@ import numpy as np
 from scipy import sparse
 
 from gradcode._validation import check_int, check_real
+from gradcode.codes.cache import DecodingCache
+from gradcode.codes.decoding import (
+    Decoding,
+    NonFiniteMessageError,
+    Pattern,
+    Refusal,
+    combine,
+    items,
+    non_finite,
+    received_scales,
+    unpack,
+)
 from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
-from gradcode.codes.messages import Message, over_parts, sum_squares, weighted_sum
+from gradcode.codes.precision import Decoded, bound_decode, decode_precision
 from gradcode.codes.rules import DecodeRule, GenericRule
-from gradcode.errors import GradcodeError, NotDecodableError
+from gradcode.errors import NotDecodableError
 from gradcode.registry import Registry, package_modules
 
 #: Default refusal threshold on the condition number of a decoding solve.
@@ -87,127 +73,6 @@ _EPS = float(np.finfo(np.float64).eps)
 #: encoder rows at least this dense are kept as a dense array for the decoding check's product,
 #: up to this many entries (25M: 200 MB)
 DENSE_ROWS, DENSE_ROWS_MAX = 0.25, 25_000_000
-#: unit roundoff of each wire precision messages may arrive in
-UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-#: half the smallest subnormal of each wire precision: the largest error of rounding a value below
-#: the type's normal range, whatever its size (the absolute term of the decode's bound)
-UNDERFLOW = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
-#: a decode within this many times the error of a plain sum of the partial gradients is accepted
-#: whatever its relative bound (:meth:`LinearCode._bounded`)
-PLAIN_SUM_SLACK = 4.0
-#: default acceptance tolerance on a decode's error bound relative to the decoded gradient, by the
-#: precision of the messages: float64 keeps the README's 1e-5. The bound is a worst case (errors
-#: of all rows aligned; a typical error is about sqrt(rows) smaller), so for 16-bit types, whose
-#: own roundoff is 5e-4 (float16) and 4e-3 (bfloat16), a coded decode of n = 40 workers already
-#: bounds at a few percent: 5e-2 and 2e-1 accept those (still inside a mini-batch's noise) and
-#: refuse what is off by its own size
-DEFAULT_RTOL = {"float64": 1e-5, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
-#: Element block of the fused weighted sum: its float64 output (1 MB) stays in a core's L2 (or
-#: L3) cache while every row adds into it; smaller blocks cost more in calls than they save
-#: (measured: 1 << 15 took 1.8x as long at d = 1e6, n = 56)
-_BLOCK = 1 << 17
-
-Pattern = tuple[tuple[int, int], ...]
-
-
-class NonFiniteMessageError(GradcodeError, ValueError):
-    """A received message holds NaN or infinity; ``workers`` names the senders at fault.
-
-    Drivers treat those workers as stragglers for the round and decode without them."""
-
-    def __init__(self, message: str, workers: tuple[int, ...]):
-        super().__init__(message)
-        self.workers = workers
-
-
-class ImpreciseDecodeError(NotDecodableError):
-    """A decode whose rounding-error bound, relative to the decoded gradient, exceeds ``rtol``
-    (module docstring, "Precision of what arrived"). ``relative_bound``, ``precision`` and ``rtol``
-    say by how much; more received rows (smaller coefficients), a wider wire type or a code with a
-    smaller amplification decode it."""
-
-    def __init__(self, message: str, *, relative_bound: float, precision: str, rtol: float):
-        super().__init__(message)
-        self.relative_bound, self.precision, self.rtol = relative_bound, precision, rtol
-
-
-def wire_precision(dtype) -> str:
-    """The name (a key of :data:`UNIT_ROUNDOFF`) of the precision of ``dtype``: a numpy dtype or
-    anything ``np.dtype`` takes, ``ml_dtypes.bfloat16``, or one of the names; integers are exact
-    (``"float64"``). ``ValueError`` for anything else."""
-    if isinstance(dtype, str) and dtype in UNIT_ROUNDOFF:
-        return dtype
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got {dtype!r}") from None
-    if dt.name in UNIT_ROUNDOFF:
-        return dt.name
-    if dt.kind in "iub":
-        return "float64"
-    if dt.kind == "f" and dt.itemsize > 8:  # long double: at least float64's precision
-        return "float64"
-    raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got {dt}")
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """A decode and its checked error (:meth:`LinearCode.decode_report`): ``gradient`` (float64,
-    length ``dim``); ``error_bound``, a bound on ``||gradient - sum_j g_j||_2`` from the messages'
-    rounding in ``precision``; ``relative_bound = error_bound / ||gradient||``; ``summed``, the
-    norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
-    ||gradient||`` is how much the terms cancelled); ``plain_bound``, the error of adding the
-    partial gradients themselves in ``precision`` (the floor any method has); ``decoding``, the
-    coefficients used; ``rtol``, the tolerance on ``relative_bound`` it was accepted under."""
-
-    gradient: np.ndarray
-    error_bound: float
-    relative_bound: float
-    summed: float
-    plain_bound: float
-    precision: str
-    decoding: Decoding
-    rtol: float = math.nan
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """The decoding coefficients for one received pattern.
-
-    ``rows[i] = (w, r)`` is message ``r`` of worker ``w``; chunk ``c`` of the gradient is
-    ``sum_i coefficients[c, i] * message(rows[i])``. ``condition`` is the condition number of the
-    solve that produced the coefficients (1.0 for closed-form decoders).
-    """
-
-    pattern: Pattern
-    rows: tuple[tuple[int, int], ...]
-    coefficients: np.ndarray
-    condition: float
-    method: str = "lstsq"
-    #: forward-error amplification of the decode, measured against the real encoder rows (see
-    #: :meth:`LinearCode.decoding`): 1 for a decode without cancellation (uncoded, FRC); the
-    #: decoded gradient's relative error is at most about ``amplification * eps`` of the
-    #: messages' float type
-    amplification: float = 1.0
-    #: terms of each received row's weighted sum at its worker (non-zero encoder coefficients):
-    #: the factor of that row's own rounding in the decode's error bound
-    row_terms: np.ndarray | None = None
-    #: index of each received row among all encoder rows (workers' rows in order)
-    row_ids: np.ndarray | None = None
-    #: ``|A B_F - T|`` (``(L, k L)``) of an exact code: the coefficients' own error, which the
-    #: decode's bound multiplies by the partial gradients' norms
-    residual: np.ndarray | None = None
-
-    @property
-    def max_coefficient(self) -> float:
-        return float(np.abs(self.coefficients).max()) if self.coefficients.size else 0.0
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    reason: str
-
-
 #: every code family, by name (``gradcode codes`` lists them; ``make_code`` builds them)
 CODES: Registry = Registry("code", modules=package_modules(__file__))
 
@@ -266,8 +131,7 @@ class LinearCode:
     #: what may change after construction: the decoding caches, their counters, lazily built
     #: solvers, and the ``max_condition`` threshold (whose setter clears the cache)
     _MUTABLE: ClassVar[frozenset] = frozenset(
-        {"_cache", "_rows_cache", "_solver", "cache_hits", "cache_misses", "max_condition", "_max_condition", "_lock",
-         "decode_rtol", "_decode_rtol"}
+        {"_cache", "_rows_cache", "_solver", "max_condition", "_max_condition", "decode_rtol", "_decode_rtol"}
     )
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
@@ -334,13 +198,9 @@ class LinearCode:
         self._exact = bool(exact)
         self._straggler_prefix = check_int("straggler_prefix", straggler_prefix, minimum=0)
         self._params = dict(params)
-        self._cache: OrderedDict[Pattern, Decoding | _Refusal] = OrderedDict()
+        self._cache = DecodingCache(self.CACHE_SIZE)
         self._max_condition = DEFAULT_MAX_CONDITION  # the max_condition setter changes it (and its subcodes')
-        self._cache_size = self.CACHE_SIZE
-        self._lock = threading.Lock()
         self._rows_cache = None
-        self.cache_hits = 0
-        self.cache_misses = 0
 
     # ------------------------------------------------------------------ immutability
     def __init_subclass__(cls, **kwargs):
@@ -371,6 +231,8 @@ class LinearCode:
     exact = property(lambda self: self._exact, doc="Whether decode returns the exact gradient.")
     encoders = property(lambda self: self._encoders, doc="E_w of shape (R_w, |placement[w]|, L).")
     params = property(lambda self: dict(self._params), doc="Constructor parameters.")
+    cache_hits = property(lambda self: self._cache.hits, doc="Decodings answered from the cache.")
+    cache_misses = property(lambda self: self._cache.misses, doc="Decodings solved (and then cached).")
 
     @property
     def max_condition(self) -> float:
@@ -388,7 +250,8 @@ class LinearCode:
     @property
     def decode_rtol(self) -> float | None:
         """The tolerance :meth:`decode_report` applies when called without ``rtol`` (None: the
-        precision's :data:`DEFAULT_RTOL`). A run sets it to accept a looser worst-case bound."""
+        precision's :data:`~gradcode.codes.precision.DEFAULT_RTOL`). A run sets it to accept a
+        looser worst-case bound."""
         return getattr(self, "_decode_rtol", None)
 
     @decode_rtol.setter
@@ -499,7 +362,7 @@ class LinearCode:
             held = np.flatnonzero(received)
             return tuple(zip(held.tolist(), received[held].tolist()))
         out = []
-        for w, r in _items(received, "received"):
+        for w, r in items(received, "received"):
             # fast path for plain ints in range; anything else goes through the full checks
             if type(w) is not int or type(r) is not int or not 0 <= w < n or not 0 <= r <= R[w]:
                 w = self.check_worker(w)
@@ -521,7 +384,7 @@ class LinearCode:
         answer passes the check."""
         pattern = self.normalize_pattern(received)
         sol = self._solution(pattern)
-        if isinstance(sol, _Refusal):
+        if isinstance(sol, Refusal):
             raise NotDecodableError(sol.reason)
         return sol
 
@@ -541,30 +404,31 @@ class LinearCode:
     def decode(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> np.ndarray:
         """The full gradient ``sum_j g_j`` (length ``dim``) from ``{w: msgs_w}``, ``msgs_w`` of shape
         ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``. Refuses
-        (:class:`ImpreciseDecodeError`) a decode whose rounding-error bound exceeds ``rtol`` of the
-        result; see :meth:`decode_report` for ``precision`` and ``rtol``."""
+        (:class:`~gradcode.codes.precision.ImpreciseDecodeError`) a decode whose rounding-error
+        bound exceeds ``rtol`` of the result; see :meth:`decode_report` for ``precision`` and
+        ``rtol``."""
         return self.decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales).gradient
 
     def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> Decoded:
-        """:meth:`decode` with its checked error bound (:class:`Decoded`; module docstring,
-        "Precision of what arrived").
+        """:meth:`decode` with its checked error bound (:class:`~gradcode.codes.precision.Decoded`;
+        the bound is :mod:`gradcode.codes.precision`'s).
 
         ``precision``: the type the messages crossed the wire in (a name of
-        :data:`UNIT_ROUNDOFF` or a dtype); by default the coarsest dtype among the arrays given
-        (float16 arrays decode as float16; pass ``"bfloat16"`` for bfloat16 values held in wider
-        arrays), never finer than that. ``rtol``: the largest accepted ``error_bound /
-        ||gradient||`` (default :data:`DEFAULT_RTOL` of the precision). ``scales``: ``{w: (r_w,)}``,
-        what each message summed at its worker (:meth:`message_scales`), for the workers whose
-        messages are plain arrays (a :class:`~gradcode.codes.messages.Message` carries its own);
-        without them a message's own norm stands for it, which assumes a worker's terms do not
-        cancel among themselves. ``messages[w]`` may be an ``(r_w, m)`` array, a Message or a list
-        of Messages."""
+        :data:`~gradcode.codes.precision.UNIT_ROUNDOFF` or a dtype); by default the coarsest dtype
+        among the arrays given (float16 arrays decode as float16; pass ``"bfloat16"`` for bfloat16
+        values held in wider arrays), never finer than that. ``rtol``: the largest accepted
+        ``error_bound / ||gradient||`` (default :data:`~gradcode.codes.precision.DEFAULT_RTOL` of
+        the precision). ``scales``: ``{w: (r_w,)}``, what each message summed at its worker
+        (:meth:`message_scales`), for the workers whose messages are plain arrays (a
+        :class:`~gradcode.codes.messages.Message` carries its own); without them a message's own
+        norm stands for it, which assumes a worker's terms do not cancel among themselves.
+        ``messages[w]`` may be an ``(r_w, m)`` array, a Message or a list of Messages."""
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
         arrays, sent = {}, {}
-        for w, msgs in _items(messages, "messages"):
+        for w, msgs in items(messages, "messages"):
             w = self.check_worker(w)
-            rows, meta = _unpack(w, msgs, m, d, self._chunks)
+            rows, meta = unpack(w, msgs, m, d, self._chunks)
             if len(rows) > self.messages_of(w):
                 raise ValueError(f"worker {w} sends at most {self.messages_of(w)} messages, got {len(rows)}")
             if len(rows):
@@ -581,14 +445,14 @@ class LinearCode:
             if w in sent:
                 given[i], factors[i] = sent[w][0][r], sent[w][1][r]
         if scales is not None:
-            given = np.fmax(given, self._received_scales(sol, scales, arrays, sent))
+            given = np.fmax(given, received_scales(self, sol, scales, arrays, sent))
         measure = np.isnan(given)
         with np.errstate(over="ignore", invalid="ignore"):
-            out, norms, out_sq = _combine(sol, arrays, self._chunks, m, factors, measure)
+            out, norms, out_sq = combine(sol, arrays, self._chunks, m, factors, measure)
         bad_scale = ~measure & ~np.isfinite(given)
         # a non-finite element makes the sum of squares non-finite; so may a finite overflow of it
         if bad_scale.any() or (not math.isfinite(out_sq) and not np.isfinite(out).all()):
-            raise NonFiniteMessageError(*self._non_finite(sol, arrays, factors, bad_scale))
+            raise NonFiniteMessageError(*non_finite(sol, arrays, factors, bad_scale))
         if not np.isfinite(norms).all():  # finite values past ~1e154: no bound can be computed for them
             bad = tuple(sorted({w for (w, _), v in zip(sol.rows, norms) if not np.isfinite(v)}))
             raise NonFiniteMessageError(
@@ -601,42 +465,13 @@ class LinearCode:
         return self._bounded(sol, gradient, size, sums, prec, tol, factors, m)
 
     def _precision(self, dtypes, precision, rtol) -> tuple[str, float]:
-        """``(precision, tolerance)`` of a decode of messages of ``dtypes``: the coarsest of their
-        types and ``precision`` (a wire type named by the caller), and ``rtol``, else
-        :attr:`decode_rtol`, else :data:`DEFAULT_RTOL` of that precision."""
-        prec = max((wire_precision(t) for t in dtypes), key=UNIT_ROUNDOFF.get, default="float64")
-        if precision is not None:
-            named = wire_precision(precision)
-            if not (isinstance(precision, str) and precision in UNIT_ROUNDOFF) and np.dtype(precision).kind in "iub":
-                # integer *arrays* are exact; an integer *wire type* is not one messages cross in
-                raise ValueError(f"precision names the float type the messages crossed the wire in: one of"
-                                 f" {sorted(UNIT_ROUNDOFF)} or a float dtype, got {precision!r}")
-            prec = max(prec, named, key=UNIT_ROUNDOFF.get)
-        if rtol is None:
-            rtol = self.decode_rtol
-        return prec, DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
+        """``(precision, tolerance)`` of a decode of messages of ``dtypes``, this code's
+        :attr:`decode_rtol` the default tolerance (:func:`~gradcode.codes.precision.decode_precision`)."""
+        return decode_precision(dtypes, precision, rtol, self.decode_rtol)
 
-    def _non_finite(self, sol: Decoding, arrays, factors, bad_scale) -> tuple[str, tuple[int, ...]]:
-        """The message and senders of a :class:`NonFiniteMessageError`: the senders of
-        non-finite messages or scales, and of finite messages whose scaled contribution
-        ``|A[c, i]| * |message_i|`` reaches max / (rows used): below that bound for every row the
-        weighted sum cannot overflow, so an overflow from finite messages (1e308 everywhere) always
-        names the workers that caused it."""
-        peak = np.abs(sol.coefficients).max(axis=0) / factors  # per received row
-        limit = np.finfo(np.float64).max / max(int(np.count_nonzero(peak)), 1)
-        bad = {w for (w, _), b in zip(sol.rows, bad_scale) if b}
-        with np.errstate(over="ignore", invalid="ignore"):
-            for (w, r), a in zip(sol.rows, peak):
-                v = np.asarray(arrays[w][r], dtype=np.float64)
-                if not np.isfinite(v).all() or (a and not a * np.abs(v).max() < limit):
-                    bad.add(w)
-        bad = tuple(sorted(bad))
-        return (
-            f"messages from workers {list(bad)} hold non-finite values (NaN or infinity) or values"
-            " so large that the decoded gradient overflows; "
-            "treat them as stragglers and decode without them",
-            bad,
-        )
+    def _bounded(self, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
+        """The error bound of a decode and its acceptance (:func:`~gradcode.codes.precision.bound_decode`)."""
+        return bound_decode(self, sol, gradient, size, sums, prec, tol, factors, m)
 
     def message_scales(self, w: int, partials) -> np.ndarray:
         """What each message of worker ``w`` sums: ``sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``,
@@ -654,90 +489,6 @@ class LinearCode:
         chunk_norms = np.linalg.norm(padded.reshape(p, L, m), axis=2)  # (p, L)
         return np.einsum("rjc,jc->r", np.abs(self._encoders[w]), chunk_norms)
 
-    def _received_scales(self, sol: Decoding, scales, arrays, sent) -> np.ndarray:
-        """``scales`` (``{w: (r_w,)}``) of the rows ``sol`` uses, validated (NaN for the rows of
-        workers that sent their own, :class:`~gradcode.codes.messages.Message`)."""
-        table = {}
-        for w, v in _items(scales, "scales"):
-            w = self.check_worker(w)
-            v = np.asarray(v, dtype=np.float64).reshape(-1)
-            if w in arrays and (v.size < len(arrays[w]) or not (np.isfinite(v) & (v >= 0)).all()):
-                raise ValueError(
-                    f"scales of worker {w} must be {len(arrays[w])} finite numbers >= 0, one per"
-                    f" message; got {v.size} values"
-                )
-            table[w] = v
-        missing = sorted({w for w, _ in sol.rows} - set(table) - set(sent))
-        if missing:
-            raise ValueError(f"scales must cover every worker whose messages are decoded; missing {missing}")
-        return np.array([table[w][r] if w in table else np.nan for w, r in sol.rows])
-
-    def _partial_bounds(self, ids: np.ndarray, sums: np.ndarray) -> np.ndarray:
-        """A bound on ``||g_j[c]||`` for every (partition, chunk) coordinate: row ``i`` sums
-        ``|B_i[jc]| ||g_j[c]||`` to at most ``S_i``, so ``||g_j[c]|| <= S_i / |B_i[jc]|`` for each
-        received row that holds it (infinite for coordinates no received row holds; ``A B_F - T``
-        is 0 there)."""
-        B = self._sparse_rows()[4][ids]
-        per_nz = np.repeat(sums, np.diff(B.indptr)) / np.abs(B.data)
-        out = np.full(B.shape[1], np.inf)
-        np.minimum.at(out, B.indices, per_nz)
-        out[~np.isfinite(out)] = 0.0
-        return out
-
-    def _bounded(self, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
-        """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
-        most ``u S_i + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
-        the wire type of the values scaled by ``f_i``, whose elements below its normal range err by
-        up to ``eta``, half its smallest subnormal, whatever their size; the worker's sum, in
-        ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``, its coefficients rounded
-        to that type too) plus the master's float64 sum; chunk ``c`` by ``sum_i |A[c, i]|`` times
-        that, plus the coefficients' residual times the partial gradients' bounded norms. Accepted
-        when the bound is at most ``tol`` of the result, or at most :data:`PLAIN_SUM_SLACK` times
-        ``plain_bound``, the same bound for adding the partial gradients themselves in this
-        precision (from the same bounded norms ``||g_j||``): a decode is never refused for being as
-        good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
-        too, and its relative error grows for any method)."""
-        u = UNIT_ROUNDOFF[prec]
-        computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
-        u_c = UNIT_ROUNDOFF[computed]
-        root_m = math.sqrt(m)
-        absA = np.abs(sol.coefficients)
-        terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
-        L = self._chunks
-        with np.errstate(over="ignore", invalid="ignore"):
-            row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
-                         + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
-            per_chunk = absA @ row_error
-            plain = 0.0
-            if sol.row_ids is not None:
-                gb = self._partial_bounds(sol.row_ids, sums)  # ||g_j[c]|| bounds, (k L,)
-                if sol.residual is not None:
-                    per_chunk = per_chunk + sol.residual @ gb
-                # the same bound for a plain sum of the k partials: each cast, summed by the master,
-                # its one term (and unit coefficient) rounded at the worker
-                per_partial = u + self._k * _EPS + 2 * u_c
-                plain = per_partial * float(np.linalg.norm(gb.reshape(self._k, L).sum(axis=0)))
-            bound = float(np.sqrt(per_chunk @ per_chunk))
-            summed = float(np.linalg.norm(absA @ sums))
-        if size > 0:
-            rel = bound / size
-        else:
-            rel = 0.0 if bound == 0 else math.inf
-        if not (rel <= tol or bound <= PLAIN_SUM_SLACK * plain):
-            cancel = summed / size if size > 0 else math.inf
-            wider = [p for p in ("float32", "float64") if UNIT_ROUNDOFF[p] < u]
-            raise ImpreciseDecodeError(
-                f"decoded gradient not trusted in {prec}: its rounding-error bound is {rel:.1e} of its norm"
-                f" (> rtol={tol:g}) and {bound / plain if plain else math.inf:.2g}x the error of adding the"
-                f" partial gradients themselves in {prec}; the decoding coefficients amplify the messages'"
-                f" rounding {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was"
-                f" summed over the result's norm). Decode with more workers' messages (smaller"
-                f" coefficients)" + (f", send messages as {' or '.join(wider)}" if wider else "")
-                + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
-                relative_bound=rel, precision=prec, rtol=tol,
-            )
-        return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
-
     def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
         """Decode after checking the received messages' consistency with the code's spare
         redundancy; names and excludes a single corrupted worker. Returns ``(gradient,
@@ -747,21 +498,17 @@ class LinearCode:
         return verified_decode(self, messages, dim=dim, tol=tol, probes=probes, seed=seed)
 
     def __getstate__(self):
-        # codes travel (checkpoints, Ray): the lock cannot be pickled and the cache is rebuilt
+        # codes travel (checkpoints, Ray): the caches are rebuilt where they are needed
         state = self.__dict__.copy()
-        del state["_lock"]
-        state["_cache"] = OrderedDict()
         state["_rows_cache"] = None
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_message_counts", np.array(self._messages, dtype=np.intp))
-        self._lock = threading.Lock()
 
     def clear_cache(self) -> None:
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
     # ------------------------------------------------------------------ internals
     def check_worker(self, w) -> int:
@@ -772,25 +519,17 @@ class LinearCode:
             raise ValueError(f"unknown worker id {w}: workers are 0..{self._n - 1}")
         return int(w)
 
-    def _solution(self, pattern: Pattern) -> Decoding | _Refusal:
-        with self._lock:
-            sol = self._cache.get(pattern)
-            if sol is not None:
-                self._cache.move_to_end(pattern)
-                self.cache_hits += 1
-                return sol
-            self.cache_misses += 1
+    def _solution(self, pattern: Pattern) -> Decoding | Refusal:
+        sol = self._cache.get(pattern)
+        if sol is not None:
+            return sol
         try:
             sol = self._trusted_solve(pattern)
         except NotDecodableError as exc:
-            sol = _Refusal(str(exc))
+            sol = Refusal(str(exc))
         else:
             sol.coefficients.flags.writeable = False  # shared through the cache
-        if self._cache_size:
-            with self._lock:
-                self._cache[pattern] = sol
-                if len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+        self._cache.put(pattern, sol)
         return sol
 
     def _trusted_solve(self, pattern: Pattern) -> Decoding:
@@ -974,96 +713,3 @@ def _freezing(init):
 LinearCode.__init__ = _freezing(LinearCode.__init__)
 
 
-def _items(obj, what: str):
-    """Items of a mapping, or of an iterable of ``(worker, value)`` pairs with no repeated worker."""
-    if isinstance(obj, Mapping):
-        return obj.items()
-    try:
-        pairs = [tuple(p) for p in obj]
-    except TypeError:
-        raise TypeError(f"{what} must be a mapping {{worker: ...}} or (worker, ...) pairs") from None
-    seen = set()
-    for p in pairs:
-        if len(p) != 2:
-            raise TypeError(f"{what} must be (worker, ...) pairs, got {p!r}")
-        if p[0] in seen:
-            raise ValueError(f"duplicate worker id {p[0]} in {what}")
-        seen.add(p[0])
-    return pairs
-
-
-def _unpack(w: int, msgs, m: int, d: int, L: int):
-    """One worker's received messages as a list of ``(m,)`` rows, and ``(scales, factors)`` when
-    they came as :class:`~gradcode.codes.messages.Message` objects (None for plain arrays):
-    ``msgs`` is an ``(r, m)`` or ``(m,)`` array, a Message, or a sequence of Messages."""
-    if isinstance(msgs, Message):
-        msgs = (msgs,)
-    if isinstance(msgs, (list, tuple)) and msgs and all(isinstance(x, Message) for x in msgs):
-        rows = [np.asarray(x.values) for x in msgs]
-        meta = ([float(x.scale) for x in msgs], [float(x.factor) for x in msgs])
-        if any(not (f > 0 and math.isfinite(f)) for f in meta[1]):
-            raise ValueError(f"messages of worker {w} must have finite factors > 0, got {meta[1]}")
-    else:
-        a = np.asarray(msgs)
-        if a.ndim == 1:
-            a = a[None, :]
-        rows, meta = (list(a) if a.ndim == 2 else [a]), None
-    for a in rows:
-        if a.shape != (m,):
-            raise ValueError(f"messages of worker {w} must have shape (r, {m}) for dim={d} and chunks={L};"
-                             f" got {np.shape(msgs) if meta is None else a.shape}")
-    dtype = rows[0].dtype if rows else np.dtype(np.float64)
-    if any(a.dtype != dtype for a in rows):
-        raise TypeError(f"messages of worker {w} mix dtypes {sorted({a.dtype.name for a in rows})}")
-    if dtype.kind not in "fiu" and dtype.name != "bfloat16":
-        raise TypeError(f"messages of worker {w} must be real numbers, got dtype {dtype}")
-    return _Rows(rows, dtype), meta
-
-
-class _Rows(list):
-    """A worker's received rows, with the dtype they share (what the precision is read from)."""
-
-    def __init__(self, rows, dtype):
-        super().__init__(rows)
-        self.dtype = dtype
-
-
-def _combine(sol: Decoding, arrays: Mapping[int, list], L: int, m: int, factors: np.ndarray,
-             measure: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``sum_i A[:, i] / f_i * message_i`` over the received rows, in float64, and the 2-norm of
-    each received row marked in ``measure`` divided by its factor ``f_i`` (0 for the rest, and for
-    rows whose coefficients are all zero: they are not read).
-
-    For single-chunk codes this is a compiled, cache-blocked weighted sum
-    (:func:`~gradcode.codes.messages.weighted_sum`): each message is read once, in its own type
-    (a float32 element is widened in a register, never in a float64 copy of the message), the
-    output block stays in cache, and a measured row's sum of squares comes from the same pass.
-    That is what keeps decoding at the memory floor of summing the received messages once.
-    Multi-chunk codes stack the rows and multiply by ``A`` (BLAS). The third value is the output's
-    sum of squares (NaN where not computed): non-finite when the output is."""
-    A = sol.coefficients / factors
-    if L == 1:
-        used = np.flatnonzero(A[0])  # rows with a zero coefficient are not read
-        vecs = [arrays[w][r] for w, r in (sol.rows[i] for i in used)]
-        coefs = A[0, used]
-        out = np.empty(m, dtype=np.float64)
-        squares = bool(measure[used].any())
-
-        def part(lo: int, hi: int):  # contiguous blocks of the output, one part per decode thread
-            sq, osq = np.zeros(len(used)), 0.0
-            for start in range(lo, hi, _BLOCK):
-                stop = min(start + _BLOCK, hi)
-                blk = out[start:stop]
-                sq += weighted_sum(blk, [v[start:stop] for v in vecs], coefs, squares)
-                osq += sum_squares(blk)  # the block is still in cache
-            return sq, osq
-
-        sumsq = np.zeros(len(sol.rows))
-        out_sq = 0.0
-        for sq, osq in over_parts(m, part):
-            sumsq[used] += sq
-            out_sq += osq
-        return out, np.sqrt(sumsq) / factors, out_sq
-    stacked = np.stack([arrays[w][r] for w, r in sol.rows]).astype(np.float64, copy=False)
-    out = (A @ stacked).reshape(L * m)
-    return out, np.where(measure, np.linalg.norm(stacked, axis=1), 0.0) / factors, math.nan

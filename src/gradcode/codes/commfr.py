@@ -58,7 +58,8 @@ import numpy as np
 from scipy import linalg as sla
 
 from gradcode._validation import as_generator, check_choice, check_int
-from gradcode.codes.base import Decoding, LinearCode, Pattern, register
+from gradcode.codes.base import LinearCode, register
+from gradcode.codes.decoding import Decoding, Pattern
 from gradcode.codes.compose import DirectSumCode
 from gradcode.codes.ldpc import SparseLDPC
 from gradcode.codes.linalg import min_norm_left_solve

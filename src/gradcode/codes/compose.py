@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gradcode.codes.base import Decoding, LinearCode, Pattern
+from gradcode.codes.base import LinearCode
+from gradcode.codes.decoding import Decoding, Pattern
 from gradcode.codes.rules import AllOf, DecodeRule, KOfN, PerGroup
 from gradcode.errors import NotDecodableError
 

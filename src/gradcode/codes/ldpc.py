@@ -42,7 +42,7 @@ from scipy import linalg as sla
 from scipy import sparse
 
 from gradcode._validation import as_generator, check_int
-from gradcode.codes.base import UNIT_ROUNDOFF, ImpreciseDecodeError, wire_precision
+from gradcode.codes.precision import UNIT_ROUNDOFF, ImpreciseDecodeError, wire_precision
 from gradcode.errors import GradcodeError, NotDecodableError
 
 __all__ = ["SparseLDPC", "regular_parity_check"]
@@ -405,7 +405,7 @@ class SparseLDPC:
         ids) and their ``(t, m)`` values, by peeling, and a first-order bound on its error
         relative to ``||u||``: the received values' errors (``errors``: bounds on each one's
         2-norm, default 0) plus their rounding to ``precision`` (the wire type: a dtype or its
-        name, :func:`~gradcode.codes.base.wire_precision`), carried along the peeling chains with the
+        name, :func:`~gradcode.codes.precision.wire_precision`), carried along the peeling chains with the
         float64 sums' own rounding (so the bound grows with the chains' depth).
         :class:`NotDecodableError` on a stopping set."""
         received = self._ids(received)

@@ -68,7 +68,7 @@ class ConditionSample:
     rows); ``exhaustive`` says whether every set of size ``s`` was examined.
 
     ``worst_amplification`` and ``median_amplification`` are the same statistics of the decodes'
-    forward-error amplification (:attr:`gradcode.codes.base.Decoding.amplification`), the
+    forward-error amplification (:attr:`gradcode.codes.decoding.Decoding.amplification`), the
     measure that includes the encoder rows: the condition of a structured solve can be small while
     the decoded gradient's relative error, about ``amplification * eps``, is not (AGC/CGC at large
     ``L`` or ``n``). Refused decodes are measured with the threshold lifted, so the amplification

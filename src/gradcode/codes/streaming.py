@@ -36,7 +36,7 @@ __all__ = ["RunningDecode"]
 class RunningDecode:
     """One job's decode, built message by message (module docstring). ``offer(w, r, payload)``
     adds message ``r`` of worker ``w`` (True), or says its coefficient is not known yet (False:
-    hold it); :meth:`result` is the :class:`~gradcode.codes.base.Decoded` of what was added."""
+    hold it); :meth:`result` is the :class:`~gradcode.codes.precision.Decoded` of what was added."""
 
     def __init__(self, code):
         self.code = code
@@ -52,7 +52,7 @@ class RunningDecode:
         """Add message ``r`` of worker ``w`` if its coefficient is known now. Raises
         :class:`~gradcode.codes.NonFiniteMessageError` (naming ``w``) for a plain array holding
         NaN or infinity, before it is added."""
-        from gradcode.codes.base import NonFiniteMessageError
+        from gradcode.codes.decoding import NonFiniteMessageError
 
         c = self.code.streamed_coefficient(self.added, w, r)
         if c is None:

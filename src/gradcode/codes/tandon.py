@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_int, check_memory, check_real
-from gradcode.codes.base import Decoding, LinearCode, Pattern, check_n_s, register
+from gradcode.codes.base import LinearCode, check_n_s, register
+from gradcode.codes.decoding import Decoding, Pattern
 from gradcode.codes.compose import SequentialCode
 from gradcode.codes.linalg import NullspaceSolver
 from gradcode.codes.rules import KOfN, PerGroup

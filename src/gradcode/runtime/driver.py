@@ -108,7 +108,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcode.codes.base import ImpreciseDecodeError
+from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.base import Engine

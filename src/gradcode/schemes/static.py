@@ -80,7 +80,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gradcode.codes.base import ImpreciseDecodeError, LinearCode, NonFiniteMessageError
+from gradcode.codes.base import LinearCode
+from gradcode.codes.decoding import NonFiniteMessageError
+from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.codes.messages import Message
 from gradcode.codes.streaming import RunningDecode

@@ -1,0 +1,198 @@
+"""How precise a decode is: the rounding-error bound of what arrived, and when it is refused.
+
+A decoding's checks (:class:`~gradcode.codes.base.LinearCode`) are of the *pattern*; each decode is
+also checked against the *data* it sums. Message ``i`` carries a rounding error ``||delta_i|| <= u
+||m_i|| + nnz_i u_c S_i``: ``u`` the unit roundoff of the precision the messages crossed the wire
+in (``2^-53``, ``2^-24``, ``2^-11``, ``2^-8`` for float64, float32, float16, bfloat16), for the
+cast to it; ``nnz_i`` the terms of the worker's weighted sum (plus one: its coefficients are
+rounded to the partials' type), ``S_i`` what they add up to in norm
+(:meth:`~gradcode.codes.base.LinearCode.message_scales`: sent with each
+:class:`~gradcode.codes.messages.Message`, as the runtime's workers do, or passed as ``scales=``;
+without them ``||m_i||`` stands in, which assumes a worker's terms do not cancel among themselves)
+and ``u_c`` the roundoff it was computed in (the wire's, or float32's if that is finer: 16-bit
+messages are computed in float32 and cast, as torch's autocast accumulates). The coefficients
+themselves are a float64 solve: ``A B_F - T`` is not exactly 0, and the decode adds ``(A B_F - T)
+g``, bounded with ``||g_j[c]|| <= S_i / |B_i[jc]|`` from any received row ``i`` that holds
+coordinate ``jc``. The decoded chunk ``c`` is ``sum_i A[c, i] m_i``, so its error is at most
+``e_c = sum_i |A[c, i]| ||delta_i||`` plus the master's float64 sum, and
+
+    error_bound = sqrt(sum_c e_c^2)          (chunks are disjoint coordinates of the gradient)
+
+is relative to *what was summed* (the received messages, weighted by the decoding coefficients),
+not to the answer. Near an optimum the partial gradients cancel: the answer is far smaller than
+what was summed, and ``error_bound / ||decoded||`` grows although the pattern is well
+conditioned. A decode is refused (:class:`ImpreciseDecodeError`) when its bound exceeds both
+``rtol`` of the result (default :data:`DEFAULT_RTOL` by precision: 1e-5 for float64, 1e-3 for
+float32, 5e-2 for float16, 2e-1 for bfloat16) and :data:`PLAIN_SUM_SLACK` times the error of a
+plain sum of the same partial gradients in that precision: what no method could beat is accepted
+(an uncoded sum near an optimum), what the code's coefficients add beyond it is not. More received
+rows give smaller coefficients (a runtime driver waits for more workers and tries again).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradcode._validation import check_real
+from gradcode.codes.decoding import Decoding
+from gradcode.errors import NotDecodableError
+
+__all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "Decoded", "ImpreciseDecodeError",
+           "bound_decode", "decode_precision", "partial_bounds", "wire_precision"]
+
+_EPS = float(np.finfo(np.float64).eps)
+#: unit roundoff of each wire precision messages may arrive in
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: half the smallest subnormal of each wire precision: the largest error of rounding a value below
+#: the type's normal range, whatever its size (the absolute term of the decode's bound)
+UNDERFLOW = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
+#: a decode within this many times the error of a plain sum of the partial gradients is accepted
+#: whatever its relative bound (:func:`bound_decode`)
+PLAIN_SUM_SLACK = 4.0
+#: default acceptance tolerance on a decode's error bound relative to the decoded gradient, by the
+#: precision of the messages: float64 keeps the README's 1e-5. The bound is a worst case (errors
+#: of all rows aligned; a typical error is about sqrt(rows) smaller), so for 16-bit types, whose
+#: own roundoff is 5e-4 (float16) and 4e-3 (bfloat16), a coded decode of n = 40 workers already
+#: bounds at a few percent: 5e-2 and 2e-1 accept those (still inside a mini-batch's noise) and
+#: refuse what is off by its own size
+DEFAULT_RTOL = {"float64": 1e-5, "float32": 1e-3, "float16": 5e-2, "bfloat16": 2e-1}
+
+
+class ImpreciseDecodeError(NotDecodableError):
+    """A decode whose rounding-error bound, relative to the decoded gradient, exceeds ``rtol``
+    (module docstring, "Precision of what arrived"). ``relative_bound``, ``precision`` and ``rtol``
+    say by how much; more received rows (smaller coefficients), a wider wire type or a code with a
+    smaller amplification decode it."""
+
+    def __init__(self, message: str, *, relative_bound: float, precision: str, rtol: float):
+        super().__init__(message)
+        self.relative_bound, self.precision, self.rtol = relative_bound, precision, rtol
+
+
+def wire_precision(dtype) -> str:
+    """The name (a key of :data:`UNIT_ROUNDOFF`) of the precision of ``dtype``: a numpy dtype or
+    anything ``np.dtype`` takes, ``ml_dtypes.bfloat16``, or one of the names; integers are exact
+    (``"float64"``). ``ValueError`` for anything else."""
+    if isinstance(dtype, str) and dtype in UNIT_ROUNDOFF:
+        return dtype
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got"
+                         f" {dtype!r}") from None
+    if dt.name in UNIT_ROUNDOFF:
+        return dt.name
+    if dt.kind in "iub":
+        return "float64"
+    if dt.kind == "f" and dt.itemsize > 8:  # long double: at least float64's precision
+        return "float64"
+    raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)} or a numpy float dtype, got {dt}")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decode and its checked error (:meth:`LinearCode.decode_report`): ``gradient`` (float64,
+    length ``dim``); ``error_bound``, a bound on ``||gradient - sum_j g_j||_2`` from the messages'
+    rounding in ``precision``; ``relative_bound = error_bound / ||gradient||``; ``summed``, the
+    norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
+    ||gradient||`` is how much the terms cancelled); ``plain_bound``, the error of adding the
+    partial gradients themselves in ``precision`` (the floor any method has); ``decoding``, the
+    coefficients used; ``rtol``, the tolerance on ``relative_bound`` it was accepted under."""
+
+    gradient: np.ndarray
+    error_bound: float
+    relative_bound: float
+    summed: float
+    plain_bound: float
+    precision: str
+    decoding: Decoding
+    rtol: float = math.nan
+
+
+def decode_precision(dtypes, precision, rtol, code_rtol=None) -> tuple[str, float]:
+    """``(precision, tolerance)`` of a decode of messages of ``dtypes``: the coarsest of their
+    types and ``precision`` (a wire type named by the caller), and ``rtol``, else ``code_rtol``
+    (the code's :attr:`~gradcode.codes.base.LinearCode.decode_rtol`), else :data:`DEFAULT_RTOL` of
+    that precision."""
+    prec = max((wire_precision(t) for t in dtypes), key=UNIT_ROUNDOFF.get, default="float64")
+    if precision is not None:
+        named = wire_precision(precision)
+        if not (isinstance(precision, str) and precision in UNIT_ROUNDOFF) and np.dtype(precision).kind in "iub":
+            # integer *arrays* are exact; an integer *wire type* is not one messages cross in
+            raise ValueError(f"precision names the float type the messages crossed the wire in: one of"
+                             f" {sorted(UNIT_ROUNDOFF)} or a float dtype, got {precision!r}")
+        prec = max(prec, named, key=UNIT_ROUNDOFF.get)
+    if rtol is None:
+        rtol = code_rtol
+    return prec, DEFAULT_RTOL[prec] if rtol is None else check_real("rtol", rtol, minimum=0.0, strict_min=True)
+
+
+def partial_bounds(code, ids: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """A bound on ``||g_j[c]||`` for every (partition, chunk) coordinate: row ``i`` sums
+    ``|B_i[jc]| ||g_j[c]||`` to at most ``S_i``, so ``||g_j[c]|| <= S_i / |B_i[jc]|`` for each
+    received row that holds it (infinite for coordinates no received row holds; ``A B_F - T``
+    is 0 there)."""
+    B = code._sparse_rows()[4][ids]
+    per_nz = np.repeat(sums, np.diff(B.indptr)) / np.abs(B.data)
+    out = np.full(B.shape[1], np.inf)
+    np.minimum.at(out, B.indices, per_nz)
+    out[~np.isfinite(out)] = 0.0
+    return out
+
+
+def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
+    """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
+    most ``u S_i + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
+    the wire type of the values scaled by ``f_i``, whose elements below its normal range err by
+    up to ``eta``, half its smallest subnormal, whatever their size; the worker's sum, in
+    ``u_c = min(u, float32's)``, of terms whose norms add to ``S_i``, its coefficients rounded
+    to that type too) plus the master's float64 sum; chunk ``c`` by ``sum_i |A[c, i]|`` times
+    that, plus the coefficients' residual times the partial gradients' bounded norms. Accepted
+    when the bound is at most ``tol`` of the result, or at most :data:`PLAIN_SUM_SLACK` times
+    ``plain_bound``, the same bound for adding the partial gradients themselves in this
+    precision (from the same bounded norms ``||g_j||``): a decode is never refused for being as
+    good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
+    too, and its relative error grows for any method)."""
+    u = UNIT_ROUNDOFF[prec]
+    computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
+    u_c = UNIT_ROUNDOFF[computed]
+    root_m = math.sqrt(m)
+    absA = np.abs(sol.coefficients)
+    terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
+    L = code.chunks
+    with np.errstate(over="ignore", invalid="ignore"):
+        row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
+                     + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
+        per_chunk = absA @ row_error
+        plain = 0.0
+        if sol.row_ids is not None:
+            gb = partial_bounds(code, sol.row_ids, sums)  # ||g_j[c]|| bounds, (k L,)
+            if sol.residual is not None:
+                per_chunk = per_chunk + sol.residual @ gb
+            # the same bound for a plain sum of the k partials: each cast, summed by the master,
+            # its one term (and unit coefficient) rounded at the worker
+            per_partial = u + code.k * _EPS + 2 * u_c
+            plain = per_partial * float(np.linalg.norm(gb.reshape(code.k, L).sum(axis=0)))
+        bound = float(np.sqrt(per_chunk @ per_chunk))
+        summed = float(np.linalg.norm(absA @ sums))
+    if size > 0:
+        rel = bound / size
+    else:
+        rel = 0.0 if bound == 0 else math.inf
+    if not (rel <= tol or bound <= PLAIN_SUM_SLACK * plain):
+        cancel = summed / size if size > 0 else math.inf
+        wider = [p for p in ("float32", "float64") if UNIT_ROUNDOFF[p] < u]
+        raise ImpreciseDecodeError(
+            f"decoded gradient not trusted in {prec}: its rounding-error bound is {rel:.1e} of its norm"
+            f" (> rtol={tol:g}) and {bound / plain if plain else math.inf:.2g}x the error of adding the"
+            f" partial gradients themselves in {prec}; the decoding coefficients amplify the messages'"
+            f" rounding {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was"
+            f" summed over the result's norm). Decode with more workers' messages (smaller"
+            f" coefficients)" + (f", send messages as {' or '.join(wider)}" if wider else "")
+            + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
+            relative_bound=rel, precision=prec, rtol=tol,
+        )
+    return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
