@@ -211,7 +211,8 @@ def test_gilbert_elliot_initial_slow_count():
 def test_gilbert_elliot_heterogeneous_rates():
     """GC-DC VI-B1: mu_f ~ U[0, 5] per worker, mu_s = mu_f / 10, straggler iff rate < tau."""
     m = make_delay_model("gilbert-elliot-het", p_switch=0.2, tau=0.5)
-    assert m == make_delay_model("gilbert-elliot", heterogeneous=True, p_switch=0.2, tau=0.5)
+    with pytest.raises(ValueError, match="heterogeneous"):  # 0.1's flag: the -het name is the one way now
+        make_delay_model("gilbert-elliot", heterogeneous=True, p_switch=0.2, tau=0.5)
     assert m.describe()["name"] == "gilbert-elliot-het"
     d = m.draw(400, 300, 8)
     fast_rate = d.rates.max(axis=0)  # each worker's fast rate (seen at least once at p = 0.2)
@@ -366,11 +367,8 @@ def test_models_are_frozen_dataclasses(name):
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(model, field, 1)
     # the fields are the registry's parameters (what gradcode models lists), common ones aside
-    # (and, for gilbert-elliot, the heterogeneous route's)
     assert list(model.params) == [f.name for f in dataclasses.fields(model)]
     listed = set(DELAY_MODELS.parameters(name)) - {"comm", "comm_latency"}
-    if name == "gilbert-elliot":
-        listed -= {"heterogeneous", "rate_max", "slow_factor", "tau"}
     assert set(model.params) == listed
     again = make_delay_model(name, **ALL_EXAMPLES[name])
     assert again == model and hash(again) == hash(model)
@@ -383,12 +381,10 @@ def test_gilbert_elliot_variants_are_two_classes():
     assert type(homo) is GilbertElliot and type(het) is GilbertElliotHet
     assert homo.name == "gilbert-elliot" and het.name == "gilbert-elliot-het"
     assert not hasattr(homo, "heterogeneous") and not hasattr(het, "mu_fast")
-    # the name gilbert-elliot keeps its heterogeneous flag, a route to the second class
-    assert make_delay_model("gilbert-elliot", heterogeneous=True, p_switch=0.2, tau=0.4) == het
     assert GilbertElliotHet(p_switch=0.2, tau=0.4) == het and GilbertElliot(p_switch=0.2, initial_slow=1) == homo
     assert het.stationary_slow == homo.stationary_slow == 0.5
-    assert list(model_info("gilbert-elliot")["params"])[:8] == [
-        "mu_fast", "mu_slow", "p_switch", "p_recover", "alpha", "initial_slow", "partitions", "heterogeneous"]
+    assert list(model_info("gilbert-elliot")["params"])[:7] == [
+        "mu_fast", "mu_slow", "p_switch", "p_recover", "alpha", "initial_slow", "partitions"]
     with pytest.raises(TypeError, match="does not take 'mu_fast'"):
         make_delay_model("gilbert-elliot-het", mu_fast=2.0)
 
@@ -410,7 +406,6 @@ PINNED_DRAWS = [
     ("gilbert-elliot-het", dict(p_switch=0.2, tau=0.5), "bd5cda6d742fd4f1"),
     ("gilbert-elliot-het", dict(p_switch=0.1, p_recover=0.3, rate_max=4.0, slow_factor=5.0, initial_slow=2),
      "47a7db59050bd790"),
-    ("gilbert-elliot", dict(heterogeneous=True, p_switch=0.2, tau=0.4), "c869f197d48b6f2f"),
     ("time-varying", dict(p=0.05), "0f38b7164f246d54"),
     ("time-varying", dict(p=0.2, tau=1.0, initial_slow=3), "ec87bda5c60de9b6"),
     ("shared-access", dict(arrival_rate=1.0), "cf166cb9f54da26d"),
@@ -450,7 +445,7 @@ def test_draws_are_pinned(name, params, digest):
         ("shifted-exp", dict(alpha=float("nan")), ValueError, "alpha must be finite"),
         ("shifted-exp", dict(partitions=0), ValueError, "partitions"),
         ("gilbert-elliot", dict(mu_fast=1, mu_slow=2), ValueError, "mu_slow must be <= mu_fast"),
-        ("gilbert-elliot", dict(heterogeneous="yes"), TypeError, "heterogeneous"),
+        ("gilbert-elliot", dict(heterogeneous=True), TypeError, "does not take 'heterogeneous'"),
         ("time-varying", dict(tau=6), ValueError, "tau"),
         ("shared-access", dict(stay_min=3, stay_max=2), ValueError, "stay_max"),
         ("shared-access", dict(latency_min=0.3), ValueError, "latency_max"),

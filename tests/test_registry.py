@@ -246,7 +246,7 @@ BAD_PARAMS = [
     (DELAY_MODELS, "bernoulli", {"p": 1.5}, ValueError, "^p must be <= 1.0, got 1.5$"),
     (DELAY_MODELS, "fixed", {"stragglers": 1.5}, TypeError, "^stragglers must be an integer, got 1.5 \\(float\\)$"),
     (DELAY_MODELS, "fixed", {"comm": -1}, ValueError, "^comm must be >= 0.0, got -1.0$"),
-    (DELAY_MODELS, "gilbert-elliot", {"heterogeneous": "yes"}, TypeError, "^heterogeneous must be True or False, got 'yes'$"),
+    (DELAY_MODELS, "gilbert-elliot", {"heterogeneous": True}, ParameterError, "does not take 'heterogeneous'"),
     (DELAY_MODELS, "trace", {}, TypeError, "exactly one of delays .* or path"),
     # problems
     (PROBLEMS, "svm", {}, UnknownNameError, "^unknown problem 'svm'; available problems: cnn, linear, logistic, mlp, softmax$"),

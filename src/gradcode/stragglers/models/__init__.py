@@ -42,9 +42,7 @@ when it is built), registered by name in :data:`DELAY_MODELS` and built by
   GC-DC).
 * ``gilbert-elliot-het`` (GC-DC Sec. VI-B1; :class:`GilbertElliotHet`): the same chain, with
   per-worker rates ``mu_f ~ U[0, rate_max]`` drawn once per draw and ``mu_s = mu_f / slow_factor``;
-  a worker is a straggler when its current rate is below the threshold ``tau``. The name
-  ``gilbert-elliot`` with ``heterogeneous=True`` builds this class too (the flag is kept for
-  callers of the time when one class held both variants).
+  a worker is a straggler when its current rate is below the threshold ``tau``.
 * ``time-varying`` (GC-DC eq. 21): ``mu[t+1] = (1 - a[t+1]) mu[t] + a[t+1] U[0, rate_max]`` with
   ``a ~ Bernoulli(p)``; straggler when ``mu < tau``.
 * ``shared-access`` (GC-DC Sec. VI-C): other users' tasks arrive at each worker as a Poisson process
@@ -78,7 +76,7 @@ from gradcode.stragglers.models.base import (
     register_delay_model,
     with_communication,
 )
-from gradcode.stragglers.models.markov import GilbertElliot, GilbertElliotHet, gilbert_elliot
+from gradcode.stragglers.models.markov import GilbertElliot, GilbertElliotHet
 from gradcode.stragglers.models.shared_access import SharedAccess
 from gradcode.stragglers.models.simple import BernoulliDelay, FixedDelay, PartialStragglers, ShiftedExponential
 from gradcode.stragglers.models.time_varying import TimeVaryingRates
@@ -99,7 +97,6 @@ __all__ = [
     "TraceDelays",
     "WithCommunication",
     "available_delay_models",
-    "gilbert_elliot",
     "make_delay_model",
     "model_info",
     "register_delay_model",

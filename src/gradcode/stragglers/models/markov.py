@@ -4,7 +4,6 @@ stream). Load conventions: :mod:`gradcode.stragglers.models`."""
 
 from __future__ import annotations
 
-import inspect
 
 from dataclasses import dataclass
 from typing import ClassVar
@@ -17,7 +16,6 @@ from gradcode.stragglers.models.base import (
     _PARTITIONS_HELP,
     DelayModel,
     Draw,
-    _check_bool,
     _check_count,
     _opt_int,
     _partitions,
@@ -146,6 +144,7 @@ class _TwoStateChain:
         return 0.5 if total == 0 else self.p_switch / total
 
 
+@register_delay_model("gilbert-elliot")
 @dataclass(**_MODEL)
 class GilbertElliot(_TwoStateChain, DelayModel):
     """Gilbert-Elliot two-state straggling (GC-DC Sec. VI-A, SGC App. C) on top of eq. 20.
@@ -158,9 +157,7 @@ class GilbertElliot(_TwoStateChain, DelayModel):
     with an integer exactly that many random workers start slow (GC-DC starts 10 of 20). Given the
     state, compute times follow eq. 20. Straggling = slow state.
 
-    Workers with rates of their own are :class:`GilbertElliotHet`. Registered as
-    ``gilbert-elliot`` through :func:`gilbert_elliot`, which also builds the heterogeneous model
-    when given ``heterogeneous=True``.
+    Workers with rates of their own are :class:`GilbertElliotHet` (``gilbert-elliot-het``).
     """
 
     name: ClassVar[str] = "gilbert-elliot"
@@ -260,37 +257,3 @@ class GilbertElliotHet(_TwoStateChain, DelayModel):
         return _chain_blocks(self, rounds, n, rng, block, lambda g: self._worker_rates(g, n))
 
 
-@register_delay_model("gilbert-elliot")
-def gilbert_elliot(*, heterogeneous: bool = False, **params) -> GilbertElliot | GilbertElliotHet:
-    """The ``gilbert-elliot`` name: :class:`GilbertElliot`, or with ``heterogeneous=True``
-    :class:`GilbertElliotHet` (then ``mu_fast`` and ``mu_slow`` are unused, as ``rate_max``,
-    ``slow_factor`` and ``tau`` are without it).
-
-    The flag predates the two classes; it is kept so that existing calls and ``--delay-param
-    heterogeneous=true`` keep working, and the name lists the parameters it has always listed
-    (the signature below, which the registry reads).
-    """
-    unknown = sorted(set(params) - set(_GE_PARAMS))
-    if unknown:
-        raise TypeError(f"gilbert_elliot() got unexpected parameter(s) {', '.join(unknown)}")
-    values = {**_GE_PARAMS, **params}
-    chain = {k: values[k] for k in ("p_switch", "p_recover", "alpha", "initial_slow", "partitions")}
-    if _check_bool("heterogeneous", heterogeneous):
-        return GilbertElliotHet(**chain, rate_max=values["rate_max"], slow_factor=values["slow_factor"],
-                                tau=values["tau"])
-    return GilbertElliot(mu_fast=values["mu_fast"], mu_slow=values["mu_slow"], **chain)
-
-
-#: the parameters of the ``gilbert-elliot`` name and their defaults (both classes' together)
-_GE_PARAMS = {"mu_fast": 10.0, "mu_slow": 0.1, "p_switch": 0.05, "p_recover": None, "alpha": 0.01,
-              "initial_slow": None, "partitions": None, "rate_max": 5.0, "slow_factor": 10.0, "tau": 0.5}
-gilbert_elliot.__signature__ = inspect.Signature(
-    [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in _GE_PARAMS.items()][:7]
-    + [inspect.Parameter("heterogeneous", inspect.Parameter.KEYWORD_ONLY, default=False)]
-    + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in list(_GE_PARAMS.items())[7:]])
-gilbert_elliot.summary = GilbertElliot.summary
-gilbert_elliot.param_help = {
-    **GilbertElliot.param_help,
-    "heterogeneous": "per-worker rates mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor (GC-DC VI-B1)",
-    **_HET_HELP,
-}
