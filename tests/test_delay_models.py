@@ -24,21 +24,15 @@ from gradcode.stragglers import (
 )
 from gradcode.stragglers.models import GilbertElliot, GilbertElliotHet
 
-ALL_EXAMPLES = {
-    "fixed": dict(stragglers=2, delay=0.5),
-    "bernoulli": dict(p=0.1, slowdown=10),
-    "partial": dict(stragglers=1, alpha=2.0),
-    "shifted-exp": dict(mu=1.0, alpha=0.01),
-    "gilbert-elliot": dict(mu_fast=10, mu_slow=0.1, p_switch=0.05, alpha=0.01),
-    "gilbert-elliot-het": dict(p_switch=0.2, tau=0.5),
-    "time-varying": dict(p=0.05, tau=1.0, initial_slow=3),
-    "shared-access": dict(arrival_rate=1.0),
-    "trace": dict(delays=np.arange(40.0).reshape(8, 5) + 1),
-}
+#: every registered model's first declared example (DelayModel.examples): a model joins these tests
+#: by registering
+ALL_EXAMPLES = {name: DELAY_MODELS.get(name).__dict__.get("examples", ({},))[0] for name in DELAY_MODELS.names()}
 
 
-def test_registry_lists_every_model():
+def test_registry_lists_every_model_and_each_declares_examples():
     assert set(available_delay_models()) == set(ALL_EXAMPLES)
+    missing = [n for n in DELAY_MODELS.names() if not DELAY_MODELS.get(n).__dict__.get("examples")]
+    assert not missing, f"{missing} declare no examples (a class attribute: tuple of parameter dicts)"
     assert gradcode.available_delay_models() == available_delay_models()
     assert gradcode.make_delay_model is make_delay_model
 

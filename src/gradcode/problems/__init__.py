@@ -37,8 +37,6 @@ from gradcode.problems.data import (
     partition_rows,
     register_dataset,
 )
-from gradcode.problems import amazon as _amazon  # noqa: F401  registers amazon-synthetic, amazon-csv
-from gradcode.problems import files as _files  # noqa: F401  registers file (CSV, NPZ, LibSVM)
 from gradcode.problems.models import (
     PROBLEMS,
     LinearRegression,
@@ -49,7 +47,6 @@ from gradcode.problems.models import (
     make_problem,
     register_problem,
 )
-from gradcode.problems import torch_models as _torch_models  # noqa: F401  registers mlp, cnn (torch lazily)
 from gradcode.problems.optimizers import (
     GD,
     OPTIMIZERS,

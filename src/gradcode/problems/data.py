@@ -34,14 +34,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from gradcode._validation import check_choice, check_int, check_real
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
 TASKS = ("binary", "regression", "multiclass")
 
 #: Every dataset by name: ``DATASETS.make(name, rng, test_fraction, **params)`` builds one (what
 #: :func:`make_dataset` does from a :class:`DataSpec`); ``.names()``, ``.parameters(name)`` (the
 #: builder's, after ``rng`` and ``test_fraction``), ``.info(name)``.
-DATASETS: Registry[Dataset] = Registry("dataset", inputs=("rng", "test_fraction"))
+DATASETS: Registry[Dataset] = Registry("dataset", inputs=("rng", "test_fraction"), modules=package_modules(__file__))
 
 
 def register_dataset(name: str, *, aliases=()):

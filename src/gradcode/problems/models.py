@@ -36,11 +36,11 @@ from scipy.special import expit, log_softmax, softmax
 
 from gradcode._validation import check_real
 from gradcode.problems.data import Dataset
-from gradcode.registry import Registry
+from gradcode.registry import Registry, package_modules
 
 #: Every problem by name: ``PROBLEMS.make(name, dataset, **params)`` (= :func:`make_problem`),
 #: ``.names()``, ``.parameters(name)`` (the constructor's, after ``dataset``).
-PROBLEMS: Registry[Problem] = Registry("problem", inputs=("dataset",))
+PROBLEMS: Registry[Problem] = Registry("problem", inputs=("dataset",), modules=package_modules(__file__))
 
 
 def register_problem(name: str, *, aliases=()):

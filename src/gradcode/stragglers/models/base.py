@@ -115,6 +115,9 @@ class DelayModel:
     name: ClassVar[str] = "?"
     summary: ClassVar[str] = ""
     param_help: ClassVar[dict[str, str]] = {}
+    #: valid parameter sets of a registered model: the model tests (``tests/test_delay_models.py``)
+    #: build and check each, so a model joins them by registering; a registered model declares its own
+    examples: ClassVar[tuple[dict, ...]] = ()
 
     def _set(self, **values) -> None:
         """Store validated values on the frozen instance (for ``__post_init__`` only)."""

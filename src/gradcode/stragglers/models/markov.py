@@ -160,6 +160,8 @@ class GilbertElliot(_TwoStateChain, DelayModel):
     Workers with rates of their own are :class:`GilbertElliotHet` (``gilbert-elliot-het``).
     """
 
+    examples = (dict(mu_fast=10, mu_slow=0.1, p_switch=0.05, alpha=0.01),)
+
     name: ClassVar[str] = "gilbert-elliot"
     summary = "two-state Markov (fast/slow) rates on top of eq. 20, homogeneous workers (GC-DC VI-A)"
     param_help = {
@@ -214,6 +216,8 @@ class GilbertElliotHet(_TwoStateChain, DelayModel):
     below ``tau`` (a fast worker with a small ``mu_f`` can be one, a slow worker with a large one
     not), which is what GC-DC's heterogeneous experiments count.
     """
+
+    examples = (dict(p_switch=0.2, tau=0.5),)
 
     summary = ("two-state Markov rates with per-worker mu_f ~ U(0, rate_max], mu_s = mu_f / slow_factor,"
                " straggler when rate < tau (GC-DC VI-B1)")

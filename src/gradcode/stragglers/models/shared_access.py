@@ -43,6 +43,8 @@ class SharedAccess(DelayModel):
     does not say in which time unit lambda is expressed.
     """
 
+    examples = (dict(arrival_rate=1.0),)
+
     summary = "Poisson task arrivals share each worker; latency linear in its load, 20-200 ms (GC-DC VI-C)"
     param_help = {
         "arrival_rate": "mean number of other users' tasks arriving at a worker per round (Poisson)",

@@ -26,6 +26,8 @@ from gradcode.stragglers.models.base import (
 class FixedDelay(DelayModel):
     """s random workers per round are delayed by a constant (Tandon et al., Sec. 5)."""
 
+    examples = (dict(stragglers=2, delay=0.5),)
+
     _rows_independent = True
 
     summary = "s random workers per round are delayed by a constant additive delay (Tandon Sec. 5)"
@@ -54,6 +56,8 @@ class FixedDelay(DelayModel):
 @dataclass(**_MODEL)
 class BernoulliDelay(DelayModel):
     """Each worker straggles independently with probability p, slowed by a factor."""
+
+    examples = (dict(p=0.1, slowdown=10),)
 
     _rows_independent = True
 
@@ -87,6 +91,8 @@ class PartialStragglers(DelayModel):
     An alpha-partial straggler is "at most alpha times slower than any non-straggler"; this model
     takes the worst case the scheme is designed for: a straggler needs exactly ``alpha`` times the
     time of a non-straggler for the same work (``alpha * base * load``)."""
+
+    examples = (dict(stragglers=1, alpha=2.0),)
 
     _rows_independent = True
 
@@ -124,6 +130,8 @@ class ShiftedExponential(DelayModel):
     ``P[X_r <= t] = 1 - exp(-mu (t / r - alpha))`` for ``t >= r alpha``: ``X_r = r (alpha + E)``,
     ``E ~ Exp(mu)`` (mean ``1 / mu``), so ``E[X_r] = r (alpha + 1 / mu)`` and the k-th fastest of n
     workers has mean ``r (alpha + (H_n - H_{n-k}) / mu)`` (H: harmonic numbers)."""
+
+    examples = (dict(mu=1.0, alpha=0.01),)
 
     _rows_independent = True
 

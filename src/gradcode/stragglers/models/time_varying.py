@@ -35,6 +35,8 @@ class TimeVaryingRates(DelayModel):
     this way). A worker is a straggler when ``mu < tau``. Uniform rates are drawn in
     ``(0, rate_max]`` so that no rate is exactly 0 (an infinite time)."""
 
+    examples = (dict(p=0.05, tau=1.0, initial_slow=3),)
+
     summary = "per-worker rates re-sampled U(0, rate_max] with probability p each round (GC-DC eq. 21)"
     param_help = {
         "p": "probability that a worker re-samples its rate at the start of a round",

@@ -47,6 +47,8 @@ class TraceDelays(DelayModel):
     they were read from.
     """
 
+    examples = (dict(delays=np.arange(40.0).reshape(8, 5) + 1),)
+
     summary = "replay a (rounds, workers) array of measured seconds, load-adjusted by SGC App. J"
     param_help = {
         "delays": "(rounds, workers) array of seconds (or give path)",
