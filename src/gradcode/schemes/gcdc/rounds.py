@@ -24,6 +24,8 @@ Per round ``t``:
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -33,6 +35,24 @@ from gradcode.schemes.gcdc.clustering import _dealt, _turns
 #: ``info`` slots: rounds played, and whether the kernel stopped before a round whose conflicts
 #: need Python's augmenting chains
 PLAYED, CHAIN = range(2)
+
+# The kernel's inputs and outputs as named records (numba passes named tuples of arrays as they
+# are), one record per concern instead of 27 positional arguments.
+
+#: the block's times: ``intercept``, ``slope`` ``(m, K)``, the message time ``c``, the mu-rule's
+#: ``mu`` (-1: close when decodable) and ``wait_all`` (wait out every worker past the deadline)
+Timing = namedtuple("Timing", "intercept slope c mu wait_all")
+#: what round ``k`` is planned with: ``states[k]`` or, where ``by_rates[k]``, ``rates[k]`` with
+#: ``tau``; ``placed[k]`` (``>= 0``) a placement Python made for a round that needed chains
+Plans = namedtuple("Plans", "states rates by_rates tau placed")
+#: the clustering: ``columns``, ``clusters_of``, ``membership`` (the assignment), ``ell`` workers a
+#: cluster, ``shared`` (every worker in every cluster), ``loads`` (each codeword's prefix load),
+#: ``need = l - r + 1`` results a cluster
+Layout = namedtuple("Layout", "columns clusters_of membership ell shared loads need")
+#: where the rounds go: the workers' straggler ``hist`` (by round) and the codewords' ``cw_rows``
+#: (by block row), ``records`` (keep arrivals and finishes), the rounds' ``end``, ``waited``,
+#: ``strag``, ``arr``, ``fin``, and ``info`` (:data:`PLAYED`, :data:`CHAIN`)
+Tables = namedtuple("Tables", "hist cw_rows records end waited strag arr fin info")
 
 
 @njit(cache=True)
@@ -69,15 +89,18 @@ def _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
 
 
 @njit(cache=True)
-def gcdc_rounds(t0, ic, sl, c, mu, wait_all, plan_states, plan_rates, by_rates, tau, placed, columns, clusters_of,
-                membership, ell, shared, loads, need, hist, cw_rows, records, end, waited, strag, arr, fin, info):
-    """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring). Round ``k`` of the block is
-    planned with ``plan_states[k]`` or, where ``by_rates[k]``, with ``plan_rates[k]`` and ``tau``,
-    unless ``placed[k, 0] >= 0``: then ``placed[k]`` holds each cluster's members in slot order
-    (``(P, l)`` flattened), Algorithm 1 as Python ran it for a round that needed chains;
-    ``loads[q]``: the prefix load of codeword ``q``'s one message; ``need = l - r + 1``. Writes
-    the workers' straggler rows into ``hist`` (by round) and the codewords' into ``cw_rows`` (by
-    block row)."""
+def gcdc_rounds(t0, timing, plans, layout, out):
+    """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring) on the block's :class:`Timing`,
+    :class:`Plans` and :class:`Layout`, into its :class:`Tables`. Round ``k`` of the block is
+    planned with ``plans.states[k]`` or, where ``plans.by_rates[k]``, with ``plans.rates[k]`` and
+    ``tau``, unless ``plans.placed[k, 0] >= 0``: then ``placed[k]`` holds each cluster's members in
+    slot order (``(P, l)`` flattened), Algorithm 1 as Python ran it for a round that needed chains.
+    Writes the workers' straggler rows into ``out.hist`` (by round) and the codewords' into
+    ``out.cw_rows`` (by block row)."""
+    ic, sl, c, mu, wait_all = timing
+    plan_states, plan_rates, by_rates, tau, placed = plans
+    columns, clusters_of, membership, ell, shared, loads, need = layout
+    hist, cw_rows, records, end, waited, strag, arr, fin, info = out
     m, K = ic.shape
     P = columns.shape[0]
     planned = np.ones(K, dtype=np.int64)

@@ -76,7 +76,7 @@ from gradcode.schemes.gcdc.clustering import (
     check_tau,
     dynamic_clustering,
 )
-from gradcode.schemes.gcdc.rounds import gcdc_rounds
+from gradcode.schemes.gcdc.rounds import Layout, Plans, Tables, Timing, gcdc_rounds
 from gradcode.schemes.static import StaticScheme, code_loads
 
 __all__ = ["GCDC", "RoundPlan"]
@@ -342,16 +342,20 @@ class GCDC(Scheme):
         columns = np.ascontiguousarray(a.columns, dtype=np.int64)
         clusters_of = np.ascontiguousarray(a.clusters_of, dtype=np.int64)
         no_table = np.empty((0, 0))
+        layout = Layout(columns, clusters_of, a.membership, self.cluster_size, a.clusters_per_worker == a.clusters,
+                        self._codeword_loads, self.needed_per_cluster)
         played = 0
         while played < m:
             info = np.zeros(2, dtype=np.int64)
             k = played
-            gcdc_rounds(first + k, intercept[k:], slope[k:], float(message_time), -1.0 if mu is None else float(mu),
-                        bool(wait_all), plan_states[k:], plan_rates[k:], by_rates[k:], float(self.tau or 0.0),
-                        placed[k:], columns, clusters_of, a.membership, self.cluster_size,
-                        a.clusters_per_worker == a.clusters, self._codeword_loads, self.needed_per_cluster, hist,
-                        cw_rows[k:], bool(records), out.end[k:], out.waitout[k:], out.stragglers[k:],
-                        out.arrivals[k:] if records else no_table, out.finish[k:] if records else no_table, info)
+            gcdc_rounds(first + k,
+                        Timing(intercept[k:], slope[k:], float(message_time), -1.0 if mu is None else float(mu),
+                               bool(wait_all)),
+                        Plans(plan_states[k:], plan_rates[k:], by_rates[k:], float(self.tau or 0.0), placed[k:]),
+                        layout,
+                        Tables(hist, cw_rows[k:], bool(records), out.end[k:], out.waitout[k:], out.stragglers[k:],
+                               out.arrivals[k:] if records else no_table, out.finish[k:] if records else no_table,
+                               info))
             played = k + int(info[0])
             if info[1]:  # round `played` needs Algorithm 1's augmenting chains: Python places it
                 info_k = ({"rates": plan_rates[played], "tau": self.tau} if by_rates[played]
