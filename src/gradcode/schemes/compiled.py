@@ -6,10 +6,18 @@ the simulator's tables."""
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
-__all__ = ["close_time", "kth_smallest", "records_row", "time_round"]
+__all__ = ["Timing", "close_time", "kth_smallest", "records_row", "time_round"]
+
+#: a block's times, the first record every compiled-rounds kernel takes (numba passes named tuples
+#: of arrays as they are): ``intercept``, ``slope`` ``(m, n)``, the message time ``c``, the
+#: mu-rule's ``mu`` (-1: close when decodable) and ``wait_all`` (wait out every worker past the
+#: deadline)
+Timing = namedtuple("Timing", "intercept slope c mu wait_all")
 
 
 @njit(cache=True)

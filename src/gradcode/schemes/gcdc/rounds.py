@@ -37,11 +37,9 @@ from gradcode.schemes.gcdc.clustering import _dealt, _turns
 PLAYED, CHAIN = range(2)
 
 # The kernel's inputs and outputs as named records (numba passes named tuples of arrays as they
-# are), one record per concern instead of 27 positional arguments.
+# are), one record per concern instead of 27 positional arguments; the first is the shared
+# :data:`~gradcode.schemes.compiled.Timing`.
 
-#: the block's times: ``intercept``, ``slope`` ``(m, K)``, the message time ``c``, the mu-rule's
-#: ``mu`` (-1: close when decodable) and ``wait_all`` (wait out every worker past the deadline)
-Timing = namedtuple("Timing", "intercept slope c mu wait_all")
 #: what round ``k`` is planned with: ``states[k]`` or, where ``by_rates[k]``, ``rates[k]`` with
 #: ``tau``; ``placed[k]`` (``>= 0``) a placement Python made for a round that needed chains
 Plans = namedtuple("Plans", "states rates by_rates tau placed")
@@ -90,7 +88,8 @@ def _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
 
 @njit(cache=True)
 def gcdc_rounds(t0, timing, plans, layout, out):
-    """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring) on the block's :class:`Timing`,
+    """GC-DC's rounds ``t0 .. t0 + m - 1`` (module docstring) on the block's
+    :data:`~gradcode.schemes.compiled.Timing`,
     :class:`Plans` and :class:`Layout`, into its :class:`Tables`. Round ``k`` of the block is
     planned with ``plans.states[k]`` or, where ``plans.by_rates[k]``, with ``plans.rates[k]`` and
     ``tau``, unless ``plans.placed[k, 0] >= 0``: then ``placed[k]`` holds each cluster's members in

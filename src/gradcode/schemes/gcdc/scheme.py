@@ -68,6 +68,7 @@ from gradcode.schemes.base import (
     Task,
     check_round,
 )
+from gradcode.schemes.compiled import Timing
 from gradcode.schemes.gcdc.assignment import ClusterAssignment, check_cluster_shape, min_clusters_per_worker
 from gradcode.schemes.gcdc.clustering import (
     ClusterPlacement,
@@ -76,7 +77,7 @@ from gradcode.schemes.gcdc.clustering import (
     check_tau,
     dynamic_clustering,
 )
-from gradcode.schemes.gcdc.rounds import Layout, Plans, Tables, Timing, gcdc_rounds
+from gradcode.schemes.gcdc.rounds import Layout, Plans, Tables, gcdc_rounds
 from gradcode.schemes.static import StaticScheme, code_loads
 
 __all__ = ["GCDC", "RoundPlan"]

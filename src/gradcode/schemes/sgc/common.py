@@ -57,7 +57,8 @@ from gradcode.schemes.base import (
     accept_messages,
     check_round,
 )
-from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, RECEIVED, STATUS
+from gradcode.schemes.compiled import Timing
+from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, RECEIVED, STATUS, Tables
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
 
@@ -505,8 +506,10 @@ class SequentialScheme(Scheme):
             info = np.zeros(7, dtype=np.int64)
             info[LAST_JOB] = -1
             rings = self._to_rings()
-            self._kernel(first, intercept[:m], slope[:m], float(message_time), -1.0 if mu is None else float(mu),
-                         bool(wait_all), hist, rings, bool(records), end, waited, strag, arr, fin, fjobs, frounds, info)
+            timing = Timing(intercept[:m], slope[:m], float(message_time), -1.0 if mu is None else float(mu),
+                            bool(wait_all))
+            self._kernel(first, timing, hist, rings, Tables(bool(records), end, waited, strag, arr, fin, fjobs,
+                                                            frounds, info))
             if not info[STATUS]:
                 break
             # a round the kernel cannot finish (it cannot finish by the protocol either: the driver's

@@ -43,7 +43,7 @@ import numpy as np
 from gradcode.codes.messages import as_rows
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import msgc_rounds
+from gradcode.schemes.sgc.rounds import MParams, MRings, msgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
@@ -415,16 +415,15 @@ class MSGC(SequentialScheme):
             job.missing, job.coded_n = int(missing[x]), coded_n[x].tolist()
         self._jobs = jobs
 
-    def _kernel(self, first, intercept, slope, c, mu, wait_all, hist, rings, records, *out) -> None:
+    def _kernel(self, first, timing, hist, rings, out) -> None:
         gc, n = self.gc, self.n
         rep = gc is not None and gc.rep
         group = (gc.group if rep else np.zeros(n)).astype(np.int64)
         sizes = self.partition_sizes
         size2 = float(sizes[(self.W - 1) * n]) if gc is not None else 0.0
-        msgc_rounds(
-            first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam,
-            -1 if self.jobs is None else self.jobs, rep, group, gc.groups if rep else 1, self._coded_last,
-            float(sizes[0]), size2, hist, *rings, records, *out)
+        params = MParams(self.B, self.W, self.lam, -1 if self.jobs is None else self.jobs, rep, group,
+                         gc.groups if rep else 1, self._coded_last, float(sizes[0]), size2)
+        msgc_rounds(first, timing, params, hist, MRings(*rings), out)
 
     def _track_starts(self, t: int):
         lo = max(0, t - self._T)

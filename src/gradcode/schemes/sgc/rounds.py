@@ -44,6 +44,8 @@ simulator's ``NotDecodableError``), 2 a track broke or a job was left unfinished
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -318,14 +320,39 @@ def _sr_job(u, jid, recv, jcount, jfresh, jfin):
     return True
 
 
+# The kernels' inputs and outputs as named records (numba passes named tuples of arrays as they
+# are): the block's :data:`~gradcode.schemes.compiled.Timing`, the scheme's parameters, its state
+# as rings, and the block's output tables.
+
+#: SR-SGC's parameters: ``B``, ``W``, ``lam``, ``s``, ``J`` (jobs, -1: unbounded), ``rep`` (GC-Rep),
+#: ``group`` (each worker's GC-Rep group), ``groups``, ``prefix`` (the loads' message prefixes)
+SRParams = namedtuple("SRParams", "B W lam s J rep group groups prefix")
+#: SR-SGC's state: track flags at ``a mod (W + 1)`` (``fl_id`` the start or -1, ``fl_st`` 1 flags /
+#: 2 broken, ``fl_val`` per model: bursty, per-round), jobs at ``u mod (B + 2)`` (``jid`` the job
+#: or -1, ``recv``, ``jcount``, ``jfresh`` = N(u), ``jfin``)
+SRRings = namedtuple("SRRings", "fl_id fl_st fl_val jid recv jcount jfresh jfin")
+#: M-SGC's parameters: ``B``, ``W``, ``lam``, ``J``, ``rep``, ``group``, ``groups``, ``coded_last``
+#: (the last partition of each worker's coded mini-task, -1: none), ``size1``/``size2`` (a
+#: ``D_1`` / ``D_2`` chunk's data fraction)
+MParams = namedtuple("MParams", "B W lam J rep group groups coded_last size1 size2")
+#: M-SGC's state: track flags by job (``fl_*``, models: bursty, arbitrary), jobs by ``u mod (T +
+#: 2)``: ``jid``, ``have`` ``(n, W - 1)`` D_1 chunks held, ``missing``, ``coded`` ``(B, n)`` coded
+#: results held, ``coded_n``, ``cov``/``uncov`` (GC-Rep: results per group, groups uncovered), ``jfin``
+MRings = namedtuple("MRings", "fl_id fl_st fl_val jid have missing coded coded_n cov uncov jfin")
+#: a block's output: ``records`` (keep arrivals and finishes), the rounds' ``end``, ``waited``,
+#: ``strag``, ``arr``, ``fin``, the jobs finished and their rounds (``fjobs``, ``frounds``) and
+#: ``info`` (the slots above)
+Tables = namedtuple("Tables", "records end waited strag arr fin fjobs frounds info")
+
+
 @njit(cache=True)
-def srsgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, s, J, rep, group, groups, prefix, hist,
-                 fl_id, fl_st, fl_val, jid, recv, jcount, jfresh, jfin,
-                 records, end, waited, strag, arr, fin, fjobs, frounds, info):
-    """SR-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring). Rings: jobs at ``u mod (B + 2)``
-    (``jid`` the job or -1, ``recv``, ``jcount``, ``jfresh`` = N(u), ``jfin``); track flags at
-    ``a mod (W + 1)`` (``fl_id`` the start or -1, ``fl_st`` 1 flags / 2 broken, ``fl_val`` per
-    model: bursty, per-round)."""
+def srsgc_rounds(t0, timing, params, hist, rings, out):
+    """SR-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring) on :class:`SRParams` and the state
+    :class:`SRRings`, into :class:`Tables` and the straggler history ``hist``."""
+    ic, sl_, c, mu, wait_all = timing
+    B, W, lam, s, J, rep, group, groups, prefix = params
+    fl_id, fl_st, fl_val, jid, recv, jcount, jfresh, jfin = rings
+    records, end, waited, strag, arr, fin, fjobs, frounds, info = out
     m_rounds, n = ic.shape
     T = B
     need_n = n - s
@@ -626,15 +653,13 @@ def _m_loads(planned, kind, loads, memo, memo_n, size1, size2, lam, coded_last):
 
 
 @njit(cache=True)
-def msgc_rounds(t0, ic, sl_, c, mu, wait_all, B, W, lam, J, rep, group, groups, coded_last, size1, size2,
-                hist, fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin,
-                records, end, waited, strag, arr, fin, fjobs, frounds, info):
-    """M-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring). Rings by job ``u mod (T + 2)``:
-    ``jid``, ``have`` ``(n, W - 1)`` D_1 chunks held, ``missing``, ``coded`` ``(B, n)`` coded
-    results held, ``coded_n``, ``cov``/``uncov`` (GC-Rep: results per group, groups uncovered),
-    ``jfin``; track flags by job (``fl_*``, models: bursty, arbitrary). ``coded_last[i]``: the
-    last partition of worker ``i``'s coded mini-task its coefficients use (-1: none);
-    ``size1``/``size2``: a ``D_1`` / ``D_2`` chunk's data fraction."""
+def msgc_rounds(t0, timing, params, hist, rings, out):
+    """M-SGC's rounds ``t0 .. t0 + m - 1`` (module docstring) on :class:`MParams` and the state
+    :class:`MRings`, into :class:`Tables` and the straggler history ``hist``."""
+    ic, sl_, c, mu, wait_all = timing
+    B, W, lam, J, rep, group, groups, coded_last, size1, size2 = params
+    fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin = rings
+    records, end, waited, strag, arr, fin, fjobs, frounds, info = out
     m_rounds, n = ic.shape
     T = W - 2 + B
     S = W - 1 + B

@@ -31,7 +31,7 @@ import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import REATTEMPTS, srsgc_rounds
+from gradcode.schemes.sgc.rounds import REATTEMPTS, SRParams, SRRings, srsgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
@@ -250,15 +250,13 @@ class SRSGC(SequentialScheme):
         self._jobs = jobs
         self.reattempts += int(info[REATTEMPTS])
 
-    def _kernel(self, first, intercept, slope, c, mu, wait_all, hist, rings, records, *out) -> None:
+    def _kernel(self, first, timing, hist, rings, out) -> None:
         gc = self.gc
-        fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
         group = gc.group if gc.rep else np.zeros(self.n, dtype=np.intp)
         self._round_loads_prefix()
-        srsgc_rounds(
-            first, intercept, slope, c, mu, wait_all, self.B, self.W, self.lam, self.s,
-            -1 if self.jobs is None else self.jobs, gc.rep, group.astype(np.int64), gc.groups or 0, self._prefix,
-            hist, fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin, records, *out)
+        params = SRParams(self.B, self.W, self.lam, self.s, -1 if self.jobs is None else self.jobs, gc.rep,
+                          group.astype(np.int64), gc.groups or 0, self._prefix)
+        srsgc_rounds(first, timing, params, hist, SRRings(*rings), out)
 
     def _track_starts(self, t: int):
         return list(range(max(0, t - self.W + 1), t + 1))
