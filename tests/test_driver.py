@@ -518,6 +518,15 @@ def test_resume_refuses_another_configuration(tmp_path):
         run(tmp_path, scheme_params={"s": 1, "alpha": 3.0}, resume=True, **kw)
 
 
+def test_a_checkpoint_of_0_1_is_refused_naming_the_change():
+    """0.1's configuration said "code" where 0.2.0 says "scheme": such a checkpoint is refused by
+    name, before anything of it is used."""
+    from gradcode.runtime.master import _restore
+
+    with pytest.raises(CheckpointError, match="written by gradcode 0.1"):
+        _restore({"config": {"code": "crc", "code_params": {}}, "state": {}}, None, None)
+
+
 # ---------------------------------------------------------------------------- several models
 
 

@@ -10,43 +10,35 @@ this process on a virtual clock, for tests), both running the generic worker
 Importing this package does not import Ray.
 """
 
-from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.config import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-from gradcode.runtime.driver import ImpreciseWaitWarning, RoundDriver, RoundTimeoutError, RunSetup, TrainingStopped
-from gradcode.runtime.inprocess import InProcessEngine
-from gradcode.runtime.master import ENGINES, build_scheme, make_engine, parse_failures, prepare, resume, runs_home, train
-from gradcode.runtime.records import CheckpointError, RunDirInUseError, TrainResult, TrainState
-from gradcode.runtime.safe_state import UnsafeStateError, trust_modules
-from gradcode.runtime.worker import ProblemSpec, WireTask, WorkerCore
+import importlib
 
-__all__ = [
-    "CheckpointError",
-    "ClusterConfig",
-    "ENGINES",
-    "Engine",
-    "Event",
-    "FaultConfig",
-    "InProcessEngine",
-    "ProblemSpec",
-    "RoundDriver",
-    "ImpreciseWaitWarning",
-    "RoundTimeoutError",
-    "RunConfig",
-    "RunDirInUseError",
-    "RunSetup",
-    "TrainResult",
-    "TrainSpec",
-    "TrainState",
-    "TrainingStopped",
-    "UnsafeStateError",
-    "WireTask",
-    "WorkerCore",
-    "build_scheme",
-    "make_engine",
-    "parse_failures",
-    "prepare",
-    "resume",
-    "runs_home",
-    "train",
-    "trust_modules",
-]
+#: where each public name lives: imported on first use (PEP 562), so that the config objects
+#: (``gradcode.runtime.config``, what the command line builds its options from) load without the
+#: driver, the codes and numba
+_HOMES = {
+    "Engine": "base", "Event": "base",
+    "ClusterConfig": "config", "FaultConfig": "config", "RunConfig": "config", "TrainSpec": "config",
+    "ImpreciseWaitWarning": "driver", "RoundDriver": "driver", "RoundTimeoutError": "driver", "RunSetup": "driver",
+    "TrainingStopped": "driver",
+    "InProcessEngine": "inprocess",
+    "ENGINES": "master", "build_scheme": "master", "make_engine": "master", "parse_failures": "master",
+    "prepare": "master", "resume": "master", "runs_home": "master", "train": "master",
+    "CheckpointError": "records", "RunDirInUseError": "records", "TrainResult": "records", "TrainState": "records",
+    "UnsafeStateError": "safe_state", "trust_modules": "safe_state",
+    "ProblemSpec": "worker", "WireTask": "worker", "WorkerCore": "worker",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gradcode.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"gradcode.runtime.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -675,8 +675,9 @@ def _restore(saved: dict, setup: RunSetup, run: RunConfig) -> tuple[TrainState, 
     """The state and in-flight jobs of the checkpoint ``saved``, after checking it is this run's
     configuration; ``setup.scheme`` becomes the checkpointed scheme (its history kept) and the
     state's tables grow to ``run.rounds``."""
-    # checkpoints written before the closing rule was configurable closed when decodable
-    saved["config"] = {"close": "decodable", "waitout": "decodable", **saved["config"]}
+    if "scheme" not in saved.get("config", {}):  # 0.1 named it "code" (CHANGELOG.md, 0.2.0)
+        raise CheckpointError("resume: this checkpoint was written by gradcode 0.1, whose configuration names changed"
+                              " in 0.2.0 (CHANGELOG.md); start the run anew")
     # a scheme built from its name is fully described by the config (name, scheme_params, workers,
     # stragglers, seed); a code or scheme object is named by its repr, which may hold an address
     ignore = ("rounds",) if isinstance(setup.spec.scheme, str) else ("rounds", "scheme")
