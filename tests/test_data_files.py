@@ -60,7 +60,7 @@ def test_npz_and_svmlight(tmp_path):
 
 
 @pytest.mark.parametrize("content,params,message", [
-    (CSV, dict(target="price"), "no column 'price' \\(--target\\); the columns are age, income, city, bought"),
+    (CSV, dict(target="price"), "no column 'price' \\(target\\); the columns are age, income, city, bought"),
     (CSV, dict(target="bought"), "column 'city' line 2 holds 'paris', not a number"),
     (CSV, dict(target="bought", categorical="town"), "no column\\(s\\) 'town'"),
     ("", dict(target="bought"), "the file is empty"),

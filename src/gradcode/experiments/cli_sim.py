@@ -9,9 +9,9 @@ realisations) and prints mean / median / p95 round time and the speedup over unc
 writes a PNG of the mean round time per scheme and of the round-time CDF.
 
 Code parameters: ``--workers`` (``n``) and ``--stragglers`` (``s``) for the codes that take them,
-``--param key=value`` for any other (values are read as JSON when they parse: ``2``, ``1.5``,
+``--scheme-params key=value`` for any other (values are read as JSON when they parse: ``2``, ``1.5``,
 ``true``, ``[[0, 1]]``; otherwise as text). A scheme is ``NAME`` or ``NAME:key=value,key=value``
-(in ``simulate`` too; inline values win over ``--param``).
+(in ``simulate`` too; inline values win over ``--scheme-params``).
 
 Codes and scheme families: ``--scheme`` names a registered code (``gradcode.codes.CODES``) or a
 scheme family of ``gradcode.schemes.SCHEMES`` (``gc-dc:clusters=4,r=3,ssi=perfect``), built by
@@ -20,8 +20,8 @@ code's, or the :class:`~gradcode.schemes.Scheme` property). A scheme family has 
 the simulator drives it on its event path (``--method auto``); each repeat gets a fresh scheme.
 GC-DC's perfect straggler state information is the delay model's states of each round
 (``observe_states``), e.g. ``-m gilbert-elliot``; under a model without states (``shifted-exp``)
-every worker is reported as a non-straggler. Delay model: ``--delay-model/-m NAME`` with ``--delay-param/-M key=value``, or
-``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--delay-param`` then sets the trace
+every worker is reported as a non-straggler. Delay model: ``--delay-model/-m NAME`` with ``--delay-params/-M key=value``, or
+``--trace FILE`` (``.npy``, ``.csv`` or an SGC pickle; ``--delay-params`` then sets the trace
 options such as ``offset`` or ``wrap``).
 
 Traces (SGC Sec. 2, App. J): how a trace sets ``n``, is adjusted to a scheme's load and bounds

@@ -1,7 +1,7 @@
 """A user's own data from a file: CSV (with a target column), NPZ (``X``, ``y``) and
 LibSVM/svmlight (sparse, through scikit-learn's loader), registered as the ``file`` dataset.
 
-The CLI's ``--data FILE`` builds it (``--target COLUMN`` for CSV, ``--data-param
+The CLI's ``--data FILE`` builds it (``--data-params target=COLUMN`` for CSV, ``--data-params
 categorical=a,b`` for one-hot columns). The format is the file's extension (``.csv``, ``.npz``,
 ``.svm``/``.libsvm``/``.svmlight``) unless ``format`` says otherwise. The task is inferred from the
 labels unless ``task`` says otherwise: two values 0/1 -> ``binary``; a few non-negative integers
@@ -34,7 +34,7 @@ def data_source(data: str, params: dict | None = None) -> tuple[str, dict]:
     own file (one with a path separator, a known extension or that exists), which becomes the
     ``file`` dataset with ``path`` (absolute) added to ``params`` (``target`` for a CSV stays in
     them). So ``TrainSpec(data="mydata.csv", data_params={"target": "label"})`` and the CLI's
-    ``--data mydata.csv --target label`` name the same data."""
+    ``--data mydata.csv --data-params target=label`` name the same data."""
     params = dict(params or {})
     looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
     if not looks_like_file:
@@ -65,7 +65,7 @@ def read_csv(path: str, target: str, categorical=()):
     if repeated:
         raise ValueError(f"{path}: column name(s) {', '.join(map(repr, repeated))} appear more than once in the header")
     if target not in header:
-        raise ValueError(f"{path}: no column {target!r} (--target); the columns are {', '.join(header)}")
+        raise ValueError(f"{path}: no column {target!r} (target); the columns are {', '.join(header)}")
     unknown = [c for c in categorical if c not in header]
     if unknown:
         raise ValueError(f"{path}: no column(s) {', '.join(map(repr, unknown))} (categorical); the columns are"
@@ -207,7 +207,8 @@ def _file(rng, test_fraction, path: str | None = None, target: str | None = None
     names = None
     if fmt == "csv":
         if target is None:
-            raise ValueError(f"{path}: a CSV file needs target=COLUMN (--target), the column to predict")
+            raise ValueError(f"{path}: a CSV file needs target=COLUMN (--data-params target=COLUMN), the column to"
+                             " predict")
         X, y, names = read_csv(path, target, cats)
     else:
         if target is not None or cats:

@@ -45,7 +45,7 @@ class ClusterConfig:
     with ``num_cpus`` cores. ``start_timeout``: seconds the cluster may take to answer and the
     workers to start (build their data) before the run stops with a clear error.
     ``worker_cpus``: CPUs each worker reserves (Ray's ``num_cpus`` of the worker actors;
-    ``--cpus-per-worker``); 0 (default) so that the number of workers is not limited by the cores
+    ``--worker-cpus``); 0 (default) so that the number of workers is not limited by the cores
     Ray sees (stragglers are simulated on few cores; 64 workers run on 2). With 0, a run whose
     workers outnumber the cluster's CPUs is warned about: they share cores, so the measured round
     times include that contention. ``worker_gpus``: GPUs each worker reserves (Ray's ``num_gpus``;

@@ -754,7 +754,7 @@ class RoundDriver:
                     f"round {t}: training diverged: model {m}'s {bad} became non-finite (NaN or"
                     f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
                     f" gradient (norm {float(np.linalg.norm(grad)):.3g}): the step size is too large for"
-                    " this problem. Lower the learning rate (--lr; by default GD and Nesterov take 1/L"
+                    " this problem. Lower the learning rate (--optimizer-params lr=...; by default GD and Nesterov take 1/L"
                     " from the problem's smoothness). The parameters after the last completed round"
                     " are kept"
                 )

@@ -584,7 +584,7 @@ class RayEngine(Engine):
         if self.worker_cpus == 0 and len(specs) > cpus:
             warnings.warn(f"{len(specs)} workers share the cluster's {cpus:g} CPUs: their computations contend for"
                           " cores, so round times include that (a coded scheme, with more work a worker, can look"
-                          " slower than uncoded); reserve cores with --cpus-per-worker (ClusterConfig.worker_cpus)"
+                          " slower than uncoded); reserve cores with --worker-cpus (ClusterConfig.worker_cpus)"
                           " or use fewer workers", SharedCoresWarning, stacklevel=2)
         # Ray counts an actor's restarts over its life: only actors restarted without limit are shared
         self._pool_key = (interruptible, self.worker_cpus, gpus) if max_restarts == -1 else None

@@ -103,7 +103,7 @@ class TraceDelays(DelayModel):
             raise ValueError(
                 f"trace_load={trace_load:g} without load_slope: a trace is adjusted to a scheme's load L by SGC"
                 " App. J's additive rule, delay + (L - trace_load) * load_slope, which needs the slope (seconds"
-                " per unit load). Give load_slope (simulate/compare: --load-slope A; train: --delay-param"
+                " per unit load). Give load_slope (simulate/compare: --load-slope A; train: --delay-params"
                 " load_slope=A), or fit it from profiles measured at two or more loads"
                 " (gradcode.stragglers.fit_load_slope; simulate/compare: --trace F1 --trace-load L1 --trace F2"
                 " --trace-load L2), or pass load_rule='proportional' to scale delays by L / trace_load instead")
