@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sgc_reference import _scan
 
-from gradcode.schemes.sgc.replay import replay_family
+from gradcode.schemes.sgc.replay import ParameterSets, replay_family
 from gradcode.schemes.sgc.tune import _count_sets, _parameter_sets, tune
 
 
@@ -38,8 +38,8 @@ def test_the_compiled_replay_equals_the_per_track_replay_bit_for_bit(fam, n, rou
     for waitout in ("all", "decodable"):
         for alpha in (0.0, 4.0):
             shift = (load - 1 / n) * alpha
-            times, waits, replayed = replay_family(fam, X, jobs, B, W, lam, s, shift, mu=mu, waitout=waitout,
-                                                   within=-1.0)
+            times, waits, replayed = replay_family(fam, X, jobs, ParameterSets(B, W, lam, s, shift), mu=mu,
+                                                   waitout=waitout, within=-1.0)
             assert replayed.all()
             for b, w in set(zip(B.tolist(), W.tolist())):
                 m = (B == b) & (W == w)
@@ -116,8 +116,8 @@ def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing
                   [6, 6, 6, 1, 6], [1, 1, 6, 6, 1], [6, 6, 1, 1, 6], [6, 6, 6, 1, 1], [6, 1, 6, 6, 1],
                   [1, 6, 1, 1, 1], [1, 6, 1, 1, 1], [6, 1, 6, 6, 1], [6, 6, 1, 1, 6], [1, 1, 6, 1, 6]], float)
     B, W, lam, s, load = _sets("sr-sgc", 5, 8, 8)
-    times, _, replayed = replay_family("sr-sgc", X, 7, B, W, lam, s, (load - 0.2) * 1.0, mu=2.0, waitout="all",
-                                       within=0.0)
+    times, _, replayed = replay_family("sr-sgc", X, 7, ParameterSets(B, W, lam, s, (load - 0.2) * 1.0), mu=2.0,
+                                       waitout="all", within=0.0)
     assert np.isnan(times[~replayed]).all() and not np.isnan(times[replayed]).any()
     res = tune(1.0 + np.random.default_rng(0).random((12, 1)), jobs=8, load_slope=1.0)
     assert set(res.best) == {"uncoded", "crc", "m-sgc"}

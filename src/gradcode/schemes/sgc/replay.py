@@ -67,10 +67,17 @@ oracle): the same float64 operations, summed in the same order.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
-__all__ = ["SRSGC", "MSGC", "replay_family"]
+__all__ = ["SRSGC", "MSGC", "ParameterSets", "replay_family"]
+
+#: the parameter sets :func:`replay_family` replays, one entry each: ``B``, ``W``, ``lam``, ``s``
+#: and ``shift``, the seconds added to every time of the profile for that set's load (SGC App. J:
+#: ``(L - L_0) alpha``)
+ParameterSets = namedtuple("ParameterSets", "B W lam s shift")
 
 SRSGC, MSGC = 0, 1
 _MARGIN = 1e-9
@@ -503,11 +510,13 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
     return times, waits, state == 1
 
 
-def replay_family(family: str, X: np.ndarray, jobs: int, B, W, lam, s, shift, *, mu: float, waitout: str,
+def replay_family(family: str, X: np.ndarray, jobs: int, sets: ParameterSets, *, mu: float, waitout: str,
                   within: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Replay ``X + shift[i]`` for SR-SGC or M-SGC parameter sets ``(B[i], W[i], lam[i], s[i])``
-    (module docstring): ``(times, waitouts, replayed)``; a set left out by the bound (``within >=
-    0``) has ``replayed`` false and a NaN time. Every set must fit the profile (``J + T`` rounds)."""
+    """Replay ``X + sets.shift[i]`` for SR-SGC or M-SGC parameter sets ``(B[i], W[i], lam[i],
+    s[i])`` of :class:`ParameterSets` (module docstring): ``(times, waitouts, replayed)``; a set
+    left out by the bound (``within >= 0``) has ``replayed`` false and a NaN time. Every set must
+    fit the profile (``J + T`` rounds)."""
+    B, W, lam, s, shift = sets
     fam = SRSGC if family == "sr-sgc" else MSGC
     if np.size(B) == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)

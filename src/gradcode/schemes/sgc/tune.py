@@ -48,7 +48,7 @@ import numpy as np
 
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.schemes.sgc.msgc import check_msgc, msgc_loads
-from gradcode.schemes.sgc.replay import replay_family
+from gradcode.schemes.sgc.replay import ParameterSets, replay_family
 from gradcode.schemes.sgc.srsgc import check_srsgc, srsgc_s
 from gradcode.stragglers.traces import Reference, adjust_profile, as_profile, fit_profile_slope, reference_profile
 
@@ -296,7 +296,7 @@ def _sequential_candidates(fam: str, replay_args: tuple, max_W: int, max_delay: 
     if not sets:
         return [], skipped, 0
     B, W, lam, s, load, T = (np.concatenate(parts) for parts in zip(*sets))
-    times, waits, replayed = replay_family(fam, X, jobs, B, W, lam, s, (load - L0) * alpha, mu=mu,
+    times, waits, replayed = replay_family(fam, X, jobs, ParameterSets(B, W, lam, s, (load - L0) * alpha), mu=mu,
                                            waitout=waitout, within=within)
     cands = [Candidate(fam, {"B": int(B[i]), "W": int(W[i]), "lam": int(lam[i])}, float(load[i]),
                        float(times[i]), int(waits[i]), int(T[i])) for i in np.flatnonzero(replayed)]
