@@ -63,21 +63,36 @@ def _in_range(u, J):
     return u >= 0 and (J < 0 or u < J)
 
 
+#: the straggler models a track may conform to: each one's ``kinds`` (bursty, arbitrary,
+#: per-round), its ``Ns`` (burst length / stragglers), ``Ws`` (window) and ``lims`` (stragglers a
+#: round)
+Models = namedtuple("Models", "kinds Ns Ws lims")
+#: the conformance scratch of the live tracks (:func:`_conf_scratch`): ``starts``, per entry
+#: ``e = k * M + m`` ``prev`` (still conforms), ``nonD``, ``F``, ``base``, ``fcnt``, ``lim``, and the
+#: window counts ``cnt``
+Tracks = namedtuple("Tracks", "starts prev cnt nonD F base fcnt lim")
+#: the tracks' stored flags (the rings' ``fl_id``, ``fl_st``, ``fl_val``)
+Flags = namedtuple("Flags", "fl_id fl_st fl_val")
+
+
 @njit(cache=True)
 def _conf_scratch(tracks, M, n):
     """The conformance arrays for at most ``tracks`` live tracks of ``M`` models each (and as
-    many rows of window counts): ``starts, prev, cnt, nonD, F, base, fcnt, lim``."""
+    many rows of window counts), as :class:`Tracks`."""
     KM = tracks * M
-    return (np.zeros(tracks, dtype=np.int64), np.zeros(KM, dtype=np.bool_), np.zeros((tracks, n), dtype=np.int32),
-            np.zeros((KM, n), dtype=np.bool_), np.zeros((KM, n), dtype=np.bool_), np.zeros(KM, dtype=np.int64),
-            np.zeros(KM, dtype=np.int64), np.zeros(KM, dtype=np.int64))
+    return Tracks(np.zeros(tracks, dtype=np.int64), np.zeros(KM, dtype=np.bool_), np.zeros((tracks, n), dtype=np.int32),
+                  np.zeros((KM, n), dtype=np.bool_), np.zeros((KM, n), dtype=np.bool_), np.zeros(KM, dtype=np.int64),
+                  np.zeros(KM, dtype=np.int64), np.zeros(KM, dtype=np.int64))
 
 
-@njit(cache=True)
-def _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n):
+@njit(cache=True, inline="always")
+def _conf_begin(t, hist, tracks, K, models, cur):
     """Conformance.begin for the ``K`` live tracks ``starts[:K]`` (``prev[k * M + m]``: track
     ``k`` still conforms to model ``m``) and the round's stragglers so far ``cur``: per entry
     ``e = k * M + m``, ``nonD``, ``F``, ``base = |D| + |cur \\ D|`` and ``fcnt = |F ∩ cur|``."""
+    starts, prev, cnt, nonD, F, base, fcnt, lim = tracks
+    kinds, Ns, Ws, lims = models
+    n = cur.shape[0]
     M = kinds.shape[0]
     longest = 0
     for m in range(M):
@@ -151,10 +166,12 @@ def _conf_ok(K, M, ncur, prev, base, lim, fcnt):
     return True
 
 
-@njit(cache=True)
-def _live_track(a, K, M, starts, prev, fl_id, fl_st, fl_val):
+@njit(cache=True, inline="always")
+def _live_track(a, K, M, tracks, flags):
     """Add the track starting at ``a`` to the round's ``K`` live ones unless it broke, with its
     flags (all models while it has none stored); returns the new count."""
+    starts, prev = tracks.starts, tracks.prev
+    fl_id, fl_st, fl_val = flags
     x = a % fl_id.shape[0]
     if fl_id[x] == a and fl_st[x] == 2:
         return K
@@ -164,11 +181,13 @@ def _live_track(a, K, M, starts, prev, fl_id, fl_st, fl_val):
     return K + 1
 
 
-@njit(cache=True)
-def _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, gone):
+@njit(cache=True, inline="always")
+def _commit(k, t, strag, hist, tracks, K, M, flags, gone):
     """Close round ``t`` (block row ``k``): record its stragglers, store each live track's flags
     (``Conformance.commit``; ``False`` if a track fits no model) and drop the track starting at
     ``gone``, which leaves the window."""
+    starts, prev, base, lim, fcnt = tracks.starts, tracks.prev, tracks.base, tracks.lim, tracks.fcnt
+    fl_id, fl_st, fl_val = flags
     FR = fl_id.shape[0]
     for w in range(strag.shape[1]):
         hist[t, w] = strag[k, w]
@@ -268,14 +287,15 @@ def _sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
     return got == groups
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sr_take(t, old, due, order, lo, hi, by, A, job_of, R, recv, jcount, jfresh, rep, group, gcov, uncovered,
-             cur, E, nonD, F, base, fcnt, counts):
+             cur, E, tracks, counts):
     """Receive the results of workers ``order[lo:hi]`` that arrived by ``by`` (each one message,
     for job ``t`` or the re-attempted ``old``): they leave the round's stragglers. Returns
     ``(workers taken, the due job's groups still uncovered (GC-Rep))``. One call per batch of
     workers, with the receipt written out in the loop: a call per worker costs more than the
     receipt itself."""
+    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
         w = order[z]
@@ -363,7 +383,10 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
     Ws = np.array([W, 0], dtype=np.int64)
     lims = np.array([lam, s], dtype=np.int64)
     M = 2
-    starts, prev, cnt, nonD, F, base, fcnt, lim = _conf_scratch(W, M, n)
+    models = Models(kinds, Ns, Ws, lims)
+    flags = Flags(fl_id, fl_st, fl_val)
+    tracks = _conf_scratch(W, M, n)
+    prev, base, lim, fcnt = tracks.prev, tracks.base, tracks.lim, tracks.fcnt
     job_of = np.empty(n, dtype=np.int64)
     planned = np.zeros(n, dtype=np.int64)
     counts = np.zeros(n, dtype=np.int64)
@@ -423,8 +446,8 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         # ---- conformance: tracks a = max(0, t - W + 1) .. t that are not broken
         K = 0
         for a in range(max(0, t - W + 1), t + 1):
-            K = _live_track(a, K, M, starts, prev, fl_id, fl_st, fl_val)
-        _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
+            K = _live_track(a, K, M, tracks, flags)
+        _conf_begin(t, hist, tracks, K, models, cur)
         E = K * M
         # ---- the due job's state (job t - B): decodable once n - s results (one per group)
         due_ok = True
@@ -455,7 +478,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         while not found and i < N:
             stop, tg = _group(order, i, head, tau1, comp)
             taken, uncovered = _sr_take(t, old, due, order, i, stop, np.inf, A, job_of, R, recv, jcount, jfresh, rep,
-                                        group, gcov, uncovered, cur, E, nonD, F, base, fcnt, counts)
+                                        group, gcov, uncovered, cur, E, tracks, counts)
             ncur -= taken
             i = stop
             due_ok = not due or (uncovered == 0 if rep else jcount[xo] >= need_n)
@@ -468,7 +491,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
             info[AT] = t
             return
         taken, uncovered = _sr_take(t, old, due, order, i, N, e_, A, job_of, R, recv, jcount, jfresh, rep, group, gcov,
-                                    uncovered, cur, E, nonD, F, base, fcnt, counts)
+                                    uncovered, cur, E, tracks, counts)
         ncur -= taken
         for w in range(n):
             if counts[w]:
@@ -486,7 +509,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
                     frounds[nfin] = t
                     nfin += 1
         records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
-        if not _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, t - W + 1):
+        if not _commit(k, t, strag, hist, tracks, K, M, flags, t - W + 1):
             info[STATUS] = 2
             info[AT] = t
             return
@@ -525,15 +548,16 @@ def _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, group
     jfin[x] = False
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _m_take(t, order, lo, hi, last_only, by, A, planned, slot, kind, kk, R, have, missing, coded, coded_n, cov,
-            uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last):
+            uncov, rep, group, cur, E, tracks, counts, last):
     """Receive, for workers ``order[lo:hi]``, their last message (``last_only``: the scan) or
     every message that arrived by ``by`` (then ``counts`` and ``last`` are set); a worker whose
     last message is in leaves the round's stragglers. Returns how many left. Receiving is
     idempotent (a message already held changes nothing), so the close's pass may take the
     scan's messages again. One call per batch of workers, the receipt written out in the loop:
     a call per message costs more than the receipt itself."""
+    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
         w = order[z]
@@ -674,7 +698,10 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
     Ws = np.array([W, W + B - 1], dtype=np.int64)
     lims = np.array([lam, lam], dtype=np.int64)
     M = 2
-    starts, prev, cnt, nonD, F, base, fcnt, lim = _conf_scratch(T + 1, M, n)
+    models = Models(kinds, Ns, Ws, lims)
+    flags = Flags(fl_id, fl_st, fl_val)
+    tracks = _conf_scratch(T + 1, M, n)
+    prev, base, lim, fcnt = tracks.prev, tracks.base, tracks.lim, tracks.fcnt
     slot = np.zeros((n, S), dtype=np.int64)
     kind = np.zeros((n, S), dtype=np.int8)
     kk = np.zeros((n, S), dtype=np.int64)
@@ -716,8 +743,8 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
             x = u % R
             if not _in_range(u, J) or (jid[x] == u and jfin[x]):
                 continue
-            K = _live_track(u, K, M, starts, prev, fl_id, fl_st, fl_val)
-        _conf_begin(t, hist, starts, K, kinds, Ns, Ws, lims, prev, cnt, nonD, F, base, fcnt, lim, cur, n)
+            K = _live_track(u, K, M, tracks, flags)
+        _conf_begin(t, hist, tracks, K, models, cur)
         E = K * M
         # ---- prefix loads (task_schedule's running sums), memoised per worker by its kinds
         _m_loads(planned, kind, loads, memo, memo_n, size1, size2, lam, coded_last)
@@ -739,7 +766,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
         while not found and i < N:
             stop, tg = _group(order, i, head, tau1, comp)
             ncur -= _m_take(t, order, i, stop, True, np.inf, A, planned, slot, kind, kk, R, have, missing, coded,
-                            coded_n, cov, uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last)
+                            coded_n, cov, uncov, rep, group, cur, E, tracks, counts, last)
             i = stop
             if ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
                     xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
@@ -755,7 +782,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
             info[AT] = t
             return
         ncur -= _m_take(t, everyone, 0, n, False, e_, A, planned, slot, kind, kk, R, have, missing, coded, coded_n,
-                        cov, uncov, rep, group, cur, E, nonD, F, base, fcnt, counts, last)
+                        cov, uncov, rep, group, cur, E, tracks, counts, last)
         for w in range(n):
             if counts[w]:
                 info[RECEIVED] = 1
@@ -778,7 +805,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
                     frounds[nfin] = t
                     nfin += 1
         records_row(k, n, planned, counts, last, A, records, strag, arr, fin)
-        if not _commit(k, t, strag, hist, starts, K, M, prev, base, lim, fcnt, fl_id, fl_st, fl_val, t - T):
+        if not _commit(k, t, strag, hist, tracks, K, M, flags, t - T):
             info[STATUS] = 2
             info[AT] = t
             return
