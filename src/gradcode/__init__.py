@@ -8,8 +8,7 @@ The top-level names are resolved lazily so that ``import gradcode`` stays cheap 
 the engine (Ray) or optional extras.
 """
 
-from importlib import import_module
-
+from gradcode._lazy import lazy_names
 from gradcode.errors import GradcodeError, NotDecodableError, StopTraining, TraceError
 
 __version__ = "0.2.0"
@@ -37,13 +36,4 @@ _LAZY = {
 __all__ = ["GradcodeError", "NotDecodableError", "StopTraining", "TraceError", "__version__", *_LAZY]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'gradcode' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -10,35 +10,23 @@ this process on a virtual clock, for tests), both running the generic worker
 Importing this package does not import Ray.
 """
 
-import importlib
+from gradcode._lazy import lazy_names
 
-#: where each public name lives: imported on first use (PEP 562), so that the config objects
+#: where each public name lives: imported on first use, so that the config objects
 #: (``gradcode.runtime.config``, what the command line builds its options from) load without the
 #: driver, the codes and numba
 _HOMES = {
-    "Engine": "base", "Event": "base",
-    "ClusterConfig": "config", "FaultConfig": "config", "RunConfig": "config", "TrainSpec": "config",
-    "ImpreciseWaitWarning": "driver", "RoundDriver": "driver", "RoundTimeoutError": "driver", "RunSetup": "driver",
-    "TrainingStopped": "driver",
-    "InProcessEngine": "inprocess",
-    "ENGINES": "master", "build_scheme": "master", "make_engine": "master", "parse_failures": "master",
-    "prepare": "master", "resume": "master", "runs_home": "master", "train": "master",
-    "CheckpointError": "records", "RunDirInUseError": "records", "TrainResult": "records", "TrainState": "records",
-    "UnsafeStateError": "safe_state", "trust_modules": "safe_state",
-    "ProblemSpec": "worker", "WireTask": "worker", "WorkerCore": "worker",
+    "Engine": ".base", "Event": ".base",
+    "ClusterConfig": ".config", "FaultConfig": ".config", "RunConfig": ".config", "TrainSpec": ".config",
+    "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
+    "TrainingStopped": ".driver",
+    "InProcessEngine": ".inprocess",
+    "ENGINES": ".master", "build_scheme": ".master", "make_engine": ".master", "parse_failures": ".master",
+    "prepare": ".master", "resume": ".master", "runs_home": ".master", "train": ".master",
+    "CheckpointError": ".records", "RunDirInUseError": ".records", "TrainResult": ".records", "TrainState": ".records",
+    "UnsafeStateError": ".safe_state", "trust_modules": ".safe_state",
+    "ProblemSpec": ".worker", "WireTask": ".worker", "WorkerCore": ".worker",
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gradcode.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"gradcode.runtime.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

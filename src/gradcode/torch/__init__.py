@@ -15,27 +15,15 @@ workers compute and how the master steps is in :mod:`gradcode.torch.problem`; bu
 CIFAR-10/100 python batches) and the bundled digits in :mod:`gradcode.torch.data`.
 """
 
-import importlib
+from gradcode._lazy import lazy_names
 
-#: where each public name lives: imported on first use (PEP 562), so that ``gradcode.torch.config``
-#: (the command line's options) loads without loading torch
+#: where each public name lives: imported on first use, so that ``gradcode.torch.config`` (the
+#: command line's options) loads without loading torch
 _HOMES = {
-    "FitResult": "training", "fit": "training", "TorchConfig": "config", "MLP": "models", "ResNet18": "models",
-    "SmallCNN": "models", "make_model": "models", "digits": "data", "load_data": "data", "read_cifar": "data",
-    "read_mnist": "data", "TensorBoard": "tensorboard", "Workers": "workers",
+    "FitResult": ".training", "fit": ".training", "TorchConfig": ".config", "MLP": ".models", "ResNet18": ".models",
+    "SmallCNN": ".models", "make_model": ".models", "digits": ".data", "load_data": ".data", "read_cifar": ".data",
+    "read_mnist": ".data", "TensorBoard": ".tensorboard", "Workers": ".workers",
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'gradcode.torch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"gradcode.torch.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_HOMES))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())
