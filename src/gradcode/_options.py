@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["described", "flag_of", "help_of"]
+__all__ = ["described", "flag_of", "help_of", "parse_kv"]
 
 
 def described(default: Any, help: str, *, short: str | None = None, cli: bool = True, torch_only: bool = False,
@@ -33,3 +33,23 @@ def help_of(cls, name: str) -> str:
 def flag_of(name: str) -> str:
     """The command-line flag of a field: ``worker_cpus`` -> ``--worker-cpus``."""
     return "--" + name.replace("_", "-")
+
+
+def parse_kv(items, what: str) -> dict:
+    """``["k=v", ...]`` -> dict, values parsed as JSON when possible (``"2"`` -> 2,
+    ``"[[0,1]]"`` -> a list, ``"red"`` stays text); ``what`` names the option in errors. The one
+    reading of ``key=value`` parameters: the command line's mapping options, inline scheme
+    parameters, a schedule's ``step:gamma=0.5``."""
+    import json
+
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{what} must look like key=value, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out

@@ -26,26 +26,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcode._options import flag_of
+from gradcode._options import flag_of, parse_kv
 
 __all__ = ["Option", "Values", "command", "options", "parse_kv"]
-
-
-def parse_kv(items: list[str] | None, what: str) -> dict:
-    """``["k=v", ...]`` -> dict, values parsed as JSON when possible (``what``: the flag, in errors)."""
-    import json
-
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"{what} must look like key=value, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 @dataclasses.dataclass(frozen=True)

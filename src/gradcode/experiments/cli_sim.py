@@ -205,12 +205,12 @@ def job_completions(results) -> list[np.ndarray]:
 
 
 def parse_close(close: str):
-    if close == "decodable":
-        return close
-    try:
-        return float(close)
-    except ValueError:
-        raise ValueError(f"--close must be 'decodable' or a number mu >= 0, got {close!r}") from None
+    """``--close`` as the simulator takes it: ``"decodable"`` or the number mu
+    (:func:`~gradcode._validation.check_closing_rule` reads the text)."""
+    from gradcode._validation import check_closing_rule
+
+    mu = check_closing_rule(close)
+    return "decodable" if mu is None else mu
 
 
 def label(code) -> str:

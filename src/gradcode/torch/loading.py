@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Callable
 
+from gradcode._options import parse_kv
 from gradcode._validation import check_choice, check_int, check_real, unreadable_file
 
 __all__ = ["LOSSES", "SCHEDULERS", "is_object_path", "load_object", "loss_function", "model_factory",
@@ -51,15 +51,7 @@ def _schedule_params(spec: str, what: str) -> tuple[str, dict]:
     """``"step:step_size=10,gamma=0.5"`` -> ``("step", {...})``, numbers checked."""
     head, _, rest = spec.partition(":")
     check_choice(what, head, SCHEDULERS)
-    params = {}
-    for item in (p for p in rest.split(",") if p.strip()):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{what} {spec}: parameters look like key=value, got {item!r}")
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value
+    params = parse_kv([p for p in rest.split(",") if p.strip()], f"{what} {spec}: a parameter")
     try:
         for key, value in params.items():
             if key in ("step_size", "T_max"):
