@@ -576,9 +576,17 @@ def test_reproduce_sgc_probe_switch_small(tmp_path):
     switch to their family's best parameters, the JSON and the plot are written."""
     from gradcode.experiments.reproduce import run_reproduction
 
-    doc = run_reproduction("sgc-probe-switch", workers=8, jobs=24, probe=6, out=str(tmp_path))
+    doc = run_reproduction("sgc-probe-switch", workers=8, jobs=24, probe=6, out=str(tmp_path), scale_workers=32,
+                           scale_jobs=60, scale_repeats=2)
     rows = {r["scheme"]: r for r in doc["rows"]}
     assert set(rows) == {"uncoded", "GC", "SR-SGC", "M-SGC"}
+    # the search is on the clock (App. K's times by default), and the table is also given at a larger scale
+    assert [rows[k]["search_charged"] for k in ("GC", "SR-SGC", "M-SGC")] == [1.0, 8.0, 2.0]
+    assert "The search is charged to the clock" in doc["notes"][0]
+    scale = doc["at_scale"]
+    assert (scale["workers"], scale["jobs"], scale["probe"], scale["repeats"]) == (32, 60, 40, 2)
+    assert all(len(r["times"]) == 2 and r["time_sd"] >= 0 for r in scale["rows"])
+    assert doc["notes"][-1].startswith("At the paper's scale (times only): n = 32, T_probe = 40")
     assert rows["uncoded"]["speedup_vs_uncoded"] == 1 and rows["M-SGC"]["parameters"].startswith("B=")
     assert all(np.isfinite(r["time_to_jobs"]) and 0 < r["accuracy"] <= 1 for r in rows.values())
     assert (tmp_path / "sgc-probe-switch.json").exists() and (tmp_path / "sgc-probe-switch.png").exists()
@@ -596,7 +604,7 @@ def test_reproduce_sgc_training_small(tmp_path):
 
     def table():
         doc = run_reproduction("sgc-training", workers=8, jobs=20, probe=10, out=str(tmp_path), plot=False,
-                               model="mlp", time_scale=0.5, repeats=1)
+                               model="mlp", time_scale=0.5, repeats=1, scale_repeats=0)
         return doc, [{k: v for k, v in r.items() if k != "search_ms"} for r in doc["rows"]]
 
     doc, idle = table()
@@ -720,11 +728,51 @@ def test_sgc_training_repetitions_are_averaged_in_table_1s_form(tmp_path):
                      "time_sd": pytest.approx(2.83, abs=0.01), "times": [10.0, 14.0], "search_ms": 2.0,
                      "accuracy": 0.6}]
     doc = run_reproduction("sgc-training", workers=8, jobs=12, probe=6, out=str(tmp_path), plot=False,
-                           model="mlp", repeats=2)
+                           model="mlp", repeats=2, scale_repeats=0)
     assert doc["repeats"] == 2 and all(len(r["times"]) == 2 for r in doc["rows"])
     assert "over 2 repetitions" in doc["notes"][0] and "M-SGC is ahead of GC in" in doc["notes"][0]
     with pytest.raises(ValueError, match="repeats"):
         run_reproduction("sgc-training", repeats=0, out=str(tmp_path))
+
+
+@pytest.mark.parametrize("name,size", [("sgc-training", dict(jobs=12, probe=6, repeats=1)),
+                                       ("sgc-probe-switch", dict(jobs=16, probe=6))])
+def test_the_table_at_scale_is_the_trained_runs_clock(tmp_path, name, size):
+    """The paper-scale table plays the schemes in the simulator instead of training them: at the
+    trained run's own size and seed it gives every scheme the trained run's time to the jobs, its
+    parameters and (Fig. 18) the same search charged, so at n = 256 it is what the training would
+    have timed."""
+    from gradcode.experiments.repro_training import PAPER_SEARCH_SECONDS
+    from gradcode.experiments.reproduce import run_reproduction
+
+    doc = run_reproduction(name, workers=8, out=str(tmp_path), plot=False, model="mlp", scale_workers=8,
+                           scale_jobs=size["jobs"], scale_probe=size["probe"], scale_repeats=1, **size)
+    trained, timed = doc["rows"], doc["at_scale"]["rows"]
+    assert [r["scheme"] for r in trained] == [r["scheme"] for r in timed]
+    for a, b in zip(trained, timed):
+        assert (a["parameters"], a["load"]) == (b["parameters"], b["load"])
+        assert a["time_to_jobs"] == pytest.approx(b["time_to_jobs"], rel=1e-9)
+        assert a["search_charged"] == b["search_charged"]
+        if name == "sgc-probe-switch" and a["scheme"] != "uncoded":
+            assert a["search_charged"] == PAPER_SEARCH_SECONDS[{"GC": "crc", "SR-SGC": "sr-sgc",
+                                                                "M-SGC": "m-sgc"}[a["scheme"]]]
+
+
+def test_the_switch_search_clock_is_declared_or_labelled(tmp_path):
+    """search_clock: none charges nothing; measured charges the search's own wall time and says
+    so; anything else is refused by name."""
+    from gradcode.experiments.reproduce import run_reproduction
+
+    common = dict(workers=8, jobs=12, probe=6, out=str(tmp_path), plot=False, model="mlp", scale_repeats=0)
+    none = run_reproduction("sgc-probe-switch", search_clock="none", **common)
+    assert all(r["search_charged"] in (None, 0.0) for r in none["rows"])
+    assert "charged to the clock" not in none["notes"][0]
+    measured = run_reproduction("sgc-probe-switch", search_clock="measured", **common)
+    assert "depends on the host's load" in measured["notes"][0]
+    for r in measured["rows"][1:]:
+        assert r["search_charged"] == pytest.approx(r["search_ms"] / 1e3, abs=1e-3)
+    with pytest.raises(ValueError, match="search_clock"):
+        run_reproduction("sgc-probe-switch", search_clock="wall", **common)
 
 
 def test_reproduce_sgc_resnet_small(tmp_path):
@@ -733,7 +781,7 @@ def test_reproduce_sgc_resnet_small(tmp_path):
     from gradcode.experiments.reproduce import run_reproduction
 
     doc = run_reproduction("sgc-resnet", workers=8, jobs=12, probe=6, out=str(tmp_path), plot=False, model="mlp",
-                           repeats=1)
+                           repeats=1, scale_repeats=0)
     note = doc["notes"][0]
     assert "mu = 5" in note and "float16 messages" in note and "batch 512" in note and "11.6 %" in note
     assert "-" not in note.split("Here M-SGC")[1].split("(")[0]  # "0.4 % slower", never "-0.4 % slower"

@@ -12,7 +12,11 @@
   rounds, searches its family's parameters on that profile (App. J's replay, the paper's mu-rule
   with ``mu = 1`` and the wait-out of every worker) and switches; the uncoded run never switches.
   Reported: jobs completed against time (Fig. 18), the time to finish the jobs, the parameters
-  chosen and their load, the search time, each model's final held-out accuracy.
+  chosen and their load, the search time and what the clock was charged for it, each model's final
+  held-out accuracy.
+
+Both SGC reproductions also give their times at the paper's scale (n = 256, its jobs and T_probe,
+10 repetitions), played by the simulator on the same declared clock (:func:`_at_scale`).
 
 The delays. By default a synthetic bursty profile built to match what the paper says of its Fig. 1:
 a worker is normally fast (``base`` seconds a round, half-normal jitter of ``jitter`` relative),
@@ -42,18 +46,26 @@ this host (its load included: labelled so in the notes). On Ray, compute is alwa
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from gradcode._validation import check_int, check_real
+from gradcode._validation import check_choice, check_int, check_real
 from gradcode.experiments.reproduce import reproduction
 
 #: the paper's claim for Fig. 18 (App. K), compared with in the note
 FIG18_CLAIM = "after switching at T_probe = 40, M-SGC is significantly faster than uncoded and GC (App. K, Fig. 18)"
+#: App. K's search times at n = 256, by family ("it took ~ 8 seconds for SR-SGC, ~ 2 seconds for
+#: M-SGC, and less than a second for GC to search over all valid parameters"; GC's bound is charged):
+#: what ``search_clock="paper"`` puts on the declared clock between the probe and the coded rounds
+PAPER_SEARCH_SECONDS = {"crc": 1.0, "sr-sgc": 8.0, "m-sgc": 2.0}
+#: what the switch's search costs on the clock: App. K's times, this host's (not reproducible), none
+SEARCH_CLOCKS = ("paper", "measured", "none")
 
 
 def bursty_profile(rounds: int, n: int, rng, *, base: float = 1.0, jitter: float = 0.05, p_slow: float = 0.03,
@@ -86,8 +98,6 @@ def _engine(engine: str, compute: str):
     """A zero-argument factory of the engine a run uses (a fresh in-process engine a run): on the
     in-process engine, ``compute="declared"`` charges the gradients nothing beyond the injected
     delays (module docstring), ``"measured"`` their wall time here."""
-    from gradcode._validation import check_choice
-
     check_choice("compute", compute, COMPUTE)
     if engine != "inprocess":
         return lambda: engine
@@ -144,22 +154,29 @@ def _setup(o, rounds: int, seed: int):
     common = _Runs(spec, tconf, RunConfig(rounds=rounds, eval_every=0), _engine(o.engine, o.compute))
     return profile, workers, (train, factory), common
 
-def _train(name, train, common: _Runs, target, spec: dict, torch_config=None, *, fixed=None) -> tuple[dict, list]:
+def _train(name, train, common: _Runs, target, spec: dict, torch_config=None, *, fixed=None,
+           charge: Callable | None = None) -> tuple[dict, list]:
     """One run of ``common`` with the changes ``spec`` and ``torch_config``: its row (parameters,
     load, time to ``target`` jobs, search time, mean final accuracy) and its jobs-completed-against-
-    time curve."""
+    time curve. ``charge(report)``: seconds the switch's search costs on the clock (App. K, Fig. 18:
+    the coded rounds start once it is over), added to every round after the probe's. On the
+    declared clock a round's time does not depend on when it starts, so this is the run in which the
+    master waited for the search."""
     train, factory = train
     res = common.fit(factory, train, spec, torch_config)
+    searched = charge(res.auto) if charge is not None and res.auto else 0.0
+    probe = res.auto["probe_rounds"] if res.auto else len(res.history)
     done, curve = 0, []
-    for h in res.history:
+    for t, h in enumerate(res.history):
         done += len(h["jobs"])
-        curve.append((h["elapsed"], done))
+        curve.append((h["elapsed"] + (searched if t >= probe else 0.0), done))
     finish = next((t for t, d in curve if d >= target), float("nan"))
     chosen = fixed or (res.auto["chosen"] if res.auto else {"params": {}, "load": 1.0 / common.spec.workers})
     accuracy = [m["accuracy"] for m in res.result.metrics[-common.spec.models:]]
     row = {"scheme": name, "parameters": ", ".join(f"{k}={v}" for k, v in chosen["params"].items()) or "—",
            "load": round(float(chosen["load"]), 4), "time_to_jobs": round(finish, 2),
            "search_ms": round(1e3 * res.auto["search_seconds"], 2) if res.auto else None,
+           "search_charged": round(searched, 3) if res.auto else None,
            "predicted_error": round(res.auto["predicted_error"], 3) if res.auto and "predicted_error" in res.auto
            else None,
            "accuracy": round(float(np.mean(accuracy)), 4)}
@@ -275,7 +292,14 @@ class SGCProbeSwitch:
     file replayed instead of the synthetic one; ``out``: folder for the JSON and the PNG; ``mu``:
     the straggler rule's tolerance (Sec. 2; the paper: 1); ``batch_size``: samples a job, all
     workers together; ``wire_dtype``: the messages' type; ``data``, ``model``, ``engine``,
-    ``time_scale``, ``compute``: module docstring."""
+    ``time_scale``, ``compute``: module docstring. ``search_clock``: what the switch's search
+    costs on the in-process clock before the coded rounds start (Fig. 18 charges it): ``paper``
+    (App. K's times at n = 256, :data:`PAPER_SEARCH_SECONDS`, so the clock stays declared),
+    ``measured`` (this host's wall time: labelled, not reproducible) or ``none``.
+
+    ``scale_workers``, ``scale_jobs``, ``scale_probe``, ``scale_repeats``: the times at the paper's
+    scale (n = 256, J = 480, the paper's T_probe, 10 repetitions by default; 0 repetitions: none),
+    played by the simulator on the same declared clock (:func:`_at_scale`)."""
 
     workers: int = 16
     models: int = 4
@@ -294,13 +318,129 @@ class SGCProbeSwitch:
     mu: float = 1.0
     batch_size: int = 256
     wire_dtype: str = "float32"
+    search_clock: str = "paper"
+    scale_workers: int = 256
+    scale_jobs: int | None = None
+    scale_probe: int | None = None
+    scale_repeats: int = 10
+
+    #: the paper's setting of this experiment: its T_probe, its jobs (all models together) and what
+    #: the notes compare with
+    paper_probe: ClassVar[int] = 40
+    paper_jobs: ClassVar[int] = 480
+    paper_claim: ClassVar[str] = "the paper's Fig. 18: M-SGC significantly faster than both"
 
     def run(self) -> dict:
         return _sgc_probe_switch(self)
 
 
+def _search_charge(o: SGCProbeSwitch, family: str, report: dict, *, simulated: bool = False) -> float:
+    """Seconds the switch's search for ``family`` costs on the clock (``o.search_clock``): App.
+    K's time for it (scaled by ``time_scale`` like the delays), this host's wall time, or none. On
+    Ray (not ``simulated``) the master's search already takes its wall time."""
+    if (o.engine != "inprocess" and not simulated) or o.search_clock == "none":
+        return 0.0
+    if o.search_clock == "measured":
+        return float(report["search_seconds"])
+    return PAPER_SEARCH_SECONDS[family] * o.time_scale
+
+
+def _time_to_jobs(sim, jobs: int) -> float:
+    """When the ``jobs``-th job was decoded in a simulation kept with records (nan: fewer were)."""
+    done = sim.job_done_round
+    done = done[done >= 0]
+    if done.size < jobs:
+        return float("nan")
+    return float(np.sort((sim.round_starts + sim.round_times)[done])[jobs - 1])
+
+
+def _timed_once(o: SGCProbeSwitch, seed: int, n: int, jobs: int, probe: int, switch: bool) -> list[dict]:
+    """One repetition of :func:`_at_scale`: each scheme's row (parameters, load, time to the jobs,
+    rounds waited out, search charged) on an ``n``-wide draw of the synthetic delays from ``seed``,
+    drawn, searched and timed as the trained run does it (:func:`_setup`; :func:`_sgc_training_once`,
+    or with ``switch`` :class:`~gradcode.schemes.switch.ProbeThenSwitch`: the probe's uncoded rounds,
+    the search on their times for the rounds left, the search charged, then the chosen scheme)."""
+    from gradcode.schemes.factory import make_scheme
+    from gradcode.schemes.switch import choose_after_probe
+    from gradcode.sim import simulate
+    from gradcode.stragglers import make_delay_model
+
+    rounds = jobs + 3
+    profile = bursty_profile(probe + rounds, n, np.random.default_rng(seed))
+    reference = profile[:probe]
+
+    def play(scheme, delays, count):
+        model = make_delay_model("trace", delays=delays * o.time_scale, trace_load=1.0 / n,
+                                 load_slope=o.load_slope * o.time_scale)
+        sim = simulate(scheme, model, delays.shape[0], close=o.mu, waitout="all", records=True)
+        return _time_to_jobs(sim, count), sim.waitouts / delays.shape[0]
+
+    uncoded = make_scheme("uncoded", n=n)
+    time, waited = play(uncoded, profile if switch else profile[probe:], probe + jobs if switch else jobs)
+    rows = [{"scheme": "uncoded", "parameters": "—", "load": round(1.0 / n, 4), "time_to_jobs": time,
+             "waited_out": waited, "search_charged": None}]
+    start = play(make_scheme("uncoded", n=n), profile[:probe], probe)[0] if switch else 0.0
+    for name, family in (("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
+        scheme, report = choose_after_probe(reference, jobs=rounds if switch else jobs, models=o.models, close=o.mu,
+                                            waitout="all", load_slope=o.load_slope, seed=seed, families=(family,))
+        charged = _search_charge(o, family, report, simulated=True) if switch else 0.0
+        time, waited = play(scheme, profile[probe:], jobs)
+        chosen = report["chosen"]
+        rows.append({"scheme": name, "parameters": ", ".join(f"{k}={v}" for k, v in chosen["params"].items()),
+                     "load": round(float(chosen["load"]), 4), "time_to_jobs": start + charged + time,
+                     "waited_out": waited, "search_charged": charged if switch else None})
+    return rows
+
+
+def _at_scale(o: SGCProbeSwitch, switch: bool) -> tuple[list[str], dict]:
+    """The table's times at the paper's scale: ``scale_workers`` workers (256), ``scale_jobs`` jobs
+    (the paper's), each family's parameters from a ``scale_probe``-round reference (the paper's
+    T_probe), ``scale_repeats`` repetitions (10) as mean and standard deviation, played by the
+    simulator instead of trained. On the declared clock that changes no time: a round lasts what
+    the delay model says, whatever the gradients, and the in-process engine closes each round at
+    the simulator's time with its stragglers (the same protocol and timing rule;
+    ``tests/test_driver.py``, and ``tests/test_torch.py`` compares this table with the trained one
+    at a small size). What it leaves out is the training (accuracy), which stays at the trained
+    table's scale. Skipped with a trace (the trained run already has its width) or no repetitions."""
+    repeats = check_int("scale_repeats", o.scale_repeats, minimum=0)
+    if not repeats or o.trace is not None:
+        return [], {}
+    n = check_int("scale_workers", o.scale_workers, minimum=2)
+    jobs = check_int("scale_jobs", o.paper_jobs if o.scale_jobs is None else o.scale_jobs, minimum=1)
+    probe = check_int("scale_probe", o.paper_probe if o.scale_probe is None else o.scale_probe, minimum=1)
+    runs = [_timed_once(o, o.seed + r, n, jobs, probe, switch) for r in range(repeats)]
+    rows = _mean_rows(runs)
+    by = {r["scheme"]: r for r in rows}
+    chosen = {}  # each scheme's most frequent choice, and how often
+    for i, r in enumerate(rows):
+        (params, times), = Counter(run[i]["parameters"] for run in runs).most_common(1)
+        chosen[r["scheme"]] = "" if params == "—" else f" ({params}" + (f", {times} of {repeats}" if times < repeats
+                                                                          else "") + ")"
+    order = sorted(by, key=lambda k: by[k]["time_to_jobs"])
+    holds = tuple(order) == PAPER_ORDER
+    what = (f"T_probe = {probe} uncoded rounds, the search charged ({o.search_clock}), then {jobs} jobs"
+            if switch else f"parameters from a reference of {probe} rounds, {jobs} jobs")
+    line = (f"At the paper's scale (times only): n = {n}, {what}, {repeats} repetition{'s' * (repeats > 1)} (seeds"
+            f" {o.seed} to {o.seed + repeats - 1}), the synthetic delays drawn {n} wide, played by the simulator on"
+            " the same declared clock (the in-process engine closes every round at the simulator's time; only the"
+            " training is left out). Mean" + (" ± sd" if repeats > 1 else "") + " time to the jobs: "
+            + "; ".join(f"{k}{chosen[k]} {by[k]['time_to_jobs']:g}" + (f" ± {by[k]['time_sd']:g}" if repeats > 1
+                                                                           else "") + " s" for k in order)
+            + ". Rounds waited out: " + ", ".join(f"{k} {100 * by[k]['waited_out']:.1f} %" for k in order)
+            + f". The paper's ordering (M-SGC < SR-SGC < GC < uncoded) {'holds' if holds else 'does not hold'}.")
+    line = _compare_note(rows, line, o.paper_claim)
+    if by["M-SGC"]["waited_out"] > by["GC"]["waited_out"]:
+        line += (" M-SGC waits out more rounds than GC: its models cover a worker's bursts of at most B rounds in"
+                 f" a window, and among {n} independent workers some burst outlasts B in most windows, where the"
+                 " paper's measured profile has few long bursts (Fig. 1(b)); a measured profile (-p trace=FILE)"
+                 " replaces the synthetic one.")
+    return [line], {"at_scale": {"workers": n, "jobs": jobs, "probe": probe, "repeats": repeats,
+                                 "paper_order_holds": holds, "rows": rows}}
+
+
 def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
     """:class:`SGCProbeSwitch`'s run."""
+    check_choice("search_clock", o.search_clock, SEARCH_CLOCKS)
     rounds = o.probe + o.jobs + 3  # the sequential codes' T stays below the number of models (4)
     profile, workers, train, common = _setup(o, rounds, o.seed)
     alpha_lines, alpha_doc = _alpha_notes(common.spec.delay_params, profile[:o.probe], workers=workers, jobs=o.jobs,
@@ -312,16 +452,21 @@ def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
         auto = None if family is None else dict(probe=o.probe, load_slope=o.load_slope * o.time_scale,
                                                  families=(family,))
         row, curves[name] = _train(name, train, common, target, {"scheme": "uncoded" if family is None else "auto"},
-                                   auto)
+                                   auto, charge=None if family is None else partial(_search_charge, o, family))
         rows.append(row)
     note = _compare_note(rows, (
         f"scaled: {_setting(workers, o.models, o.data, o.model, (o.engine, o.compute))}, batch {o.batch_size}, Adam,"
         f" mu = {o.mu:g}, {o.wire_dtype} messages, T_probe = {o.probe}, {o.jobs} jobs after it; delays "
         + (f"from {o.trace}" if o.trace else "synthetic bursty (module docstring)")
         + f", load slope {o.load_slope} s per unit load. Paper: {FIG18_CLAIM}."))
+    if o.engine == "inprocess" and o.search_clock != "none":
+        note += (f" The search is charged to the clock before the coded rounds ({o.search_clock}: "
+                 + ("App. K's ~8 s SR-SGC, ~2 s M-SGC, < 1 s GC (as 1 s) at n = 256" if o.search_clock == "paper"
+                    else "its wall time on this host, which depends on the host's load") + ", x time_scale).")
+    scale_lines, scale_doc = _at_scale(o, switch=True)
     doc = {"title": "SGC App. K / Fig. 18 (scaled): uncoded first, switch after T_probe rounds",
-           "notes": [note, *alpha_lines], "probe": o.probe, "jobs": o.jobs, "workers": workers, "models": o.models,
-           **alpha_doc}
+           "notes": [note, *alpha_lines, *scale_lines], "probe": o.probe, "jobs": o.jobs, "workers": workers,
+           "models": o.models, "search_clock": o.search_clock, **alpha_doc, **scale_doc}
     return _finish(doc, rows, curves, o.out, "sgc-probe-switch", o.plot,
                    {f"end of the probe ({o.probe} jobs)": o.probe, "jobs counted": target})
 
@@ -338,11 +483,13 @@ class SGCTraining(SGCProbeSwitch):
     mean and standard deviation of each scheme's time (Table 1's form). Other parameters as
     ``sgc-probe-switch``.
 
-    Still scaled, and why: the paper has n = 256 workers, 480 jobs (120 a model) and 10
-    repetitions; every worker's gradient is really computed here (the training is real, only the
-    clock is declared), so the cost grows with workers x jobs x load: the default, n = 16, 120 jobs
-    and 3 repetitions, takes about 6 minutes on 2 cores (one repetition 1.9 min); ``-p repeats=10``
-    about 20; ``-p workers=256 -p jobs=480`` is hours there."""
+    What is at the paper's scale and what is not: the times are, in a second table (n = 256, 480
+    jobs, parameters from an 80-round reference, 10 repetitions; :func:`_at_scale` plays the
+    schemes in the simulator on the same declared clock, where training changes no time). The
+    training is not: every worker's gradient is really computed, so its cost grows with workers x
+    jobs x load; the trained table's default, n = 16, 120 jobs and 3 repetitions, takes about 6
+    minutes on 2 cores (one repetition 1.9 min); ``-p repeats=10`` about 20; ``-p workers=256
+    -p jobs=480`` is hours there."""
 
     probe: int = 40
     out: str = "sgc-training"
@@ -379,25 +526,33 @@ def _sgc_training(o: SGCTraining) -> dict:
         f" {o.paper_probe}), {o.jobs} jobs; delays " + (f"from {o.trace}" if o.trace else "synthetic bursty (module"
                                                          " docstring)")
         + f", load slope {o.load_slope} s per unit load. {o.paper_result}"), o.paper_claim) + spread
-    doc = {"title": o.title, "notes": [note, *alpha_lines], "probe": o.probe, "jobs": o.jobs, "workers": workers,
-           "models": o.models, "repeats": repeats, **alpha_doc}
+    scale_lines, scale_doc = _at_scale(o, switch=False)
+    doc = {"title": o.title, "notes": [note, *alpha_lines, *scale_lines], "probe": o.probe, "jobs": o.jobs,
+           "workers": workers, "models": o.models, "repeats": repeats, **alpha_doc, **scale_doc}
     return _finish(doc, rows, curves, o.out, o.stem, o.plot, {"jobs counted": o.jobs})
+
+
+#: the columns :func:`_mean_rows` averages when the rows have them, and their rounding
+_MEANS = (("load", 4), ("search_ms", 2), ("search_charged", 3), ("waited_out", 4), ("accuracy", 4))
 
 
 def _mean_rows(runs: list[list[dict]]) -> list[dict]:
     """Each scheme's rows over repetitions: its time as mean, standard deviation and the runs',
-    its accuracy and load as means, its parameters listed when they vary."""
+    its load, accuracy, search and rounds waited out as means (where given), its parameters
+    listed when they vary."""
     out = []
     for rows in zip(*runs):
         times = np.array([r["time_to_jobs"] for r in rows])
         params = list(dict.fromkeys(r["parameters"] for r in rows))
-        searches = [r["search_ms"] for r in rows if r.get("search_ms") is not None]
-        out.append({"scheme": rows[0]["scheme"], "parameters": params[0] if len(params) == 1 else "; ".join(params),
-                    "load": round(float(np.mean([r["load"] for r in rows])), 4),
-                    "time_to_jobs": round(float(times.mean()), 2), "time_sd": round(float(times.std(ddof=1)), 2),
-                    "times": times.round(2).tolist(),
-                    "search_ms": round(float(np.mean(searches)), 2) if searches else None,
-                    "accuracy": round(float(np.mean([r["accuracy"] for r in rows])), 4)})
+        row = {"scheme": rows[0]["scheme"], "parameters": params[0] if len(params) == 1 else "; ".join(params),
+               "time_to_jobs": round(float(times.mean()), 2),
+               "time_sd": round(float(times.std(ddof=1)), 2) if len(rows) > 1 else 0.0,
+               "times": times.round(2).tolist()}
+        for key, digits in _MEANS:
+            if key in rows[0]:
+                values = [r[key] for r in rows if r.get(key) is not None]
+                row[key] = round(float(np.mean(values)), digits) if values else None
+        out.append(row)
     return out
 
 
@@ -453,6 +608,7 @@ class SGCResNet(SGCTraining):
     title: ClassVar[str] = "SGC App. L / Fig. 20 (scaled): 4 models, 16-bit messages, mu = 5"
     stem: ClassVar[str] = "sgc-resnet"
     paper_probe: ClassVar[int] = 20
+    paper_jobs: ClassVar[int] = 1000
     paper_result: ClassVar[str] = "Paper (App. L, ResNet-18 on CIFAR-100, n = 256, 1000 jobs): Fig. 20."
     paper_claim: ClassVar[str] = "the paper's App. L: 11.6 % and 21.5 %"
 
