@@ -194,6 +194,109 @@ def test_ldpc_peeling_agrees_with_generic_and_reports_stopping_sets():
                    for S in itertools.combinations(range(12), t + 1))
 
 
+def test_the_operator_ldpc_code_is_the_dense_one_without_the_dense_matrices():
+    """dense=False (the default past DENSE_GENERATOR_MAX): no generator is formed, each worker's
+    encoder is its generator column computed when asked, and a decode peels the messages; over
+    every pattern of up to 3 stragglers it decodes exactly when the dense code does, to the full
+    gradient, within its own error bound, in float64, float32 and as Messages with scales."""
+    from gradcode.codes import LazyEncoders, Message
+
+    dense = CommFR(24, 24, 12, 6, "ldpc", seed=0)
+    op = CommFR(24, 24, 12, 6, "ldpc", seed=0, dense=False)
+    assert op.operator and op.lazy and op.G is None and isinstance(op.encoders, LazyEncoders)
+    assert not dense.operator and (op.tolerance, op.params["dense"], dense.params["dense"]) == (dense.tolerance,
+                                                                                               False, True)
+    for w in range(24):
+        np.testing.assert_allclose(op.encoders[w], dense.encoders[w], atol=1e-12)
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal((24, 37))
+    full = g.sum(axis=0)
+    msgs = encode_all(op, g)
+    decoded = 0
+    for S in itertools.chain.from_iterable(itertools.combinations(range(24), s) for s in range(4)):
+        pattern = {w: 1 for w in range(24) if w not in S}
+        assert op.can_decode(pattern) == dense.can_decode(pattern), S
+        if not op.can_decode(pattern):
+            with pytest.raises(NotDecodableError, match="stopping set"):
+                op.check_decodable(pattern)
+            continue
+        report = op.decode_report({w: msgs[w] for w in pattern}, dim=37)
+        error = np.linalg.norm(report.gradient - full)
+        assert error <= report.error_bound and report.relative_bound < 1e-13 and report.decoding is None
+        decoded += 1
+    assert decoded > 1500
+    # float32 messages, and Messages that carry their scales, factors included
+    f32 = op.decode_report({w: m.astype(np.float32) for w, m in msgs.items()}, dim=37)
+    assert f32.precision == "float32" and np.linalg.norm(f32.gradient - full) <= f32.error_bound
+    sent = {w: Message(m[0] * 4.0, scale=float(op.message_scales(w, g[list(op.placement[w])])[0]), factor=4.0)
+            for w, m in msgs.items()}
+    np.testing.assert_allclose(op.decode(sent, dim=37), full, atol=1e-12)
+    assert op.decode_report(sent, dim=37).error_bound >= op.decode_report(msgs, dim=37).error_bound * 0.5
+    # the simulator's decode rule (index-only peeling) is the dense code's: the same rounds
+    np.testing.assert_array_equal(gradcode.simulate(op, "shifted-exp", 50, seed=0, records=True).round_times,
+                                  gradcode.simulate(dense, "shifted-exp", 50, seed=0, records=True).round_times)
+
+
+def test_the_operator_ldpc_code_refuses_what_it_cannot_do_by_name():
+    op = CommFR(24, 24, 12, 6, "ldpc", seed=0, dense=False)
+    g = np.random.default_rng(0).standard_normal((24, 8))
+    msgs = encode_all(op, g)
+    with pytest.raises(TypeError, match="decodes by an operator"):
+        op.decoding({w: 1 for w in range(24)})
+    with pytest.raises(NotDecodableError, match="needs >= 6"):
+        op.decode({w: msgs[w] for w in range(5)}, dim=8)
+    with pytest.raises(NotDecodableError, match="no messages"):
+        op.check_decodable({})
+    bad = dict(msgs)
+    bad[3] = np.full_like(msgs[3], np.nan)
+    with pytest.raises(gradcode.codes.NonFiniteMessageError, match=r"workers \[3\]"):
+        op.decode(bad, dim=8)
+    with pytest.raises(ValueError, match="scales must cover"):
+        op.decode(msgs, dim=8, scales={0: [1.0]})
+    with pytest.raises(ValueError, match="shape"):
+        op.decode({w: m[:, :1] for w, m in msgs.items()}, dim=8)
+    # a peeling chain too long for the precision asked: refused, not returned
+    with pytest.raises(gradcode.codes.ImpreciseDecodeError, match="peeling"):
+        op.decode({w: m.astype(np.float16) for w, m in msgs.items() if w not in (0, 12, 5)}, dim=8, rtol=1e-9)
+    with pytest.raises(TypeError, match="dense must be"):
+        CommFR(24, 24, 12, 6, "ldpc", dense="no")
+    import pickle
+
+    again = pickle.loads(pickle.dumps(op))
+    np.testing.assert_array_equal(again.encoders[7], op.encoders[7])
+    np.testing.assert_allclose(again.decode(msgs, dim=8), g.sum(axis=0), atol=1e-12)
+
+
+def test_remark_3s_ldpc_code_at_n_10000_goes_through_make_code():
+    """CommFR over a (6, 3)-regular [10000, 5000] LDPC code (Remark 3's scale) is an operator
+    code: built, its workers' messages encoded with the generator columns each worker computes,
+    and the gradient decoded by peeling from 80 % of them within its bound (which carries how far
+    those columns miss H), through the code contract."""
+    N = 10_000
+    code = gradcode.make_code("commfr", n=N, k=1, N=N, K=N // 2, construction="ldpc", seed=0)
+    assert code.operator and code.triple[:2] == (1, N // 2)
+    m = 4
+    d = m * code.K - 3
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((1, d))
+    received = np.sort(rng.choice(N, int(0.8 * N), replace=False))
+    padded = np.zeros(m * code.K)
+    padded[:d] = g[0]
+    chunks = padded.reshape(code.K, m)
+    # every received worker's message, as it computes it (its column times the chunks), in blocks
+    msgs = {}
+    for a in range(0, received.size, 2000):
+        block = received[a:a + 2000]
+        msgs.update(zip(block.tolist(), code.ldpc.generator_columns(block) @ chunks))
+    parity = int(np.setdiff1d(received, code.info_positions)[0])
+    assert np.array_equal(code.encoders[parity][0, 0], code.ldpc.generator_columns(received[:2000])[
+        int(np.searchsorted(received[:2000], parity))])  # the worker's own column is the one measured
+    np.testing.assert_allclose(code.encode(parity, g)[0], msgs[parity], rtol=1e-12, atol=1e-12)
+    report = code.decode_report(msgs, dim=d)
+    assert np.linalg.norm(report.gradient - g[0]) <= report.error_bound
+    assert report.relative_bound < 1e-5
+
+
 def test_ldpc_threshold_remark3():
     assert ldpc_threshold(6, 3) == pytest.approx(0.4294, abs=1e-4)
     assert ldpc_threshold(4, 3) == pytest.approx(0.6474, abs=1e-4)  # rate-1/4 (3,4) ensemble
@@ -237,7 +340,8 @@ def test_spread_stragglers_beyond_worst_case():
         (dict(n=8, k=4, N=4, K=2, generator=[[1, 0, 1], [0, 1, 1]]), "shape"),
         (dict(n=8, k=4, N=4, K=2, generator=[[1, 1, 1, 1], [2, 2, 2, 2]]), "rank"),
         (dict(n=12, k=6, N=12, K=5, construction="ldpc"), "K = N \\(1 - dv/dc\\)"),
-        (dict(n=8, k=4, N=4, K=2, dc=4), "dc and dv"),
+        (dict(n=8, k=4, N=4, K=2, dc=4), "dc, dv and dense"),
+        (dict(n=8, k=4, N=4, K=2, dense=False), "dc, dv and dense"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -141,3 +141,18 @@ def test_codes_the_encoder_cannot_serve_are_refused_with_the_reason(monkeypatch)
     monkeypatch.setattr(SparseLDPC, "MAX_RESIDUAL", 1e-30)
     with pytest.raises(ValueError, match="usable .* MAX_RESIDUAL"):
         SparseLDPC.random(600, 6, 3, seed=0, tries=2)
+
+
+def test_generator_columns_are_g_in_any_batch_and_miss_h_by_at_most_check_residuals():
+    """A worker's generator column (its encoder in an operator code) is G's, bit for bit the same
+    alone or in any batch (what check_residuals measured is what the worker uses), and the
+    columns of every check add up to at most check_residuals (the decode's bound carries it)."""
+    code = SparseLDPC.random(600, 6, 3, seed=1)
+    cols = code.generator_columns(np.arange(600))
+    np.testing.assert_allclose(cols, code.generator().T, atol=1e-10)
+    assert np.array_equal(np.vstack([code.generator_columns([j]) for j in range(0, 600, 37)]), cols[::37])
+    assert np.array_equal(code.generator_columns(np.arange(5, 600, 7)), cols[5::7])
+    missed = np.linalg.norm(code.H @ cols, axis=1)
+    assert (missed <= code.check_residuals).all() and code.check_residuals.max() < 1e-10
+    with pytest.raises(ValueError, match="positions must be in"):
+        code.generator_columns([600])

@@ -25,6 +25,7 @@ recipe.
 from gradcode.codes.base import (
     CODES,
     DEFAULT_MAX_CONDITION,
+    LazyEncoders,
     LinearCode,
     available_codes,
     check_n_s,
@@ -55,6 +56,7 @@ __all__ = [
     "Decoding",
     "ImpreciseDecodeError",
     "InconsistentMessagesError",
+    "LazyEncoders",
     "LinearCode",
     "Message",
     "NonFiniteMessageError",

@@ -34,6 +34,14 @@ bfloat16 (``ml_dtypes.bfloat16`` arrays), and the decoded gradient is float64.
 
 Precision of what arrived: each decode is also checked against the *data* it sums, its rounding
 error bounded relative to what was summed (:mod:`gradcode.codes.precision`).
+
+Codes too large to hold (CommFR over an LDPC code of length 10,000: its dense generator, every
+worker's ``E_w`` and the coefficient matrices of its decodings would take gigabytes) give their
+encoders as :class:`LazyEncoders`, built when a worker's is asked for, and decode by an operator of
+their own (peeling) instead of coefficients ``A``: :meth:`LinearCode.decoding` and everything
+built on the dense rows then refuse by name, while :meth:`~LinearCode.encode`,
+:meth:`~LinearCode.decode`, :meth:`~LinearCode.can_decode`, :meth:`~LinearCode.check_decodable`
+and the decode rule work as for any code.
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -75,6 +84,48 @@ _EPS = float(np.finfo(np.float64).eps)
 DENSE_ROWS, DENSE_ROWS_MAX = 0.25, 25_000_000
 #: every code family, by name (``gradcode codes`` lists them; ``make_code`` builds them)
 CODES: Registry = Registry("code", modules=package_modules(__file__))
+
+
+class LazyEncoders(Sequence):
+    """Every worker's encoder ``E_w`` (``(R_w, len(placement[w]), L)``), built by ``build(w)`` when
+    asked for instead of held: for codes whose encoders together are too large (module
+    docstring). ``messages[w]`` is ``R_w``. The most recent few are kept; ``build`` must pickle
+    (codes travel), e.g. a module-level function with ``functools.partial``."""
+
+    KEEP = 8
+
+    def __init__(self, messages: Sequence[int], build: Callable[[int], np.ndarray]):
+        self.messages = tuple(int(r) for r in messages)
+        self.build = build
+        self._kept: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __getitem__(self, w):
+        if isinstance(w, slice):
+            return [self[i] for i in range(*w.indices(len(self)))]
+        w = range(len(self))[w]
+        with self._lock:
+            E = self._kept.pop(w, None)
+        if E is None:
+            E = np.array(self.build(w), dtype=np.float64)
+            if E.ndim != 3 or E.shape[0] != self.messages[w]:
+                raise ValueError(f"the encoder built for worker {w} has shape {E.shape}; expected"
+                                 f" ({self.messages[w]}, partitions, chunks)")
+            E.flags.writeable = False
+        with self._lock:
+            self._kept[w] = E  # most recent last
+            while len(self._kept) > self.KEEP:
+                del self._kept[next(iter(self._kept))]
+        return E
+
+    def __getstate__(self):
+        return {"messages": self.messages, "build": self.build}
+
+    def __setstate__(self, state):
+        self.__init__(state["messages"], state["build"])
 
 
 def check_n_s(n, s) -> tuple[int, int]:
@@ -171,21 +222,10 @@ class LinearCode:
                 raise ValueError(f"placement[{w}] = {p} must hold distinct partitions in [0, {k})")
         self._placement = placement
         self._chunks = check_int("chunks", chunks, minimum=1)
-        enc = []
-        for w, E in enumerate(encoders):
-            E = np.array(E, dtype=np.float64)
-            if E.ndim != 3 or E.shape[1:] != (len(placement[w]), self._chunks):
-                raise ValueError(
-                    f"encoder of worker {w} must have shape (R, {len(placement[w])}, {self._chunks}),"
-                    f" got {E.shape}"
-                )
-            E.flags.writeable = False
-            enc.append(E)
-        if len(enc) != n:
-            raise ValueError(f"encoders must list {n} workers, got {len(enc)}")
-        self._encoders = tuple(enc)
-        self._messages = tuple(E.shape[0] for E in enc)
-        self._message_counts = np.array(self._messages, dtype=np.intp)
+        if isinstance(encoders, LazyEncoders):
+            self._init_lazy(encoders, placement)
+        else:
+            self._init_encoders(encoders, placement)
         if partition_sizes is None:
             sizes = np.full(self._k, 1.0 / self._k)
         else:
@@ -201,6 +241,38 @@ class LinearCode:
         self._cache = DecodingCache(self.CACHE_SIZE)
         self._max_condition = DEFAULT_MAX_CONDITION  # the max_condition setter changes it (and its subcodes')
         self._rows_cache = None
+
+    def _init_encoders(self, encoders, placement) -> None:
+        """The encoders checked against the placement and chunks, made read-only."""
+        enc = []
+        for w, E in enumerate(encoders):
+            E = np.array(E, dtype=np.float64)
+            if E.ndim != 3 or E.shape[1:] != (len(placement[w]), self._chunks):
+                raise ValueError(
+                    f"encoder of worker {w} must have shape (R, {len(placement[w])}, {self._chunks}),"
+                    f" got {E.shape}"
+                )
+            E.flags.writeable = False
+            enc.append(E)
+        if len(enc) != len(placement):
+            raise ValueError(f"encoders must list {len(placement)} workers, got {len(enc)}")
+        self._encoders = tuple(enc)
+        self._messages = tuple(E.shape[0] for E in enc)
+        self._message_counts = np.array(self._messages, dtype=np.intp)
+
+    def _init_lazy(self, encoders: LazyEncoders, placement) -> None:
+        """Encoders built when asked for (:class:`LazyEncoders`): their shapes are checked then."""
+        if len(encoders) != len(placement):
+            raise ValueError(f"encoders must list {len(placement)} workers, got {len(encoders)}")
+        self._encoders = encoders
+        self._messages = encoders.messages
+        self._message_counts = np.array(self._messages, dtype=np.intp)
+
+    @property
+    def lazy(self) -> bool:
+        """Whether the encoders are built when asked for and decoding is an operator of the code's
+        own, with no dense coefficients (module docstring)."""
+        return isinstance(self._encoders, LazyEncoders)
 
     # ------------------------------------------------------------------ immutability
     def __init_subclass__(cls, **kwargs):
@@ -382,11 +454,20 @@ class LinearCode:
         rows (module docstring; ``amplification`` reports the check's measure); raises
         :class:`NotDecodableError` when the messages do not determine the gradient or no solve's
         answer passes the check."""
+        if self.lazy:
+            raise TypeError(f"{self!r} decodes by an operator of its own, not by dense coefficients (it is too large"
+                            " to hold them): use decode(), decode_report(), can_decode() or check_decodable()")
         pattern = self.normalize_pattern(received)
         sol = self._solution(pattern)
         if isinstance(sol, Refusal):
             raise NotDecodableError(sol.reason)
         return sol
+
+    def check_decodable(self, received) -> None:
+        """Raise :class:`NotDecodableError`, saying why, unless the messages of pattern ``received``
+        decode (:meth:`decoding`'s check; codes that decode by an operator answer without
+        coefficients)."""
+        self.decoding(received)
 
     #: whether :meth:`streamed_coefficient` knows every message's coefficient when it arrives
     #: (:mod:`gradcode.codes.streaming`: the master then adds messages in as they arrive)
@@ -630,6 +711,9 @@ class LinearCode:
         index of each worker's first row; the rows' 1-norms and their numbers of non-zeros; ``B``
         itself (CSR). Built on first use (fresh patterns and error bounds only)."""
         if self._rows_cache is None:
+            if self.lazy:
+                raise TypeError(f"{self!r} builds its encoders when asked (too large to hold): it has no dense"
+                                " encoder rows")
             L = self._chunks
             indptr, indices, data = [0], [], []
             for w, E in enumerate(self._encoders):

@@ -39,6 +39,13 @@ least-squares decoder where both decode, see tests):
   stopping set, even where the generic solve would succeed. The paper's "ensemble C(3,6)" with
   threshold 0.4294 (Remark 3) is the rate-1/2 ensemble with column weight 3 and row weight 6, i.e.
   ``dc = 6``, ``dv = 3`` here (the defaults); :func:`ldpc_threshold` computes ``p*``.
+  Large LDPC codes (Remark 3's scale: ``N = 10,000``) are *operator codes*
+  (:class:`~gradcode.codes.base.LazyEncoders`): with ``dense=False``, the default once ``K N``
+  exceeds :data:`DENSE_GENERATOR_MAX`, the dense generator is never formed, a worker's column
+  ``G_j`` is computed when its encoder is asked for (:meth:`SparseLDPC.generator_columns
+  <gradcode.codes.ldpc.SparseLDPC.generator_columns>`, ``O(edges + g K)``), and a decode peels the
+  received messages themselves (``O(edges m)``) with the peeling's error bound, instead of forming
+  and checking the ``K x t`` coefficients (``O(K^2 t)``: 1.7e11 flops at ``N = 10,000``).
 * ``custom``: any ``K x N`` generator of rank ``K`` passed as ``generator``; decoded like
   ``mds-gaussian``.
 
@@ -51,6 +58,7 @@ the largest fully checked size, a certified lower bound (``tolerance_certified``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -58,8 +66,9 @@ import numpy as np
 from scipy import linalg as sla
 
 from gradcode._validation import as_generator, check_choice, check_int
-from gradcode.codes.base import LinearCode, register
-from gradcode.codes.decoding import Decoding, Pattern
+from gradcode.codes.base import LazyEncoders, LinearCode, register
+from gradcode.codes.decoding import Decoding, NonFiniteMessageError, Pattern, items, unpack
+from gradcode.codes.precision import UNDERFLOW, UNIT_ROUNDOFF, Decoded, ImpreciseDecodeError
 from gradcode.codes.compose import DirectSumCode
 from gradcode.codes.ldpc import SparseLDPC
 from gradcode.codes.linalg import min_norm_left_solve
@@ -68,9 +77,14 @@ from gradcode.errors import NotDecodableError
 
 __all__ = ["CommFR", "ldpc_threshold", "regular_ldpc_parity_check", "systematic_generator"]
 
+_EPS = float(np.finfo(np.float64).eps)
+
 CONSTRUCTIONS = ("mds-gaussian", "mds-systematic", "repetition", "ldpc", "custom")
 #: group erasure sets checked when certifying the tolerance at construction
 CERTIFY_BUDGET = 3000
+#: an LDPC construction's generator is formed densely up to this many entries ``K N`` (32 MB);
+#: beyond, the code is an operator code (module docstring)
+DENSE_GENERATOR_MAX = 1 << 22
 
 
 
@@ -132,6 +146,8 @@ class CommFR(DirectSumCode):
                 dict(n=12, k=6, N=12, K=6, construction="ldpc", dc=6, dv=3, seed=0))
 
     summary = "CommFR-GC: fractional repetition + any [N, K] linear code (MDS, systematic, LDPC)"
+    #: the Prop. 2 peeling decoder's message when a group's erasures hold a stopping set
+    STOPPED = "LDPC peeling stalls on a stopping set before it recovers every information coordinate"
 
     def __init__(
         self,
@@ -144,6 +160,7 @@ class CommFR(DirectSumCode):
         generator=None,
         dc: int | None = None,
         dv: int | None = None,
+        dense: bool | None = None,
     ):
         n = check_int("n", n, minimum=1)
         k = check_int("k", k, minimum=1)
@@ -163,15 +180,22 @@ class CommFR(DirectSumCode):
                 "pass generator= exactly when construction='custom' (or leave construction unset);"
                 f" got construction={construction!r} with generator {'set' if generator is not None else 'unset'}"
             )
-        if construction != "ldpc" and (dc is not None or dv is not None):
-            raise ValueError(f"dc and dv are parameters of construction='ldpc', not {construction!r}")
+        if construction != "ldpc" and (dc is not None or dv is not None or dense is not None):
+            raise ValueError(f"dc, dv and dense are parameters of construction='ldpc', not {construction!r}")
+        if dense is not None and not isinstance(dense, (bool, np.bool_)):
+            raise TypeError(f"dense must be True, False or None (dense up to DENSE_GENERATOR_MAX entries), got"
+                            f" {dense!r}")
         self.p = n // N
         self.l = k * N // n
         self.N, self.K = N, K
         self.construction = construction
+        #: an operator code: no dense generator, encoders built when asked, decodes peel the messages
+        self.operator = construction == "ldpc" and not (K * N <= DENSE_GENERATOR_MAX if dense is None else dense)
         G, dc, dv = self._generator(construction, as_generator(seed), generator, dc, dv)
-        G = np.asarray(G, dtype=np.float64)
-        G.flags.writeable = False
+        if G is not None:
+            G = np.asarray(G, dtype=np.float64)
+            G.flags.writeable = False
+        #: the ``K x N`` generator (None for an operator code: ``ldpc.generator()`` forms it)
         self.G = G
         self.info_positions.flags.writeable = False
         self.group = _CommFRGroup(self, G)
@@ -185,6 +209,7 @@ class CommFR(DirectSumCode):
             "generator": None if generator is None else G.tolist(),
             "dc": dc if construction == "ldpc" else None,
             "dv": dv if construction == "ldpc" else None,
+            "dense": (not self.operator) if construction == "ldpc" else None,
         }
         tolerance, self.tolerance_certified = self._certify_tolerance()
         # group i (workers i, i + p, ...) holds partitions i l .. (i + 1) l - 1: the same [N, K]
@@ -226,6 +251,9 @@ class CommFR(DirectSumCode):
             self.ldpc = SparseLDPC.random(N, dc, dv, rng)
             self.info_positions = self.ldpc.info.copy()
             self.parity_check = self.ldpc.H
+            if self.operator:
+                self.ldpc.check_residuals  # noqa: B018 -- every decode's bound needs them: built with the code
+                return None, dc, dv
             return self.ldpc.generator(), dc, dv
         G = np.array(generator, dtype=np.float64)
         if G.shape != (K, N) or not np.isfinite(G).all():
@@ -306,8 +334,7 @@ class CommFR(DirectSumCode):
         if self.construction == "repetition":
             return N - 1, True
         upper = N - K
-        total = sum(math.comb(N, s) for s in range(1, upper + 2))
-        if self.construction.startswith("mds") and total > CERTIFY_BUDGET:
+        if self.construction.startswith("mds") and sum(math.comb(N, s) for s in range(1, upper + 2)) > CERTIFY_BUDGET:
             return upper, False  # MDS with probability 1 (Theorem 1, Corollary 1)
         checked = 0
         for s in range(1, upper + 1):
@@ -326,19 +353,143 @@ class CommFR(DirectSumCode):
             return len(T) >= self.K and self.ldpc.decodable(T)
         return self.group.can_decode({j: 1 for j in T})
 
+    # ------------------------------------------------------------------ operator code (large LDPC)
+    def _received(self, pattern: Pattern) -> list[tuple[int, ...]]:
+        """Each group's received generator positions (members with a message) in ``pattern``."""
+        counts = np.zeros(self.n, dtype=np.intp)
+        for w, r in pattern:
+            counts[w] = r
+        return [tuple(np.flatnonzero(counts[ws] > 0).tolist()) for ws in self.part_workers]
+
+    def _why_not(self, pattern: Pattern) -> str | None:
+        """Why ``pattern`` does not decode by peeling (the first group that stalls), or None."""
+        if not pattern:
+            return "no messages received"
+        for i, T in enumerate(self._received(pattern)):
+            if not self._group_decodable(T):
+                few = len(T) < self.K
+                return (f"group {i} ({len(T)} of its {self.N} workers received): "
+                        + (f"the [N={self.N}, K={self.K}] code needs >= {self.K}" if few else self.STOPPED))
+        return None
+
+    def can_decode(self, received) -> bool:
+        if not self.operator:
+            return super().can_decode(received)
+        return self._why_not(self.normalize_pattern(received)) is None
+
+    def check_decodable(self, received) -> None:
+        if not self.operator:
+            return super().check_decodable(received)
+        reason = self._why_not(self.normalize_pattern(received))
+        if reason is not None:
+            raise NotDecodableError(reason)
+
+    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> Decoded:
+        """:meth:`LinearCode.decode_report`; an operator code peels the received messages of each
+        group (Prop. 2) instead of applying coefficients, and bounds the result with the peeling's
+        own first-order bound (:meth:`SparseLDPC.decode_report
+        <gradcode.codes.ldpc.SparseLDPC.decode_report>`) fed with each message's error: its cast to
+        the wire type (``u ||m_j||``) plus its worker's sum of ``nnz(G_j)`` terms (1 at an
+        information position, ``K`` elsewhere: a parity column is dense through the gap) in
+        ``u_c`` of ``S_j`` (:mod:`gradcode.codes.precision`), and the master's float64 sum of the
+        groups. The result's ``decoding`` is None (there are no coefficients)."""
+        if not self.operator:
+            return super().decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales)
+        d = check_int("dim", dim, minimum=1)
+        m = self.message_length(d)
+        values, factor, scale, dtypes = {}, {}, {}, set()
+        for w, msgs in items(messages, "messages"):
+            w = self.check_worker(w)
+            rows, meta = unpack(w, msgs, m, d, self.chunks)
+            if len(rows) > 1:
+                raise ValueError(f"worker {w} sends at most 1 message, got {len(rows)}")
+            if rows:
+                values[w] = rows[0]
+                dtypes.add(rows.dtype)
+                if meta is not None:
+                    scale[w], factor[w] = meta[0][0], meta[1][0]
+        if scales is not None:
+            for w, v in items(scales, "scales"):
+                w = self.check_worker(w)
+                v = np.asarray(v, dtype=np.float64).reshape(-1)
+                if w in values and (v.size < 1 or not (np.isfinite(v[:1]) & (v[:1] >= 0)).all()):
+                    raise ValueError(f"scales of worker {w} must be 1 finite number >= 0, one per message")
+                if w not in scale and v.size:
+                    scale[w] = float(v[0])
+            missing = sorted(set(values) - set(scale))
+            if missing:
+                raise ValueError(f"scales must cover every worker whose messages are decoded; missing {missing}")
+        prec, tol = self._precision(dtypes, precision, rtol)
+        self.check_decodable({w: 1 for w in values})
+        out = np.zeros(self.K * m)
+        bound, sizes = 0.0, []
+        for i in range(self.p):
+            u_i, error, size = self._peel_group(i, values, factor, scale, prec, m)
+            out += u_i.reshape(-1)
+            bound += error
+            sizes.append(size)
+        bound += (self.p - 1) * _EPS * sum(sizes)  # the master's sum of the groups
+        gradient = out[:d]
+        size = float(np.linalg.norm(gradient))
+        rel = bound / size if size > 0 else (0.0 if bound == 0 else math.inf)
+        if not rel <= tol:
+            raise ImpreciseDecodeError(
+                f"the peeling decode's error bound is {rel:.1e} of the gradient (> rtol={tol:g}) for {prec} messages:"
+                " its chains add up the received messages' rounding; more received workers (shorter chains) or a"
+                " wider wire type decode it", relative_bound=rel, precision=prec, rtol=tol)
+        return Decoded(gradient, bound, rel, float(np.linalg.norm(sizes)), math.nan, prec, None, tol)
+
+    def _peel_group(self, i: int, values, factor, scale, prec: str, m: int) -> tuple[np.ndarray, float, float]:
+        """Group ``i``'s ``g^(i)`` as ``(K, m)`` chunks peeled from its members' messages, the
+        bound on its error and its size (:meth:`decode_report`)."""
+        members = self.part_workers[i]
+        T = [j for j, w in enumerate(members.tolist()) if w in values]
+        got = np.empty((len(T), m))
+        for r, j in enumerate(T):
+            w = int(members[j])
+            got[r] = np.asarray(values[w], dtype=np.float64) / factor.get(w, 1.0)
+        finite = np.isfinite(got).all(axis=1)
+        if not finite.all():
+            bad = tuple(sorted(int(members[j]) for j, ok in zip(T, finite) if not ok))
+            raise NonFiniteMessageError(f"messages from workers {list(bad)} hold non-finite values (NaN or infinity);"
+                                        " treat them as stragglers and decode without them", bad)
+        norms = np.linalg.norm(got, axis=1)
+        sums = np.array([scale.get(int(members[j]), np.nan) for j in T])
+        sums = np.where(np.isnan(sums), norms, sums)  # without a scale, the message's norm stands for it
+        computed = "float32" if UNIT_ROUNDOFF[prec] > UNIT_ROUNDOFF["float32"] else prec
+        root_m = math.sqrt(m)
+        terms = np.where(np.isin(T, self.info_positions), 1.0, float(self.K))
+        f = np.array([factor.get(int(members[j]), 1.0) for j in T])
+        errors = ((terms + 1) * (UNIT_ROUNDOFF[computed] * sums + root_m * UNDERFLOW[computed])
+                  + root_m * UNDERFLOW[prec] / f)
+        u_i, rel = self.ldpc.decode_report(np.asarray(T, dtype=np.intp), got, precision=prec, errors=errors,
+                                           check_errors=self.ldpc.check_residuals)
+        size = float(np.linalg.norm(u_i))
+        return u_i, rel * size, size
+
+
+def _column_encoder(ldpc: SparseLDPC, L: int, j: int) -> np.ndarray:
+    """Member ``j``'s encoder in an operator code: ``G_j`` for each of its ``L`` partitions."""
+    return np.repeat(ldpc.generator_columns([j])[:, None, :], L, axis=1)
+
 
 class _CommFRGroup(LinearCode):
     """One group of CommFR-GC: ``N`` workers storing the same ``l`` partitions, worker ``j``
     sending ``g_mat G_j`` (one message, ``K`` chunks). Decoded by the construction's group solve
-    of the owning :class:`CommFR` (least squares on ``G_T``, Proposition 1, peeling)."""
+    of the owning :class:`CommFR` (least squares on ``G_T``, Proposition 1, peeling); an operator
+    code's group builds its encoders when asked and decides decodability by index-only peeling."""
 
-    def __init__(self, owner: CommFR, G: np.ndarray):
+    def __init__(self, owner: CommFR, G: np.ndarray | None):
         self._owner = owner
         L = owner.l
+        if G is None:
+            encoders = LazyEncoders((1,) * owner.N, functools.partial(_column_encoder, owner.ldpc, L))
+        else:
+            encoders = [np.repeat(G[:, j][None, None, :], L, axis=1) for j in range(owner.N)]
         super().__init__(
             n=owner.N,
             placement=[tuple(range(L))] * owner.N,
-            encoders=[np.repeat(G[:, j][None, None, :], L, axis=1) for j in range(owner.N)],
+            encoders=encoders,
             k=L,
             chunks=owner.K,
             tolerance=0,
@@ -352,6 +503,11 @@ class _CommFRGroup(LinearCode):
         if construction.startswith("mds") or construction == "repetition":
             return KOfN(self._owner.K)
         return super().decode_rule()
+
+    def can_decode(self, received) -> bool:
+        if not self._owner.operator:
+            return super().can_decode(received)
+        return self._owner._group_decodable(tuple(j for j, _ in self.normalize_pattern(received)))
 
     def _fast_solve(self, pattern: Pattern) -> Decoding:
         used, A, cond = self._owner._group_solve(tuple(j for j, _ in pattern))

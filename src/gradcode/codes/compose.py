@@ -18,13 +18,14 @@ Both target the sum over *all* partitions, so stacking the parts' coefficients d
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from gradcode.codes.base import LinearCode
+from gradcode.codes.base import LazyEncoders, LinearCode
 from gradcode.codes.decoding import Decoding, Pattern
 from gradcode.codes.rules import AllOf, DecodeRule, KOfN, PerGroup
 from gradcode.errors import NotDecodableError
@@ -65,6 +66,11 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a[first], first, inverse
 
 
+def _part_encoder(parts, part_of, local, w: int) -> np.ndarray:
+    """Worker ``w``'s encoder in a direct sum with a lazy part: its part's local one."""
+    return parts[part_of[w]].encoders[int(local[w])]
+
+
 class DirectSumCode(LinearCode):
     """A code made of independent parts (module docstring). Subclasses build their ``parts`` and
     call :meth:`_init_parts`, which builds placement and encoders and calls
@@ -102,9 +108,12 @@ class DirectSumCode(LinearCode):
             local[ws] = np.arange(code.n)
             for i, w in enumerate(ws):
                 placement[w] = tuple(int(ps[j]) for j in code.placement[i])
-                encoders[w] = code.encoders[i]
+                encoders[w] = None if code.lazy else code.encoders[i]
         if (part_of < 0).any():
             raise ValueError(f"worker(s) {np.flatnonzero(part_of < 0).tolist()} belong to no part")
+        if any(code.lazy for code in parts):  # each worker's encoder is its part's, built when asked
+            encoders = LazyEncoders([parts[part_of[w]].messages_of(int(local[w])) for w in range(n)],
+                                    functools.partial(_part_encoder, parts, part_of, local))
         self.parts = parts
         self.subcodes = tuple({id(c): c for c in parts}.values())  # a part may repeat (CommFR)
         self.part_workers = workers

@@ -26,6 +26,15 @@ round: the residual ``|H x| / |x|`` is ``SparseLDPC.residual``, about ``1e-11`` 
 ensemble at ``N = 10,000`` and ``1e-8`` at ``30,000``); :meth:`SparseLDPC.random` then draws
 again.
 
+**A worker's column** (CommFR's operator code, where each worker encodes with its own
+``G_j``). Row ``j`` of the encoder's map ``x = X u`` is ``X^T e_j``: the pivots' transpose moves a
+pivot's weight onto its check's other variables (``O(edges)``), and the gap hands its own on
+through ``R^T F^{-T}`` (``O(g^2 + g K)``), compiled in a fixed order so that a column is the same
+bit for bit alone or in a batch (:meth:`SparseLDPC.generator_columns`). Those columns round, so
+codewords encoded with them miss the checks a little: :attr:`SparseLDPC.check_residuals` measures
+by how much, once for every check (every column computed: ``O(N (edges + g K))``, seconds at
+``N = 10,000``), and a decode's bound adds it at each check it peels through.
+
 **Peeling decoder** (Prop. 2). Given the received coordinates, a check with exactly one erased
 variable recovers it as the negated sum of the others; recovered variables lower their checks'
 counts, so each edge is visited a bounded number of times: ``O(edges)`` steps of ``m``-long sums.
@@ -35,6 +44,8 @@ might still succeed.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from numba import njit
@@ -46,6 +57,8 @@ from gradcode.codes.precision import UNIT_ROUNDOFF, ImpreciseDecodeError, wire_p
 from gradcode.errors import GradcodeError, NotDecodableError
 
 __all__ = ["SparseLDPC", "regular_parity_check"]
+
+_EPS = float(np.finfo(np.float64).eps)
 
 
 class _Refused(GradcodeError, ValueError):
@@ -159,25 +172,76 @@ def _triangulate(c_ptr, c_idx, v_ptr, v_idx, N):
 
 
 @njit(cache=True)
+def _adjoint_pivots(Y, c_ptr, c_idx, pivot_check, pivot_var):
+    """The transpose of :func:`_solve_pivots` applied to the columns of ``Y`` (``(N, b)``, in
+    place): backward over the pivots, a pivot's weight moves onto its check's other variables
+    (each pivot is ``x_v = -sum_{u in c, u != v} x_u``, so its transpose is ``y_u -= y_v``, then
+    ``y_v = 0``). What is left sits on the variables the pivots are solved from."""
+    b = Y.shape[1]
+    for p in range(pivot_var.size - 1, -1, -1):
+        v, c = pivot_var[p], pivot_check[p]
+        for j in range(c_ptr[c], c_ptr[c + 1]):
+            u = c_idx[j]
+            if u != v:
+                for i in range(b):
+                    Y[u, i] -= Y[v, i]
+        for i in range(b):
+            Y[v, i] = 0.0
+
+
+@njit(cache=True, fastmath=True)
+def _add_gap_part(out, yg, LT, piv, RT):
+    """``out[i] += R^T F^{-T} yg[:, i]`` for each column ``i`` (``RT``: ``R^T``, C-ordered), ``F``
+    given by its LU factors transposed (``LT``, C-ordered, of ``scipy.linalg.lu_factor``; the
+    solve is LAPACK ``getrs`` with ``trans='T'``: ``U^T``, then ``L^T``, then the row interchanges
+    in reverse). Column by column in a fixed order, so a column comes out bit for bit the same
+    whatever batch it is computed in (BLAS blocks a product differently by its shape): what a
+    worker computes alone is what :attr:`SparseLDPC.check_residuals` measured."""
+    g, b = yg.shape
+    K = RT.shape[0]
+    W = np.empty((b, g))
+    for i in range(b):
+        w = W[i]
+        for a in range(g):
+            s = yg[a, i]
+            for c in range(a):
+                s -= LT[a, c] * w[c]
+            w[a] = s / LT[a, a]
+        for a in range(g - 1, -1, -1):
+            s = w[a]
+            for c in range(a + 1, g):
+                s -= LT[a, c] * w[c]
+            w[a] = s
+        for a in range(g - 1, -1, -1):
+            q = piv[a]
+            if q != a:
+                w[a], w[q] = w[q], w[a]
+    # each coordinate is one dot product of length g in the compiled order, whatever the batch;
+    # 16 columns at a time share each row of R^T while it is in cache
+    for lo in range(0, b, 16):
+        hi = min(b, lo + 16)
+        for k in range(K):
+            r = RT[k]
+            for i in range(lo, hi):
+                w = W[i]
+                s = 0.0
+                for a in range(g):
+                    s += r[a] * w[a]
+                out[i, k] += s
+
+
+@njit(cache=True)
 def _gap_rows(c_ptr, c_idx, pivot_check, pivot_var, gap, N):
     """``(g, N)``: each gap check's sum with every pivot variable substituted by the negated sum
-    of its check's other variables (backward over the pivots): the weights it puts on the
-    information variables."""
+    of its check's other variables (:func:`_adjoint_pivots` of the checks' rows): the weights it
+    puts on the information variables."""
     g = gap.size
     Wt = np.zeros((N, g))
     for i in range(g):
         c = gap[i]
         for j in range(c_ptr[c], c_ptr[c + 1]):
             Wt[c_idx[j], i] += 1.0
-    for p in range(pivot_var.size - 1, -1, -1):
-        v, c = pivot_var[p], pivot_check[p]
-        for j in range(c_ptr[c], c_ptr[c + 1]):
-            u = c_idx[j]
-            if u != v:
-                for i in range(g):
-                    Wt[u, i] -= Wt[v, i]
-        for i in range(g):
-            Wt[v, i] = 0.0
+    _adjoint_pivots(Wt, c_ptr, c_idx, pivot_check, pivot_var)
     return Wt.T.copy()
 
 
@@ -237,13 +301,14 @@ def _peel(known_in, need, c_ptr, c_idx, v_ptr, v_idx):
 
 
 @njit(cache=True)
-def _peel_bound(err, norms, c_ptr, c_idx, checks, vars_, eps):
+def _peel_bound(err, norms, missed, c_ptr, c_idx, checks, vars_, eps):
     """First-order bounds on each recovered coordinate's error (2-norm), in the schedule's order:
-    the errors of the terms it sums, plus the rounding of adding them (``(terms - 1) eps`` times
-    their norms). ``err`` holds the received coordinates' own errors on entry."""
+    the errors of the terms it sums, how far the values miss the check (``missed[c]``), plus the
+    rounding of adding them (``(terms - 1) eps`` times their norms). ``err`` holds the received
+    coordinates' own errors on entry."""
     for p in range(vars_.size):
         v, c = vars_[p], checks[p]
-        e, size = 0.0, 0.0
+        e, size = missed[c], 0.0
         terms = c_ptr[c + 1] - c_ptr[c] - 1
         for j in range(c_ptr[c], c_ptr[c + 1]):
             u = c_idx[j]
@@ -310,8 +375,11 @@ class SparseLDPC:
         self._gap_vars = info[moved]
         self._pivots = (pc, pv)
         if gap.size:  # C_G x_G = -C_I x_I
-            self._gap_lu = sla.lu_factor(C[:, moved])
+            LU, piv = sla.lu_factor(C[:, moved])
+            self._gap_lu = (LU, piv)
+            self._gap_solve = (np.ascontiguousarray(LU.T), piv.astype(np.int64))  # what _add_gap_part takes
             self._gap_rhs = -C[:, keep][:, order]
+            self._gap_rhs_t = np.ascontiguousarray(self._gap_rhs.T)
         self.gap = int(gap.size)
         self.info.flags.writeable = False
         probe = self.encode(np.random.default_rng(0).standard_normal((self.K, 1)))
@@ -362,6 +430,59 @@ class SparseLDPC:
         """The dense systematic generator ``G`` (``K x N``, ``G[:, info] = I``): ``O(K N)`` memory."""
         return self.encode(np.eye(self.K)).T
 
+    def generator_columns(self, positions) -> np.ndarray:
+        """Columns ``positions`` of the generator, as ``(len(positions), K)`` rows (``G[:, j]``:
+        what coordinate ``j`` of a codeword weighs each message coordinate with), without the
+        dense ``G``: :meth:`encode` is ``x = X u``, and row ``j`` of ``X`` is ``X^T e_j``: the
+        pivots' transpose (:func:`_adjoint_pivots`, ``O(edges)``) leaves weights on the
+        information and gap variables, and the gap's ``x_G = F^{-1} R u`` hands its own on
+        through ``R^T F^{-T}`` (``O(g^2 + g K)``)."""
+        positions = np.asarray(positions, dtype=np.intp).reshape(-1)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.N):
+            raise ValueError(f"positions must be in 0..{self.N - 1}")
+        Y = np.zeros((self.N, positions.size))
+        Y[positions, np.arange(positions.size)] = 1.0
+        _adjoint_pivots(Y, *self._c, *self._pivots)
+        out = Y[self.info].T.copy()
+        if self.gap:
+            _add_gap_part(out, Y[self._gap_vars], *self._gap_solve, self._gap_rhs_t)
+        return out
+
+    #: the largest block of check residuals built at once (bytes), :attr:`check_residuals`
+    RESIDUAL_BLOCK_BYTES = 1 << 28
+
+    @functools.cached_property
+    def check_residuals(self) -> np.ndarray:
+        """``(r,)``: for each check ``c``, ``||sum_{v in c} G~_v||_2`` over the columns
+        :meth:`generator_columns` computes, plus the rounding of that sum (``gamma_{dc-1} sum_v
+        ||G~_v||``): how far codewords encoded with those columns (what a worker sends: ``x_v =
+        G~_v^T u``) miss check ``c``, per unit of ``||u||_F``. Peeling through ``c`` adds
+        ``sum_{v in c} x_v``, so a decode's error grows by this times ``||u||_F`` at each check it
+        uses (:meth:`decode_report`'s ``check_errors``): the operator code's counterpart of the
+        dense contract's ``A B_F - T``. Every column is computed once (``O(N (edges + g K))``, a
+        few seconds at ``N = 10,000``), in blocks of checks whose residuals fit
+        :data:`RESIDUAL_BLOCK_BYTES`."""
+        c_ptr, c_idx = self._c
+        out = np.empty(self.r)
+        per_block = max(1, self.RESIDUAL_BLOCK_BYTES // (8 * max(self.K, 1)))
+        for lo in range(0, self.r, per_block):
+            hi = min(self.r, lo + per_block)
+            rows = np.zeros((hi - lo, self.K))
+            sizes = np.zeros(hi - lo)
+            owners = np.repeat(np.arange(hi - lo), np.diff(c_ptr[lo:hi + 1]))
+            variables = c_idx[c_ptr[lo]:c_ptr[hi]]
+            order = np.argsort(variables, kind="stable")
+            for a in range(0, variables.size, 1024):  # each variable's column once per block of checks
+                pick = order[a:a + 1024]
+                distinct, back = np.unique(variables[pick], return_inverse=True)
+                cols = self.generator_columns(distinct)
+                np.add.at(rows, owners[pick], cols[back])
+                np.add.at(sizes, owners[pick], np.linalg.norm(cols, axis=1)[back])
+            terms = np.diff(c_ptr[lo:hi + 1]) - 1
+            gamma = terms * _EPS / 2 / (1 - terms * _EPS / 2)
+            out[lo:hi] = np.linalg.norm(rows, axis=1) + gamma * sizes
+        return out
+
     def _ids(self, received) -> np.ndarray:
         """``received`` checked: distinct integer coordinate ids in ``0 .. N - 1``, 1-D."""
         ids = np.asarray(received)
@@ -400,14 +521,18 @@ class SparseLDPC:
         _solve_pivots(x, *self._c, checks, vars_)
         return x[self.info]
 
-    def decode_report(self, received, values, *, precision: str = "float64", errors=None) -> tuple[np.ndarray, float]:
+    def decode_report(self, received, values, *, precision: str = "float64", errors=None,
+                      check_errors=None) -> tuple[np.ndarray, float]:
         """``(u, relative_bound)``: the ``(K, m)`` message from the coordinates ``received`` (``t``
         ids) and their ``(t, m)`` values, by peeling, and a first-order bound on its error
         relative to ``||u||``: the received values' errors (``errors``: bounds on each one's
         2-norm, default 0) plus their rounding to ``precision`` (the wire type: a dtype or its
-        name, :func:`~gradcode.codes.precision.wire_precision`), carried along the peeling chains with the
-        float64 sums' own rounding (so the bound grows with the chains' depth).
-        :class:`NotDecodableError` on a stopping set."""
+        name, :func:`~gradcode.codes.precision.wire_precision`), carried along the peeling chains
+        with the float64 sums' own rounding (so the bound grows with the chains' depth), and, at
+        each check used, how far the values miss it (``check_errors``, ``(r,)``, per unit of
+        ``||u||``: :attr:`check_residuals` for values encoded by :meth:`generator_columns`;
+        default 0, values that satisfy ``H`` exactly). :class:`NotDecodableError` on a stopping
+        set."""
         received = self._ids(received)
         unit = UNIT_ROUNDOFF[wire_precision(precision)]
         values = np.asarray(values, dtype=np.float64)
@@ -430,9 +555,14 @@ class SparseLDPC:
             if not (np.isfinite(errors).all() and (errors >= 0).all()):
                 raise ValueError("errors must be finite bounds >= 0, one per received coordinate")
             err[received] += errors
-        _peel_bound(err, norms, *self._c, checks, vars_, float(np.finfo(np.float64).eps))
-        u = x[self.info]
         size = float(np.linalg.norm(norms[self.info]))
+        missed = np.zeros(self.r)
+        if check_errors is not None:
+            missed = np.asarray(check_errors, dtype=np.float64) * size
+            if missed.shape != (self.r,) or not (np.isfinite(missed).all() and (missed >= 0).all()):
+                raise ValueError(f"check_errors must be {self.r} finite bounds >= 0, one per check")
+        _peel_bound(err, norms, missed, *self._c, checks, vars_, _EPS)
+        u = x[self.info]
         bound = float(np.linalg.norm(err[self.info]))
         return u, (bound / size if size > 0 else (0.0 if bound == 0 else np.inf))
 

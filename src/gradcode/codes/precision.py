@@ -99,8 +99,10 @@ class Decoded:
     rounding in ``precision``; ``relative_bound = error_bound / ||gradient||``; ``summed``, the
     norm of what the decode summed (``sqrt(sum_c (sum_i |A[c, i]| ||m_i||)^2)``: ``summed /
     ||gradient||`` is how much the terms cancelled); ``plain_bound``, the error of adding the
-    partial gradients themselves in ``precision`` (the floor any method has); ``decoding``, the
-    coefficients used; ``rtol``, the tolerance on ``relative_bound`` it was accepted under."""
+    partial gradients themselves in ``precision`` (the floor any method has; NaN for an operator
+    code's decode); ``decoding``, the coefficients used (None for an operator code, which has
+    none: :mod:`gradcode.codes.base`); ``rtol``, the tolerance on ``relative_bound`` it was
+    accepted under."""
 
     gradient: np.ndarray
     error_bound: float
@@ -108,7 +110,7 @@ class Decoded:
     summed: float
     plain_bound: float
     precision: str
-    decoding: Decoding
+    decoding: Decoding | None
     rtol: float = math.nan
 
 

@@ -458,7 +458,7 @@ def _sgc_probe_switch(o: SGCProbeSwitch) -> dict:
         f"scaled: {_setting(workers, o.models, o.data, o.model, (o.engine, o.compute))}, batch {o.batch_size}, Adam,"
         f" mu = {o.mu:g}, {o.wire_dtype} messages, T_probe = {o.probe}, {o.jobs} jobs after it; delays "
         + (f"from {o.trace}" if o.trace else "synthetic bursty (module docstring)")
-        + f", load slope {o.load_slope} s per unit load. Paper: {FIG18_CLAIM}."))
+        + f", load slope {o.load_slope} s per unit load. Paper: {FIG18_CLAIM}."), o.paper_claim)
     if o.engine == "inprocess" and o.search_clock != "none":
         note += (f" The search is charged to the clock before the coded rounds ({o.search_clock}: "
                  + ("App. K's ~8 s SR-SGC, ~2 s M-SGC, < 1 s GC (as 1 s) at n = 256" if o.search_clock == "paper"

@@ -441,7 +441,7 @@ class StaticScheme(Scheme):
             counts = self._usable(state)
             pattern = {w: int(c) for w, c in enumerate(counts) if c}
             try:
-                self.code.decoding(pattern)
+                self.code.check_decodable(pattern)
             except NotDecodableError as exc:
                 dropped = (
                     f" after dropping workers {sorted(state.dropped)} (non-finite or inconsistent messages)"
