@@ -129,6 +129,15 @@ def tune_at(rev: str):
     return module.tune
 
 
+def _old_tune(old, X, J, fam, max_W):
+    """A revision's tune called in its own vocabulary: 0.2.0's names, else 0.1's (``alpha``,
+    ``max_W``; before the families took the registries' names, crc was "gc")."""
+    try:
+        return old(X, jobs=J, load_slope=3.0, families=(fam,), max_w=max_W)
+    except TypeError:
+        return old(X, jobs=J, alpha=3.0, families=({"crc": "gc"}.get(fam, fam),), max_W=max_W)
+
+
 def bench_tune(repeats, quick=False, against=None):
     """(b): each search on a synthetic profile (``profile``), n = 256: the bounded search (tune's
     default, ``within=0``), the exhaustive one (``within=None``: every set replayed to the end), and
@@ -150,9 +159,7 @@ def bench_tune(repeats, quick=False, against=None):
                 runs = {"bounded": lambda: tune(X, jobs=J, load_slope=3.0, families=(fam,), max_w=max_W),
                         "every": lambda: tune(X, jobs=J, load_slope=3.0, families=(fam,), max_w=max_W, within=None)}
                 if old is not None and max_W is not None:
-                    # revisions before the families took the registries' names called crc "gc"
-                    runs[against] = lambda: old(X, jobs=J, alpha=3.0, families=({"crc": "gc"}.get(fam, fam),),
-                                                max_W=max_W)
+                    runs[against] = lambda: _old_tune(old, X, J, fam, max_W)
                 if J >= 480 and fam == "sr-sgc":
                     del runs["every"]  # 438k sets of 500 rounds each: minutes
                 times = {k: [] for k in runs}

@@ -36,6 +36,12 @@ def test_tune_prints_the_best_of_each_family(tmp_path):
     assert decodable["waitout"] == "decodable"
     short = CliRunner().invoke(app, ["tune", "--trace", str(tmp_path / "p.npy"), "--load-slope", "2", "--jobs", "100"])
     assert short.exit_code == 2 and "rounds are not recycled" in " ".join(short.output.split())
+    # the search's options are TuneSearch's fields: --families narrows it, --every lists every set
+    every = json.loads(CliRunner().invoke(app, args + ["--families", "crc", "--families", "sr-sgc", "--every"]).stdout)
+    assert set(every["best"]) == {"crc", "sr-sgc"} and every["bounded"] == 0
+    assert len(every["candidates"]) > len(json.loads(CliRunner().invoke(app, args).stdout)["candidates"])
+    missing = CliRunner().invoke(app, ["tune", "--jobs", "5"])
+    assert missing.exit_code == 2 and "missing option --trace" in missing.output
 
 
 def test_simulate_offers_the_papers_waitout(tmp_path):

@@ -15,7 +15,7 @@ from gradcode.cli import app
 from gradcode.experiments.cli_sim import CompareCommand, SimulateCommand, Simulation
 from gradcode.experiments.cli_train import CommandLine, train_options
 from gradcode.runtime import ClusterConfig, FaultConfig, InProcessEngine, RunConfig, TrainSpec, train
-from gradcode.schemes.sgc.tune import tune
+from gradcode.schemes.sgc.tune import TuneSearch, tune
 from gradcode.torch.config import TorchConfig
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -72,7 +72,7 @@ def test_the_glossary_matches_help_the_api_and_the_json(tmp_path):
                 run=RunConfig(rounds=1, run_dir=tmp_path / "r", eval_every=0), engine=InProcessEngine())
     config = res.config
     helps = {c: _help(c) for c in ("train", "simulate", "compare", "tune")}
-    tune_keywords = set(inspect.signature(tune).parameters)
+    tune_keywords = set(inspect.signature(tune).parameters) | {f.name for f in dataclasses.fields(TuneSearch)}
     for row in _glossary():
         flags = re.findall(r"`(--[a-z-]+)", row["cli"])
         fields = re.findall(r"`(\w+)\.(\w+)`", row["api"])

@@ -121,3 +121,14 @@ def test_a_set_left_out_by_the_bound_has_no_time_and_one_worker_searches_nothing
     assert np.isnan(times[~replayed]).all() and not np.isnan(times[replayed]).any()
     res = tune(1.0 + np.random.default_rng(0).random((12, 1)), jobs=8, load_slope=1.0)
     assert set(res.best) == {"uncoded", "crc", "m-sgc"}
+
+
+def test_tune_takes_its_search_as_tunesearchs_fields_and_names_a_wrong_keyword():
+    """tune's search options are the fields of TuneSearch (declared once, the CLI's options too):
+    a keyword that is none of them is refused with the ones it takes."""
+    from gradcode.schemes.sgc.tune import TuneSearch
+
+    X = 1.0 + np.random.default_rng(0).random((12, 4))
+    assert tune(X, jobs=8, load_slope=1.0, **vars(TuneSearch(families=("crc",)))).best.keys() == {"crc"}
+    with pytest.raises(TypeError, match=r"unexpected keywords \['alpha'\].*max_w"):
+        tune(X, jobs=8, alpha=1.0)

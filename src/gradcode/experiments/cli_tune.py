@@ -6,72 +6,84 @@ parameter set, and print the best of each family (:func:`gradcode.schemes.sgc.tu
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
+from gradcode._options import described, flag_of
+from gradcode.experiments.cli_options import Values, command, options
+
+
+@dataclass(frozen=True)
+class TuneCommand:
+    """``gradcode tune``'s own options (the search's are :class:`~gradcode.schemes.sgc.tune.TuneSearch`'s
+    fields): the profile and the output."""
+
+    trace: Sequence[Path] | None = described(None, "Delay profile (required): a (rounds, workers) .npy/.csv or an"
+                                             " SGC pickle (repeat for profiles measured at several loads).")
+    trace_load: Sequence[float] | None = described(None, "Load each --trace was measured at (one per trace; default"
+                                                   " 1/n for a single trace).")
+    load_slope: float | None = described(None, "Seconds per unit load (alpha); fitted from the traces when omitted"
+                                         " (needs two or more loads).")
+    jobs: int | None = described(None, "Jobs (gradients) to run (required).", short="-J")
+    every: bool = described(False, "Replay and list every parameter set (no bounding).")
+    top: int = described(10, "Candidates listed in the table (all of them with --json).")
+    json: bool = described(False, "Print one JSON document.")
+
+
+def tune_command(o: Values) -> None:
+    """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
+    from gradcode.errors import GradcodeError
+    from gradcode.experiments.cli_output import EXIT_USAGE, emit, exit_code_of, fail, note, warn
+    from gradcode.schemes.sgc.tune import TuneSearch, tune
+    from gradcode.stragglers import load_trace
+
+    for name in ("trace", "jobs"):
+        if getattr(o, name) is None:
+            fail(ValueError(f"missing option {flag_of(name)}"), EXIT_USAGE, as_json=o.json)
+    if o.top < 1:
+        fail(ValueError(f"--top must be at least 1, got {o.top}"), EXIT_USAGE, as_json=o.json)
+    search = {k: v for k, v in o.fields_of(TuneSearch).items() if v is not None}
+    if o.every:
+        search["within"] = None
+    try:
+        profiles = [load_trace(p) for p in o.trace]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=o.jobs,
+                          trace_load=list(o.trace_load) if o.trace_load else None, load_slope=o.load_slope, **search)
+    except (ValueError, TypeError, OSError, GradcodeError) as exc:
+        fail(exc, exit_code_of(exc), as_json=o.json)
+    for w in caught:
+        warn(str(w.message))
+    doc = result.to_dict()
+    waits = "every worker" if o.waitout == "all" else "the workers it needs to decode"
+    doc["notes"] = [_RULE_NOTE.format(mu=o.mu, waits=waits), *doc["notes"]]
+    if o.json:
+        emit(doc, as_json=True)
+        return
+    warned = {str(w.message) for w in caught}
+    for text in doc["notes"]:
+        if text not in warned:  # a warning already printed above
+            note(text)
+    rows = [_row(c, best=True) for c in doc["best"].values()]
+    emit({"rows": rows}, as_json=False,
+         title=f"best of each family for J = {o.jobs} jobs (mu = {o.mu:g}, wait-out: {o.waitout},"
+               f" alpha = {doc['alpha']:.4g} s per unit load)")
+    kept = len(doc["candidates"])
+    scope = "parameter sets" if o.every else (f"parameter sets within {100 * o.within:g} % of their family's best"
+                                              f" ({doc['bounded']} more bounded out)")
+    emit({"rows": [_row(c) for c in doc["candidates"][:o.top]]}, as_json=False,
+         title=f"fastest {min(o.top, kept)} of {kept} {scope}")
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("tune")
-    def tune_command(
-        trace: list[Path] = typer.Option(..., "--trace", help="Delay profile: a (rounds, workers) .npy/.csv or an"
-                                         " SGC pickle (repeat for profiles measured at several loads)."),
-        trace_load: list[float] = typer.Option(None, "--trace-load", help="Load each --trace was measured at"
-                                               " (one per trace; default 1/n for a single trace)."),
-        load_slope: float = typer.Option(None, "--load-slope", help="Seconds per unit load (alpha); fitted from"
-                                         " the traces when omitted (needs two or more loads)."),
-        jobs: int = typer.Option(..., "--jobs", "-J", help="Jobs (gradients) to run."),
-        mu: float = typer.Option(1.0, "--mu", help="Tolerance of the mu-deadline rule."),
-        waitout: str = typer.Option("all", "--waitout", help="'all' (the paper's: wait for every worker when the"
-                                    " deadline leaves a round unresolved) or 'decodable'."),
-        max_w: int = typer.Option(None, "--max-w", help="Largest W searched for SR-SGC and M-SGC (default: the"
-                                  " jobs, every W as the paper searches)."),
-        max_delay: int = typer.Option(None, "--max-delay", help="Largest delay T searched (default: any that the"
-                                      " profile fits)."),
-        within: float = typer.Option(0.05, "--within", min=0.0, help="List every parameter set within this fraction"
-                                     " of its family's best; the others are bounded out of the replay."),
-        every: bool = typer.Option(False, "--all", help="Replay and list every parameter set (no bounding)."),
-        top: int = typer.Option(10, "--top", min=1, help="Candidates listed in the table (all of them with --json)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ):
-        """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
-        from gradcode.experiments.cli_output import emit
-        from gradcode.errors import GradcodeError
-        from gradcode.experiments.cli_output import exit_code_of, fail, note, warn
-        from gradcode.schemes.sgc.tune import tune
-        from gradcode.stragglers import load_trace
+    from gradcode.schemes.sgc.tune import TuneSearch
 
-        try:
-            profiles = [load_trace(p) for p in trace]
-            loads = list(trace_load) if trace_load else None
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                result = tune(profiles if len(profiles) > 1 else profiles[0], jobs=jobs, trace_load=loads,
-                              load_slope=load_slope, mu=mu, waitout=waitout, max_w=max_w, max_delay=max_delay,
-                              within=None if every else within)
-        except (ValueError, TypeError, OSError, GradcodeError) as exc:
-            fail(exc, exit_code_of(exc), as_json=as_json)
-        for w in caught:
-            warn(str(w.message))
-        doc = result.to_dict()
-        waits = "every worker" if waitout == "all" else "the workers it needs to decode"
-        doc["notes"] = [_RULE_NOTE.format(mu=mu, waits=waits), *doc["notes"]]
-        if as_json:
-            emit(doc, as_json=True)
-            return
-        warned = {str(w.message) for w in caught}
-        for text in doc["notes"]:
-            if text not in warned:  # a warning already printed above
-                note(text)
-        rows = [_row(c, best=True) for c in doc["best"].values()]
-        emit({"rows": rows}, as_json=False,
-             title=f"best of each family for J = {jobs} jobs (mu = {mu:g}, wait-out: {waitout},"
-                   f" alpha = {doc['alpha']:.4g} s per unit load)")
-        kept = len(doc["candidates"])
-        scope = "parameter sets" if every else (f"parameter sets within {100 * within:g} % of their family's best"
-                                                f" ({doc['bounded']} more bounded out)")
-        emit({"rows": [_row(c) for c in doc["candidates"][:top]]}, as_json=False,
-             title=f"fastest {min(top, kept)} of {kept} {scope}")
+    app.command("tune")(command(options(("Profile and output", TuneCommand), ("Search", TuneSearch)), tune_command,
+                                doc=tune_command.__doc__, name="tune"))
 
 
 #: what rule the replay follows, said in every output: tune's defaults are the paper's, not the

@@ -95,7 +95,7 @@ def choose_after_probe(times: np.ndarray, *, jobs: int, models: int = 1, close="
     # the probe, repeated over the jobs left and the delays T < models the sequential codes may have
     profile = np.resize(X, (jobs + models - 1, n))
     result = tune(profile, jobs=jobs, load_slope=alpha, mu=mu, waitout=rule, families=families, max_w=max_w,
-                  max_delay=models - 1)
+                  max_delay=models - 1, within=0.0)  # the best of each family is all the switch needs
     best = result.candidates[0]
     if best.scheme == "uncoded" or (best.scheme == "crc" and best.params["s"] == 0):  # crc with s = 0 is uncoded
         scheme = make_scheme("uncoded", n=n)

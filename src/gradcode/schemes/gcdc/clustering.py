@@ -355,15 +355,13 @@ def _resolve_conflicts(assignment: ClusterAssignment, members: list[list[int]], 
     single swap when one exists (:func:`_single_swap`), else along the shortest chain of clusters
     (:func:`_augment`). Updates ``members`` and ``cluster_of`` in place; returns
     ``(conflicted, swaps, chains)``."""
-    P, ell = assignment.clusters, assignment.cluster_size
+    ell = assignment.cluster_size
     conflicted = [w for w in range(assignment.workers) if cluster_of[w] < 0]
     swaps: list[Swap] = []
     chains: list[tuple[tuple[int, int, int], ...]] = []
-    membership = assignment.membership
     clusters_of = assignment.clusters_of
     for k in conflicted:
-        open_clusters = [p for p in range(P) if len(members[p]) < ell]
-        swap = _single_swap(k, open_clusters, members, clusters_of[k].tolist(), membership)
+        swap = _single_swap(k, members, assignment)
         if swap is not None:
             members[swap.cluster][swap.slot] = k
             cluster_of[k] = swap.cluster
@@ -417,15 +415,36 @@ def _dealt(order, clusters_of, P, m):
     return out
 
 
-def _single_swap(k, open_clusters, members, clusters_k, membership) -> Swap | None:
-    """Lines 26-35: the first cluster ``p'`` of ``P_k`` (ascending) holding a worker that may join
-    the open cluster ``p`` (first open cluster first); ``None`` if there is none."""
-    for p in open_clusters:
-        for q in clusters_k:
-            for slot, w in enumerate(members[q]):
-                if membership[w, p]:
-                    return Swap(worker=k, displaced=w, cluster=q, slot=slot, open_cluster=p)
-    return None
+def _single_swap(k, members: list[list[int]], assignment: ClusterAssignment) -> Swap | None:
+    """Lines 26-35 for conflict ``k`` (:func:`_swap_for`, which the compiled rounds run too) on
+    the members as lists; ``None`` if no single swap resolves it."""
+    P, ell = assignment.clusters, assignment.cluster_size
+    table = np.full((P, ell), -1, dtype=np.int64)
+    count = np.array([len(m) for m in members], dtype=np.int64)
+    for p, m in enumerate(members):
+        table[p, :len(m)] = m
+    p, q, slot = _swap_for(k, table, count, assignment.clusters_of, assignment.membership, ell)
+    if p < 0:
+        return None
+    return Swap(worker=k, displaced=int(table[q, slot]), cluster=int(q), slot=int(slot), open_cluster=int(p))
+
+
+@njit(cache=True)
+def _swap_for(k, members, count, clusters_of, membership, ell):
+    """Lines 26-35: ``(p, q, slot)``: the first open cluster ``p`` (ascending; fewer than ``ell``
+    members) and the first cluster ``q`` of ``P_k`` (in ``clusters_of[k]``'s order) whose member
+    in ``slot`` may join ``p`` (it moves to ``p``, ``k`` takes its slot); ``(-1, -1, -1)`` if
+    there is none (an augmenting chain is needed). ``members[q, :count[q]]``: cluster ``q``'s
+    members in slot order."""
+    for p in range(members.shape[0]):
+        if count[p] >= ell:
+            continue
+        for j in range(clusters_of.shape[1]):
+            q = clusters_of[k, j]
+            for slot in range(count[q]):
+                if membership[members[q, slot], p]:
+                    return p, q, slot
+    return -1, -1, -1
 
 
 def _augment(k, members, cluster_of, clusters_of, ell) -> tuple[tuple[int, int, int], ...]:

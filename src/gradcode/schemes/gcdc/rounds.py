@@ -10,8 +10,9 @@ Per round ``t``:
    round ``t`` for perfect SSI and of round ``t - 1`` for imperfect SSI, prepared by the caller):
    Phase I is :func:`~gradcode.schemes.gcdc.clustering._turns` itself (the rate order dealt into
    the columns by ``_dealt``, as ``dynamic_clustering`` does), Phase II the single swaps of
-   ``_single_swap`` (lines 26-35: the first open cluster, the conflicted worker's clusters in
-   ascending order, each in slot order). A conflict that no single swap resolves (possible only
+   :func:`~gradcode.schemes.gcdc.clustering._swap_for`, the same function ``dynamic_clustering``
+   calls (lines 26-35: the first open cluster, the conflicted worker's clusters in ascending
+   order, each in slot order). A conflict that no single swap resolves (possible only
    when Lemma 1's condition fails) needs the augmenting chains, which stay in Python: the kernel
    stops before that round, the caller runs ``dynamic_clustering`` for it and goes on with the
    placement given (``placed``);
@@ -30,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from gradcode.schemes.compiled import close_time, kth_smallest, records_row, time_round
-from gradcode.schemes.gcdc.clustering import _dealt, _turns
+from gradcode.schemes.gcdc.clustering import _dealt, _swap_for, _turns
 
 #: ``info`` slots: rounds played, and whether the kernel stopped before a round whose conflicts
 #: need Python's augmenting chains
@@ -55,34 +56,20 @@ Tables = namedtuple("Tables", "hist cw_rows records end waited strag arr fin inf
 
 @njit(cache=True)
 def _single_swaps(members, count, cluster_of, clusters_of, membership, ell):
-    """Phase II's single swaps (``_single_swap``) in place; ``False`` if a conflict needs a chain."""
-    K = cluster_of.shape[0]
-    P = members.shape[0]
-    for k in range(K):
+    """Phase II's single swaps in place, each conflict in worker order by :func:`_swap_for` (the
+    rule ``dynamic_clustering`` runs); ``False`` at the first conflict that needs a chain."""
+    for k in range(cluster_of.shape[0]):
         if cluster_of[k] >= 0:
             continue
-        done = False
-        for p in range(P):
-            if count[p] >= ell:
-                continue
-            for j in range(clusters_of.shape[1]):
-                q = clusters_of[k, j]
-                for slot in range(count[q]):
-                    w = members[q, slot]
-                    if membership[w, p]:
-                        members[q, slot] = k
-                        cluster_of[k] = q
-                        members[p, count[p]] = w
-                        count[p] += 1
-                        cluster_of[w] = p
-                        done = True
-                        break
-                if done:
-                    break
-            if done:
-                break
-        if not done:
+        p, q, slot = _swap_for(k, members, count, clusters_of, membership, ell)
+        if p < 0:
             return False
+        w = members[q, slot]
+        members[q, slot] = k
+        cluster_of[k] = q
+        members[p, count[p]] = w
+        count[p] += 1
+        cluster_of[w] = p
     return True
 
 

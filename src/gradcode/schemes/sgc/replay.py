@@ -79,6 +79,26 @@ __all__ = ["SRSGC", "MSGC", "ParameterSets", "replay_family"]
 #: ``(L - L_0) alpha``)
 ParameterSets = namedtuple("ParameterSets", "B W lam s shift")
 
+# The compiled replay's state as named records (numba passes named tuples as they are):
+#: one parameter set: the family (``SRSGC``/``MSGC``), ``B``, ``W``, ``T``, ``lam``, ``s``
+Params = namedtuple("Params", "fam B W T lam s")
+#: the conformance state (:func:`_resolves`): each worker's ring ``hist`` of its last ``B + 1``
+#: straggling rounds and their count ``cnt``, the Fenwick tree ``lasthist``, ``fw1``, the latest
+#: events ``st`` and the interval ``iv`` of ``lam`` that answer alike
+Track = namedtuple("Track", "hist cnt lasthist fw1 st iv")
+#: Algorithm 1's bookkeeping (SR-SGC): who returned job ``t`` in round ``t`` (``comm``,
+#: ``ncomm``), the re-attempts planned (``reatt``, ``nreatt``), the results of each job
+#: (``count``), and a scratch marking (``mark``)
+Attempts = namedtuple("Attempts", "comm ncomm reatt nreatt count mark")
+#: the profile ``X``, each round sorted (``xs``, by ``order``), and under the current shift each
+#: round's stragglers ``kk``, deadline ``cut`` and wait-out end ``lat`` (:func:`_rounds_at`)
+Rounds = namedtuple("Rounds", "X xs order kk cut lat")
+#: the closing rule: the shift ``c`` of the set being replayed, ``mu``, ``wait_all``
+Rule = namedtuple("Rule", "c mu wait_all")
+#: the sets of a family, sorted (:func:`replay_family`): ``B``, ``W``, ``T``, ``lam``, ``s``, the
+#: shift id ``sid``, and ``group_end`` (the end of each set's run of equal ``(B, W, s, shift)``)
+Sets = namedtuple("Sets", "B W T lam s sid group_end")
+
 SRSGC, MSGC = 0, 1
 _MARGIN = 1e-9
 
@@ -149,24 +169,26 @@ def _last(hist, cnt, w, B):
     return hist[w, (cnt[w] - 1) % (B + 1)] if cnt[w] > 0 else -1
 
 
-@njit(cache=True)
-def _bursty(lo, t, cur, ncur, B, lam, hist, cnt, lasthist, iv):
+@njit(cache=True, inline="always")
+def _bursty(lo, t, cur, ncur, p, track):
     """Rounds ``lo .. t`` with stragglers ``cur[:ncur]`` in round ``t``: at most ``lam`` distinct
     stragglers, and no worker of round ``t`` straggling in ``lo .. t - B`` too (a burst of more
     than ``B``; the earlier rounds' own bursts are the caller's)."""
-    u = _distinct(lasthist, lo, t)
+    hist, cnt, B = track.hist, track.cnt, p.B
+    u = _distinct(track.lasthist, lo, t)
     for i in range(ncur):
         w = cur[i]
         if _last(hist, cnt, w, B) < lo:
             u += 1
         if _latest_at_most(hist, cnt, w, t - B) >= lo:
             return False
-    return _at_most(u, lam, iv)
+    return _at_most(u, p.lam, track.iv)
 
 
-@njit(cache=True)
-def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
-    """Whether stragglers ``cur[:ncur]`` in round ``t`` keep the oldest live track conforming.
+@njit(cache=True, inline="always")
+def _resolves(p, t, cur, ncur, track):
+    """Whether stragglers ``cur[:ncur]`` in round ``t`` keep the oldest live track conforming
+    (set ``p``, :class:`Params`; state ``track``, :class:`Track`).
 
     ``hist[w]``: worker ``w``'s last ``B + 1`` committed straggling rounds (a ring: its ``j``-th
     is at ``j % (B + 1)``, ``cnt[w]`` in all; enough, as at most ``B - 1`` of them are later than
@@ -175,11 +197,13 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
     starting a broken burst, the latest start of ``B + 1`` straggling rounds of one worker, the
     latest round with more than ``s`` stragglers, the latest end of a ``W``-round window with more
     than ``lam`` (-1: none); ``iv``: narrowed to the ``lam`` that answer alike (:func:`_at_most`)."""
-    if fam == 0:  # SR-SGC: window a0 .. t, bursty or at most s stragglers a round
+    B, W, T, lam = p.B, p.W, p.T, p.lam
+    hist, cnt, lasthist, fw1, st, iv = track
+    if p.fam == 0:  # SR-SGC: window a0 .. t, bursty or at most s stragglers a round
         a0 = max(0, t - W + 1)
-        if ncur <= s and st[2] < a0:
+        if ncur <= p.s and st[2] < a0:
             return True
-        return st[0] < a0 and _bursty(a0, t, cur, ncur, B, lam, hist, cnt, lasthist, iv)
+        return st[0] < a0 and _bursty(a0, t, cur, ncur, p, track)
     u0 = max(0, t - T)  # M-SGC: job u0's span
     # arbitrary (B, W + B - 1, lam) on the span
     arbitrary = st[1] < u0
@@ -201,13 +225,15 @@ def _resolves(fam, t, cur, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, 
         return False
     if t - 1 >= u0 + W - 2 and not _at_most(fw1[u0 + W - 2], lam, iv):
         return False
-    return _bursty(max(u0, t - W + 1), t, cur, ncur, B, lam, hist, cnt, lasthist, iv)
+    return _bursty(max(u0, t - W + 1), t, cur, ncur, p, track)
 
 
-@njit(cache=True)
-def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv):
+@njit(cache=True, inline="always")
+def _commit(p, t, rows, nrows, track):
     """Round ``t`` commits stragglers ``rows[:nrows]``: their rings, the histogram of last
     straggling rounds, and the latest events of ``st`` (:func:`_resolves` says which)."""
+    fam, B, W, lam = p.fam, p.B, p.W, p.lam
+    hist, cnt, lasthist, fw1, st, iv = track
     for i in range(nrows):
         w = rows[i]
         prev = _latest_at_most(hist, cnt, w, t - B)
@@ -221,7 +247,7 @@ def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
         hist[w, cnt[w] % (B + 1)] = t
         cnt[w] += 1
     if fam == 0:
-        if nrows > s:
+        if nrows > p.s:
             st[2] = t
     else:
         if t - W + 1 >= 0 and not _at_most(_distinct(lasthist, t - W + 1, t + 1), lam, iv):
@@ -230,9 +256,10 @@ def _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
 
 
 @njit(cache=True)
-def _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp):
+def _reattempts(t, B, need, attempts, stamp):
     """Algorithm 1's re-attempts planned for round ``t`` (into ``reatt[t]``): the first ``n - s -
     N(t - B)`` by index of the workers that did not return job ``t - B`` in round ``t - B``."""
+    comm, ncomm, reatt, nreatt, count, mark = attempts
     old = t - B
     nreatt[t] = 0
     if old < 0:
@@ -254,18 +281,22 @@ def _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp):
 
 
 @njit(cache=True)
-def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait_all, bound, lbs,
-                hist, cnt, lasthist, fw1, comm, ncomm, reatt, nreatt, count, mark, cur, iv):
-    """One parameter set: ``(total, waitouts, finished)``; stops (unfinished) once the partial total
-    plus the remaining rounds' bound ``lbs`` exceeds ``bound``. ``iv`` ends as the interval of
-    ``lam`` whose replay is this one, comparison for comparison."""
+def _replay_one(p, rounds_, rule, J, bound, lbs, track, attempts, cur):
+    """One parameter set ``p`` (:class:`Params`) on ``rounds_`` (:class:`Rounds`) under ``rule``:
+    ``(total, waitouts, finished)``; stops (unfinished) once the partial total plus the remaining
+    rounds' bound ``lbs`` exceeds ``bound``. ``track.iv`` ends as the interval of ``lam`` whose
+    replay is this one, comparison for comparison."""
+    fam, B, T = p.fam, p.B, p.T
+    X, xs, order, kk, cut, lat = rounds_
+    c, mu, wait_all = rule
+    comm, ncomm, reatt, nreatt, count, mark = attempts
     n = X.shape[1]
-    iv[0], iv[1] = -1, n + 1
+    track.iv[0], track.iv[1] = -1, n + 1
     rounds = J + T
-    cnt[:] = 0
-    lasthist[:] = 0
-    st = np.full(4, -1, dtype=np.int64)
-    need = n - s
+    track.cnt[:] = 0
+    track.lasthist[:] = 0
+    track.st[:] = -1
+    need = n - p.s
     total = 0.0
     waits = 0
     stamp = 0
@@ -273,7 +304,7 @@ def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait
         final = fam == 0 and t >= J
         if fam == 0:
             stamp += 1
-            _reattempts(t, B, need, comm, ncomm, reatt, nreatt, count, mark, stamp)
+            _reattempts(t, B, need, attempts, stamp)
         if final:  # only the re-attempting workers compute
             na = nreatt[t]
             cutoff, late, ncur = 0.0, 0.0, 0
@@ -293,7 +324,7 @@ def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait
         else:
             cutoff, late, ncur = cut[t], lat[t], kk[t]
             rows = order[t, n - ncur:]
-        ok = _resolves(fam, t, rows, ncur, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv)
+        ok = _resolves(p, t, rows, ncur, track)
         if ok:
             total += cutoff
             nrows = ncur
@@ -305,7 +336,7 @@ def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait
                 lo_k, hi_k = 0, ncur
                 while hi_k - lo_k > 1:
                     mid = (lo_k + hi_k) // 2
-                    if _resolves(fam, t, order[t, n - mid:], mid, B, W, T, lam, s, hist, cnt, lasthist, fw1, st, iv):
+                    if _resolves(p, t, order[t, n - mid:], mid, track):
                         lo_k = mid
                     else:
                         hi_k = mid
@@ -324,7 +355,7 @@ def _replay_one(fam, X, xs, order, kk, cut, lat, J, B, W, T, lam, s, c, mu, wait
                     missing += 1
             ncomm[t] = nrows
             count[t] = n - missing
-        _commit(fam, t, rows, nrows, B, W, lam, s, hist, cnt, lasthist, fw1, st, iv)
+        _commit(p, t, rows, nrows, track)
         if total + lbs[t + 1] > bound:
             return total, waits, False
     return total, waits, True
@@ -397,11 +428,12 @@ def _forced_waits(nb, blocks, pv, pw, totals, cap):
 
 
 @njit(cache=True)
-def _lower_bounds(fam, xs, J, Bs, Ws, Ts, lams, ss, shifts, sid, by_shift, mu, forced):
+def _lower_bounds(fam, xs, J, sets, shifts, by_shift, mu, forced):
     """Each set's lower bound: ``sum_t cutoff_t`` (SR-SGC's final rounds 0), plus with ``forced``
     the wait-outs no replay can avoid (:func:`_forced_waits`). The sets are taken by shift, then
     ``W``, then ``T`` (the order ``by_shift``), so that each shift's rounds and each block list are
     computed once."""
+    Bs, Ws, Ts, lams, ss, sid = sets.B, sets.W, sets.T, sets.lam, sets.s, sets.sid
     K = Ts.size
     R = xs.shape[0]
     lb = np.zeros(K)
@@ -434,18 +466,21 @@ def _lower_bounds(fam, xs, J, Bs, Ws, Ts, lams, ss, shifts, sid, by_shift, mu, f
 
 
 @njit(cache=True)
-def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, by_shift, mu, wait_all, within):
-    """Every set, in increasing order of its lower bound (module docstring). The sets are sorted by
+def _family(fam, X, xs, order, J, sets, shifts, by_shift, rule, within):
+    """Every set of ``sets`` (:class:`Sets`), in increasing order of its lower bound (module
+    docstring), under ``rule`` (its ``c`` unused: each set has its shift). The sets are sorted by
     ``(B, W, s, shift, lam)``; ``group_end[i]``: the end of set ``i``'s run of equal ``(B, W, s,
     shift)``, whose members differ only in ``lam``: one replay settles every member whose ``lam``
     makes the same comparisons come out alike (the same trajectory, bit for bit)."""
+    Bs, Ws, Ts, lams, ss, sid, group_end = sets
+    _, mu, wait_all = rule
     K = Bs.size
     R, n = X.shape
     rounds_max = R
     forced = within >= 0 and wait_all
     # SR-SGC's shifts are few (one per s): its forced wait-outs order the visit; M-SGC's differ per
     # lam, so each set's are computed when it is reached
-    lb = _lower_bounds(fam, xs, J, Bs, Ws, Ts, lams, ss, shifts, sid, by_shift, mu, forced and fam == 0)
+    lb = _lower_bounds(fam, xs, J, sets, shifts, by_shift, mu, forced and fam == 0)
     visit = np.argsort(lb, kind="mergesort")
     times = np.full(K, np.nan)
     waits = np.zeros(K, dtype=np.int64)
@@ -455,14 +490,12 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
     cnt = np.zeros(n, dtype=np.int64)
     lasthist = np.zeros(rounds_max + 1, dtype=np.int64)
     fw1 = np.zeros(rounds_max, dtype=np.int64)
-    comm = np.empty((rounds_max, n), dtype=np.int64)
-    ncomm = np.zeros(rounds_max, dtype=np.int64)
-    reatt = np.empty((rounds_max, n), dtype=np.int64)
-    nreatt = np.zeros(rounds_max, dtype=np.int64)
-    count = np.zeros(rounds_max, dtype=np.int64)
-    mark = np.zeros(n, dtype=np.int64)
+    attempts = Attempts(np.empty((rounds_max, n), dtype=np.int64), np.zeros(rounds_max, dtype=np.int64),
+                        np.empty((rounds_max, n), dtype=np.int64), np.zeros(rounds_max, dtype=np.int64),
+                        np.zeros(rounds_max, dtype=np.int64), np.zeros(n, dtype=np.int64))
     cur = np.empty(n, dtype=np.int64)
     iv = np.zeros(2, dtype=np.int64)
+    st = np.full(4, -1, dtype=np.int64)
     kk, cut, lat = np.zeros(rounds_max, dtype=np.int64), np.zeros(rounds_max), np.zeros(rounds_max)
     at = -1  # the shift they hold
     blocks = np.zeros(rounds_max + 2, dtype=np.int64)
@@ -487,10 +520,10 @@ def _family(fam, X, xs, order, J, Bs, Ws, Ts, lams, ss, shifts, sid, group_end, 
         lbs[J + T] = 0.0  # the bound of the rounds after t, for stopping early
         for t in range(J + T - 1, -1, -1):
             lbs[t] = lbs[t + 1] + (0.0 if (fam == 0 and t >= J) else cut[t])
-        mark[:] = 0
-        total, w, fin = _replay_one(fam, X, xs, order, kk, cut, lat, J, Bs[i], Ws[i], T, lams[i], ss[i], c, mu,
-                                    wait_all, bound, lbs, hist[:, :Bs[i] + 1], cnt, lasthist, fw1, comm, ncomm, reatt,
-                                    nreatt, count, mark, cur, iv)
+        attempts.mark[:] = 0
+        total, w, fin = _replay_one(Params(fam, Bs[i], Ws[i], T, lams[i], ss[i]), Rounds(X, xs, order, kk, cut, lat),
+                                    Rule(c, mu, wait_all), J, bound, lbs,
+                                    Track(hist[:, :Bs[i] + 1], cnt, lasthist, fw1, st, iv), attempts, cur)
         # the members of i's run with lam in iv: i itself, and neighbours (lam ascending)
         lo = i
         while lo > 0 and group_end[lo - 1] == group_end[i] and lams[lo - 1] >= iv[0]:
@@ -534,9 +567,9 @@ def replay_family(family: str, X: np.ndarray, jobs: int, sets: ParameterSets, *,
     Xr = np.ascontiguousarray(X[:rounds], dtype=np.float64)
     order = np.argsort(Xr, axis=1, kind="stable")
     xs = np.take_along_axis(Xr, order, axis=1)
-    times, waits, replayed = _family(fam, Xr, xs, order.astype(np.int64), int(jobs), B, W, np.ascontiguousarray(T),
-                                     lam, s, shifts, sid, group_end, np.lexsort((T, W, sid)), float(mu),
-                                     waitout == "all", float(within))
+    sets = Sets(B, W, np.ascontiguousarray(T), lam, s, sid, group_end)
+    times, waits, replayed = _family(fam, Xr, xs, order.astype(np.int64), int(jobs), sets, shifts,
+                                     np.lexsort((T, W, sid)), Rule(0.0, float(mu), waitout == "all"), float(within))
     out = [np.empty_like(a) for a in (times, waits, replayed)]
     for o, a in zip(out, (times, waits, replayed)):
         o[perm] = a

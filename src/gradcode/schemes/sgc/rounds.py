@@ -288,13 +288,16 @@ def _sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
 
 
 @njit(cache=True, inline="always")
-def _sr_take(t, old, due, order, lo, hi, by, A, job_of, R, recv, jcount, jfresh, rep, group, gcov, uncovered,
-             cur, E, tracks, counts):
+def _sr_take(now, order, lo, hi, by, rings, params, tracks, E, uncovered):
     """Receive the results of workers ``order[lo:hi]`` that arrived by ``by`` (each one message,
-    for job ``t`` or the re-attempted ``old``): they leave the round's stragglers. Returns
+    for job ``now.t`` or the re-attempted ``now.old``): they leave the round's stragglers. Returns
     ``(workers taken, the due job's groups still uncovered (GC-Rep))``. One call per batch of
     workers, with the receipt written out in the loop: a call per worker costs more than the
     receipt itself."""
+    t, old, due, job_of, cur, counts, A, gcov = now
+    recv, jcount, jfresh = rings.recv, rings.jcount, rings.jfresh
+    rep, group = params.rep, params.group
+    R = rings.jid.shape[0]
     nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
@@ -344,6 +347,10 @@ def _sr_job(u, jid, recv, jcount, jfresh, jfin):
 # are): the block's :data:`~gradcode.schemes.compiled.Timing`, the scheme's parameters, its state
 # as rings, and the block's output tables.
 
+#: SR-SGC's round: ``t``, the re-attempted job ``old`` and whether it is ``due``, each worker's
+#: ``job_of``, the stragglers so far ``cur``, messages received ``counts``, arrivals ``A``, and the
+#: due job's results per group ``gcov`` (GC-Rep)
+SRNow = namedtuple("SRNow", "t old due job_of cur counts A gcov")
 #: SR-SGC's parameters: ``B``, ``W``, ``lam``, ``s``, ``J`` (jobs, -1: unbounded), ``rep`` (GC-Rep),
 #: ``group`` (each worker's GC-Rep group), ``groups``, ``prefix`` (the loads' message prefixes)
 SRParams = namedtuple("SRParams", "B W lam s J rep group groups prefix")
@@ -351,6 +358,10 @@ SRParams = namedtuple("SRParams", "B W lam s J rep group groups prefix")
 #: 2 broken, ``fl_val`` per model: bursty, per-round), jobs at ``u mod (B + 2)`` (``jid`` the job
 #: or -1, ``recv``, ``jcount``, ``jfresh`` = N(u), ``jfin``)
 SRRings = namedtuple("SRRings", "fl_id fl_st fl_val jid recv jcount jfresh jfin")
+#: M-SGC's round: ``t``, message ``c`` of worker ``i`` as its ``slot``, ``kind`` and ``kk``
+#: (:func:`_m_plan`), messages ``planned`` and received (``counts``), the stragglers so far ``cur``,
+#: each worker's ``last`` message received and the arrivals ``A``
+MNow = namedtuple("MNow", "t slot kind kk planned cur counts last A")
 #: M-SGC's parameters: ``B``, ``W``, ``lam``, ``J``, ``rep``, ``group``, ``groups``, ``coded_last``
 #: (the last partition of each worker's coded mini-task, -1: none), ``size1``/``size2`` (a
 #: ``D_1`` / ``D_2`` chunk's data fraction)
@@ -467,6 +478,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
                 due_ok = jcount[xo] >= need_n
         # ---- time the messages
         cwmin, cwmax = time_round(ic, sl_, k, prefix2, planned, c, A, comp)
+        now = SRNow(t, old, due, job_of, cur, counts, A, gcov)
         # ---- receive the workers in order of arrival until the round is ready (only completions
         # change readiness), then every message in by the close
         order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
@@ -477,8 +489,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         i = 0
         while not found and i < N:
             stop, tg = _group(order, i, head, tau1, comp)
-            taken, uncovered = _sr_take(t, old, due, order, i, stop, np.inf, A, job_of, R, recv, jcount, jfresh, rep,
-                                        group, gcov, uncovered, cur, E, tracks, counts)
+            taken, uncovered = _sr_take(now, order, i, stop, np.inf, rings, params, tracks, E, uncovered)
             ncur -= taken
             i = stop
             due_ok = not due or (uncovered == 0 if rep else jcount[xo] >= need_n)
@@ -490,8 +501,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
             info[STATUS] = 1
             info[AT] = t
             return
-        taken, uncovered = _sr_take(t, old, due, order, i, N, e_, A, job_of, R, recv, jcount, jfresh, rep, group, gcov,
-                                    uncovered, cur, E, tracks, counts)
+        taken, uncovered = _sr_take(now, order, i, N, e_, rings, params, tracks, E, uncovered)
         ncur -= taken
         for w in range(n):
             if counts[w]:
@@ -537,7 +547,10 @@ def _m_decodable(x, Bc, missing, coded_n, uncov, need_n, rep):
 
 
 @njit(cache=True)
-def _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups):
+def _m_new_job(x, u, rings, groups):
+    """Job ``u`` takes ring slot ``x``: nothing held yet."""
+    jid, have, missing, coded, coded_n, cov, uncov, jfin = (rings.jid, rings.have, rings.missing, rings.coded,
+                                                           rings.coded_n, rings.cov, rings.uncov, rings.jfin)
     jid[x] = u
     have[x] = False
     missing[x] = have.shape[1] * have.shape[2]
@@ -549,14 +562,18 @@ def _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, group
 
 
 @njit(cache=True, inline="always")
-def _m_take(t, order, lo, hi, last_only, by, A, planned, slot, kind, kk, R, have, missing, coded, coded_n, cov,
-            uncov, rep, group, cur, E, tracks, counts, last):
+def _m_take(now, order, lo, hi, last_only, by, rings, params, tracks, E):
     """Receive, for workers ``order[lo:hi]``, their last message (``last_only``: the scan) or
     every message that arrived by ``by`` (then ``counts`` and ``last`` are set); a worker whose
     last message is in leaves the round's stragglers. Returns how many left. Receiving is
     idempotent (a message already held changes nothing), so the close's pass may take the
     scan's messages again. One call per batch of workers, the receipt written out in the loop:
     a call per message costs more than the receipt itself."""
+    t, slot, kind, kk, planned, cur, counts, last, A = now
+    have, missing, coded, coded_n, cov, uncov = (rings.have, rings.missing, rings.coded, rings.coded_n, rings.cov,
+                                                 rings.uncov)
+    rep, group = params.rep, params.group
+    R = rings.jid.shape[0]
     nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
@@ -599,12 +616,14 @@ def _m_take(t, order, lo, hi, last_only, by, A, planned, slot, kind, kk, R, have
 
 
 @njit(cache=True)
-def _m_plan(t, J, W, S, coded_ok, groups, jid, have, missing, coded, coded_n, cov, uncov, jfin, slot, kind, kk,
-            planned):
-    """Algorithm 2 for round ``t`` (``MSGC._new_round``): message ``c`` of worker ``i`` is slot
+def _m_plan(now, S, coded_ok, params, rings):
+    """Algorithm 2 for round ``now.t`` (``MSGC._new_round``): message ``c`` of worker ``i`` is slot
     ``slot[i, c]`` (job ``t - slot``), a ``D_1`` chunk ``kk`` (``kind`` 0) or the coded mini-task
     of group ``kk`` (``kind`` 1); ``planned[i]`` messages. Opens the jobs it names. Returns the
     highest job given work (-1: none), or -2 if a ring slot still holds a job never forgotten."""
+    t, slot, kind, kk, planned = now.t, now.slot, now.kind, now.kk, now.planned
+    J, W, groups = params.J, params.W, params.groups
+    jid, have = rings.jid, rings.have
     R = jid.shape[0]
     n = planned.shape[0]
     for w in range(n):
@@ -619,7 +638,7 @@ def _m_plan(t, J, W, S, coded_ok, groups, jid, have, missing, coded, coded_n, co
         if jid[x] != u:
             if jid[x] >= 0:
                 return -2
-            _m_new_job(x, u, jid, have, missing, coded, coded_n, cov, uncov, jfin, groups)
+            _m_new_job(x, u, rings, groups)
         for w in range(n):
             col = planned[w]
             if j <= W - 2:  # fixed mini-task: D_1 chunk j of job u
@@ -721,8 +740,8 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
     for k in range(m_rounds):
         t = t0 + k
         # ---- plan: Algorithm 2
-        last_job = _m_plan(t, J, W, S, coded_ok, groups, jid, have, missing, coded, coded_n, cov, uncov, jfin, slot,
-                           kind, kk, planned)
+        now = MNow(t, slot, kind, kk, planned, cur, counts, last, A)
+        last_job = _m_plan(now, S, coded_ok, params, rings)
         if last_job == -2:
             info[STATUS] = 2
             info[AT] = t
@@ -765,8 +784,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
         i = 0
         while not found and i < N:
             stop, tg = _group(order, i, head, tau1, comp)
-            ncur -= _m_take(t, order, i, stop, True, np.inf, A, planned, slot, kind, kk, R, have, missing, coded,
-                            coded_n, cov, uncov, rep, group, cur, E, tracks, counts, last)
+            ncur -= _m_take(now, order, i, stop, True, np.inf, rings, params, tracks, E)
             i = stop
             if ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
                     xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
@@ -781,8 +799,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
             info[STATUS] = 1
             info[AT] = t
             return
-        ncur -= _m_take(t, everyone, 0, n, False, e_, A, planned, slot, kind, kk, R, have, missing, coded, coded_n,
-                        cov, uncov, rep, group, cur, E, tracks, counts, last)
+        ncur -= _m_take(now, everyone, 0, n, False, e_, rings, params, tracks, E)
         for w in range(n):
             if counts[w]:
                 info[RECEIVED] = 1

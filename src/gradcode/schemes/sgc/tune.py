@@ -41,19 +41,22 @@ the replay (numba, cached on disk).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gradcode._options import described
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.schemes.sgc.msgc import check_msgc, msgc_loads
 from gradcode.schemes.sgc.replay import ParameterSets, replay_family
 from gradcode.schemes.sgc.srsgc import check_srsgc, srsgc_s
 from gradcode.stragglers.traces import Reference, adjust_profile, as_profile, fit_profile_slope, reference_profile
 
-__all__ = ["Candidate", "Reference", "TuneResult", "adjust_profile", "fit_profile_slope", "reference_profile",
-           "replay", "tune"]
+__all__ = ["Candidate", "Reference", "TuneResult", "TuneSearch", "adjust_profile", "fit_profile_slope",
+           "reference_profile", "replay", "tune"]
 
 FAMILIES = ("uncoded", "crc", "sr-sgc", "m-sgc")
 
@@ -65,6 +68,25 @@ def family_names(families) -> tuple[str, ...]:
     if isinstance(families, str):
         families = (families,)
     return tuple(check_choice("family", f, FAMILIES) for f in families)
+
+
+@dataclass(frozen=True)
+class TuneSearch:
+    """How :func:`tune` replays the profile and which parameter sets it searches and lists: each
+    field is a keyword of :func:`tune` and an option of ``gradcode tune`` (``--max-w`` is
+    ``max_w``), declared here once."""
+
+    mu: float = described(1.0, "Tolerance of the mu-deadline rule.")
+    waitout: str = described("all", "'all' (the paper's: wait for every worker when the deadline leaves a round"
+                             " unresolved) or 'decodable'.")
+    families: Sequence[str] = described(FAMILIES, "Families searched (repeatable): uncoded, crc, sr-sgc, m-sgc.")
+    max_w: int | None = described(None, "Largest W searched for SR-SGC and M-SGC (default: the jobs, every W as the"
+                                  " paper searches).")
+    max_delay: int | None = described(None, "Largest delay T searched (default: any that the profile fits).")
+    within: float | None = described(0.05, "List every parameter set within this fraction of its family's best (0:"
+                                     " the best and its ties); the others are bounded out of the replay. None"
+                                     " (--every): replay and list every set.")
+    only: Mapping | None = described(None, "Replay this one parameter set of the (single) family given.", cli=False)
 
 
 @dataclass(frozen=True)
@@ -152,9 +174,7 @@ def replay(profile, scheme: str, params: dict, *, jobs: int, mu: float = 1.0, wa
     return res.candidates[0]
 
 
-def tune(profiles, *, jobs: int, trace_load=None, load_slope: float | None = None, mu: float = 1.0,
-         waitout: str = "all", families=FAMILIES, max_w: int | None = None, max_delay: int | None = None,
-         within: float | None = 0.0, only: dict | None = None) -> TuneResult:
+def tune(profiles, *, jobs: int, trace_load=None, load_slope: float | None = None, **search) -> TuneResult:
     """Estimate the run time of ``jobs`` jobs for every valid parameter set of each family in
     ``families`` (``uncoded``; ``crc``: ``s = 0 .. n - 1``; ``sr-sgc``: ``B | W - 1``, ``W <=
     max_w``, ``0 < lam <= n`` with ``s <= n - 1``; ``m-sgc``: ``0 < B < W <= max_w``, ``0 <= lam
@@ -166,15 +186,24 @@ def tune(profiles, *, jobs: int, trace_load=None, load_slope: float | None = Non
     replayed, shifted by ``(L - L_0) alpha``. ``load_slope``: alpha, seconds per unit load;
     ``None`` fits it from the profiles (:func:`fit_profile_slope`, needs two or more loads). The
     keywords are named as ``gradcode tune``'s options (``--trace-load``, ``--load-slope``,
-    ``--max-w``). ``mu``: the tolerance of the deadline rule. ``waitout``: ``"all"`` (the
-    paper's) or ``"decodable"``. ``max_w``: the largest ``W`` searched (default ``J``, as the
-    paper's search; a set also needs ``J + T`` rounds of profile: the sets left out for that are
-    counted in ``skipped``, and warned of when ``max_w`` is given). ``max_delay``: the largest delay ``T`` searched
-    (default: any that fits). ``within``: the candidates kept, every set whose total is within
-    that fraction of its family's best (``0``: the best and its ties); the sequential families'
-    other sets are bounded out without a full replay (:mod:`.replay`) and counted in
-    ``TuneResult.bounded``; ``None`` replays and keeps every set. ``only``: replay one parameter
-    set of the (single) family given."""
+    ``--max-w``). ``search``: the fields of :class:`TuneSearch`: ``mu``, the tolerance of the
+    deadline rule; ``waitout``, ``"all"`` (the paper's) or ``"decodable"``; ``families``;
+    ``max_w``, the largest ``W`` searched (default ``J``, as the paper's search; a set also needs
+    ``J + T`` rounds of profile: the sets left out for that are counted in ``skipped``, and warned
+    of when ``max_w`` is given); ``max_delay``, the largest delay ``T`` searched (default: any that
+    fits); ``within``, the candidates kept, every set whose total is within that fraction of its
+    family's best (default 5 %; ``0``: the best and its ties), the sequential families' other sets
+    bounded out without a full replay (:mod:`.replay`) and counted in ``TuneResult.bounded``;
+    ``None`` replays and keeps every set; ``only``, replay one parameter set of the (single)
+    family given."""
+    names = [f.name for f in dataclasses.fields(TuneSearch)]
+    unknown = sorted(set(search) - set(names))
+    if unknown:
+        raise TypeError(f"tune() got unexpected keywords {unknown}: it takes jobs, trace_load, load_slope and the"
+                        f" fields of TuneSearch ({', '.join(names)})")
+    search = TuneSearch(**search)
+    mu, waitout, families, max_w, max_delay, within, only = (getattr(search, f.name)
+                                                              for f in dataclasses.fields(TuneSearch))
     ref = reference_profile(profiles, loads=trace_load, alpha=load_slope)
     X, L0, alpha, notes = ref.profile, ref.load, ref.alpha, list(ref.notes)
     R = X.shape[0]
