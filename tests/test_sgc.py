@@ -590,3 +590,27 @@ def test_tune_clips_the_load_adjusted_profile_at_zero_as_every_trace_adjustment_
     crc = [c for c in res.candidates if c.scheme == "crc" and c.params == {"s": 1}][0]  # load 1: no shift
     assert crc.time == pytest.approx(tune(X, jobs=2, trace_load=[1.0], load_slope=0.0, families=("crc",), only={"s": 1})
                                      .candidates[0].time)
+
+
+@pytest.mark.parametrize("models", [
+    (("bursty", 2, 3, 2), ("per-round", 1)),
+    (("bursty", 1, 3, 3), ("arbitrary", 1, 3, 3)),
+])
+def test_conformance_first_ok_is_the_first_k_at_which_ok_holds(models):
+    """Conformance (the compiled rule the kernels run, driven from Python): on random histories,
+    tracks and arrivals, first_ok is the smallest k for which ok holds once the workers done by k
+    have left the stragglers, as a scan of ok itself finds it."""
+    from gradcode.schemes.sgc import Conformance
+
+    rng = np.random.default_rng(5)
+    n, never = 8, 40
+    for trial in range(60):
+        conf = Conformance(n, models)
+        hist = rng.random((rng.integers(0, 6), n)) < 0.25
+        t = hist.shape[0]
+        conf.begin(t, hist, range(max(0, t - 2), t + 1))
+        cur = rng.random(n) < 0.5
+        done = np.where(cur, rng.integers(1, 12, n), 0)
+        done[cur & (rng.random(n) < 0.1)] = never
+        want = next((k for k in range(never + 1) if conf.ok(cur & (done > k))), never)
+        assert conf.first_ok(done, cur, never) == min(want, int(done.max(initial=0))), trial

@@ -21,8 +21,9 @@ The wait-out rule (Sec. 2, Remark 2.3)
 master will wait for stragglers to return results in that round. This way, the actual straggler
 pattern will 'effectively' continue to conform to the assumed straggler model." The *effective*
 pattern marks, in each closed round, the workers given a task that did not deliver all of it by
-the close (a worker given no task is not a straggler). :class:`Conformance` checks it round by
-round on *tracks*, each a stretch of rounds that must conform to one of a list of models:
+the close (a worker given no task is not a straggler). :class:`Conformance` checks
+it round by round on *tracks*, each a stretch of rounds that must conform to one of a list of
+models (the rule written once, compiled, in :mod:`.conformance`; the compiled rounds run it too):
 
 * SR-SGC (Prop. 3.1: "conforms to either (i) the (B, W, lambda)-bursty model or else (ii) the
   s-stragglers-per-round model, when restricted to any window of W consecutive rounds"): one
@@ -58,6 +59,7 @@ from gradcode.schemes.base import (
     check_round,
 )
 from gradcode.schemes.compiled import Timing
+from gradcode.schemes.sgc.conformance import KINDS, Models, evaluate, first_conforming, scratch, window
 from gradcode.schemes.sgc.rounds import AT, FINISHED, LAST_JOB, RECEIVED, STATUS, Tables
 
 __all__ = ["BaseGC", "Conformance", "SequentialScheme"]
@@ -145,89 +147,70 @@ class Conformance:
     Use: :meth:`begin` (round ``t``, the closed rounds' rows, the live tracks' start rounds) once a
     round, :meth:`ok` with the round's current stragglers as often as needed, :meth:`commit` with
     the round's final row. A track that ended up conforming to no model (a driver closed a round
-    that was not ready) stops constraining later rounds (``broken``)."""
+    that was not ready) stops constraining later rounds (``broken``). Every check is the compiled
+    rounds' own (module docstring); this object holds the tracks' flags between rounds."""
 
     def __init__(self, n: int, models):
         self.n = n
         self.models = tuple(models)
         self.flags: dict[int, np.ndarray] = {}  # track start -> per-model flags (still conforming)
         self.broken: set[int] = set()
-        self._t = None
+        self._starts: list[int] = []
+        self._compiled()
+
+    def _compiled(self) -> None:
+        """The models as the compiled functions take them, and their scratch."""
+        kinds = [KINDS[kind] for kind, *_ in self.models]
+        params = [(0, 0, p[0]) if kind == "per-round" else tuple(p) for kind, *p in self.models]
+        self._models = Models(*(np.array(col, dtype=np.int64) for col in (kinds, *zip(*params))))
+        self._longest = max([p[1] for kind, *p in self.models if kind != "per-round"], default=1)
+        self._tracks = scratch(self._longest, len(self.models), self.n)
+
+    def __getstate__(self):  # what is derived from the models is rebuilt where the object lands
+        state = self.__dict__.copy()
+        for name in ("_models", "_tracks"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._compiled()  # also for a checkpoint written before the rule was compiled
 
     def begin(self, t: int, history: np.ndarray, starts) -> None:
-        """Round ``t`` with the closed rounds' rows ``history`` and the live tracks' ``starts``.
-        Each (model, track) pair becomes one row of the arrays the checks use: ``_nonD`` the
-        workers that did not straggle in the window's past rounds (``D``'s complement; everyone
-        for ``per-round``), ``_Dn = |D|``, ``_F`` the workers that may not straggle now, ``_lim``
-        and ``_prev`` (the track still conforms to the model). Window counts come from one
-        cumulative sum over the last rounds, read at each track's window length."""
+        """Round ``t`` with the closed rounds' rows ``history`` and the live tracks' ``starts``
+        (the broken ones left out): the entries' windows (:func:`~.conformance.window`)."""
         starts = [a for a in starts if a not in self.broken]
-        self._t = t
-        self._starts = starts
-        K, M, n = len(starts), len(self.models), self.n
-        prev = np.ones((M, K), dtype=bool)
+        K, M = len(starts), len(self.models)
+        if K > self._tracks.starts.shape[0]:
+            self._tracks = scratch(max(K, self._longest), M, self.n)
+        tr = self._tracks
+        tr.starts[:K] = starts
+        prev = tr.prev[:K * M].reshape(K, M)
+        prev[:] = True
         for k, a in enumerate(starts):
             f = self.flags.get(a)
             if f is not None:
-                prev[:, k] = f
-        self._prev = prev.reshape(-1)
-        self._empty_ok = bool(prev.any(axis=0).all()) if K else True
-        longest = max([p[1] for kind, *p in self.models if kind != "per-round"], default=0)
-        past = history[max(0, t - longest + 1):t][::-1]  # the newest round first
-        counts = np.zeros((past.shape[0] + 1, n), dtype=np.int32)  # counts[L]: over the last L rounds
-        np.cumsum(past, axis=0, out=counts[1:])
-        a = np.asarray(starts, dtype=np.intp)
-        nonD = np.ones((M, K, n), dtype=bool)
-        F = np.zeros((M, K, n), dtype=bool)
-        lim = np.zeros((M, K), dtype=np.intp)
-        for m, (kind, *p) in enumerate(self.models):
-            if kind == "per-round":
-                lim[m] = p[0]
-                continue
-            N_or_B, Wm, lam = p
-            L = t - np.maximum(a, t - Wm + 1)  # past rounds of each track's window
-            inwin = counts[L]
-            nonD[m] = inwin == 0
-            if kind == "bursty":  # a straggle at or before t - B: no straggling now
-                F[m] = (inwin - counts[np.minimum(L, N_or_B - 1)]) > 0
-            else:  # arbitrary: N straggles already in the window
-                F[m] = inwin >= N_or_B
-            lim[m] = lam
-        self._nonD = nonD.reshape(M * K, n)
-        self._Dn = n - self._nonD.sum(axis=1)
-        self._F = F.reshape(M * K, n)
-        self._anyF = bool(self._F.any())
-        self._lim = lim.reshape(-1)
-
-    def first_ok(self, done: np.ndarray, cur: np.ndarray, never: int) -> int:
-        """The smallest ``k`` such that :meth:`ok` holds for ``cur & (done > k)``: worker ``w``
-        leaves the round's stragglers once ``done[w]`` messages are in (``never`` if it does
-        not). Per model and track the condition is a threshold on ``k``: the ``x``-th arrival
-        among the workers it counts (``|D ∪ cur| <= lam`` needs ``x = |D| + |cur \\ D| - lam``
-        of ``cur \\ D`` in; for ``per-round`` ``D`` is empty and ``lam = s``) and every forbidden
-        worker's (``F ∩ cur``); a track takes its best model, the round its worst track, and
-        once ``cur`` is empty :meth:`ok` holds (live tracks always keep a model)."""
-        idx = np.flatnonzero(cur)
-        if not idx.size or not self._starts:
-            return 0
-        d = done[idx]
-        order = np.argsort(d, kind="stable")
-        ds = np.append(d[order], never)  # ds[x - 1]: the x-th arrival; ds[c]: none
-        extra = self._nonD[:, idx[order]]
-        x = self._Dn + extra.sum(axis=1) - self._lim
-        j = (np.cumsum(extra, axis=1) < x[:, None]).sum(axis=1)
-        thr = np.where(x > 0, ds[j], 0)
-        if self._anyF:
-            np.maximum(thr, np.where(self._F[:, idx], d, 0).max(axis=1), out=thr)
-        thr[~self._prev] = never
-        return int(min(thr.reshape(len(self.models), -1).min(axis=0).max(), d.max()))
+                prev[k] = f
+        self._starts = starts
+        self._empty_ok = bool(prev.any(axis=1).all())
+        window(t, np.asarray(history), tr, K, self._models)
+        self._D = tr.base[:K * M].copy()
 
     def _per_track(self, cur: np.ndarray) -> np.ndarray:
         """``(K, M)``: whether each track still conforms to each model with ``cur``."""
-        res = (self._Dn + (self._nonD & cur).sum(axis=1) <= self._lim) & self._prev
-        if self._anyF:
-            res &= ~(self._F & cur).any(axis=1)
-        return res.reshape(len(self.models), -1).T
+        K, M = len(self._starts), len(self.models)
+        out = np.empty(K * M, dtype=bool)
+        evaluate(self._D, np.asarray(cur, dtype=np.bool_), self._tracks, K, M, out)
+        return out.reshape(K, M)
+
+    def first_ok(self, done: np.ndarray, cur: np.ndarray, never: int) -> int:
+        """The smallest ``k`` such that :meth:`ok` holds for ``cur & (done > k)`` (worker ``w``
+        leaves the round's stragglers once ``done[w]`` messages are in, ``never`` if it does not;
+        :func:`~.conformance.first_conforming`)."""
+        if not self._starts:
+            return 0
+        return int(first_conforming(self._D, np.asarray(done, dtype=np.int64), np.asarray(cur, dtype=np.bool_), never,
+                            self._tracks, len(self._starts), len(self.models)))
 
     def ok(self, cur: np.ndarray) -> bool:
         """Whether the past and ``cur`` (``(n,)`` booleans: this round's stragglers) conform on
@@ -248,8 +231,7 @@ class Conformance:
     def commit(self, row: np.ndarray, ending) -> None:
         """Record round ``t``'s final stragglers ``row``; tracks starting at ``ending`` end."""
         if self._starts:
-            res = self._per_track(row)
-            for a, f in zip(self._starts, res):
+            for a, f in zip(self._starts, self._per_track(row)):
                 if f.any():
                     self.flags[a] = f
                 else:

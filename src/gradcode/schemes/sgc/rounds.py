@@ -16,10 +16,10 @@ Per round ``t`` (of ``t0 .. t0 + m - 1``):
    ``_new_round`` does it on the job states, and each worker's prefix loads (``task_schedule``'s
    running sums, redone only when a worker's sequence of mini-task kinds changes);
 2. **time**: each message's arrival (:func:`~gradcode.schemes.compiled.time_round`);
-3. **conformance**: the wait-out rule's tracks and models as :class:`~.common.Conformance`
-   builds them (per track and model: the window's past stragglers ``D``, the workers forbidden
-   to straggle now ``F``, the limit), kept as counts that a worker's completion updates in
-   ``O(tracks x models)``;
+3. **conformance**: the wait-out rule's tracks and models, by the functions of :mod:`.conformance`
+   that :class:`~.common.Conformance` runs on the protocol path (per track and model: the
+   window's past stragglers ``D``, the workers forbidden to straggle now ``F``, the limit), kept
+   as counts that a worker's completion updates in ``O(tracks x models)``;
 4. **receive until ready**: readiness (at most ``max_cur`` incomplete workers, the due job
    decodes, the pattern conforms on every live track) changes only when a worker's last message
    arrives (it ends the worker's stragglership; the due job's tasks are each worker's last:
@@ -50,120 +50,24 @@ import numpy as np
 from numba import njit
 
 from gradcode.schemes.compiled import close_time, kth_smallest, records_row, time_round
+from gradcode.schemes.sgc.conformance import (
+    ARBITRARY,
+    BURSTY,
+    PER_ROUND,
+    Flags,
+    Models,
+    all_ok,
+    begin,
+    entry_ok,
+    scratch,
+)
 
 #: ``info`` slots the kernels fill: re-attempted tasks, jobs finished, the highest job given
 #: work, whether any message was received, status, the round it refers to, rounds played
 REATTEMPTS, FINISHED, LAST_JOB, RECEIVED, STATUS, AT, PLAYED = range(7)
-#: model kinds of the conformance tracks (common.Conformance's "bursty", "arbitrary", "per-round")
-BURSTY, ARBITRARY, PER_ROUND = 0, 1, 2
-
-
 @njit(cache=True)
 def _in_range(u, J):
     return u >= 0 and (J < 0 or u < J)
-
-
-#: the straggler models a track may conform to: each one's ``kinds`` (bursty, arbitrary,
-#: per-round), its ``Ns`` (burst length / stragglers), ``Ws`` (window) and ``lims`` (stragglers a
-#: round)
-Models = namedtuple("Models", "kinds Ns Ws lims")
-#: the conformance scratch of the live tracks (:func:`_conf_scratch`): ``starts``, per entry
-#: ``e = k * M + m`` ``prev`` (still conforms), ``nonD``, ``F``, ``base``, ``fcnt``, ``lim``, and the
-#: window counts ``cnt``
-Tracks = namedtuple("Tracks", "starts prev cnt nonD F base fcnt lim")
-#: the tracks' stored flags (the rings' ``fl_id``, ``fl_st``, ``fl_val``)
-Flags = namedtuple("Flags", "fl_id fl_st fl_val")
-
-
-@njit(cache=True)
-def _conf_scratch(tracks, M, n):
-    """The conformance arrays for at most ``tracks`` live tracks of ``M`` models each (and as
-    many rows of window counts), as :class:`Tracks`."""
-    KM = tracks * M
-    return Tracks(np.zeros(tracks, dtype=np.int64), np.zeros(KM, dtype=np.bool_), np.zeros((tracks, n), dtype=np.int32),
-                  np.zeros((KM, n), dtype=np.bool_), np.zeros((KM, n), dtype=np.bool_), np.zeros(KM, dtype=np.int64),
-                  np.zeros(KM, dtype=np.int64), np.zeros(KM, dtype=np.int64))
-
-
-@njit(cache=True, inline="always")
-def _conf_begin(t, hist, tracks, K, models, cur):
-    """Conformance.begin for the ``K`` live tracks ``starts[:K]`` (``prev[k * M + m]``: track
-    ``k`` still conforms to model ``m``) and the round's stragglers so far ``cur``: per entry
-    ``e = k * M + m``, ``nonD``, ``F``, ``base = |D| + |cur \\ D|`` and ``fcnt = |F ∩ cur|``."""
-    starts, prev, cnt, nonD, F, base, fcnt, lim = tracks
-    kinds, Ns, Ws, lims = models
-    n = cur.shape[0]
-    M = kinds.shape[0]
-    longest = 0
-    for m in range(M):
-        if kinds[m] != PER_ROUND and Ws[m] > longest:
-            longest = Ws[m]
-    rows = min(t, max(longest - 1, 0))
-    for w in range(n):
-        cnt[0, w] = 0
-    for L in range(1, rows + 1):
-        row = hist[t - L]
-        for w in range(n):
-            cnt[L, w] = cnt[L - 1, w] + (1 if row[w] else 0)
-    for k in range(K):
-        a = starts[k]
-        for m in range(M):
-            e = k * M + m
-            lim[e] = lims[m]
-            D = 0
-            b = 0
-            f = 0
-            if kinds[m] == PER_ROUND:
-                for w in range(n):
-                    nonD[e, w] = True
-                    F[e, w] = False
-                    if cur[w]:
-                        b += 1
-            else:
-                lo = t - Ws[m] + 1
-                L = t - (a if a > lo else lo)
-                if L > rows:
-                    L = rows
-                short = Ns[m] - 1 if Ns[m] - 1 < L else L
-                for w in range(n):
-                    x = cnt[L, w]
-                    nd = x == 0
-                    nonD[e, w] = nd
-                    if kinds[m] == BURSTY:
-                        fb = x - cnt[short, w] > 0
-                    else:
-                        fb = x >= Ns[m]
-                    F[e, w] = fb
-                    if not nd:
-                        D += 1
-                    if cur[w]:
-                        if nd:
-                            b += 1
-                        if fb:
-                            f += 1
-            base[e] = D + b
-            fcnt[e] = f
-
-
-@njit(cache=True)
-def _entry_ok(e, prev, base, lim, fcnt):
-    return prev[e] and base[e] <= lim[e] and fcnt[e] == 0
-
-
-@njit(cache=True)
-def _conf_ok(K, M, ncur, prev, base, lim, fcnt):
-    """Conformance.ok: every live track conforms to some model (with no stragglers left: every
-    track still has a model)."""
-    for k in range(K):
-        good = False
-        for m in range(M):
-            e = k * M + m
-            if (prev[e] if ncur == 0 else _entry_ok(e, prev, base, lim, fcnt)):
-                good = True
-                break
-        if not good:
-            return False
-    return True
 
 
 @njit(cache=True, inline="always")
@@ -196,7 +100,7 @@ def _commit(k, t, strag, hist, tracks, K, M, flags, gone):
         y = a % FR
         anyok = False
         for mm in range(M):
-            f = _entry_ok(q * M + mm, prev, base, lim, fcnt)
+            f = entry_ok(q * M + mm, prev, base, lim, fcnt)
             fl_val[y, mm] = f
             anyok = anyok or f
         fl_id[y] = a
@@ -396,7 +300,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
     M = 2
     models = Models(kinds, Ns, Ws, lims)
     flags = Flags(fl_id, fl_st, fl_val)
-    tracks = _conf_scratch(W, M, n)
+    tracks = scratch(W, M, n)
     prev, base, lim, fcnt = tracks.prev, tracks.base, tracks.lim, tracks.fcnt
     job_of = np.empty(n, dtype=np.int64)
     planned = np.zeros(n, dtype=np.int64)
@@ -458,7 +362,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         K = 0
         for a in range(max(0, t - W + 1), t + 1):
             K = _live_track(a, K, M, tracks, flags)
-        _conf_begin(t, hist, tracks, K, models, cur)
+        begin(t, hist, tracks, K, models, cur)
         E = K * M
         # ---- the due job's state (job t - B): decodable once n - s results (one per group)
         due_ok = True
@@ -483,7 +387,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         # change readiness), then every message in by the close
         order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
         N = order.shape[0]
-        ready0 = ncur <= max_cur and due_ok and _conf_ok(K, M, ncur, prev, base, lim, fcnt)
+        ready0 = ncur <= max_cur and due_ok and all_ok(K, M, ncur, prev, base, lim, fcnt)
         found = ready0
         tau = 0.0
         i = 0
@@ -493,7 +397,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
             ncur -= taken
             i = stop
             due_ok = not due or (uncovered == 0 if rep else jcount[xo] >= need_n)
-            if ncur <= max_cur and due_ok and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
+            if ncur <= max_cur and due_ok and all_ok(K, M, ncur, prev, base, lim, fcnt):
                 found = True
                 tau = tg
         e_, wt, ok = close_time(found, ready0, tau, mu, wait_all, nplanned, cwmin, cwmax, cwmin)
@@ -719,7 +623,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
     M = 2
     models = Models(kinds, Ns, Ws, lims)
     flags = Flags(fl_id, fl_st, fl_val)
-    tracks = _conf_scratch(T + 1, M, n)
+    tracks = scratch(T + 1, M, n)
     prev, base, lim, fcnt = tracks.prev, tracks.base, tracks.lim, tracks.fcnt
     slot = np.zeros((n, S), dtype=np.int64)
     kind = np.zeros((n, S), dtype=np.int8)
@@ -763,7 +667,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
             if not _in_range(u, J) or (jid[x] == u and jfin[x]):
                 continue
             K = _live_track(u, K, M, tracks, flags)
-        _conf_begin(t, hist, tracks, K, models, cur)
+        begin(t, hist, tracks, K, models, cur)
         E = K * M
         # ---- prefix loads (task_schedule's running sums), memoised per worker by its kinds
         _m_loads(planned, kind, loads, memo, memo_n, size1, size2, lam, coded_last)
@@ -776,7 +680,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
         xd = u_due % R
         due = _in_range(u_due, J) and not (jid[xd] == u_due and jfin[xd])
         ready0 = ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
-            xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt)
+            xd, Bc, missing, coded_n, uncov, need_n, rep))) and all_ok(K, M, ncur, prev, base, lim, fcnt)
         found = ready0
         tau = 0.0
         order, head, tau1 = _by_completion(comp, planned, n, ct, cw, ncur - max_cur)
@@ -787,7 +691,7 @@ def msgc_rounds(t0, timing, params, hist, rings, out):
             ncur -= _m_take(now, order, i, stop, True, np.inf, rings, params, tracks, E)
             i = stop
             if ncur <= max_cur and (not due or (jid[xd] == u_due and _m_decodable(
-                    xd, Bc, missing, coded_n, uncov, need_n, rep))) and _conf_ok(K, M, ncur, prev, base, lim, fcnt):
+                    xd, Bc, missing, coded_n, uncov, need_n, rep))) and all_ok(K, M, ncur, prev, base, lim, fcnt):
                 found = True
                 tau = tg
         first = np.inf
