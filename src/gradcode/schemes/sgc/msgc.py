@@ -43,7 +43,7 @@ import numpy as np
 from gradcode.codes.messages import as_rows
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import MParams, MRings, msgc_rounds
+from gradcode.schemes.sgc.rounds import MParams, MRings, m_plan_slot, msgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
@@ -194,36 +194,21 @@ class MSGC(SequentialScheme):
     def _new_round(self, t: int) -> _Round:
         """Algorithm 2 as arrays: message ``c`` of worker ``i`` is mini-task slot ``slot[i, c]``
         (job ``t - slot``), a ``D_1`` chunk ``i(W-1) + k[i, c]`` (``kind`` 0) or the coded
-        mini-task of group ``k[i, c]`` (``kind`` 1); ``kind`` is -1 past a worker's messages."""
+        mini-task of group ``k[i, c]`` (``kind`` 1); ``kind`` is -1 past a worker's messages.
+        Each slot is :func:`~gradcode.schemes.sgc.rounds.m_plan_slot`, the compiled rounds' own."""
         n, W, B = self.n, self.W, self.B
         S = W - 1 + B
-        slot = np.full((n, S), -1, dtype=np.intp)
+        slot = np.full((n, S), -1, dtype=np.int64)
         kind = np.full((n, S), -1, dtype=np.int8)
-        k = np.zeros((n, S), dtype=np.intp)
-        col = np.zeros(n, dtype=np.intp)
-        rows = np.arange(n)
+        k = np.zeros((n, S), dtype=np.int64)
+        col = np.zeros(n, dtype=np.int64)
         last_job = -1
         for j in range(S):
             u = t - j
             if not self._job_range(u):
                 continue
             last_job = max(last_job, u)
-            job = self._job(u)
-            if j <= W - 2:  # fixed mini-task: D_1 chunk i(W-1)+j of job u (every worker, same column)
-                slot[:, col[0]], kind[:, col[0]], k[:, col[0]] = j, 0, j
-                col += 1
-                continue
-            complete = job.have.all(axis=1)
-            first = np.argmin(job.have, axis=1)  # the first chunk not held: a re-attempt
-            if self.gc is None:  # lambda = n: trivial coded mini-tasks (Remark 3.2)
-                who = rows[~complete]
-                slot[who, col[who]], kind[who, col[who]], k[who, col[who]] = j, 0, first[who]
-                col[who] += 1
-                continue
-            slot[rows, col] = j
-            kind[rows, col] = np.where(complete, 1, 0)
-            k[rows, col] = np.where(complete, j - (W - 1), first)
-            col += 1
+            m_plan_slot(j, W, self._job(u).have, self.gc is not None, slot, kind, k, col)
         return _Round(t, col, (slot, kind, k), last_job)
 
     def _task(self, t: int, i: int, slot: int, kind: int, k: int) -> Task:

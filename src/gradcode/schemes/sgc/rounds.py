@@ -177,6 +177,30 @@ def _group(order, i, head, first, comp):
 # ------------------------------------------------------------------------------------ SR-SGC
 
 
+@njit(cache=True, inline="always")
+def sr_reattempts(old, recv, fresh, need_n, rep, group, gseen, job_of):
+    """Algorithm 1's re-attempts (Algorithm 3 for GC-Rep): the first ``n - s - N(old)`` workers by
+    index that did not return job ``old`` (GC-Rep: whose group did not) compute it again,
+    ``job_of[w] = old``; returns how many. ``recv``: who returned it, ``fresh``: ``N(old)``, the
+    results of round ``old`` itself. The protocol path (``SRSGC._new_round``) and
+    :func:`srsgc_rounds` both plan with it."""
+    if rep:
+        gseen[:] = False
+        for w in range(recv.shape[0]):
+            if recv[w]:
+                gseen[group[w]] = True
+    quota = need_n - fresh
+    taken = 0
+    for w in range(recv.shape[0]):
+        if quota <= 0:
+            break
+        if not recv[w] and not (rep and gseen[group[w]]):
+            job_of[w] = old
+            quota -= 1
+            taken += 1
+    return taken
+
+
 @njit(cache=True)
 def _sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
     if not rep:
@@ -330,20 +354,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
             info[AT] = t
             return
         if due:
-            if rep:
-                for g in range(groups):
-                    gseen[g] = False
-                for w in range(n):
-                    if recv[xo, w]:
-                        gseen[group[w]] = True
-            quota = need_n - jfresh[xo]
-            for w in range(n):
-                if quota <= 0:
-                    break
-                if not recv[xo, w] and not (rep and gseen[group[w]]):
-                    job_of[w] = old
-                    quota -= 1
-                    info[REATTEMPTS] += 1
+            info[REATTEMPTS] += sr_reattempts(old, recv[xo], jfresh[xo], need_n, rep, group, gseen, job_of)
         last_job = -1
         ncur = 0
         nplanned = 0
@@ -519,6 +530,34 @@ def _m_take(now, order, lo, hi, last_only, by, rings, params, tracks, E):
     return taken
 
 
+@njit(cache=True, inline="always")
+def m_plan_slot(j, W, have, coded_ok, slot, kind, kk, planned):
+    """Algorithm 2's mini-task in slot ``j`` (job ``t - j``) for every worker, appended at its
+    ``planned`` column: slots ``j <= W - 2`` the fixed ``D_1`` chunk ``j``; later slots the first
+    ``D_1`` chunk of the job the worker does not hold (``have``: ``(n, W - 1)``), a re-attempt, or
+    once it holds them all the coded mini-task of group ``j - (W - 1)`` (none when ``lam = n``:
+    ``coded_ok`` false, Remark 3.2). The protocol path (``MSGC._new_round``) and
+    :func:`msgc_rounds` both plan with it."""
+    for w in range(planned.shape[0]):
+        col = planned[w]
+        if j <= W - 2:  # fixed mini-task: D_1 chunk j of the job
+            slot[w, col], kind[w, col], kk[w, col] = j, 0, j
+            planned[w] = col + 1
+            continue
+        first = -1  # the first D_1 chunk not held: a re-attempt
+        for b in range(W - 1):
+            if not have[w, b]:
+                first = b
+                break
+        if first < 0:
+            if coded_ok:
+                slot[w, col], kind[w, col], kk[w, col] = j, 1, j - (W - 1)
+                planned[w] = col + 1
+        else:
+            slot[w, col], kind[w, col], kk[w, col] = j, 0, first
+            planned[w] = col + 1
+
+
 @njit(cache=True)
 def _m_plan(now, S, coded_ok, params, rings):
     """Algorithm 2 for round ``now.t`` (``MSGC._new_round``): message ``c`` of worker ``i`` is slot
@@ -543,24 +582,7 @@ def _m_plan(now, S, coded_ok, params, rings):
             if jid[x] >= 0:
                 return -2
             _m_new_job(x, u, rings, groups)
-        for w in range(n):
-            col = planned[w]
-            if j <= W - 2:  # fixed mini-task: D_1 chunk j of job u
-                slot[w, col], kind[w, col], kk[w, col] = j, 0, j
-                planned[w] = col + 1
-                continue
-            first = -1  # the first D_1 chunk of job u not held: a re-attempt
-            for b in range(W - 1):
-                if not have[x, w, b]:
-                    first = b
-                    break
-            if first < 0:
-                if coded_ok:  # lambda = n: trivial coded mini-tasks are not planned (Remark 3.2)
-                    slot[w, col], kind[w, col], kk[w, col] = j, 1, j - (W - 1)
-                    planned[w] = col + 1
-            else:
-                slot[w, col], kind[w, col], kk[w, col] = j, 0, first
-                planned[w] = col + 1
+        m_plan_slot(j, W, have[x], coded_ok, slot, kind, kk, planned)
     return last_job
 
 

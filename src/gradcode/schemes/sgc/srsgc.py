@@ -31,7 +31,7 @@ import numpy as np
 
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import REATTEMPTS, SRParams, SRRings, srsgc_rounds
+from gradcode.schemes.sgc.rounds import REATTEMPTS, SRParams, SRRings, sr_reattempts, srsgc_rounds
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
@@ -131,23 +131,19 @@ class SRSGC(SequentialScheme):
     # ----------------------------------------------------------- Algorithms 1 and 3
     def _new_round(self, t: int) -> _Round:
         """Algorithm 1 (3 for GC-Rep) as arrays: ``plan[i]`` is the job worker ``i`` computes
-        ``l_i`` for in round ``t`` (``t``, or ``t - B`` for a re-attempt; ``-1``: idle)."""
+        ``l_i`` for in round ``t`` (``t``, or ``t - B`` for a re-attempt; ``-1``: idle); the
+        re-attempts are :func:`~gradcode.schemes.sgc.rounds.sr_reattempts`, the compiled rounds'
+        own."""
         n, gc = self.n, self.gc
         old = t - self.B
-        job_of = np.full(n, t if self._job_range(t) else -1, dtype=np.intp)
+        job_of = np.full(n, t if self._job_range(t) else -1, dtype=np.int64)
         if job_of[0] >= 0:
             self._job(t)
         if self._job_range(old) and old not in self._finished:
             job = self._job(old)
-            need = n - self.s
-            if job.fresh < need:
-                cand = ~job.recv
-                if self._rep:  # Algorithm 3: groups that returned l^(g)(t - B) go on with job t
-                    done_groups = np.bincount(gc.group[job.recv], minlength=gc.groups) > 0
-                    cand &= ~done_groups[gc.group]
-                idx = np.flatnonzero(cand)[: need - job.fresh]
-                job_of[idx] = old
-                self.reattempts += int(idx.size)
+            group = gc.group.astype(np.int64) if gc.rep else np.zeros(n, dtype=np.int64)
+            self.reattempts += int(sr_reattempts(old, job.recv, job.fresh, n - self.s, gc.rep, group,
+                                                 np.zeros(max(gc.groups or 0, 1), dtype=bool), job_of))
         planned = (job_of >= 0).astype(np.intp)
         return _Round(t, planned, job_of, int(job_of.max()))
 
