@@ -614,3 +614,41 @@ def test_conformance_first_ok_is_the_first_k_at_which_ok_holds(models):
         done[cur & (rng.random(n) < 0.1)] = never
         want = next((k for k in range(never + 1) if conf.ok(cur & (done > k))), never)
         assert conf.first_ok(done, cur, never) == min(want, int(done.max(initial=0))), trial
+
+
+@pytest.mark.parametrize("name,params", [("m-sgc", dict(n=6, B=2, W=3, lam=2)), ("m-sgc", dict(n=4, B=1, W=3, lam=4)),
+                                         ("m-sgc-rep", dict(n=6, B=2, W=4, lam=2))])
+def test_msgc_round_loads_are_task_schedules_of_its_own_tasks(name, params):
+    """M-SGC times its messages with the compiled closed form (the kernels' _m_loads); on rounds
+    with re-attempts and coded mini-tasks it gives, worker by worker, the prefix loads that the
+    reference task_schedule gives for the round's own tasks (padded with the last)."""
+    from gradcode.schemes.factory import make_scheme
+    from gradcode.schemes.static import task_schedule
+
+    scheme = make_scheme(name, **params)
+    rng = np.random.default_rng(2)
+    kinds = set()  # (re-attempt or fixed, coded) mini-tasks seen
+    for t in range(12):
+        scheme.plan(t)
+        r = scheme._round
+        slot, kind, _ = r.plan
+        kinds |= {("re-attempt" if s_ >= scheme.W - 1 else "fixed") if k_ == 0 else "coded"
+                  for s_, k_ in zip(slot.ravel().tolist(), kind.ravel().tolist()) if k_ >= 0}
+        loads = scheme._round_loads(r)
+        tasks = scheme._round_tasks(r)
+        for w in range(scheme.n):
+            prefix, _ = task_schedule(list(tasks.get(w, ())), scheme.partition_sizes)
+            want = np.full(loads.shape[1], prefix[-1] if prefix.size else 0.0)
+            want[:prefix.size] = prefix
+            np.testing.assert_array_equal(loads[w], want)
+        slow = rng.random(scheme.n) < 0.3  # these deliver nothing: later rounds re-attempt their chunks
+        for w in range(scheme.n):
+            for i in range(int(r.planned[w]) if not slow[w] else 0):
+                scheme.on_result(t, w, i, None, 1.0)
+        if not scheme.ready(t):  # the wait-out: the slow ones deliver too
+            for w in np.flatnonzero(slow):
+                for i in range(int(r.planned[w])):
+                    scheme.on_result(t, int(w), i, None, 2.0)
+            slow[:] = False
+        scheme.close(t, frozenset(np.flatnonzero(~slow).tolist()))
+    assert kinds == ({"fixed", "re-attempt"} | ({"coded"} if params["lam"] < params["n"] else set()))

@@ -43,8 +43,7 @@ import numpy as np
 from gradcode.codes.messages import as_rows
 from gradcode.schemes.base import SCHEMES, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import MParams, MRings, m_plan_slot, msgc_rounds
-from gradcode.schemes.static import task_schedule
+from gradcode.schemes.sgc.rounds import MParams, MRings, _m_loads, m_plan_slot, msgc_rounds
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
 
@@ -149,18 +148,12 @@ class MSGC(SequentialScheme):
         # D_1's chunk j of worker i is partition i (W - 1) + j; chunk i of D_2's group m is
         # partition (W - 1) n + m n + i, and worker i codes over the base GC's partitions of it
         # (built on demand: B n (lam + 1) tuples would be most of a large M-SGC's build)
-        #: where each worker's coded coefficients end (task_schedule times a message by it), as
-        #: a class index; and the prefix loads of each sequence of mini-task kinds (_round_loads)
-        self._coded_end = np.zeros(n, dtype=np.int64)
         #: the position in its coded mini-task of the last partition worker i's coefficients use
+        #: (a message is ready once its worker has computed that far: task_schedule's rule)
         self._coded_last = np.full(n, -1, dtype=np.int64)
-        self._loads_cache: dict = {}
         if self.gc is not None:
-            ends = [np.flatnonzero(np.any(self.gc.coefficients(i)[0] != 0, axis=1)).max(initial=-1) for i in range(n)]
-            self._coded_last[:] = ends
-            _, self._coded_end = np.unique(ends, return_inverse=True)
-            self._coded_end = self._coded_end.astype(np.int64)
-        self._coded_end_bits = int(self._coded_end.max()).bit_length()
+            self._coded_last[:] = [np.flatnonzero(np.any(self.gc.coefficients(i)[0] != 0, axis=1)).max(initial=-1)
+                                   for i in range(n)]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, B={self.B}, W={self.W}, lam={self.lam})"
@@ -222,41 +215,22 @@ class MSGC(SequentialScheme):
                 for i, c in enumerate(r.planned.tolist()) if c}
 
     def _round_loads(self, r: _Round) -> np.ndarray:
-        """The prefix loads of each worker's messages. They depend only on the sequence of kinds
-        (every ``D_1`` chunk has one size, every coded chunk another) and on where the worker's
-        coded coefficients end, so each distinct sequence is timed once by
-        :func:`~gradcode.schemes.static.task_schedule` on a worker that has it (bit for bit
-        what the worker's own tasks give) and cached."""
-        kind = r.plan[1]
-        S = kind.shape[1]
-        if 2 * S + self._coded_end_bits <= 62:  # a worker's key: 2 bits a mini-task, then its end
-            code = ((kind.astype(np.int64) + 1) << (2 * np.arange(S, dtype=np.int64))).sum(axis=1)
-            code |= self._coded_end << (2 * S)
-            keys, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-            keys = keys.tolist()
-        else:
-            rows_key = np.concatenate([kind.astype(np.int64), self._coded_end[:, None]], axis=1)
-            uniq, first, inverse = np.unique(rows_key, axis=0, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)  # numpy 2.0.0 gave it the key's dimensions
-            keys = [row.tobytes() for row in uniq]
-        rows = []
-        for key, i in zip(keys, first.tolist()):
-            row = self._loads_cache.get(key)
-            if row is None:
-                tasks = self._round_tasks_of(r, i)
-                prefix, _ = task_schedule(tasks, self.partition_sizes)
-                row = np.zeros(S)
-                row[: prefix.size] = prefix
-                row[prefix.size:] = prefix[-1] if prefix.size else 0.0
-                if len(self._loads_cache) < 4096:
-                    self._loads_cache[key] = row
-            rows.append(row)
-        return np.asarray(rows)[inverse]
-
-    def _round_tasks_of(self, r: _Round, i: int) -> list[Task]:
-        slot, kind, k = r.plan
-        c = int(r.planned[i])
-        return [self._task(r.t, i, *x) for x in zip(slot[i, :c].tolist(), kind[i, :c].tolist(), k[i, :c].tolist())]
+        """The prefix loads of each worker's messages: :func:`~gradcode.schemes.sgc.rounds._m_loads`,
+        the compiled rounds' own closed form of :func:`~gradcode.schemes.static.task_schedule` on
+        M-SGC's mini-tasks (every ``D_1`` chunk has one size, every coded chunk another, and a
+        coded message is ready where the worker's coefficients end); past a worker's messages its
+        last load, as ``task_schedule`` pads."""
+        slot, kind, _ = r.plan
+        n, S = kind.shape
+        loads = np.zeros((n, S))
+        sizes = self.partition_sizes
+        size2 = float(sizes[(self.W - 1) * n]) if self.gc is not None else 0.0
+        _m_loads(r.planned, kind, loads, np.full((n, S), -1, dtype=np.int8), np.full(n, -1, dtype=np.int64),
+                 float(sizes[0]), size2, self.lam, self._coded_last)
+        last = loads[np.arange(n), np.maximum(r.planned - 1, 0)] * (r.planned > 0)
+        past = np.arange(S) >= r.planned[:, None]
+        loads[past] = np.broadcast_to(last[:, None], (n, S))[past]
+        return loads
 
     def _receive(self, r: _Round, w: int, index: int, payload) -> None:
         slot, kind, k = r.plan
