@@ -116,6 +116,18 @@ def count(cur, tracks, E):
 
 
 @njit(cache=True, inline="always")
+def leave(w, tracks, E):
+    """Worker ``w`` is no longer a straggler of the round: the ``E`` entries' counts drop (what a
+    receipt does; :func:`count` added it)."""
+    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
+    for e in range(E):
+        if nonD[e, w]:
+            base[e] -= 1
+        if F[e, w]:
+            fcnt[e] -= 1
+
+
+@njit(cache=True, inline="always")
 def begin(t, hist, tracks, K, models, cur):
     """:func:`window` then :func:`count`: round ``t``'s entries with its stragglers so far."""
     window(t, hist, tracks, K, models)
@@ -174,19 +186,13 @@ def first_conforming(D, done, cur, never, tracks, K, M):
     ncur = idx.size
     if all_ok(K, M, ncur, tracks.prev, tracks.base, tracks.lim, tracks.fcnt):
         return 0
-    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     i = 0
     while i < order.size:
         at = d[order[i]]
         while i < order.size and d[order[i]] == at:
-            w = idx[order[i]]
-            for e in range(E):
-                if nonD[e, w]:
-                    base[e] -= 1
-                if F[e, w]:
-                    fcnt[e] -= 1
+            leave(idx[order[i]], tracks, E)
             ncur -= 1
             i += 1
-        if ncur == 0 or all_ok(K, M, ncur, tracks.prev, base, tracks.lim, fcnt):
+        if ncur == 0 or all_ok(K, M, ncur, tracks.prev, tracks.base, tracks.lim, tracks.fcnt):
             return at if at < never else never
     return never

@@ -59,6 +59,7 @@ from gradcode.schemes.sgc.conformance import (
     all_ok,
     begin,
     entry_ok,
+    leave,
     scratch,
 )
 
@@ -226,7 +227,6 @@ def _sr_take(now, order, lo, hi, by, rings, params, tracks, E, uncovered):
     recv, jcount, jfresh = rings.recv, rings.jcount, rings.jfresh
     rep, group = params.rep, params.group
     R = rings.jid.shape[0]
-    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
         w = order[z]
@@ -235,11 +235,7 @@ def _sr_take(now, order, lo, hi, by, rings, params, tracks, E, uncovered):
         counts[w] = 1
         taken += 1
         cur[w] = False
-        for e in range(E):
-            if nonD[e, w]:
-                base[e] -= 1
-            if F[e, w]:
-                fcnt[e] -= 1
+        leave(w, tracks, E)
         u = job_of[w]
         x = u % R
         if not recv[x, w]:
@@ -489,7 +485,6 @@ def _m_take(now, order, lo, hi, last_only, by, rings, params, tracks, E):
                                                  rings.uncov)
     rep, group = params.rep, params.group
     R = rings.jid.shape[0]
-    nonD, F, base, fcnt = tracks.nonD, tracks.F, tracks.base, tracks.fcnt
     taken = 0
     for z in range(lo, hi):
         w = order[z]
@@ -522,11 +517,7 @@ def _m_take(now, order, lo, hi, last_only, by, rings, params, tracks, E):
         if b == p and p > 0 and cur[w]:
             taken += 1
             cur[w] = False
-            for e in range(E):
-                if nonD[e, w]:
-                    base[e] -= 1
-                if F[e, w]:
-                    fcnt[e] -= 1
+            leave(w, tracks, E)
     return taken
 
 
