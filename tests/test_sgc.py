@@ -652,3 +652,33 @@ def test_msgc_round_loads_are_task_schedules_of_its_own_tasks(name, params):
             slow[:] = False
         scheme.close(t, frozenset(np.flatnonzero(~slow).tolist()))
     assert kinds == ({"fixed", "re-attempt"} | ({"coded"} if params["lam"] < params["n"] else set()))
+
+
+def test_an_srsgc_saved_before_the_rings_resumes_with_its_jobs():
+    """SR-SGC keeps its jobs as the compiled rounds' rings; a state saved when they were _Job
+    objects (a checkpoint of earlier 0.2.0) is moved into the rings on load, payloads included."""
+    from gradcode.schemes.sgc.srsgc import _Job
+
+    scheme = SRSGC(6, 1, 2, 2)
+    for t in range(3):
+        scheme.plan(t)
+        for w in range(6):
+            if (t, w) != (2, 0):
+                scheme.on_result(t, w, 0, np.full(2, float(w)), 1.0)
+        scheme.close(t, frozenset(w for w in range(6) if (t, w) != (2, 0)))
+    state = dict(scheme.__dict__)
+    jobs = {}
+    for u, job in scheme.live_jobs().items():
+        old = _Job.__new__(_Job)
+        old.__setstate__({"u": u, "buf": job["recv"].tobytes(), "count": job["count"], "fresh": job["fresh"],
+                          "msgs": scheme._msgs.get(u)})
+        jobs[u] = old
+    for name in ("_jid", "_recv", "_count", "_fresh", "_msgs"):
+        del state[name]
+    state["_jobs"] = jobs
+    again = SRSGC.__new__(SRSGC)
+    again.__setstate__(state)
+    want, got = scheme.live_jobs(), again.live_jobs()
+    assert sorted(got) == sorted(want) and all(np.array_equal(got[u]["recv"], want[u]["recv"]) for u in want)
+    assert {u: (j["count"], j["fresh"]) for u, j in got.items()} == {u: (j["count"], j["fresh"]) for u, j in want.items()}
+    assert again._msgs.keys() == scheme._msgs.keys()

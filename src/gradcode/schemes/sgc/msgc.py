@@ -177,6 +177,12 @@ class MSGC(SequentialScheme):
         base = (self.W - 1) * self.n + m * self.n
         return tuple(base + p for p in self.gc.partitions(i))
 
+    def live_jobs(self) -> dict[int, dict]:
+        """Each live job's state: ``have`` (the ``D_1`` chunks held), ``missing``, ``coded`` (the
+        coded results held, per group) and ``coded_n``."""
+        return {u: {"have": job.have.copy(), "missing": job.missing, "coded": job.coded.copy(),
+                    "coded_n": list(job.coded_n)} for u, job in self._jobs.items()}
+
     # ----------------------------------------------------------- Algorithm 2
     def _job(self, u: int) -> _Job:
         job = self._jobs.get(u)

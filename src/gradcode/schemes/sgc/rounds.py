@@ -202,8 +202,33 @@ def sr_reattempts(old, recv, fresh, need_n, rep, group, gseen, job_of):
     return taken
 
 
+@njit(cache=True, inline="always")
+def sr_receive(u, w, fresh, x, recv, jcount, jfresh):
+    """Worker ``w``'s result for job ``u`` (ring slot ``x``), counted once; ``fresh``: it came in
+    round ``u`` itself (``N(u)``, Algorithm 1). Returns whether it was new. The protocol path
+    (``SRSGC._receive``) and :func:`srsgc_rounds` both receive with it."""
+    if recv[x, w]:
+        return False
+    recv[x, w] = True
+    jcount[x] += 1
+    if fresh:
+        jfresh[x] += 1
+    return True
+
+
 @njit(cache=True)
-def _sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
+def sr_receive_all(t, workers, job_of, recv, jcount, jfresh):
+    """:func:`sr_receive` for the messages of ``workers`` in round ``t`` (a batch)."""
+    R = recv.shape[0]
+    for w in workers:
+        u = job_of[w]
+        sr_receive(u, w, u == t, u % R, recv, jcount, jfresh)
+
+
+@njit(cache=True)
+def sr_decodable(sl, jcount, recv, need_n, rep, group, groups, gseen):
+    """Whether the job in ring slot ``sl`` decodes: ``n - s`` results, or one per group (GC-Rep).
+    The protocol path (``SRSGC._decodable``) and :func:`srsgc_rounds` both decide with it."""
     if not rep:
         return jcount[sl] >= need_n
     for g in range(groups):
@@ -237,21 +262,15 @@ def _sr_take(now, order, lo, hi, by, rings, params, tracks, E, uncovered):
         cur[w] = False
         leave(w, tracks, E)
         u = job_of[w]
-        x = u % R
-        if not recv[x, w]:
-            recv[x, w] = True
-            jcount[x] += 1
-            if u == t:
-                jfresh[x] += 1
-            if due and u == old and rep:
-                if gcov[group[w]] == 0:
-                    uncovered -= 1
-                gcov[group[w]] += 1
+        if sr_receive(u, w, u == t, u % R, recv, jcount, jfresh) and due and u == old and rep:
+            if gcov[group[w]] == 0:
+                uncovered -= 1
+            gcov[group[w]] += 1
     return taken, uncovered
 
 
 @njit(cache=True)
-def _sr_job(u, jid, recv, jcount, jfresh, jfin):
+def sr_job(u, jid, recv, jcount, jfresh, jfin):
     """Job ``u``'s ring slot, new if it has none (``_job(u)``); ``False`` if the slot still holds
     a job that was never forgotten."""
     x = u % jid.shape[0]
@@ -344,8 +363,8 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         old = t - B
         xo = old % R
         due = _in_range(old, J) and not (jid[xo] == old and jfin[xo])
-        if (own and not _sr_job(t, jid, recv, jcount, jfresh, jfin)) or (
-                due and not _sr_job(old, jid, recv, jcount, jfresh, jfin)):
+        if (own and not sr_job(t, jid, recv, jcount, jfresh, jfin)) or (
+                due and not sr_job(old, jid, recv, jcount, jfresh, jfin)):
             info[STATUS] = 2
             info[AT] = t
             return
@@ -424,7 +443,7 @@ def srsgc_rounds(t0, timing, params, hist, rings, out):
         for u in range(max(0, t - T), t + 1):
             x = u % R
             if _in_range(u, J) and jid[x] == u and not jfin[x]:
-                if _sr_decodable(x, jcount, recv, need_n, rep, group, groups, gseen):
+                if sr_decodable(x, jcount, recv, need_n, rep, group, groups, gseen):
                     jfin[x] = True
                     fjobs[nfin] = u
                     frounds[nfin] = t

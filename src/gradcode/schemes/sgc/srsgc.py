@@ -29,9 +29,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.base import SCHEMES, ProtocolError, Task
 from gradcode.schemes.sgc.common import BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import REATTEMPTS, SRParams, SRRings, sr_reattempts, srsgc_rounds
+from gradcode.schemes.sgc.rounds import (
+    REATTEMPTS,
+    SRParams,
+    SRRings,
+    sr_decodable,
+    sr_job,
+    sr_reattempts,
+    sr_receive,
+    sr_receive_all,
+    srsgc_rounds,
+)
 from gradcode.schemes.static import task_schedule
 
 __all__ = ["SRSGC", "SRSGCRep", "srsgc_s"]
@@ -66,23 +76,12 @@ def check_srsgc(n, B, W, lam, *, rep=False):
 
 
 class _Job:
-    __slots__ = ("buf", "count", "fresh", "msgs", "recv", "u")
-
-    def __init__(self, u, n):
-        self.u = u
-        self.buf = bytearray(n)  # written per message, read as the numpy view recv
-        self.recv = np.frombuffer(self.buf, dtype=bool)  # l_i(u) received from worker i
-        self.count = 0
-        self.fresh = 0  # N(u): results received in round u
-        self.msgs: dict[int, np.ndarray] | None = None
-
-    def __getstate__(self):  # recv is a view of buf: travel as buf alone
-        return {"u": self.u, "buf": bytes(self.buf), "count": self.count, "fresh": self.fresh, "msgs": self.msgs}
+    """A job's state as checkpoints written before the rings kept it (read when one is resumed:
+    :meth:`SRSGC.__setstate__`)."""
 
     def __setstate__(self, state):
         self.u, self.count, self.fresh, self.msgs = state["u"], state["count"], state["fresh"], state["msgs"]
-        self.buf = bytearray(state["buf"])
-        self.recv = np.frombuffer(self.buf, dtype=bool)
+        self.recv = np.frombuffer(bytearray(state["buf"]), dtype=bool)
 
 
 @SCHEMES.register("sr-sgc")
@@ -107,9 +106,36 @@ class SRSGC(SequentialScheme):
         sizes.flags.writeable = False
         self.partition_sizes = sizes
         self._init_common(n, jobs, dim, [("bursty", B, W, lam), ("per-round", s)], max(lam, s))
-        self._jobs: dict[int, _Job] = {}
+        self._new_rings()
         #: re-attempted tasks per round (Algorithm 1's deviations from the base GC), for inspection
         self.reattempts = 0
+
+    def _new_rings(self) -> None:
+        """The jobs' state as the compiled rounds keep it, by ``u mod B + 2`` (:class:`SRRings`):
+        the job or -1 (``_jid``), who returned it (``_recv``), how many (``_count``), ``N(u)``
+        (``_fresh``); the received payloads by job (``_msgs``, the real runs')."""
+        R, n = self.B + 2, self.n
+        self._jid = np.full(R, -1, dtype=np.int64)
+        self._recv = np.zeros((R, n), dtype=bool)
+        self._count = np.zeros(R, dtype=np.int64)
+        self._fresh = np.zeros(R, dtype=np.int64)
+        self._msgs: dict[int, dict] = {}
+
+    def __setstate__(self, state):
+        jobs = state.pop("_jobs", None)
+        self.__dict__.update(state)
+        if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
+            self._new_rings()
+            for u, job in jobs.items():
+                x = self._job(u)
+                self._recv[x], self._count[x], self._fresh[x] = job.recv, job.count, job.fresh
+                if job.msgs:
+                    self._msgs[u] = dict(job.msgs)
+
+    def live_jobs(self) -> dict[int, dict]:
+        """Each live job's state: ``recv`` (who returned it), ``count``, ``fresh`` (``N(u)``)."""
+        return {int(u): {"recv": self._recv[x].copy(), "count": int(self._count[x]), "fresh": int(self._fresh[x])}
+                for x, u in enumerate(self._jid.tolist()) if u >= 0}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, B={self.B}, W={self.W}, lam={self.lam})"
@@ -122,11 +148,16 @@ class SRSGC(SequentialScheme):
     def stored_partitions(self, worker: int) -> tuple[int, ...]:
         return self.gc.partitions(self._check_worker(worker))
 
-    def _job(self, u: int) -> _Job:
-        job = self._jobs.get(u)
-        if job is None:
-            job = self._jobs[u] = _Job(u, self.n)
-        return job
+    def _job(self, u: int) -> int:
+        """Job ``u``'s ring slot, opened if new (:func:`~gradcode.schemes.sgc.rounds.sr_job`)."""
+        if not sr_job(u, self._jid, self._recv, self._count, self._fresh, np.zeros(self._jid.size, dtype=bool)):
+            raise ProtocolError(f"{type(self).__name__}: jobs {int(self._jid[u % self._jid.size])} and {u} are both"
+                                " live; a job leaves the window T + 1 rounds after its own")
+        return u % self._jid.size
+
+    def _slot(self, u: int) -> int | None:
+        x = u % self._jid.size
+        return x if self._jid[x] == u else None
 
     # ----------------------------------------------------------- Algorithms 1 and 3
     def _new_round(self, t: int) -> _Round:
@@ -140,10 +171,9 @@ class SRSGC(SequentialScheme):
         if job_of[0] >= 0:
             self._job(t)
         if self._job_range(old) and old not in self._finished:
-            job = self._job(old)
-            group = gc.group.astype(np.int64) if gc.rep else np.zeros(n, dtype=np.int64)
-            self.reattempts += int(sr_reattempts(old, job.recv, job.fresh, n - self.s, gc.rep, group,
-                                                 np.zeros(max(gc.groups or 0, 1), dtype=bool), job_of))
+            x = self._job(old)
+            self.reattempts += int(sr_reattempts(old, self._recv[x], self._fresh[x], n - self.s, gc.rep,
+                                                 self._group, self._gseen(), job_of))
         planned = (job_of >= 0).astype(np.intp)
         return _Round(t, planned, job_of, int(job_of.max()))
 
@@ -166,92 +196,79 @@ class SRSGC(SequentialScheme):
         return prefix
 
     def _receive(self, r: _Round, w: int, index: int, payload) -> None:
-        job = self._jobs[int(r.plan[w])]
-        if job.buf[w]:
-            return
-        job.buf[w] = 1
-        job.count += 1
-        if job.u == r.t:
-            job.fresh += 1
-        if payload is not None:
-            if job.msgs is None:
-                job.msgs = {}
-            job.msgs[w] = payload
+        u = int(r.plan[w])
+        new = sr_receive(u, w, u == r.t, u % self._jid.size, self._recv, self._count, self._fresh)
+        if new and payload is not None:
+            self._msgs.setdefault(u, {})[w] = payload
 
     def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
-        of = r.plan[workers]
-        for u in (r.t, r.t - self.B):
-            ws = workers[of == u]
-            if ws.size:
-                job = self._jobs[u]
-                new = ws[~job.recv[ws]]
-                job.recv[new] = True
-                job.count += new.size
-                if u == r.t:
-                    job.fresh += new.size
+        sr_receive_all(r.t, workers.astype(np.int64, copy=False), r.plan, self._recv, self._count, self._fresh)
 
     def _due_after(self, r: _Round, u: int, at: np.ndarray, never: int) -> int:
         """Job ``u = t - B`` decodes once its re-attempts in round ``t`` bring ``n - s``
         results (one per group for GC-Rep)."""
-        job = self._jobs.get(u)
-        if job is None:
+        x = self._slot(u)
+        if x is None:
             return never
-        if self.gc.decodable(job.recv, job.count):
+        if self._decodable(u):
             return 0
-        ws = np.flatnonzero((r.plan == u) & ~job.recv)
+        recv = self._recv[x]
+        ws = np.flatnonzero((r.plan == u) & ~recv)
         pos = at[ws, 0]
         if not self._rep:
-            x = self.gc.need - job.count
-            return never if x > ws.size else int(np.partition(pos, x - 1)[x - 1])
+            k = self.gc.need - int(self._count[x])
+            return never if k > ws.size else int(np.partition(pos, k - 1)[k - 1])
         gc = self.gc
         first = np.full(gc.groups, never, dtype=np.intp)
         np.minimum.at(first, gc.group[ws], pos)
-        covered = np.bincount(gc.group[job.recv], minlength=gc.groups) > 0
+        covered = np.bincount(gc.group[recv], minlength=gc.groups) > 0
         return int(first[~covered].max())
 
     def _decodable(self, u: int) -> bool:
-        job = self._jobs.get(u)
-        return job is not None and self.gc.decodable(job.recv, job.count)
+        x = self._slot(u)
+        return x is not None and bool(sr_decodable(x, self._count, self._recv, self.n - self.s, self.gc.rep,
+                                                   self._group, self.gc.groups or 1, self._gseen()))
+
+    def _gseen(self) -> np.ndarray:
+        """Scratch of the compiled checks: a flag per GC-Rep group."""
+        return np.zeros(max(self.gc.groups or 0, 1), dtype=bool)
+
+    @property
+    def _group(self) -> np.ndarray:
+        gc = self.gc
+        return gc.group.astype(np.int64) if gc.rep else np.zeros(self.n, dtype=np.int64)
 
     def _decode(self, u: int) -> np.ndarray:
-        msgs = self._jobs[u].msgs
+        msgs = self._msgs[u]
         m_len = next(iter(msgs.values())).shape[-1]
         g = self.gc.decode(msgs, m_len)  # one message (an array or a Message) per worker
         return g[: self._check_dim(m_len)]
 
     def _forget(self, u: int) -> None:
-        self._jobs.pop(u, None)
+        x = self._slot(u)
+        if x is not None:
+            self._jid[x] = -1
+        self._msgs.pop(u, None)
 
     # ----------------------------------------------------------- compiled rounds
     def _to_rings(self) -> tuple:
         """The state :func:`~gradcode.schemes.sgc.rounds.srsgc_rounds` works on: track flags
-        by start ``mod W + 1``; jobs by ``u mod B + 2`` with ``recv``, ``count``, ``fresh``."""
-        R = self.B + 2
-        fl_id, fl_st, fl_val, jid, jfin = self._rings(R, self.W + 1, self._jobs)
-        recv = np.zeros((R, self.n), dtype=bool)
-        count = np.zeros(R, dtype=np.int64)
-        fresh = np.zeros(R, dtype=np.int64)
-        for u, job in self._jobs.items():
-            x = u % R
-            recv[x], count[x], fresh[x] = job.recv, job.count, job.fresh
-        return fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin
+        by start ``mod W + 1``; copies of the jobs' rings (a block the kernel cannot finish leaves
+        the scheme as it was)."""
+        live = [u for u in self._jid.tolist() if u >= 0]
+        fl_id, fl_st, fl_val, _, jfin = self._rings(self._jid.size, self.W + 1, live)
+        return fl_id, fl_st, fl_val, self._jid.copy(), self._recv.copy(), self._count.copy(), self._fresh.copy(), jfin
 
     def _from_rings(self, rings, info) -> None:
-        fl_id, fl_st, fl_val, jid, recv, count, fresh, jfin = rings
-        jobs = {}
-        for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):
-            job = jobs[u] = _Job(u, self.n)
-            job.recv[:] = recv[x]
-            job.count, job.fresh = int(count[x]), int(fresh[x])
-        self._jobs = jobs
+        fl_id, fl_st, fl_val, self._jid, self._recv, self._count, self._fresh, jfin = rings
+        self._unrings(fl_id, fl_st, fl_val, self._jid, jfin)
         self.reattempts += int(info[REATTEMPTS])
 
     def _kernel(self, first, timing, hist, rings, out) -> None:
         gc = self.gc
-        group = gc.group if gc.rep else np.zeros(self.n, dtype=np.intp)
         self._round_loads_prefix()
         params = SRParams(self.B, self.W, self.lam, self.s, -1 if self.jobs is None else self.jobs, gc.rep,
-                          group.astype(np.int64), gc.groups or 0, self._prefix)
+                          self._group, gc.groups or 0, self._prefix)
         srsgc_rounds(first, timing, params, hist, SRRings(*rings), out)
 
     def _track_starts(self, t: int):
