@@ -41,9 +41,21 @@ from __future__ import annotations
 import numpy as np
 
 from gradcode.codes.messages import as_rows
-from gradcode.schemes.base import SCHEMES, Task
+from gradcode.schemes.base import SCHEMES, ProtocolError, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
-from gradcode.schemes.sgc.rounds import MParams, MRings, _m_loads, m_plan_slot, msgc_rounds
+from gradcode.schemes.sgc.rounds import (
+    MJobs,
+    MParams,
+    MRings,
+    _m_loads,
+    m_decodable,
+    m_group_ok,
+    m_job,
+    m_plan_slot,
+    m_receive,
+    m_receive_all,
+    msgc_rounds,
+)
 
 __all__ = ["MSGC", "MSGCRep", "msgc_partition_sizes"]
 
@@ -90,34 +102,13 @@ def msgc_loads(n: int, B: int, W: int, lam: np.ndarray) -> np.ndarray:
 
 
 class _Job:
-    __slots__ = ("buf", "cbuf", "coded", "coded_n", "codedmsg", "have", "missing", "parts")
-
-    def n_missing(self) -> np.ndarray:
-        """``D_1`` chunks not held, per worker."""
-        return self.have.shape[1] - self.have.sum(axis=1)
-
-    def __init__(self, n, W, B):
-        # bytearrays written one byte per message, read as numpy views when planning
-        self.buf = bytearray(n * (W - 1))
-        self.have = np.frombuffer(self.buf, dtype=bool).reshape(n, W - 1)  # D_1 chunk i(W-1)+j' held
-        self.missing = n * (W - 1)
-        self.cbuf = bytearray(B * n)
-        self.coded = np.frombuffer(self.cbuf, dtype=bool).reshape(B, n)  # l_{i,m} held
-        self.coded_n = [0] * B
-        self.parts: dict[int, np.ndarray] | None = None
-        self.codedmsg: list[dict[int, np.ndarray]] | None = None
-
-    def __getstate__(self):  # have and coded are views of the buffers: travel as the buffers alone
-        return {"buf": bytes(self.buf), "cbuf": bytes(self.cbuf), "shape": (self.have.shape, self.coded.shape),
-                "missing": self.missing, "coded_n": self.coded_n, "parts": self.parts, "codedmsg": self.codedmsg}
+    """A job's state as checkpoints written before the rings kept it (read when one is resumed:
+    :meth:`MSGC.__setstate__`)."""
 
     def __setstate__(self, state):
-        (have_shape, coded_shape) = state["shape"]
-        self.buf = bytearray(state["buf"])
-        self.have = np.frombuffer(self.buf, dtype=bool).reshape(have_shape)
-        self.cbuf = bytearray(state["cbuf"])
-        self.coded = np.frombuffer(self.cbuf, dtype=bool).reshape(coded_shape)
-        self.missing, self.coded_n = state["missing"], list(state["coded_n"])
+        have_shape, coded_shape = state["shape"]
+        self.have = np.frombuffer(bytearray(state["buf"]), dtype=bool).reshape(have_shape)
+        self.coded = np.frombuffer(bytearray(state["cbuf"]), dtype=bool).reshape(coded_shape)
         self.parts, self.codedmsg = state["parts"], state["codedmsg"]
 
 
@@ -144,7 +135,10 @@ class MSGC(SequentialScheme):
         self.gc = None if lam == n else BaseGC(n, lam, rep=self._rep, seed=seed)
         models = [("bursty", B, W, lam), ("arbitrary", B, W + B - 1, lam)]
         self._init_common(n, jobs, dim, models, lam)
-        self._jobs: dict[int, _Job] = {}
+        rep = self.gc is not None and self.gc.rep
+        self._groups = self.gc.groups if rep else 1
+        self._group = (self.gc.group if rep else np.zeros(n)).astype(np.int64)
+        self._new_rings()
         # D_1's chunk j of worker i is partition i (W - 1) + j; chunk i of D_2's group m is
         # partition (W - 1) n + m n + i, and worker i codes over the base GC's partitions of it
         # (built on demand: B n (lam + 1) tuples would be most of a large M-SGC's build)
@@ -177,18 +171,62 @@ class MSGC(SequentialScheme):
         base = (self.W - 1) * self.n + m * self.n
         return tuple(base + p for p in self.gc.partitions(i))
 
+    def _new_rings(self) -> None:
+        """The jobs' state as the compiled rounds keep it, by ``u mod T + 2``
+        (:class:`~gradcode.schemes.sgc.rounds.MJobs`); the received payloads by job (``_parts``:
+        the ``D_1`` chunks' by partition, ``_coded``: each group's coded results by worker)."""
+        n, B, W, R = self.n, self.B, self.W, self._T + 2
+        self._m = MJobs(np.full(R, -1, dtype=np.int64), np.zeros((R, n, W - 1), dtype=bool), np.zeros(R, dtype=np.int64),
+                        np.zeros((R, B, n), dtype=bool), np.zeros((R, B), dtype=np.int64),
+                        np.zeros((R, B, self._groups), dtype=np.int64), np.full((R, B), self._groups, dtype=np.int64),
+                        np.zeros(R, dtype=bool))
+        self._parts: dict[int, dict] = {}
+        self._coded: dict[int, list[dict]] = {}
+
+    def __getstate__(self):  # the rings travel as a plain tuple: a checkpoint rebuilds no named tuple
+        state = self.__dict__.copy()
+        state["_m"] = tuple(self._m)
+        return state
+
+    def __setstate__(self, state):
+        jobs = state.pop("_jobs", None)
+        self.__dict__.update(state)
+        if "_m" in state:
+            self._m = MJobs(*state["_m"])
+        if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
+            rep = self.gc is not None and self.gc.rep
+            self._groups = self.gc.groups if rep else 1
+            self._group = (self.gc.group if rep else np.zeros(self.n)).astype(np.int64)
+            self._new_rings()
+            for u, job in jobs.items():
+                x = self._job(u)
+                for w, g in zip(*np.nonzero(job.have)):
+                    m_receive(x, int(w), 0, int(g), self._m, False, self._group)
+                for g, w in zip(*np.nonzero(job.coded)):
+                    m_receive(x, int(w), 1, int(g), self._m, rep, self._group)
+                if job.parts:
+                    self._parts[u] = dict(job.parts)
+                if job.codedmsg:
+                    self._coded[u] = [dict(d) for d in job.codedmsg]
+
     def live_jobs(self) -> dict[int, dict]:
         """Each live job's state: ``have`` (the ``D_1`` chunks held), ``missing``, ``coded`` (the
         coded results held, per group) and ``coded_n``."""
-        return {u: {"have": job.have.copy(), "missing": job.missing, "coded": job.coded.copy(),
-                    "coded_n": list(job.coded_n)} for u, job in self._jobs.items()}
+        m = self._m
+        return {int(u): {"have": m.have[x].copy(), "missing": int(m.missing[x]), "coded": m.coded[x].copy(),
+                         "coded_n": m.coded_n[x].tolist()} for x, u in enumerate(m.jid.tolist()) if u >= 0}
 
     # ----------------------------------------------------------- Algorithm 2
-    def _job(self, u: int) -> _Job:
-        job = self._jobs.get(u)
-        if job is None:
-            job = self._jobs[u] = _Job(self.n, self.W, self.B)
-        return job
+    def _job(self, u: int) -> int:
+        """Job ``u``'s ring slot, opened if new (:func:`~gradcode.schemes.sgc.rounds.m_job`)."""
+        if not m_job(u, self._m, self._groups):
+            raise ProtocolError(f"{type(self).__name__}: jobs {int(self._m.jid[u % self._m.jid.size])} and {u} are"
+                                " both live; a job leaves the window T + 1 rounds after its own")
+        return u % self._m.jid.size
+
+    def _slot(self, u: int) -> int | None:
+        x = u % self._m.jid.size
+        return x if self._m.jid[x] == u else None
 
     def _new_round(self, t: int) -> _Round:
         """Algorithm 2 as arrays: message ``c`` of worker ``i`` is mini-task slot ``slot[i, c]``
@@ -207,7 +245,7 @@ class MSGC(SequentialScheme):
             if not self._job_range(u):
                 continue
             last_job = max(last_job, u)
-            m_plan_slot(j, W, self._job(u).have, self.gc is not None, slot, kind, k, col)
+            m_plan_slot(j, W, self._m.have[self._job(u)], self.gc is not None, slot, kind, k, col)
         return _Round(t, col, (slot, kind, k), last_job)
 
     def _task(self, t: int, i: int, slot: int, kind: int, k: int) -> Task:
@@ -240,154 +278,110 @@ class MSGC(SequentialScheme):
 
     def _receive(self, r: _Round, w: int, index: int, payload) -> None:
         slot, kind, k = r.plan
-        job = self._jobs[r.t - int(slot[w, index])]
+        u = r.t - int(slot[w, index])
         kd, kk = int(kind[w, index]), int(k[w, index])
-        if kd == 0:
-            b = w * (self.W - 1) + kk  # also the D_1 chunk's partition id
-            if not job.buf[b]:
-                job.buf[b] = 1
-                job.missing -= 1
-                if payload is not None:
-                    if job.parts is None:
-                        job.parts = {}
-                    job.parts[b] = payload
-        else:
-            b = kk * self.n + w
-            if not job.cbuf[b]:
-                job.cbuf[b] = 1
-                job.coded_n[kk] += 1
-                if payload is not None:
-                    if job.codedmsg is None:
-                        job.codedmsg = [{} for _ in range(self.B)]
-                    job.codedmsg[kk][w] = payload
+        rep = self.gc is not None and self.gc.rep
+        if m_receive(u % self._m.jid.size, w, kd, kk, self._m, rep, self._group) and payload is not None:
+            if kd == 0:  # the D_1 chunk's partition id
+                self._parts.setdefault(u, {})[w * (self.W - 1) + kk] = payload
+            else:
+                self._coded.setdefault(u, [{} for _ in range(self.B)])[kk][w] = payload
 
     def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
         slot, kind, k = r.plan
-        js, kinds, ks = slot[workers, indices], kind[workers, indices], k[workers, indices]
-        for j in range(kind.shape[1]):
-            sel = js == j
-            if not sel.any():
-                continue
-            job = self._jobs[r.t - j]
-            ws, kd, kk = workers[sel], kinds[sel], ks[sel]
-            d1 = kd == 0
-            if d1.any():
-                b = ws[d1] * (self.W - 1) + kk[d1]
-                held = job.have.reshape(-1)
-                new = b[~held[b]]
-                held[new] = True
-                job.missing -= new.size
-            if not d1.all():
-                m = j - (self.W - 1)
-                cw = ws[~d1]
-                held = job.coded[m]
-                new = cw[~held[cw]]
-                held[new] = True
-                job.coded_n[m] += new.size
+        m_receive_all(r.t, workers.astype(np.int64, copy=False), indices.astype(np.int64, copy=False), slot, kind,
+                      k, self._m, self.gc is not None and self.gc.rep, self._group)
 
     def _due_after(self, r: _Round, u: int, at: np.ndarray, never: int) -> int:
         """Job ``u = t - T`` decodes in round ``t`` once every ``D_1`` chunk it misses is
         re-attempted and in (one per worker: a worker missing two cannot finish it now), and its
         last coded group (slot ``T``'s mini-tasks) decodes; its other groups were due earlier."""
-        job = self._jobs.get(u)
-        if job is None:
+        x = self._slot(u)
+        if x is None:
             return never
         if self._decodable(u):
             return 0
+        m = self._m
         slot, kind, _ = r.plan
         rows, cols = np.nonzero(slot == self._T)  # this round's messages for job u: slot T
         pos = at[rows, cols]
         k = 0
-        if job.missing:
-            miss = job.n_missing()
+        if m.missing[x]:
+            miss = m.have.shape[2] - m.have[x].sum(axis=1)
             if (miss > 1).any():
                 return never
             need = miss[rows] == 1
-            if int(need.sum()) < job.missing:
+            if int(need.sum()) < m.missing[x]:
                 return never
             k = int(pos[need].max())
         if self.gc is None:
             return k
-        gc, m = self.gc, self.B - 1
-        if any(not gc.decodable(job.coded[g], job.coded_n[g]) for g in range(m)):
+        gc, last = self.gc, self.B - 1
+        if any(not self._group_ok(x, g) for g in range(last)):
             return never
-        held = job.coded[m]
-        if gc.decodable(held, job.coded_n[m]):
+        if self._group_ok(x, last):
             return k
+        held = m.coded[x, last]
         coded = (kind[rows, cols] == 1) & ~held[rows]
         ws, p = rows[coded], pos[coded]
         if not gc.rep:
-            x = gc.need - job.coded_n[m]
-            return never if x > p.size else max(k, int(np.partition(p, x - 1)[x - 1]))
+            need_n = gc.need - int(m.coded_n[x, last])
+            return never if need_n > p.size else max(k, int(np.partition(p, need_n - 1)[need_n - 1]))
         first = np.full(gc.groups, never, dtype=np.intp)
         np.minimum.at(first, gc.group[ws], p)
         covered = np.bincount(gc.group[held], minlength=gc.groups) > 0
         return max(k, int(first[~covered].max()))
 
+    def _group_ok(self, x: int, g: int) -> bool:
+        """Coded group ``g`` of the job in slot ``x`` decodes (:func:`~gradcode.schemes.sgc.rounds.m_group_ok`)."""
+        gc = self.gc
+        return bool(m_group_ok(x, g, self._m.coded_n, self._m.uncov, self.n - self.lam, gc.rep))
+
     def _decodable(self, u: int) -> bool:
-        job = self._jobs.get(u)
-        if job is None or job.missing:
-            return False
-        if self.gc is None:
-            return True
-        return all(self.gc.decodable(job.coded[m], job.coded_n[m]) for m in range(self.B))
+        x = self._slot(u)
+        m = self._m
+        return x is not None and bool(m_decodable(x, 0 if self.gc is None else self.B, m.missing, m.coded_n, m.uncov,
+                                                  self.n - self.lam, self.gc is not None and self.gc.rep))
 
     def _decode(self, u: int) -> np.ndarray:
-        job = self._jobs[u]
-        first = next(iter(job.parts.values()))
-        m_len = first.shape[-1]
+        parts = self._parts[u]
+        m_len = next(iter(parts.values())).shape[-1]
         g = np.zeros(m_len)
-        for p in sorted(job.parts):  # g'(u): every D_1 partial gradient
-            g += as_rows(job.parts[p])[0]
+        for p in sorted(parts):  # g'(u): every D_1 partial gradient
+            g += as_rows(parts[p])[0]
         if self.gc is not None:  # g''(u): each group's GC
             for m in range(self.B):
-                g += self.gc.decode(job.codedmsg[m], m_len)
+                g += self.gc.decode(self._coded[u][m], m_len)
         return g[: self._check_dim(m_len)]
 
     def _forget(self, u: int) -> None:
-        self._jobs.pop(u, None)
+        x = self._slot(u)
+        if x is not None:
+            self._m.jid[x] = -1
+        self._parts.pop(u, None)
+        self._coded.pop(u, None)
 
     # ----------------------------------------------------------- compiled rounds
     def _to_rings(self) -> tuple:
-        """The state :func:`~gradcode.schemes.sgc.rounds.msgc_rounds` works on: track flags and
-        jobs by ``u mod T + 2``; per job ``have``, ``missing``, ``coded``, ``coded_n`` and, for
-        GC-Rep, the results per group ``cov`` and the groups not covered ``uncov``."""
-        n, B, W, R = self.n, self.B, self.W, self._T + 2
-        groups = self.gc.groups if (self.gc is not None and self.gc.rep) else 1
-        fl_id, fl_st, fl_val, jid, jfin = self._rings(R, R, self._jobs)
-        have = np.zeros((R, n, W - 1), dtype=bool)
-        missing = np.zeros(R, dtype=np.int64)
-        coded = np.zeros((R, B, n), dtype=bool)
-        coded_n = np.zeros((R, B), dtype=np.int64)
-        cov = np.zeros((R, B, groups), dtype=np.int64)
-        uncov = np.full((R, B), groups, dtype=np.int64)
-        for u, job in self._jobs.items():
-            x = u % R
-            have[x], missing[x], coded[x], coded_n[x] = job.have, job.missing, job.coded, job.coded_n
-            if self.gc is not None and self.gc.rep:
-                for g in range(B):
-                    cov[x, g] = np.bincount(self.gc.group[job.coded[g]], minlength=groups)
-                uncov[x] = (cov[x] == 0).sum(axis=1)
-        return fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin
+        """The state :func:`~gradcode.schemes.sgc.rounds.msgc_rounds` works on: track flags by
+        job, and copies of the jobs' rings (a block the kernel cannot finish leaves the scheme as
+        it was)."""
+        m = self._m
+        live = [u for u in m.jid.tolist() if u >= 0]
+        fl_id, fl_st, fl_val, _, jfin = self._rings(m.jid.size, m.jid.size, live)
+        return (fl_id, fl_st, fl_val, *(a.copy() for a in m[:-1]), jfin)
 
     def _from_rings(self, rings, info) -> None:
-        fl_id, fl_st, fl_val, jid, have, missing, coded, coded_n, cov, uncov, jfin = rings
-        jobs = {}
-        for u, x in self._unrings(fl_id, fl_st, fl_val, jid, jfin):
-            job = jobs[u] = _Job(self.n, self.W, self.B)
-            job.have[:] = have[x]
-            job.coded[:] = coded[x]
-            job.missing, job.coded_n = int(missing[x]), coded_n[x].tolist()
-        self._jobs = jobs
+        fl_id, fl_st, fl_val, *jobs = rings
+        self._m = MJobs(*jobs)
+        self._unrings(fl_id, fl_st, fl_val, self._m.jid, self._m.jfin)
 
     def _kernel(self, first, timing, hist, rings, out) -> None:
         gc, n = self.gc, self.n
-        rep = gc is not None and gc.rep
-        group = (gc.group if rep else np.zeros(n)).astype(np.int64)
         sizes = self.partition_sizes
         size2 = float(sizes[(self.W - 1) * n]) if gc is not None else 0.0
-        params = MParams(self.B, self.W, self.lam, -1 if self.jobs is None else self.jobs, rep, group,
-                         gc.groups if rep else 1, self._coded_last, float(sizes[0]), size2)
+        params = MParams(self.B, self.W, self.lam, -1 if self.jobs is None else self.jobs, gc is not None and gc.rep,
+                         self._group, self._groups, self._coded_last, float(sizes[0]), size2)
         msgc_rounds(first, timing, params, hist, MRings(*rings), out)
 
     def _track_starts(self, t: int):
