@@ -135,9 +135,7 @@ class MSGC(SequentialScheme):
         self.gc = None if lam == n else BaseGC(n, lam, rep=self._rep, seed=seed)
         models = [("bursty", B, W, lam), ("arbitrary", B, W + B - 1, lam)]
         self._init_common(n, jobs, dim, models, lam)
-        rep = self.gc is not None and self.gc.rep
-        self._groups = self.gc.groups if rep else 1
-        self._group = (self.gc.group if rep else np.zeros(n)).astype(np.int64)
+        self._compiled()
         self._new_rings()
         # D_1's chunk j of worker i is partition i (W - 1) + j; chunk i of D_2's group m is
         # partition (W - 1) n + m n + i, and worker i codes over the base GC's partitions of it
@@ -171,6 +169,13 @@ class MSGC(SequentialScheme):
         base = (self.W - 1) * self.n + m * self.n
         return tuple(base + p for p in self.gc.partitions(i))
 
+    def _compiled(self) -> None:
+        """What the compiled functions take besides the rings: the GC-Rep groups (one for GC) and
+        each worker's group."""
+        rep = self.gc is not None and self.gc.rep
+        self._groups = self.gc.groups if rep else 1
+        self._group = (self.gc.group if rep else np.zeros(self.n)).astype(np.int64)
+
     def _new_rings(self) -> None:
         """The jobs' state as the compiled rounds keep it, by ``u mod T + 2``
         (:class:`~gradcode.schemes.sgc.rounds.MJobs`); the received payloads by job (``_parts``:
@@ -195,8 +200,7 @@ class MSGC(SequentialScheme):
             self._m = MJobs(*state["_m"])
         if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
             rep = self.gc is not None and self.gc.rep
-            self._groups = self.gc.groups if rep else 1
-            self._group = (self.gc.group if rep else np.zeros(self.n)).astype(np.int64)
+            self._compiled()
             self._new_rings()
             for u, job in jobs.items():
                 x = self._job(u)

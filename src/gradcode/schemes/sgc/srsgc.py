@@ -106,6 +106,7 @@ class SRSGC(SequentialScheme):
         sizes.flags.writeable = False
         self.partition_sizes = sizes
         self._init_common(n, jobs, dim, [("bursty", B, W, lam), ("per-round", s)], max(lam, s))
+        self._compiled()
         self._new_rings()
         #: re-attempted tasks per round (Algorithm 1's deviations from the base GC), for inspection
         self.reattempts = 0
@@ -124,6 +125,7 @@ class SRSGC(SequentialScheme):
     def __setstate__(self, state):
         jobs = state.pop("_jobs", None)
         self.__dict__.update(state)
+        self._compiled()
         if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
             self._new_rings()
             for u, job in jobs.items():
@@ -173,7 +175,7 @@ class SRSGC(SequentialScheme):
         if self._job_range(old) and old not in self._finished:
             x = self._job(old)
             self.reattempts += int(sr_reattempts(old, self._recv[x], self._fresh[x], n - self.s, gc.rep,
-                                                 self._group, self._gseen(), job_of))
+                                                 self._group, self._gseen, job_of))
         planned = (job_of >= 0).astype(np.intp)
         return _Round(t, planned, job_of, int(job_of.max()))
 
@@ -227,16 +229,14 @@ class SRSGC(SequentialScheme):
     def _decodable(self, u: int) -> bool:
         x = self._slot(u)
         return x is not None and bool(sr_decodable(x, self._count, self._recv, self.n - self.s, self.gc.rep,
-                                                   self._group, self.gc.groups or 1, self._gseen()))
+                                                   self._group, self.gc.groups or 1, self._gseen))
 
-    def _gseen(self) -> np.ndarray:
-        """Scratch of the compiled checks: a flag per GC-Rep group."""
-        return np.zeros(max(self.gc.groups or 0, 1), dtype=bool)
-
-    @property
-    def _group(self) -> np.ndarray:
+    def _compiled(self) -> None:
+        """What the compiled functions take besides the rings: each worker's GC-Rep group
+        (zeros for GC) and a scratch flag per group."""
         gc = self.gc
-        return gc.group.astype(np.int64) if gc.rep else np.zeros(self.n, dtype=np.int64)
+        self._group = gc.group.astype(np.int64) if gc.rep else np.zeros(self.n, dtype=np.int64)
+        self._gseen = np.zeros(max(gc.groups or 0, 1), dtype=bool)
 
     def _decode(self, u: int) -> np.ndarray:
         msgs = self._msgs[u]
