@@ -173,7 +173,7 @@ def _train(name, train, common: _Runs, target, spec: dict, torch_config=None, *,
     finish = next((t for t, d in curve if d >= target), float("nan"))
     chosen = fixed or (res.auto["chosen"] if res.auto else {"params": {}, "load": 1.0 / common.spec.workers})
     accuracy = [m["accuracy"] for m in res.result.metrics[-common.spec.models:]]
-    row = {"scheme": name, "parameters": ", ".join(f"{k}={v}" for k, v in chosen["params"].items()) or "—",
+    row = {"scheme": name, "parameters": _param_list(chosen["params"]),
            "load": round(float(chosen["load"]), 4), "time_to_jobs": round(finish, 2),
            "search_ms": round(1e3 * res.auto["search_seconds"], 2) if res.auto else None,
            "search_charged": round(searched, 3) if res.auto else None,
@@ -181,6 +181,11 @@ def _train(name, train, common: _Runs, target, spec: dict, torch_config=None, *,
            else None,
            "accuracy": round(float(np.mean(accuracy)), 4)}
     return row, curve
+
+
+def _param_list(params: dict) -> str:
+    """A row's parameters: ``B=2, W=3, lam=5`` (``—``: none)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "—"
 
 
 def _finish(doc: dict, rows: list, curves: dict, out: str, stem: str, plot: bool, marks: dict) -> dict:
@@ -369,26 +374,26 @@ def _timed_once(o: SGCProbeSwitch, seed: int, n: int, jobs: int, probe: int, swi
     profile = bursty_profile(probe + rounds, n, np.random.default_rng(seed))
     reference = profile[:probe]
 
-    def play(scheme, delays, count):
+    def play(scheme, delays):
         model = make_delay_model("trace", delays=delays * o.time_scale, trace_load=1.0 / n,
                                  load_slope=o.load_slope * o.time_scale)
-        sim = simulate(scheme, model, delays.shape[0], close=o.mu, waitout="all", records=True)
-        return _time_to_jobs(sim, count), sim.waitouts / delays.shape[0]
+        return simulate(scheme, model, delays.shape[0], close=o.mu, waitout="all", records=True)
 
-    uncoded = make_scheme("uncoded", n=n)
-    time, waited = play(uncoded, profile if switch else profile[probe:], probe + jobs if switch else jobs)
-    rows = [{"scheme": "uncoded", "parameters": "—", "load": round(1.0 / n, 4), "time_to_jobs": time,
-             "waited_out": waited, "search_charged": None}]
-    start = play(make_scheme("uncoded", n=n), profile[:probe], probe)[0] if switch else 0.0
+    sim = play(make_scheme("uncoded", n=n), profile if switch else profile[probe:])
+    rows = [{"scheme": "uncoded", "parameters": "—", "load": round(1.0 / n, 4),
+             "time_to_jobs": _time_to_jobs(sim, probe + jobs if switch else jobs),
+             "waited_out": sim.waitouts / sim.rounds, "search_charged": None}]
+    start = _time_to_jobs(sim, probe) if switch else 0.0  # the probe: its uncoded rounds
     for name, family in (("GC", "crc"), ("SR-SGC", "sr-sgc"), ("M-SGC", "m-sgc")):
         scheme, report = choose_after_probe(reference, jobs=rounds if switch else jobs, models=o.models, close=o.mu,
                                             waitout="all", load_slope=o.load_slope, seed=seed, families=(family,))
         charged = _search_charge(o, family, report, simulated=True) if switch else 0.0
-        time, waited = play(scheme, profile[probe:], jobs)
+        sim = play(scheme, profile[probe:])
         chosen = report["chosen"]
-        rows.append({"scheme": name, "parameters": ", ".join(f"{k}={v}" for k, v in chosen["params"].items()),
-                     "load": round(float(chosen["load"]), 4), "time_to_jobs": start + charged + time,
-                     "waited_out": waited, "search_charged": charged if switch else None})
+        rows.append({"scheme": name, "parameters": _param_list(chosen["params"]),
+                     "load": round(float(chosen["load"]), 4),
+                     "time_to_jobs": start + charged + _time_to_jobs(sim, jobs),
+                     "waited_out": sim.waitouts / sim.rounds, "search_charged": charged if switch else None})
     return rows
 
 
