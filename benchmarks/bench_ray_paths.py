@@ -19,7 +19,10 @@ parameters) after ``--compute`` ms of work, the parameters (float32, d) sent eac
 (d) **compiled graphs with a straggler**: worker 0 sleeps 0.2 s every round; the round takes the
     first three results and skips a worker while its execution is in flight (skip-busy), as the
     driver does. Results are collected by one thread per graph (a timed-out ``get`` consumes its
-    ``CompiledDAGRef``: a late result cannot be polled).
+    ``CompiledDAGRef``: a late result cannot be polled);
+(e) **direct channels** (:mod:`gradcode.runtime.channel`, the runtime's default transport since
+    2026-11-27): each actor runs a loop fed through a socket; the driver writes each worker's
+    request (the parameters inside it) and waits for all replies with one ``select``.
 
 Medians over ``--rounds`` rounds after warm-up; wall clock of this process. Then the CPU the
 idle actors burn in 3 s, with and without a compiled graph on each (a graph's actor loop polls its
@@ -69,6 +72,50 @@ class SyncWorker:
             time.sleep(self.late)
         _spin(self.ms)
         return self.out
+
+
+@ray.remote(num_cpus=0)
+class ChannelWorker:
+    """A worker behind a :class:`~gradcode.runtime.channel.WorkerChannel`: its core's ``run``
+    spins ``compute_ms`` and returns a float32 vector of ``d`` numbers."""
+
+    def __init__(self, d, compute_ms):
+        from gradcode.runtime.channel import WorkerChannel
+
+        out, ms = np.ones(d, dtype=np.float32), compute_ms
+
+        class Core:
+            def run(self, t, tasks, params, sleeps, fail):
+                _spin(ms)
+                yield out
+
+            def abort(self, t):
+                pass
+
+        self.core, self._generation = Core(), 0
+        self.channel = WorkerChannel(self, "127.0.0.1", lambda generation: None)
+
+    def open_channel(self, token):
+        return self.channel.listen(token)
+
+
+def channels(actors, x, rounds):
+    from gradcode.runtime.channel import DriverChannels
+
+    driver, token = DriverChannels(), os.urandom(32)
+    for w, address in enumerate(ray.get([a.open_channel.remote(token) for a in actors])):
+        driver.connect(w, address, token)
+    times = []
+    for t in range(rounds):
+        t0 = time.perf_counter()
+        for w in range(len(actors)):
+            driver.request(w, t, 0, [], (), False, True, [x])
+        got = 0
+        while got < len(actors):
+            got += len(driver.wait(1.0))
+        times.append(time.perf_counter() - t0)
+    driver.close_all()
+    return times
 
 
 def actor_calls(actors, x, rounds, inline=False):
@@ -189,6 +236,10 @@ def main():
     print(f"idle actors, CPU seconds over 3 s: {idle_cpu(syncs, graphs=False):.2f} as plain actors,"
           f" {idle_cpu(syncs, graphs=True):.2f} each with a compiled graph (on {os.cpu_count()} cores)", flush=True)
     for a in syncs:
+        ray.kill(a)
+    chans = [ChannelWorker.remote(args.d, args.compute) for _ in range(n)]
+    report("(e) direct channels (the runtime's default)", channels(chans, x, args.rounds))
+    for a in chans:
         ray.kill(a)
     late = [SyncWorker.remote(args.d, args.compute, 0.2 if w == 0 else 0.0) for w in range(n)]
     times, polled = compiled(late, x, args.rounds // 4, skip_late=True)

@@ -24,7 +24,10 @@ def test_a_node_that_dies_takes_its_workers_and_the_run_stays_exact():
     assert out["rel"] < 1e-12
     deaths = [f for f in out["failures"] if f["kind"] == "died"]
     assert len(deaths) == 2 and len({f["worker"] for f in deaths}) == 2  # the two workers of node 0, once each
-    assert all("Ray node" in f["error"] and f["recovery"] == "tolerated" for f in deaths)
+    # noticed by the node check, or first by the workers' channels closing as their processes exit
+    # (on one machine a removed node's processes end before Ray marks the node dead)
+    assert all(("Ray node" in f["error"] or "channel closed" in f["error"]) and f["recovery"] == "tolerated"
+               for f in deaths)
     dead = {f["worker"] for f in deaths}
     # stragglers from the round their deaths were recorded on, nothing else late (the processes of a
     # removed node may still answer for a few rounds, which take ~0.1 s each here)

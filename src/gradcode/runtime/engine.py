@@ -25,8 +25,15 @@ Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The run
   within ~4 ms). Compute runs inline in the coroutine; only sleeps yield the event loop. A run
   without injected delays has nothing to interrupt and gets synchronous actors
   (:class:`_PlainWorker`), whose calls do not cross into an event loop;
+* an actor call costs the driver ~1 ms, a round of 4 of them 5.7 ms with no work (2 cores), which
+  made a coded step cost 1.2-1.7x a DDP step: by default the rounds go through a direct channel
+  to each worker instead (:mod:`~gradcode.runtime.channel`; 0.6 ms a round), Ray placing,
+  starting, restarting and killing the workers and telling the driver where each listens. What
+  follows about calls holds for the rounds that still take them: parameters above
+  :data:`~gradcode.runtime.channel.CHANNEL_BYTES`, ``transport="ray"``, and a worker whose
+  channel cannot be opened or is being re-opened after its process died;
 * a job's parameters go to the object store once (``ray.put``) unless they fit in Ray's inline
-  limit (100 KiB: a small model's), in which case they travel inside each task;
+  limit (100 KiB: a small model's) or a channel, in which case they travel inside each task;
 * tasks of several messages stream back through actor generators (``num_returns="streaming"``);
   a task of one message (every single-message code) is a plain actor call returning it
   (:meth:`_RayWorker.run_one`), which saves the stream's end marker and a wait per worker; a
@@ -62,6 +69,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -75,6 +83,7 @@ import ray
 
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
+from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannels, WorkerChannel, WorkerTaskError
 import gradcode.runtime.watchdog as watchdog
 from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, limit_threads, task_messages, worker_threads
 
@@ -110,12 +119,15 @@ class StaleWorkerError(GradcodeError):
 
 
 def _stale(exc) -> bool:
-    return isinstance(exc, ray.exceptions.RayTaskError) and isinstance(getattr(exc, "cause", None), StaleWorkerError)
+    return isinstance(exc, StaleWorkerError) or (isinstance(exc, ray.exceptions.RayTaskError)
+                                                 and isinstance(getattr(exc, "cause", None), StaleWorkerError))
 
 
 def _lost(exc) -> bool:
     """Whether a failed task's exception says the worker's process died or is restarting (a
     straggler), as opposed to an exception raised by the task itself (a bug: not retried)."""
+    if isinstance(exc, WorkerTaskError):  # raised by the task, reported through its channel
+        return False
     return not (isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc, ray.exceptions.RayActorError))
 
 
@@ -129,9 +141,28 @@ class _WorkerBase:
         # which data the worker holds: 0 as created (and as Ray restarts it: with the constructor's
         # arguments), then the number its engine gave with each reset; a task names the one it needs
         self._generation = 0
+        self._channel = None
 
     def ping(self) -> int:
         return os.getpid()
+
+    def open_channel(self, token: bytes) -> tuple[str, int]:
+        """Listen for the driver's direct channel (:mod:`gradcode.runtime.channel`), which must
+        present ``token``; returns where. The channel's threads run the rounds it brings beside
+        the actor's own calls (``reset``, ``abort`` and the rest)."""
+        if self._channel is None:
+            self._channel = WorkerChannel(self, ray.util.get_node_ip_address(), self._wait_for)
+        return self._channel.listen(token)
+
+    def _wait_for(self, generation: int) -> None:
+        """Wait (briefly: the reset the engine sent through Ray just before a channel's request may
+        not have run yet) until the worker holds data ``generation``; raise
+        :class:`StaleWorkerError` when it does not (Ray restarted it with another run's data)."""
+        deadline = time.monotonic() + _STALE_WAIT
+        while self._generation != generation:
+            if time.monotonic() > deadline:
+                raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
+            time.sleep(0.001)
 
     def node(self) -> str:
         """The Ray node this worker runs on (a restarted actor may run on another)."""
@@ -453,6 +484,10 @@ def wait_for_address(address: str, timeout: float) -> None:
     )
 
 
+class ChannelWarning(RuntimeWarning):
+    """A worker's direct channel could not be opened: its rounds go through Ray's actor calls."""
+
+
 class SharedCoresWarning(RuntimeWarning):
     """More workers than the cluster has CPUs, none reserving a core: they share cores, so round
     times include that contention (a coded scheme can then look slower than uncoded)."""
@@ -515,6 +550,10 @@ class RayEngine(Engine):
     ``worker_cpus``: CPUs each worker actor reserves (0: none, and a :class:`SharedCoresWarning`
     when the workers outnumber the cluster's CPUs). ``worker_gpus``: GPUs each reserves (None: as
     :class:`~gradcode.runtime.config.ClusterConfig` says, by the problem's ``device``).
+    ``transport``: ``"channels"`` runs the rounds through a direct channel to each worker
+    (:mod:`gradcode.runtime.channel`) and Ray's object store for larger parameters; ``"ray"``
+    through actor calls only. A worker whose channel cannot be opened, or is being re-opened
+    after its process died, takes its rounds through actor calls meanwhile.
     """
 
     @classmethod
@@ -522,7 +561,7 @@ class RayEngine(Engine):
         """The engine of a :class:`~gradcode.runtime.config.ClusterConfig` (its Ray settings)."""
         return cls(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
                    worker_cpus=cluster.worker_cpus, worker_gpus=cluster.worker_gpus,
-                   start_timeout=cluster.start_timeout)
+                   start_timeout=cluster.start_timeout, transport=cluster.transport)
 
     def __init__(
         self,
@@ -533,6 +572,7 @@ class RayEngine(Engine):
         worker_cpus: float = 0.0,
         worker_gpus: float | None = None,
         start_timeout: float = 120.0,
+        transport: str = "channels",
     ):
         self.address = address
         self.worker_cpus = float(worker_cpus)
@@ -552,7 +592,12 @@ class RayEngine(Engine):
                               " and its session is used")
         self._actors: list[Any] = []
         self._run: list[Any] = []
-        self._running: dict[int, tuple[int, Any, bool]] = {}  # worker -> (round, reference, streaming)
+        # worker -> (round, reference, streaming); the reference is None for a task sent by channel
+        self._running: dict[int, tuple[int, Any, bool]] = {}
+        self._channels = DriverChannels() if transport == "channels" else None
+        self._token = secrets.token_bytes(32)
+        self._reopen: dict[int, Any] = {}  # worker -> its open_channel reference, after its channel closed
+        self._unreachable: set[int] = set()  # workers whose channel could not be opened: actor calls only
         self._owner: dict[Any, int] = {}  # reference -> worker
         self._specs: list[tuple] = []  # each worker's (problem spec, partitions, chunks)
         self._reused: set[int] = set()  # workers taken over from the session's previous engine
@@ -649,6 +694,41 @@ class RayEngine(Engine):
                 ray.get(self._actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
         self._reused = set(range(reused))
         self._nodes = ray.get([a.node.remote() for a in self._actors], timeout=max(deadline - time.monotonic(), 0.0))
+        if self._channels is not None:
+            refs = [a.open_channel.remote(self._token) for a in self._actors]
+            for w, ref in enumerate(refs):
+                self._connect(w, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0)))
+
+    def _connect(self, w: int, address) -> None:
+        """Open worker ``w``'s channel at ``address``; when the driver cannot reach it (a firewall
+        between nodes), ``w`` takes its rounds through actor calls, and a warning says so."""
+        try:
+            self._channels.connect(w, address, self._token)
+        except OSError as exc:
+            self._unreachable.add(w)
+            warnings.warn(f"worker {w}'s direct channel at {address[0]}:{address[1]} cannot be opened ({exc}): its"
+                          " rounds go through Ray's actor calls (transport='ray' says so for every worker)",
+                          ChannelWarning, stacklevel=3)
+
+    def _has_channel(self, w: int) -> bool:
+        """Whether worker ``w``'s channel is open: after its process died, once Ray has restarted
+        it and it listens again (looked at without waiting)."""
+        if self._channels is None:
+            return False
+        if not self._channels.has(w) and w in self._reopen:
+            ref = self._reopen[w]
+            if ray.wait([ref], timeout=0)[0]:
+                del self._reopen[w]
+                with contextlib.suppress(ray.exceptions.RayError):
+                    self._connect(w, ray.get(ref))
+        return self._channels.has(w)
+
+    def _channel_lost(self, w: int) -> None:
+        """Worker ``w``'s channel closed (its process died, or its node): ask for the restarted
+        process's address, which Ray answers once it is back."""
+        self._channels.close(w)
+        if w not in self._killed and w not in self._unreachable:
+            self._reopen[w] = self._actors[w].open_channel.remote(self._token)
 
     @property
     def n(self) -> int:
@@ -670,10 +750,12 @@ class RayEngine(Engine):
 
     def put(self, array: np.ndarray):
         """Store ``array`` once in the object store, where every worker of the round reads that
-        copy; an array of at most :data:`_INLINE_BYTES` goes as it is, inside each task (Ray inlines
-        such arguments: no object to create, look up and free; measured 2.8 ms a round less for the
+        copy; an array of at most :data:`~gradcode.runtime.channel.CHANNEL_BYTES` (channels) or
+        :data:`_INLINE_BYTES` (actor calls) goes as it is, inside each request (Ray inlines such
+        arguments: no object to create, look up and free; measured 2.8 ms a round less for the
         small CNN's 82 KB, n = 4, 2 cores; above the limit each task would store its own copy)."""
-        return array if array.nbytes <= _INLINE_BYTES else ray.put(array)
+        limit = CHANNEL_BYTES if self._channels is not None else _INLINE_BYTES
+        return array if array.nbytes <= limit else ray.put(array)
 
     def busy(self, w: int) -> bool:
         return w in self._running
@@ -692,8 +774,16 @@ class RayEngine(Engine):
             self._stale.discard(w)
             self._generations[w] += 1
             self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
-        args = (t, self._generations[w], tasks, tuple(float(x) for x in sleeps), bool(fail), *params)
-        if task_messages(tasks) == 1:
+        sleeps = tuple(float(x) for x in sleeps)
+        one = task_messages(tasks) == 1
+        if (self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
+                and self._channels.request(w, t, self._generations[w], tasks, sleeps, fail, one, params)):
+            self._running[w] = (t, None, not one)
+            return
+        if self._channels is not None and not self._channels.has(w) and w not in self._reopen:
+            self._channel_lost(w)  # the request found it closed: its process died (or it never opened)
+        args = (t, self._generations[w], tasks, sleeps, bool(fail), *params)
+        if one:
             ref = self._actors[w].run_one.remote(*args)
             self._running[w] = (t, ref, False)
         else:
@@ -702,10 +792,13 @@ class RayEngine(Engine):
         self._owner[ref] = w
 
     def poll(self, timeout: float | None) -> list[Event]:
-        """Everything the running workers delivered: one ``ray.wait`` for the first (up to
-        ``timeout`` seconds; ``[]`` if nothing came), a second without waiting for every other
-        that is ready, and one ``ray.get`` for all their messages. A failed reference (a dead
-        actor) counts as ready in ``ray.wait``: its error becomes a ``"failed"`` event."""
+        """Everything the running workers delivered: one wait for the first (up to ``timeout``
+        seconds; ``[]`` if nothing came), then every other that is ready without waiting. Tasks
+        sent by channel are waited for with one ``select`` over the channels; tasks sent by actor
+        call with ``ray.wait`` (a failed reference, a dead actor, counts as ready there: its error
+        becomes a ``"failed"`` event), and one ``ray.get`` reads all their messages. While both
+        kinds run (a worker's channel is being re-opened) the two waits take turns of
+        :attr:`MIXED_SLICE` seconds."""
         if not self._running:
             if timeout:
                 time.sleep(timeout)
@@ -713,11 +806,58 @@ class RayEngine(Engine):
         deaths = self._node_deaths()
         if deaths:
             return deaths
-        pending = [entry[1] for entry in self._running.values()]
-        ready, rest = ray.wait(pending, num_returns=1, timeout=min(timeout, self.NODE_CHECK)
-                               if timeout is not None else self.NODE_CHECK)
+        wait = self.NODE_CHECK if timeout is None else min(timeout, self.NODE_CHECK)
+        refs = [ref for _, ref, _ in self._running.values() if ref is not None]
+        by_channel = len(refs) < len(self._running)
+        if not refs:
+            return self._channel_events(wait) or self._node_deaths()
+        if not by_channel:
+            return self._ray_events(refs, wait) or self._node_deaths()
+        end = time.monotonic() + wait
+        while True:
+            events = self._channel_events(0.0) + self._ray_events(refs, min(self.MIXED_SLICE, wait))
+            wait = end - time.monotonic()
+            if events or wait <= 0:
+                return events or self._node_deaths()
+
+    #: seconds each wait takes in turn while tasks run both by channel and by actor call
+    MIXED_SLICE = 0.002
+
+    def _channel_events(self, timeout: float) -> list[Event]:
+        """The events of the frames the channels delivered within ``timeout`` seconds. A frame of
+        a task the engine no longer runs (the end of a released stream, an aborted task's end) is
+        dropped; a channel that closed is its worker's death (``lost``) when it ran a task."""
+        events: list[Event] = []
+        for w, frame in self._channels.wait(timeout):
+            entry = self._running.get(w)
+            mine = entry is not None and entry[1] is None
+            if frame is None:  # the process died (or its connection broke)
+                self._channel_lost(w)
+                if mine:
+                    self._forget(w)
+                    events.append(Event(w, entry[0], "failed", ChannelClosed(f"worker {w}'s process died or its connection broke (its channel closed)"),
+                                        lost=self._lost_worker(w, ChannelClosed())))
+                continue
+            t, kind, payload = frame
+            if not mine or entry[0] != t:
+                continue
+            if kind == "message":
+                if not entry[2]:  # a task of one message: this was all of it
+                    self._forget(w)
+                events.append(Event(w, t, "message", payload))
+            elif kind == "end":
+                self._forget(w)
+                events.append(Event(w, t, "done"))
+            else:
+                self._forget(w)
+                events.append(Event(w, t, "failed", payload, lost=self._lost_worker(w, payload)))
+        return events
+
+    def _ray_events(self, pending: list, timeout: float) -> list[Event]:
+        """The events of the actor calls among ``pending`` that are ready within ``timeout`` seconds."""
+        ready, rest = ray.wait(pending, num_returns=1, timeout=timeout)
         if not ready:
-            return self._node_deaths()
+            return []
         if rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
@@ -789,6 +929,8 @@ class RayEngine(Engine):
             node = self._nodes[w] if w < len(self._nodes) else None
             if node is not None and node in dead:
                 self._forget(w)
+                if self._channels is not None:  # a socket to a dead machine may never say so
+                    self._channel_lost(w)
                 self._nodes[w] = None
                 self._node_refs[w] = self._actors[w].node.remote()  # answers once Ray has restarted it
                 events.append(Event(w, t, "failed", NodeDiedError(f"worker {w}'s Ray node {node[:12]} died"),
@@ -816,7 +958,12 @@ class RayEngine(Engine):
         self._forget(w)
 
     def abort(self, w: int, t: int) -> None:
-        """Tell worker ``w`` to stop its work of rounds ``<= t`` (its injected sleep ends at once)."""
+        """Tell worker ``w`` to stop its work of rounds ``<= t`` (its injected sleep ends at once),
+        through its channel unless it runs a task sent by actor call."""
+        entry = self._running.get(w)
+        if self._channels is not None and self._channels.has(w) and (entry is None or entry[1] is None):
+            self._channels.abort(w, t)
+            return
         try:
             self._actors[w].abort.remote(t)
         except Exception:  # a dead actor: nothing to stop
@@ -825,6 +972,9 @@ class RayEngine(Engine):
     def kill(self, w: int) -> None:
         ray.kill(self._actors[w], no_restart=True)
         self._killed.add(w)
+        if self._channels is not None:
+            self._channels.close(w)
+            self._reopen.pop(w, None)
 
     def lost(self) -> str | None:
         """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with
@@ -860,6 +1010,9 @@ class RayEngine(Engine):
                 ray.kill(a, no_restart=True)
             except Exception:
                 pass
+        if self._channels is not None:
+            self._channels.close_all()
+            self._reopen = {}
         self._actors = []
         self._run = []
         self._running = {}
