@@ -42,11 +42,11 @@ __all__ = ["CHANNEL_BYTES", "ChannelClosed", "DriverChannels", "WorkerChannel", 
            "recv_frame", "send_frame"]
 
 #: largest parameter array a round sends through a channel; above it the round goes through Ray's
-#: object store (one ``ray.put`` read by every worker, results returned through shared memory).
-#: Measured on the 2-core VM, n = 4, no work, float32 parameters out and a vector of that size back
-#: (``bench_ray_paths.py --d``): 4 MB 10.3 ms by channel against 14.8 ms by actor calls, 16 MB
-#: 69 ms against 33 ms.
-CHANNEL_BYTES = 4 * 2**20
+#: object store (one ``ray.put`` read by every worker, results returned through shared memory,
+#: where a socket copies every byte twice). Measured on the 2-core VM, n = 4, no work, float32
+#: parameters out and a vector of that size back (``bench_ray_paths.py --compute 0 --d``), channel
+#: against actor calls: 1 MB 3.9 / 7.8 ms, 2 MB 8.0 / 11.0, 4 MB 14.6 / 12.8, 8 MB 43 / 20.
+CHANNEL_BYTES = 2 * 2**20
 
 _HEAD = struct.Struct("!II")
 _LEN = struct.Struct("!Q")

@@ -57,7 +57,7 @@ class ClusterConfig:
     one each). ``transport``: ``"channels"`` (default) sends each round's tasks and messages
     through a direct socket to each worker (:mod:`gradcode.runtime.channel`: 0.6 ms a round of 4
     workers with no work against 5.7 ms for Ray's actor calls, 2 cores), and parameters above
-    4 MiB through Ray's object store; ``"ray"`` sends every round through Ray's actor calls (for a
+    2 MiB through Ray's object store; ``"ray"`` sends every round through Ray's actor calls (for a
     cluster whose nodes accept no other connections from the driver; a worker that cannot be
     reached by a channel falls back to them by itself).
     """
@@ -73,7 +73,7 @@ class ClusterConfig:
     worker_gpus: float | None = described(None, "GPUs each worker reserves (a fraction shares one; default: none,"
                                                 " or an even share when the model computes on CUDA).")
     transport: str = described("channels", "How rounds reach the workers: channels (a direct socket to each worker,"
-                                            " Ray's object store for parameters over 4 MiB) or ray (every round"
+                                            " Ray's object store for parameters over 2 MiB) or ray (every round"
                                             " through Ray's actor calls).")
 
     def __post_init__(self):
