@@ -29,11 +29,19 @@ healthy cluster is), no evaluations; the median time between consecutive rounds'
 partition's gradient (60 samples: what CRC s = 1 asks of each worker beyond uncoded), timed in the
 child on one thread, median of 50: the issue's allowance for CRC over DDP's step is the wall time
 of that extra compute, 4 extra partitions on the machine's cores.
+
+    python benchmarks/bench_ddp.py --startup [--repeats 3] [--hogs 2]
+
+A ``fit``'s start-up in fresh processes (the small CNN, CRC s = 1, n = 4, the embedded cluster):
+seconds from the call until Ray is up, the workers are up (processes started, imports, data built)
+and round 0 has ended. ``--hogs K`` runs K busy loops at normal priority beside it (also with
+``--per-step``): a machine with other work.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -194,15 +202,16 @@ def partition_time() -> float:
     return float(np.median(times[10:]))
 
 
-def per_step_against(ref: str, repeats: int) -> None:
+def per_step_against(ref: str, repeats: int, hogs: int = 0) -> None:
     import subprocess
 
     from _timing import exported_source, with_source
 
     print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')};"
-          f" gradcode's step, this tree against {ref}, n = {N_WORKERS}, small CNN, batch {BATCH}, no delays")
+          f" gradcode's step, this tree against {ref}, n = {N_WORKERS}, small CNN, batch {BATCH}, no delays,"
+          f" {hogs} busy loops beside it")
     got = {(code, name): [] for code in ("uncoded", "crc") for name in ("before", "after")}
-    with exported_source(ref) as sources:
+    with exported_source(ref) as sources, busy_loops(hogs):
         for i in range(repeats):
             for code in ("uncoded", "crc"):
                 for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
@@ -225,19 +234,88 @@ def per_step_against(ref: str, repeats: int) -> None:
           f" {N_WORKERS} x {1e3 * part:.2f} / {os.cpu_count()} = {1e3 * extra:.2f} ms")
 
 
+def startup_phases() -> dict:
+    """Seconds from a ``fit`` call (small CNN, CRC s = 1, n = 4, embedded cluster) to: Ray up,
+    the workers up (their processes started, imports done, data built), the end of round 0."""
+    from gradcode.runtime import RunConfig, TrainSpec, engine
+    from gradcode.torch import SmallCNN, TorchConfig, digits, fit
+
+    (X, y), _ = digits(seed=0)
+    marks = {}
+    init_ray, spawn = engine.init_ray, engine.RayEngine.spawn
+
+    def timed_init(**kw):
+        out = init_ray(**kw)
+        marks["ray"] = time.perf_counter()
+        return out
+
+    def timed_spawn(self, *a, **kw):
+        out = spawn(self, *a, **kw)
+        marks["workers"] = time.perf_counter()
+        return out
+
+    engine.init_ray, engine.RayEngine.spawn = timed_init, timed_spawn
+    t0 = time.perf_counter()
+    fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), TrainSpec("crc", workers=N_WORKERS, stragglers=1, seed=0),
+        torch_config=TorchConfig(batch_size=BATCH), run=RunConfig(rounds=1, eval_every=0),
+        callback=lambda rec: marks.setdefault("round 0", time.perf_counter()))
+    return {k: v - t0 for k, v in marks.items()}
+
+
+@contextlib.contextmanager
+def busy_loops(hogs: int):
+    """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""
+    import subprocess
+
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    try:
+        yield
+    finally:
+        for p in spin:
+            p.kill()
+
+
+def startup(repeats: int, hogs: int) -> None:
+    """``--startup``: :func:`startup_phases` in fresh processes, with ``hogs`` busy loops running."""
+    import json
+    import subprocess
+
+    with busy_loops(hogs):
+        print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')};"
+              f" fit start-up, n = {N_WORKERS}, CRC s = 1, {hogs} busy loops beside it")
+        runs = []
+        for _ in range(repeats):
+            proc = subprocess.run([sys.executable, __file__, "--child-startup"], capture_output=True, text=True,
+                                  check=True)
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print("  " + "  ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()), flush=True)
+        print("median: " + "  ".join(f"{k} {statistics.median(r[k] for r in runs):.2f} s" for k in runs[0]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--per-step", metavar="REV", help="gradcode's step side by side with git revision REV")
+    ap.add_argument("--startup", action="store_true", help="time a fit's start-up in fresh processes")
+    ap.add_argument("--hogs", type=int, default=0, help="with --startup, --per-step: busy loops running beside it")
     ap.add_argument("--child-step", help=argparse.SUPPRESS)
+    ap.add_argument("--child-startup", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_startup:
+        import json
+
+        print(json.dumps(startup_phases()))
+        return
+    if args.startup:
+        startup(args.repeats, args.hogs)
+        return
     if args.child_step:
         print(step_time(args.child_step), partition_time())
         return
     if args.per_step:
-        per_step_against(args.per_step, args.repeats)
+        per_step_against(args.per_step, args.repeats, args.hogs)
         return
     import ray
 

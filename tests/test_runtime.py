@@ -341,6 +341,17 @@ def test_ray_workers_keep_only_their_partitions(ray_session):
         engine.shutdown()
 
 
+def test_the_embedded_clusters_workers_run_at_the_drivers_priority(ray_session):
+    """Ray lowers its workers to niceness 15, which starved them beside any other load (a fit's
+    workers did not start within 120 s beside two busy loops); init_ray keeps them at the driver's."""
+
+    @ray_session.remote(num_cpus=0)
+    def niceness():
+        return os.nice(0)
+
+    assert ray_session.get(niceness.remote()) == os.nice(0)
+
+
 def test_ignored_engine_options_are_warned_about(ray_session, monkeypatch):
     from gradcode.runtime import engine as eng
 
