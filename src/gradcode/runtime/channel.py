@@ -133,18 +133,23 @@ class WorkerChannel:
     def _accept(self) -> None:
         while True:
             conn, _ = self._server.accept()
-            try:
-                conn.settimeout(5.0)
-                ok = hmac.compare_digest(_read(conn, _TOKEN_BYTES), self._token)
-                conn.settimeout(None)
-            except (OSError, ChannelClosed):
-                ok = False
-            if not ok:
-                conn.close()
-                continue
-            work: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=self._compute, args=(_nodelay(conn), work), daemon=True).start()
-            threading.Thread(target=self._read_requests, args=(conn, work), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        """One driver's connection: it must present the token first (else it is closed unread);
+        then a thread computes its requests while this one reads them."""
+        try:
+            conn.settimeout(5.0)
+            ok = hmac.compare_digest(_read(conn, _TOKEN_BYTES), self._token)
+            conn.settimeout(None)
+        except (OSError, ChannelClosed):
+            ok = False
+        if not ok:
+            conn.close()
+            return
+        work: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._compute, args=(_nodelay(conn), work), daemon=True).start()
+        self._read_requests(conn, work)
 
     def _read_requests(self, conn: socket.socket, work: queue.SimpleQueue) -> None:
         try:
