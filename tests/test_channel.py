@@ -80,7 +80,7 @@ class _Holder:
             raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def served():
     """A worker's channel in this process (no Ray) over a small logistic problem, and a driver
     connected to it as worker 0."""
@@ -142,7 +142,39 @@ def test_a_raising_task_and_stale_data_come_back_as_errors(served):
     assert "stores only" in str(frame[2]) and isinstance(frame[2].cause, Exception)
     assert driver.request(0, 7, 1, [wrong], (), False, True, [np.zeros(problem.dim)])
     (frame,) = _frames(driver, lambda f: len(f) >= 1)
-    assert frame[:2] == (7, "error") and isinstance(frame[2], StaleWorkerError)
+    assert frame[:2] == (7, "error") and isinstance(frame[2].cause, StaleWorkerError)
+
+
+class _RaisesOSError:
+    def run(self, t, tasks, params, sleeps, fail):
+        raise FileNotFoundError("no such data file (test)")
+        yield
+
+    def abort(self, t):
+        pass
+
+
+def test_a_task_raising_an_os_error_is_reported_not_taken_for_the_driver_leaving(served):
+    """An OSError of the task's own (a missing file) is its error, sent back as one; it used to
+    be taken for a write to the driver failing, and the driver then heard nothing."""
+    driver, holder, *_ = served
+    holder.core = _RaisesOSError()
+    assert driver.request(0, 8, 0, [], (), False, True, [])
+    (frame,) = _frames(driver, lambda f: len(f) >= 1, timeout=5.0)
+    assert frame[:2] == (8, "error") and isinstance(frame[2].cause, FileNotFoundError)
+    assert driver.has(0)  # the channel stays open for the next task
+
+
+def test_what_a_task_raises_stops_the_run_and_a_stale_worker_is_lost():
+    """How the engine classes a channel's error frame: a task's own exception (a gradcode error
+    included) stops the run as on the Ray path, stale data makes a lost task."""
+    from gradcode.errors import NotDecodableError
+    from gradcode.runtime.channel import _portable
+    from gradcode.runtime.engine import StaleWorkerError, _lost, _stale
+
+    assert not _lost(_portable(NotDecodableError("boom"))) and not _lost(_portable(ValueError("x")))
+    assert _stale(_portable(StaleWorkerError("holds data 0"))) and not _stale(_portable(ValueError("x")))
+    assert _lost(ChannelClosed("closed"))
 
 
 def test_a_connection_without_the_token_is_closed_unread(served):
@@ -185,7 +217,13 @@ def reference(rounds):
 @pytest.mark.parametrize("transport", ["channels", "ray"])
 @pytest.mark.parametrize("scheme, params", [("crc", {"s": 1}), ("partial", {"s": 1, "alpha": 2.0})])
 def test_both_transports_train_exactly_with_a_straggler(ray_session, tmp_path, transport, scheme, params):
-    res = run(tmp_path, scheme=scheme, scheme_params=params, stragglers=1, delay=0.05, transport=transport)
+    import warnings
+
+    from gradcode.runtime.engine import ChannelWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChannelWarning)  # every worker had its channel
+        res = run(tmp_path, scheme=scheme, scheme_params=params, stragglers=1, delay=0.05, transport=transport)
     assert rel(res.final_params, reference(5)) < 1e-9
     assert (res.arrivals[res.injected > 0] < 0).mean() >= 0.5  # the late worker was left out
 
@@ -229,9 +267,9 @@ def test_a_dead_workers_channel_is_opened_again_once_ray_restarted_it(ray_sessio
         x = engine.put(np.zeros(spec.build()[0].dim))
         task = WireTask(0, (0,), np.ones((1, 1, 1)), 0)
         engine.submit(0, 0, [task], [x], fail=True)
-        events = []
-        while not events:
-            events = engine.poll(5.0)
+        events, deadline = [], time.monotonic() + 30
+        while not events and time.monotonic() < deadline:
+            events = engine.poll(1.0)
         assert [(e.worker, e.kind, e.lost) for e in events] == [(0, "failed", True)]
         assert not engine._channels.has(0)
         delivered, deadline = [], time.monotonic() + 60
@@ -243,9 +281,9 @@ def test_a_dead_workers_channel_is_opened_again_once_ray_restarted_it(ray_sessio
                 break
         assert engine._channels.has(0) and delivered
         engine.submit(0, t + 1, [task], [x])
-        got = []
-        while not got:
-            got = engine.poll(5.0)
+        got, deadline = [], time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = engine.poll(1.0)
         assert got[0].kind == "message" and math.isfinite(float(np.sum(got[0].payload)))
     finally:
         engine.shutdown()

@@ -16,7 +16,7 @@ one ``!Q`` length per buffer, the pickle (protocol 5) and the buffers' raw bytes
 travel as their own bytes, not copied into the pickle. Requests (driver to worker) are
 ``("run", t, generation, tasks, sleeps, fail, one, params)`` and ``("abort", t)``; replies are
 ``(t, "message", payload)``, ``(t, "end", None)`` (the task ended: aborted in its sleep, or a
-stream's last message was sent) and ``(t, "error", exception)`` (the task raised).
+stream's last message was sent) and ``(t, "error", WorkerTaskError)`` (the task raised).
 
 Trust: a worker accepts a connection only after it presents the token the driver gave the worker
 through Ray (:meth:`WorkerChannel.listen`); pickles are read only from connections that did. The
@@ -25,6 +25,7 @@ driver trusts its workers as it trusts Ray's results.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import pickle
 import queue
@@ -59,6 +60,10 @@ _TOKEN_BYTES = 32
 
 class ChannelClosed(GradcodeError):
     """The worker's end of a channel closed: its process died (or the connection broke)."""
+
+
+class _DriverGone(GradcodeError):
+    """Writing to the driver failed: its end closed (its tasks go with it)."""
 
 
 class WorkerTaskError(GradcodeError):
@@ -121,6 +126,9 @@ class WorkerChannel:
     def __init__(self, holder, host: str, check: Callable[[int], None]):
         self.holder, self.check = holder, check
         self._token = b""
+        # one task at a time on the core, also across connections (a driver that reconnected
+        # while its old connection's task still ran)
+        self._computing = threading.Lock()
         self._server = socket.create_server((host, 0))
         threading.Thread(target=self._accept, name="gradcode-channel", daemon=True).start()
 
@@ -132,7 +140,11 @@ class WorkerChannel:
 
     def _accept(self) -> None:
         while True:
-            conn, _ = self._server.accept()
+            try:
+                conn, _ = self._server.accept()
+            except OSError:  # out of descriptors, say: the listener stays, try again
+                time.sleep(0.1)
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -167,10 +179,13 @@ class WorkerChannel:
     def _compute(self, conn: socket.socket, work: queue.SimpleQueue) -> None:
         try:
             while (request := work.get()) is not None:
-                self._run(conn, *request[1:])
-        except OSError:  # the driver went away: its tasks are dropped with it
+                with self._computing:
+                    self._run(conn, *request[1:])
+        except _DriverGone:  # its tasks are dropped with it
             pass
-        finally:
+        finally:  # whatever ended this loop, the driver sees the channel close (FIN), not silence
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
     def _run(self, conn, t, generation, tasks, sleeps, fail, one, params) -> None:
@@ -178,25 +193,26 @@ class WorkerChannel:
             self.check(generation)
             sent = False
             for message in self.holder.core.run(t, tasks, params, sleeps, fail):
-                send_frame(conn, (t, "message", message))
+                _send(conn, (t, "message", message))
                 sent = True
             if not (one and sent):
-                send_frame(conn, (t, "end", None))
-        except OSError:
+                _send(conn, (t, "end", None))
+        except _DriverGone:
             raise
-        except Exception as exc:
-            send_frame(conn, (t, "error", _portable(exc)))
+        except Exception as exc:  # the task raised (an OSError of its own included)
+            _send(conn, (t, "error", _portable(exc)))
 
 
-def _portable(exc: Exception) -> Exception:
-    """``exc`` as it can cross to the driver: itself when it pickles and is a gradcode error the
-    driver acts on, else a :class:`WorkerTaskError` with the traceback."""
-    if isinstance(exc, GradcodeError):
-        try:
-            pickle.loads(pickle.dumps(exc))
-            return exc
-        except Exception:
-            pass
+def _send(conn: socket.socket, frame) -> None:
+    try:
+        send_frame(conn, frame)
+    except OSError as exc:
+        raise _DriverGone from exc
+
+
+def _portable(exc: Exception) -> WorkerTaskError:
+    """``exc`` as it crosses to the driver: a :class:`WorkerTaskError` with the worker's traceback
+    and ``exc`` as its ``cause`` (a stand-in naming it when it does not pickle)."""
     text = "".join(traceback.format_exception(exc))
     try:
         pickle.loads(pickle.dumps(exc))
@@ -247,10 +263,12 @@ class DriverChannels:
             return False
 
     def abort(self, w: int, t: int) -> None:
-        try:
-            send_frame(self._socks[w], ("abort", int(t)))
-        except (OSError, KeyError):
-            self.close(w)
+        """Ask worker ``w`` to stop its rounds ``<= t``. A write that fails leaves the connection
+        to :meth:`wait`, which reports it closed (and so the task it ran)."""
+        sock = self._socks.get(w)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                send_frame(sock, ("abort", int(t)))
 
     def wait(self, timeout: float) -> list[tuple[int, Any]]:
         """Frames that arrived within ``timeout`` seconds (at least one unless the time ran out),
@@ -269,9 +287,11 @@ class DriverChannels:
                 w = key.data
                 try:
                     out.append((w, recv_frame(key.fileobj)))
-                except (OSError, ChannelClosed, EOFError, pickle.UnpicklingError):
+                except (OSError, ChannelClosed, EOFError):
                     self.close(w)
                     out.append((w, None))
+                except Exception as exc:  # a whole frame this process cannot unpickle
+                    out.append((w, (None, "unreadable", exc)))
         return out
 
     def close(self, w: int) -> None:
@@ -283,3 +303,5 @@ class DriverChannels:
     def close_all(self) -> None:
         for w in list(self._socks):
             self.close(w)
+        self._selector.close()
+        self._selector = selectors.DefaultSelector()

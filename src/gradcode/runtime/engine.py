@@ -119,8 +119,9 @@ class StaleWorkerError(GradcodeError):
 
 
 def _stale(exc) -> bool:
-    return isinstance(exc, StaleWorkerError) or (isinstance(exc, ray.exceptions.RayTaskError)
-                                                 and isinstance(getattr(exc, "cause", None), StaleWorkerError))
+    """Whether a task failed because its worker holds another run's data (raised in the worker:
+    the cause of Ray's ``RayTaskError`` or of a channel's ``WorkerTaskError``)."""
+    return isinstance(getattr(exc, "cause", None), StaleWorkerError)
 
 
 def _lost(exc) -> bool:
@@ -603,6 +604,7 @@ class RayEngine(Engine):
         self._token = secrets.token_bytes(32)
         self._reopen: dict[int, Any] = {}  # worker -> its open_channel reference, after its channel closed
         self._unreachable: set[int] = set()  # workers whose channel could not be opened: actor calls only
+        self._resetting: dict[int, Any] = {}  # worker -> its reset's reference, until the reset is done
         self._owner: dict[Any, int] = {}  # reference -> worker
         self._specs: list[tuple] = []  # each worker's (problem spec, partitions, chunks)
         self._reused: set[int] = set()  # workers taken over from the session's previous engine
@@ -702,13 +704,14 @@ class RayEngine(Engine):
         if self._channels is not None:
             refs = [a.open_channel.remote(self._token) for a in self._actors]
             for w, ref in enumerate(refs):
-                self._connect(w, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0)))
+                self._connect(w, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0)),
+                              timeout=min(5.0, max(deadline - time.monotonic(), 0.1)))
 
-    def _connect(self, w: int, address) -> None:
+    def _connect(self, w: int, address, timeout: float = 5.0) -> None:
         """Open worker ``w``'s channel at ``address``; when the driver cannot reach it (a firewall
         between nodes), ``w`` takes its rounds through actor calls, and a warning says so."""
         try:
-            self._channels.connect(w, address, self._token)
+            self._channels.connect(w, address, self._token, timeout)
         except OSError as exc:
             self._unreachable.add(w)
             warnings.warn(f"worker {w}'s direct channel at {address[0]}:{address[1]} cannot be opened ({exc}): its"
@@ -716,10 +719,15 @@ class RayEngine(Engine):
                           ChannelWarning, stacklevel=3)
 
     def _has_channel(self, w: int) -> bool:
-        """Whether worker ``w``'s channel is open: after its process died, once Ray has restarted
-        it and it listens again (looked at without waiting)."""
+        """Whether worker ``w``'s rounds can go by channel: its channel is open (after its process
+        died: once Ray has restarted it and it listens again) and no reset of its data is still
+        running (looked at without waiting)."""
         if self._channels is None:
             return False
+        if w in self._resetting:
+            if not ray.wait([self._resetting[w]], timeout=0)[0]:
+                return False
+            del self._resetting[w]
         if not self._channels.has(w) and w in self._reopen:
             ref = self._reopen[w]
             if ray.wait([ref], timeout=0)[0]:
@@ -778,7 +786,9 @@ class RayEngine(Engine):
         if w in self._stale:  # a reused actor Ray may have restarted with another run's arguments
             self._stale.discard(w)
             self._generations[w] += 1
-            self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
+            # its tasks go by actor call, queued behind the reset, until the reset is done: a
+            # channel's request would not wait for a reset that reloads a data set
+            self._resetting[w] = self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
         sleeps = tuple(float(x) for x in sleeps)
         one = task_messages(tasks) == 1
         if (self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
@@ -838,13 +848,18 @@ class RayEngine(Engine):
             mine = entry is not None and entry[1] is None
             if frame is None:  # the process died (or its connection broke)
                 self._channel_lost(w)
+                if w in self._reused:  # Ray restarts it with the arguments of the run that made it
+                    self._stale.add(w)
                 if mine:
                     self._forget(w)
                     events.append(Event(w, entry[0], "failed", ChannelClosed(f"worker {w}'s process died or its connection broke (its channel closed)"),
                                         lost=self._lost_worker(w, ChannelClosed())))
                 continue
             t, kind, payload = frame
-            if not mine or entry[0] != t:
+            if kind == "unreadable" and mine:  # a whole frame that did not unpickle here: a bug
+                t, payload = entry[0], WorkerTaskError(f"a message of worker {w} could not be read here: {payload!r}",
+                                                       payload)
+            elif not mine or entry[0] != t:
                 continue
             if kind == "message":
                 if not entry[2]:  # a task of one message: this was all of it
@@ -975,11 +990,11 @@ class RayEngine(Engine):
             pass
 
     def kill(self, w: int) -> None:
+        """End worker ``w`` for good; a task it ran is reported failed (lost) as its process ends
+        (its channel closes, or its actor call fails)."""
         ray.kill(self._actors[w], no_restart=True)
         self._killed.add(w)
-        if self._channels is not None:
-            self._channels.close(w)
-            self._reopen.pop(w, None)
+        self._reopen.pop(w, None)
 
     def lost(self) -> str | None:
         """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with
@@ -1017,7 +1032,7 @@ class RayEngine(Engine):
                 pass
         if self._channels is not None:
             self._channels.close_all()
-            self._reopen = {}
+            self._reopen, self._resetting = {}, {}
         self._actors = []
         self._run = []
         self._running = {}
