@@ -24,10 +24,8 @@ from gradcode.runtime.channel import (
     recv_frame,
     send_frame,
 )
-from runtime_util import gd_reference, rel, train_options
-
-DATA = {"n_samples": 400, "n_features": 6}
-SEED = 3
+from runtime_util import rel
+from test_runtime import DATA, SEED, reference, run  # the runtime tests' small run and its GD reference
 
 
 @pytest.fixture
@@ -202,18 +200,6 @@ def test_wait_reports_a_closed_worker_once():
 # ---------------------------------------------------------------------------- on Ray
 
 
-def run(tmp_path, name="run", **kw):
-    kw.setdefault("workers", 4)
-    kw.setdefault("rounds", 5)
-    kw.setdefault("optimizer_params", {"lr": 0.5})
-    return train_options(data="tandon-synthetic", data_params=DATA, seed=SEED, run_dir=tmp_path / name,
-                         eval_every=0, **kw)
-
-
-def reference(rounds):
-    return gd_reference(DATA, SEED, rounds, lr=0.5, optimizer="gd")
-
-
 @pytest.mark.parametrize("transport", ["channels", "ray"])
 @pytest.mark.parametrize("scheme, params", [("crc", {"s": 1}), ("partial", {"s": 1, "alpha": 2.0})])
 def test_both_transports_train_exactly_with_a_straggler(ray_session, tmp_path, transport, scheme, params):
@@ -224,7 +210,7 @@ def test_both_transports_train_exactly_with_a_straggler(ray_session, tmp_path, t
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChannelWarning)  # every worker had its channel
         res = run(tmp_path, scheme=scheme, scheme_params=params, stragglers=1, delay=0.05, transport=transport)
-    assert rel(res.final_params, reference(5)) < 1e-9
+    assert rel(res.final_params, reference(6)) < 1e-9
     assert (res.arrivals[res.injected > 0] < 0).mean() >= 0.5  # the late worker was left out
 
 
@@ -236,7 +222,7 @@ def test_parameters_above_the_channel_limit_go_through_the_object_store(ray_sess
     real_put = engine.ray.put
     monkeypatch.setattr(engine.ray, "put", lambda x: puts.append(x.nbytes) or real_put(x))
     res = run(tmp_path, scheme="crc", stragglers=1, delay=0.05, fail=["2@2"])
-    assert rel(res.final_params, reference(5)) < 1e-9 and len(puts) == 5
+    assert rel(res.final_params, reference(6)) < 1e-9 and len(puts) == 6
 
 
 def test_a_worker_without_a_channel_takes_actor_calls_beside_the_others(ray_session, tmp_path, monkeypatch):
@@ -252,7 +238,7 @@ def test_a_worker_without_a_channel_takes_actor_calls_beside_the_others(ray_sess
     monkeypatch.setattr(channel.DriverChannels, "connect", refuse_worker_0)
     with pytest.warns(engine.ChannelWarning, match="worker 0's direct channel .*refused"):
         res = run(tmp_path, scheme="crc", stragglers=1, delay=0.05)
-    assert rel(res.final_params, reference(5)) < 1e-9
+    assert rel(res.final_params, reference(6)) < 1e-9
 
 
 def test_a_dead_workers_channel_is_opened_again_once_ray_restarted_it(ray_session):
