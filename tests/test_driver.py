@@ -719,7 +719,8 @@ def test_a_bad_engine_is_refused_before_the_run_dir_holds_anything(tmp_path):
 
     spec = TrainSpec("crc", workers=4, data_params=DATA)
     for engine, cluster, match in (("inproc", None, "engine must be one of"),
-                                   ("inprocess", ClusterConfig(num_cpus=2), "num_cpus are the Ray engine's")):
+                                   ("inprocess", ClusterConfig(num_cpus=2), "num_cpus are the Ray engine's"),
+                                   ("inprocess", ClusterConfig(transport="ray"), "transport are the Ray engine's")):
         with pytest.raises(ValueError, match=match):
             train(spec, run=RunConfig(rounds=2, run_dir=tmp_path / "r"), cluster=cluster, engine=engine)
         assert not (tmp_path / "r").exists()

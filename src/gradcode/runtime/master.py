@@ -89,6 +89,7 @@ def _check_engine(engine, cluster: ClusterConfig | None) -> str | None:
     if name == "inprocess" and cluster is not None:
         set_ = [f for f in ("address", "num_cpus") if getattr(cluster, f) is not None]
         set_ += ["worker_cpus"] if cluster.worker_cpus else []
+        set_ += ["transport"] if cluster.transport != "channels" else []
         if set_:
             raise ValueError(f"the in-process engine runs the workers in this process, without a cluster:"
                              f" {', '.join(set_)} are the Ray engine's settings (engine='ray', --engine ray)")
