@@ -152,18 +152,15 @@ class _WorkerBase:
         present ``token``; returns where. The channel's threads run the rounds it brings beside
         the actor's own calls (``reset``, ``abort`` and the rest)."""
         if self._channel is None:
-            self._channel = WorkerChannel(self, ray.util.get_node_ip_address(), self._wait_for)
+            self._channel = WorkerChannel(self, ray.util.get_node_ip_address(), self._check_holds)
         return self._channel.listen(token)
 
-    def _wait_for(self, generation: int) -> None:
-        """Wait (briefly: the reset the engine sent through Ray just before a channel's request may
-        not have run yet) until the worker holds data ``generation``; raise
-        :class:`StaleWorkerError` when it does not (Ray restarted it with another run's data)."""
-        deadline = time.monotonic() + _STALE_WAIT
-        while self._generation != generation:
-            if time.monotonic() > deadline:
-                raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
-            time.sleep(0.001)
+    def _check_holds(self, generation: int) -> None:
+        """Raise :class:`StaleWorkerError` unless the worker holds data ``generation`` (Ray
+        restarted it with another run's arguments). A channel's task never waits for a reset: the
+        engine sends it only once the reset is done."""
+        if self._generation != generation:
+            raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
 
     def node(self) -> str:
         """The Ray node this worker runs on (a restarted actor may run on another)."""
@@ -190,16 +187,12 @@ class _PlainWorker(_WorkerBase):
         self._generation = generation
         return os.getpid()
 
-    def _holds(self, generation: int) -> None:
-        if self._generation != generation:  # Ray restarted it with another run's arguments
-            raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
-
     def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
-        self._holds(generation)
+        self._check_holds(generation)
         yield from self.core.run(t, tasks, params, sleeps, fail)
 
     def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
-        self._holds(generation)
+        self._check_holds(generation)
         out = None
         for out in self.core.run(t, tasks, params, sleeps, fail):
             pass
@@ -238,7 +231,7 @@ class _RayWorker(_WorkerBase):
         deadline = loop.time() + _STALE_WAIT
         while self._generation != generation:
             if loop.time() > deadline:
-                raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
+                self._check_holds(generation)
             await asyncio.sleep(0.001)
 
     async def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
@@ -852,8 +845,8 @@ class RayEngine(Engine):
                     self._stale.add(w)
                 if mine:
                     self._forget(w)
-                    events.append(Event(w, entry[0], "failed", ChannelClosed(f"worker {w}'s process died or its connection broke (its channel closed)"),
-                                        lost=self._lost_worker(w, ChannelClosed())))
+                    exc = ChannelClosed(f"worker {w}'s process died or its connection broke (its channel closed)")
+                    events.append(Event(w, entry[0], "failed", exc, lost=self._lost_worker(w, exc)))
                 continue
             t, kind, payload = frame
             if kind == "unreadable" and mine:  # a whole frame that did not unpickle here: a bug
