@@ -411,8 +411,9 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
         reap_dead_temp_dirs()
         temp_dir = ray_temp_dir(run_dir)
         # Ray runs its worker processes at niceness 15 (below the driver): they do the training's
-        # compute, so beside any other load they got ~3 % of a core each (fit's start-up took 70 s
-        # instead of 8 beside two busy loops); an embedded cluster keeps them at the driver's priority
+        # compute, and beside any other load the scheduler's weights owe them ~3 % of a core each
+        # (measured: fit's start-up took 70 s instead of 13 beside two busy loops); an embedded
+        # cluster keeps them at the driver's priority
         kwargs.update(num_cpus=num_cpus, _temp_dir=temp_dir, _system_config={"worker_niceness": 0})
     else:
         if num_cpus is not None:
