@@ -18,3 +18,9 @@ class StopTraining(Exception):
     """Raised by a training callback to end the run after the round it was called for: the run
     stops cleanly, its records are saved and :func:`gradcode.train` or :func:`gradcode.torch.fit`
     returns the result trained to that round (not an error, hence not a :class:`GradcodeError`)."""
+
+
+class CollectiveUnsupportedError(GradcodeError):
+    """A scheme, code or problem cannot run on the collective path (its decode is not a fixed
+    linear combination of held messages, or its objective needs the parameters at the driver);
+    the message names it and why. The runtime then keeps the star path for it, saying so."""

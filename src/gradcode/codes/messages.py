@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-__all__ = ["Message", "as_rows", "decode_threads", "is_narrow", "over_parts", "set_decode_threads", "sum_squares",
+__all__ = ["Message", "Note", "as_rows", "decode_threads", "is_narrow", "over_parts", "set_decode_threads", "sum_squares",
            "to_wire", "warm_kernels", "weighted_add", "weighted_sum"]
 
 #: types whose range is narrow enough that messages are scaled into it before the cast
@@ -84,6 +84,34 @@ class Message(NDArrayOperatorsMixin):
     @property
     def shape(self):
         return self.values.shape
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What a worker on the collective path tells the driver of a message it keeps
+    (:mod:`gradcode.codes.reduce`): everything of a :class:`Message` but its values. ``scale`` and
+    ``factor`` as the Message's; ``dtype`` the wire type the values are held in; ``length`` their
+    number (``m``). The error bound needs no more (``||m_i|| <= S_i``), so a decode is planned and
+    bounded on notes; the values never leave the worker."""
+
+    scale: float
+    factor: float
+    dtype: np.dtype
+    length: int
+
+    @classmethod
+    def of(cls, message: Message) -> Note:
+        return cls(float(message.scale), float(message.factor), np.dtype(message.values.dtype),
+                   int(message.values.shape[-1]))
+
+    @property
+    def finite(self) -> bool:
+        """Whether the worker's sum was finite (:attr:`Message.finite`)."""
+        return math.isfinite(self.scale)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.length,)
 
 
 def as_rows(msgs) -> np.ndarray:

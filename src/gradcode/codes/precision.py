@@ -41,7 +41,7 @@ from gradcode.codes.decoding import Decoding
 from gradcode.errors import NotDecodableError
 
 __all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "Decoded", "ImpreciseDecodeError",
-           "bound_decode", "decode_precision", "partial_bounds", "wire_precision"]
+           "accept_bound", "bound_decode", "decode_precision", "error_bound", "partial_bounds", "wire_precision"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: unit roundoff of each wire precision messages may arrive in
@@ -158,6 +158,25 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
     precision (from the same bounded norms ``||g_j||``): a decode is never refused for being as
     good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
     too, and its relative error grows for any method)."""
+    bound, plain, summed = error_bound(code, sol, sums, prec, factors, m)
+    rel = accept_bound(sol, bound, plain, summed, size, prec, tol)
+    return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
+
+
+def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduced_by: int = 0,
+                reduce_precision: str = "float64") -> tuple[float, float, float]:
+    """``(error bound, plain-sum bound, summed)`` of a decode with coefficients ``sol`` of rows
+    that summed ``sums`` (:func:`bound_decode`), computed before any value is read: from the
+    scales alone, as the collective path needs (:mod:`gradcode.codes.reduce`).
+
+    ``reduced_by``: the decoded sum is formed not by one float64 sum but by ``reduced_by``
+    processes, each adding its own rows in float64, casting its part to ``reduce_precision`` and
+    all-reducing the parts in that precision (a ring adds ``reduced_by - 1`` times per element):
+    each row's error grows by ``reduced_by * u_r * S_i`` (the cast and the ring's additions, each
+    at most ``u_r`` of a partial sum no larger than ``sum_i |A[c, i]| S_i``). The plain sum it is
+    compared with is then the one data-parallel training forms: the partial gradients all-reduced
+    the same way (DDP's float32 ring), so an uncoded reduction is never refused for the ring's own
+    rounding."""
     u = UNIT_ROUNDOFF[prec]
     computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
     u_c = UNIT_ROUNDOFF[computed]
@@ -168,6 +187,8 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
     with np.errstate(over="ignore", invalid="ignore"):
         row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
                      + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
+        if reduced_by:
+            row_error = row_error + reduced_by * UNIT_ROUNDOFF[reduce_precision] * sums
         per_chunk = absA @ row_error
         plain = 0.0
         if sol.row_ids is not None:
@@ -177,9 +198,20 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
             # the same bound for a plain sum of the k partials: each cast, summed by the master,
             # its one term (and unit coefficient) rounded at the worker
             per_partial = u + code.k * _EPS + 2 * u_c
+            if reduced_by:
+                per_partial += reduced_by * UNIT_ROUNDOFF[reduce_precision]
             plain = per_partial * float(np.linalg.norm(gb.reshape(code.k, L).sum(axis=0)))
         bound = float(np.sqrt(per_chunk @ per_chunk))
         summed = float(np.linalg.norm(absA @ sums))
+    return bound, plain, summed
+
+
+def accept_bound(sol: Decoding, bound: float, plain: float, summed: float, size: float, prec: str,
+                 tol: float) -> float:
+    """The acceptance rule of :func:`bound_decode` for a decoded gradient of norm ``size``: returns
+    ``bound / size``, or raises :class:`ImpreciseDecodeError` when that exceeds ``tol`` and the
+    bound is more than :data:`PLAIN_SUM_SLACK` times ``plain``."""
+    u = UNIT_ROUNDOFF[prec]
     if size > 0:
         rel = bound / size
     else:
@@ -197,4 +229,4 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
             + ", or use a code with a smaller amplification (frc, uncoded, commfr)",
             relative_bound=rel, precision=prec, rtol=tol,
         )
-    return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
+    return rel

@@ -28,6 +28,22 @@ The contract, as the driver relies on it:
   engine started;
 * ``clock()``: the engine's time in seconds, which the driver uses for round times, arrivals,
   deadlines and back-off: wall time for a real engine, virtual time for the in-process one.
+
+The collective path (:mod:`gradcode.runtime.replica`; an engine with ``collective = True``):
+
+* ``join(replica)`` gives every worker its own copy of the models (parameters, optimizers and
+  their states); a task then names ``ReplicaRef(model, version)`` in place of parameters and its
+  messages come back as :class:`~gradcode.codes.messages.Note` s, the worker keeping the values;
+* ``reduce(t, orders)`` starts round ``t``'s reduction among the workers of ``orders`` (``{w:
+  ReduceOrder}``): each contributes its part, they all-reduce the parts among themselves and step
+  their replicas; each answers with a ``"reduced"`` :class:`Event` whose payload is its
+  :class:`~gradcode.runtime.replica.ReduceReply` (``error`` set when it did not step: the
+  reduction failed because a member died, naming it in ``lost``; the decode was imprecise; the
+  step diverged), or dies (a lost ``"failed"`` event);
+* ``sync(w, source)``: before ``w``'s next task its replica becomes a copy of ``source``'s (a
+  task of a worker whose copy failed raises :class:`~gradcode.runtime.replica.StaleReplicaError`,
+  reported as lost);
+* ``fetch(w)``: a copy of ``w``'s models (for records, metrics and checkpoints).
 """
 
 from __future__ import annotations
@@ -45,8 +61,9 @@ __all__ = ["Engine", "Event"]
 @dataclass
 class Event:
     """What :meth:`Engine.poll` saw: ``kind`` is ``"message"`` (``payload`` is the array),
-    ``"done"`` (the worker's task for round ``round`` ended) or ``"failed"`` (``payload`` is the
-    exception). ``lost``: a failure because the worker's process died or is restarting (a
+    ``"done"`` (the worker's task for round ``round`` ended), ``"failed"`` (``payload`` is the
+    exception) or ``"reduced"`` (the collective path: ``payload`` is the worker's
+    :class:`~gradcode.runtime.replica.ReduceReply`). ``lost``: a failure because the worker's process died or is restarting (a
     straggler, and its task may be sent again), as opposed to an exception raised by the task
     itself (a bug: the run stops). An engine must set it on every death it reports: left at its
     default, a dead worker stops the run instead of counting as a straggler."""
@@ -63,6 +80,20 @@ class Engine(ABC):
 
     #: the workers compute in the master's own process (each timed on one thread there)
     in_master_process = False
+    #: whether the engine runs the collective path (``join``, ``reduce``, ``sync``, ``fetch``)
+    collective = False
+
+    def join(self, replica) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
+
+    def reduce(self, t: int, orders: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
+
+    def sync(self, w: int, source: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
+
+    def fetch(self, w: int) -> list:
+        raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
 
     @abstractmethod
     def spawn(self, specs: list, *, max_restarts: int = -1, start_timeout: float = 120.0,

@@ -30,7 +30,7 @@ from gradcode._validation import check_choice, check_closing_rule, check_int, ch
 __all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "given_configs"]
 
 #: how a round reaches the Ray workers (``ClusterConfig.transport``)
-TRANSPORTS = ("channels", "ray")
+TRANSPORTS = ("channels", "ray", "collective")
 
 
 def _set(obj, name: str, value) -> None:
@@ -73,8 +73,11 @@ class ClusterConfig:
     worker_gpus: float | None = described(None, "GPUs each worker reserves (a fraction shares one; default: none,"
                                                 " or an even share when the model computes on CUDA).")
     transport: str = described("channels", "How rounds reach the workers: channels (a direct socket to each worker,"
-                                            " Ray's object store for parameters over 2 MiB) or ray (every round"
-                                            " through Ray's actor calls).")
+                                            " Ray's object store for parameters over 2 MiB), ray (every round"
+                                            " through Ray's actor calls) or collective (the workers keep the messages"
+                                            " and model replicas and all-reduce the decode among themselves).")
+    replica_check: int = described(20, "With --transport collective: compare a digest of the workers' model replicas"
+                                       " every K rounds (0: never); replicas that differ stop the run.")
 
     def __post_init__(self):
         if self.num_cpus is not None:
@@ -84,6 +87,7 @@ class ClusterConfig:
         if self.worker_gpus is not None:
             _set(self, "worker_gpus", check_real("worker_gpus", self.worker_gpus, minimum=0.0))
         _set(self, "transport", check_choice("transport", self.transport, TRANSPORTS))
+        _set(self, "replica_check", check_int("replica_check", self.replica_check, minimum=0))
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.base import Engine
 from gradcode.runtime.config import FaultConfig, RunConfig, TrainSpec
 from gradcode.runtime.records import RoundLog, TrainState, finite
+from gradcode.runtime.replica import DivergedError, step_model
 from gradcode.runtime.worker import WireTask
 from gradcode.schemes.static import task_schedule
 from gradcode.schemes.timing import message_arrivals
@@ -365,35 +366,42 @@ class RoundDriver:
             try:
                 return scheme.close(t, arrived), arrived
             except NotDecodableError as exc:
-                if self.mu is not None:  # past the mu-rule's deadline: the round is waited out
-                    self.state.waitouts[t] = True
-                # the scheme dropped results it could not decode with (StaticScheme: non-finite
-                # values, or finite ones whose weighted sum overflows) and what is left does not
-                # decode: the round stays open (schemes/static.py) and, like any round short of
-                # results, waits for the workers still computing, re-sends, or times out
-                self.close_error = str(exc)
-                if isinstance(exc, ImpreciseDecodeError) and not self.warned_imprecise:
-                    self.warned_imprecise = True
-                    warnings.warn(
-                        f"round {t} waits for more workers: its decode from the results in so far was refused as"
-                        f" imprecise in {exc.precision} (error bound {exc.relative_bound:.1e} of the gradient,"
-                        f" rtol {exc.rtol:g}); later rounds may wait too (said once). A wider wire type or a"
-                        " code with smaller coefficients decodes without the wait", ImpreciseWaitWarning,
-                        stacklevel=2)
-                if isinstance(exc, (ImpreciseDecodeError, InconsistentMessagesError)):
-                    # more rows give smaller coefficients, more results more checks: wait for the
-                    # next message of the round (or, with nothing more to come, stop)
-                    held = self._received(t)
-                    self._wait_ready(t, wire, unsent, retries, start, deadline,
-                                     until=lambda: self._received(t) > held or self._settled(t, wire))
-                    if self._received(t) == held:
-                        what = ("the decoded gradient is still not accurate enough"
-                                if isinstance(exc, ImpreciseDecodeError) else
-                                "the results still disagree with no culprit located")
-                        raise TrainingStopped(f"round {t}: every worker's result is in and {what}: {exc}") from exc
-                    continue
-                if scheme.ready(t):  # nothing the workers send can change that: a scheme bug
-                    raise TrainingStopped(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
+                self._refused(t, exc, waiting)
+
+    def _refused(self, t: int, exc: NotDecodableError, waiting: tuple) -> None:
+        """A close (or a collective reduction) of round ``t`` was refused: record why and return
+        once it is worth trying again (more messages, a re-sent task), or raise when nothing more
+        can come."""
+        wire, unsent, retries, start, deadline = waiting
+        if self.mu is not None:  # past the mu-rule's deadline: the round is waited out
+            self.state.waitouts[t] = True
+        # the scheme dropped results it could not decode with (StaticScheme: non-finite
+        # values, or finite ones whose weighted sum overflows) and what is left does not
+        # decode: the round stays open (schemes/static.py) and, like any round short of
+        # results, waits for the workers still computing, re-sends, or times out
+        self.close_error = str(exc)
+        if isinstance(exc, ImpreciseDecodeError) and not self.warned_imprecise:
+            self.warned_imprecise = True
+            warnings.warn(
+                f"round {t} waits for more workers: its decode from the results in so far was refused as"
+                f" imprecise in {exc.precision} (error bound {exc.relative_bound:.1e} of the gradient,"
+                f" rtol {exc.rtol:g}); later rounds may wait too (said once). A wider wire type or a"
+                " code with smaller coefficients decodes without the wait", ImpreciseWaitWarning,
+                stacklevel=3)
+        if isinstance(exc, (ImpreciseDecodeError, InconsistentMessagesError)):
+            # more rows give smaller coefficients, more results more checks: wait for the
+            # next message of the round (or, with nothing more to come, stop)
+            held = self._received(t)
+            self._wait_ready(t, wire, unsent, retries, start, deadline,
+                             until=lambda: self._received(t) > held or self._settled(t, wire))
+            if self._received(t) == held:
+                what = ("the decoded gradient is still not accurate enough"
+                        if isinstance(exc, ImpreciseDecodeError) else
+                        "the results still disagree with no culprit located")
+                raise TrainingStopped(f"round {t}: every worker's result is in and {what}: {exc}") from exc
+            return
+        if self.scheme.ready(t):  # nothing the workers send can change that: a scheme bug
+            raise TrainingStopped(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
 
     def _record_round(self, t: int, wire: dict, arrived: frozenset, finished) -> dict[int, float]:
         """Record round ``t``'s arrivals (the last message each non-straggler delivered), the
@@ -736,28 +744,12 @@ class RoundDriver:
             x, _ = self.job_params[job]
             m = job % self.models
             g = np.asarray(g)[: x.size]  # drop the zero padding of a chunked code's last chunk
-            if not finite(g):  # every message used was finite: the scheme's sum overflowed
-                raise TrainingStopped(
-                    f"round {t}: the decoded gradient of job {job} (model {m}) holds NaN or infinity"
-                    " although every message used was finite; it was not applied"
-                )
-            grad = self.problem.full_gradient(x, g)
             k = self.state.steps[m]
-            with np.errstate(over="ignore", invalid="ignore"):
-                params, opt_state = self.optimizers[m].step(self.state.params[m], grad, self.state.opt_states[m], k)
-                bad = "parameters" if not finite(params) else None
-                loss = float(self.problem.objective(params)) if bad is None else math.nan
-            if bad is None and not math.isfinite(loss):
-                bad = "training objective"
-            if bad is not None:
-                raise TrainingStopped(
-                    f"round {t}: training diverged: model {m}'s {bad} became non-finite (NaN or"
-                    f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
-                    f" gradient (norm {float(np.linalg.norm(grad)):.3g}): the step size is too large for"
-                    " this problem. Lower the learning rate (--optimizer-params lr=...; by default GD and Nesterov take 1/L"
-                    " from the problem's smoothness). The parameters after the last completed round"
-                    " are kept"
-                )
+            try:
+                params, opt_state, loss = step_model(self.problem, self.optimizers[m], self.state.params[m],
+                                                     self.state.opt_states[m], k, g, at=x)
+            except DivergedError as exc:
+                raise TrainingStopped(self._diverged(t, job, m, k, exc.what, exc.norm)) from None
             updates.append((job, m, params, opt_state, k, loss))
         losses = {}
         for job, m, params, opt_state, k, loss in updates:
@@ -767,6 +759,18 @@ class RoundDriver:
             self.state.steps[m] = k + 1
             losses[m] = loss
         return losses
+
+    def _diverged(self, t: int, job: int, m: int, k: int, what: str, norm: float) -> str:
+        """Why round ``t``'s step of job ``job`` (model ``m``, optimizer step ``k``) was not taken."""
+        if what == "gradient":  # every message used was finite: the scheme's sum overflowed
+            return (f"round {t}: the decoded gradient of job {job} (model {m}) holds NaN or infinity"
+                    " although every message used was finite; it was not applied")
+        return (f"round {t}: training diverged: model {m}'s {what} became non-finite (NaN or"
+                f" infinity) at optimizer step {k} ({self.opt_names[m]}), from a finite decoded"
+                f" gradient (norm {norm:.3g}): the step size is too large for"
+                " this problem. Lower the learning rate (--optimizer-params lr=...; by default GD and Nesterov take 1/L"
+                " from the problem's smoothness). The parameters after the last completed round"
+                " are kept")
 
     def _check_cluster(self, t: int) -> None:
         """Stop with one clear error when the engine's cluster itself is gone (issue 20, item 9)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -89,7 +90,7 @@ def _check_engine(engine, cluster: ClusterConfig | None) -> str | None:
     if name == "inprocess" and cluster is not None:
         set_ = [f for f in ("address", "num_cpus") if getattr(cluster, f) is not None]
         set_ += ["worker_cpus"] if cluster.worker_cpus else []
-        set_ += ["transport"] if cluster.transport != "channels" else []
+        set_ += ["transport"] if cluster.transport not in ("channels", "collective") else []
         if set_:
             raise ValueError(f"the in-process engine runs the workers in this process, without a cluster:"
                              f" {', '.join(set_)} are the Ray engine's settings (engine='ray', --engine ray)")
@@ -560,13 +561,30 @@ class RunSession:
 
             self._restore_threads = restore_both
             warm_kernels()  # the decode's compiled sums, before round 0
-            self.driver = RoundDriver(self.setup, self.engine, state, faults=self.faults)
+            driver = self._driver_class()
+            extra = {"digest_every": self.cluster.replica_check} if driver is not RoundDriver else {}
+            self.driver = driver(self.setup, self.engine, state, faults=self.faults, **extra)
             if self.inflight is not None:
                 self.driver.restore(self.inflight)
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
         return self
+
+    def _driver_class(self) -> type[RoundDriver]:
+        """:class:`~gradcode.runtime.collective.CollectiveDriver` when the collective transport was
+        asked for and the run can take it; the star path's :class:`RoundDriver` otherwise (with a
+        :class:`~gradcode.runtime.collective.CollectiveFallbackWarning` saying why, when asked)."""
+        if self.cluster is None or self.cluster.transport != "collective":
+            return RoundDriver
+        from gradcode.runtime.collective import CollectiveDriver, CollectiveFallbackWarning, collective_blocker
+
+        why = collective_blocker(self.setup, self.engine)
+        if why is None:
+            return CollectiveDriver
+        warnings.warn(f"transport 'collective': this run keeps the star path (every message to the driver): {why}",
+                      CollectiveFallbackWarning, stacklevel=4)
+        return RoundDriver
 
     def save(self) -> None:
         """Write the checkpoint (models, optimizer states, records, the scheme's state, the jobs in flight)."""

@@ -49,6 +49,7 @@ import numpy as np
 
 from gradcode._validation import check_int
 from gradcode.codes.messages import sum_squares, to_wire, warm_kernels
+from gradcode.runtime.replica import ReplicaRef, StaleReplicaError
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ class WorkerCore:
         self._wake = threading.Event()
         #: samples whose gradient this worker has computed (the in-process engine's declared clock)
         self.samples = 0
+        #: the models this worker steps itself on the collective path (None on the star path)
+        self.replica = None
 
     # ----------------------------------------------------------------- control (any thread)
     def abort(self, round_: int) -> None:
@@ -178,6 +181,8 @@ class WorkerCore:
         if fail:
             os._exit(17)  # chaos: the process dies as a crashed machine would
         plan = [self._message_plan(task) for task in tasks]
+        keep = any(isinstance(x, ReplicaRef) for x in params)
+        params = [self._resolve(x) for x in params]
         i = 0
         for task, per_task in zip(tasks, plan):
             x = params[task.param_slot]
@@ -197,8 +202,34 @@ class WorkerCore:
                 E = task.coefficients[r]
                 msg = self._combine(E, partials, m)
                 scale = sum(float(np.abs(E[pos]) @ v) for pos, v in norms.items())
-                yield to_wire(msg, scale, self.wire_dtype)
+                message = to_wire(msg, scale, self.wire_dtype)
+                # the collective path keeps the message and tells the driver its note
+                yield self.replica.keep(t, message) if keep else message
                 i += 1
+
+    def _resolve(self, x):
+        """A task's parameter array: itself, or the replica's parameters a
+        :class:`~gradcode.runtime.replica.ReplicaRef` names (the collective path)."""
+        if not isinstance(x, ReplicaRef):
+            return x
+        if self.replica is None:
+            raise StaleReplicaError(f"worker {self.worker} holds no replica; the task needs model {x.model} at step"
+                                    f" {x.version}")
+        return self.replica.params(x, self.worker)
+
+    # ----------------------------------------------------------------- the collective path
+    def reduce_part(self, order) -> np.ndarray:
+        """This worker's part of a reduction (:meth:`Replica.part`)."""
+        return self._replica().part(order, self.worker)
+
+    def reduce_apply(self, order, total: np.ndarray):
+        """Step the replica with the reduced gradient (:meth:`Replica.apply`)."""
+        return self._replica().apply(order, total, self.problem, self.worker)
+
+    def _replica(self):
+        if self.replica is None:
+            raise StaleReplicaError(f"worker {self.worker} holds no replica (restarted, not yet brought up to date)")
+        return self.replica
 
     def _message_plan(self, task: WireTask) -> list[list[int]]:
         """For each message of ``task``: the positions of the partitions it computes first."""

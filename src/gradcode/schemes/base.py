@@ -180,6 +180,25 @@ an array when driven by hand) or ``None`` (simulator)."""
         or infinity and was discarded). Schemes that wait for spare results (verification) stop
         waiting for it; others need not care."""
 
+    # ------------------------------------------------------------ the collective path (optional)
+    def collective_support(self) -> str | None:
+        """None when a driver may run this scheme on the collective path (its payloads are
+        :class:`~gradcode.codes.messages.Note` s, :meth:`reduce_plans` plans the decode and the
+        workers that hold the messages reduce them), else why not, in words. Default: not."""
+        return f"{type(self).__name__} does not plan its decodes as reductions"
+
+    def reduce_plans(self, t: int, arrived, reduced_by: int | None = None) -> list[tuple[int, object]]:
+        """What :meth:`close` would decode in round ``t``, as ``[(job, ReducePlan)]``
+        (:mod:`gradcode.codes.reduce`) for ``reduced_by`` reducing workers (default: those in
+        ``arrived``), without closing the round: a driver reduces first and closes only once a
+        reduction succeeded. Raises what ``close`` raises for a round that does not decode."""
+        raise NotImplementedError(self.collective_support())
+
+    def forget_results(self, t: int, worker: int) -> None:
+        """``worker``'s results of round ``t`` are gone (its process died holding them, on the
+        collective path): decode without them; a task sent again delivers them anew."""
+        raise NotImplementedError(self.collective_support())
+
     @property
     def stragglers(self) -> np.ndarray:
         """The straggler history: ``(closed rounds, n)`` booleans, row ``t`` marks the stragglers

@@ -84,7 +84,8 @@ from gradcode.codes.base import LinearCode
 from gradcode.codes.decoding import NonFiniteMessageError
 from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.verify import InconsistentMessagesError
-from gradcode.codes.messages import Message
+from gradcode.codes.messages import Message, Note
+from gradcode.codes.reduce import reduce_plan
 from gradcode.codes.streaming import RunningDecode
 from gradcode.codes.rules import AllOf, DecodeRule, GenericRule, KOfN, PerGroup  # noqa: F401  re-exported
 from gradcode.errors import NotDecodableError
@@ -279,7 +280,7 @@ class StaticScheme(Scheme):
         state.times.setdefault(w, []).append(float(time))
         if not real:
             return
-        if self.streams:
+        if self.streams and not isinstance(payload, Note):  # a note has no values to add in
             if state.running is None:
                 state.running = RunningDecode(self.code)
             try:
@@ -287,7 +288,7 @@ class StaticScheme(Scheme):
             except NonFiniteMessageError:
                 state.dropped.add(w)  # a straggler of the round, as a held non-finite message is
             return
-        state.payloads.setdefault(w, []).append(payload if isinstance(payload, Message) else np.asarray(payload))
+        state.payloads.setdefault(w, []).append(payload if isinstance(payload, (Message, Note)) else np.asarray(payload))
 
     # -------------------------------------------------------------- batched rounds
     _batched_family = True
@@ -429,15 +430,32 @@ class StaticScheme(Scheme):
             state.out.add(self._check_worker(worker))
 
     def _close(self, t: int, arrived: frozenset[int]) -> list[tuple[int, np.ndarray | None]]:
+        state = self._round_to_close(t)
+        # a simulated round (no payloads) that the code's exact rule passes has nothing to decode
+        simulated = state.real is not True and self._ready_counts(state, self._usable(state))
+        gradient = None if simulated else self._decode(t, state, arrived)
+        row = np.ones(self.n, dtype=bool)
+        row[list(arrived)] = False
+        if state.dropped:
+            row[list(state.dropped)] = True
+        self._record(t, row)
+        del self._open[t]
+        self._closed.add(t)
+        return [(t, gradient)]
+
+    def _round_to_close(self, t: int) -> _Round:
         if t in self._closed:
             raise ProtocolError(f"round {t} is already closed")
         state = self._open.get(t)
         if state is None:
             raise ProtocolError(f"round {t} was never planned")
-        gradient = None
-        # a simulated round (no payloads) that the code's exact rule passes has nothing to decode
-        simulated = state.real is not True and self._ready_counts(state, self._usable(state))
-        while not simulated:
+        return state
+
+    def _decode(self, t: int, state: _Round, arrived: frozenset[int], reduced_by: int = 0):
+        """Round ``t``'s gradient (None when it held no payloads), or when it held notes (the
+        collective path) its :class:`~gradcode.codes.reduce.ReducePlan` for ``reduced_by``
+        reducing workers (default: the workers in ``arrived``)."""
+        while True:
             counts = self._usable(state)
             pattern = {w: int(c) for w, c in enumerate(counts) if c}
             try:
@@ -449,23 +467,25 @@ class StaticScheme(Scheme):
                 )
                 raise NotDecodableError(f"round {t} cannot be decoded{dropped}: {exc}") from None
             if not state.real:
-                break
+                return None
             if state.running is not None:
-                gradient = state.running.result(dim=self.dim).gradient
-                break
+                return state.running.result(dim=self.dim).gradient
             # the messages themselves (arrays or Messages), no (n x d) copy
             msgs = {w: state.payloads[w][:c] if c > 1 else state.payloads[w][0] for w, c in pattern.items()}
             m = state.payloads[next(iter(pattern))][0].shape[-1]
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
+                if reduced_by or isinstance(state.payloads[next(iter(pattern))][0], Note):
+                    reduced_by = reduced_by or max(len(arrived), 1)
+                    return reduce_plan(self.code, {w: state.payloads[w][:c] for w, c in pattern.items()}, dim=dim,
+                                       reduced_by=reduced_by)
                 if self.verify:
                     gradient, check = self.code.decode_verified(msgs, dim=dim)
                     if check.excluded:
                         state.dropped.update(check.excluded)
                         self.corrupt_workers[t] = check.excluded
-                else:
-                    gradient = self.code.decode(msgs, dim=dim)
-                break
+                    return gradient
+                return self.code.decode(msgs, dim=dim)
             except (ImpreciseDecodeError, InconsistentMessagesError):
                 # the data cancel too much for these coefficients (more rows give smaller ones),
                 # or the results disagree and the checks cannot yet say who is wrong (more results
@@ -476,14 +496,36 @@ class StaticScheme(Scheme):
                 if not set(exc.workers) - state.dropped:  # overflow from finite messages
                     raise NotDecodableError(f"round {t}: {exc}") from None
                 state.dropped.update(exc.workers)
-        row = np.ones(self.n, dtype=bool)
-        row[list(arrived)] = False
-        if state.dropped:
-            row[list(state.dropped)] = True
-        self._record(t, row)
-        del self._open[t]
-        self._closed.add(t)
-        return [(t, gradient)]
+
+    # -------------------------------------------------------------- the collective path
+    def collective_support(self) -> str | None:
+        """None for a code with decoding coefficients; verification (it reads the values of the
+        spare results) and operator codes (peeling) keep the star path."""
+        if self.verify:
+            return "verify=True checks the messages' values against each other, which only the star path holds"
+        if getattr(self.code, "lazy", False):
+            return f"{self.code!r} decodes by an operator of its own (peeling), not by fixed coefficients"
+        return None
+
+    def reduce_plans(self, t: int, arrived, reduced_by: int | None = None) -> list[tuple[int, object]]:
+        """``[(t, ReducePlan)]`` of round ``t`` from the notes held (:meth:`Scheme.reduce_plans`),
+        for ``reduced_by`` reducing workers (default: those in ``arrived``)."""
+        t = check_round(t)
+        state = self._round_to_close(t)
+        arrived = frozenset(arrived)
+        k = len(arrived) if reduced_by is None else int(reduced_by)
+        return [(t, self._decode(t, state, arrived, reduced_by=max(k, 1)))]
+
+    def forget_results(self, t: int, worker: int) -> None:
+        """``worker``'s messages of round ``t`` are gone (its process died holding them): the
+        round holds none of them, and a task sent again delivers them anew from index 0."""
+        state = self._open.get(check_round(t))
+        w = self._check_worker(worker)
+        if state is not None:
+            state.counts[w] = 0
+            state.payloads.pop(w, None)
+            state.times.pop(w, None)
+            state.retry_at = None
 
     def arrival_times(self, t: int) -> dict[int, list[float]]:
         """Arrival time of each message received so far in open round ``t``, per worker."""

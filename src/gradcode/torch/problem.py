@@ -255,7 +255,11 @@ class TorchSpec:
 
 
 class TorchWorkerProblem:
-    """A worker's side: the module, its partitions' samples, :meth:`gradient` (module docstring)."""
+    """A worker's side: the module, its partitions' samples, :meth:`gradient` (module docstring).
+    Its decoded vector carries the batch loss (``objective_in_vector``), so a worker can step a
+    replica of the model itself (the collective path, :mod:`gradcode.runtime.replica`)."""
+
+    objective_in_vector = True
 
     def __init__(self, spec: TorchSpec, samples, *, index: np.ndarray | None = None):
         spec = copy.copy(spec)  # the worker's own, without the whole data set that travelled with it
@@ -278,6 +282,13 @@ class TorchWorkerProblem:
 
     def batch_rows(self, job: int, j: int, rows: np.ndarray, sizes=None) -> Batch:
         return self.spec.batch_rows(job, j, rows, sizes)
+
+    def full_gradient(self, x, g):
+        return g  # the sums over the batch, as TorchMaster's; TorchOptimizer divides by the batch size
+
+    def objective(self, x) -> float:
+        """The batch loss of the step that produced ``x`` (:meth:`TorchMaster.objective`)."""
+        return float(np.asarray(x)[-2])
 
     def rows_of(self, sizes, j: int) -> np.ndarray:
         """Partition ``j``'s rows under the partition sizes ``sizes`` (a scheme that changed its
@@ -330,6 +341,8 @@ class TorchWorkerProblem:
 class TorchMaster:
     """The master's side of a torch run: the vector's size, the initial model, the batch loss it
     carries (:meth:`objective`) and held-out metrics."""
+
+    objective_in_vector = True
 
     def __init__(self, spec: TorchSpec):
         self.spec = spec

@@ -1,0 +1,150 @@
+"""Decoding as a reduction: the plan the collective path runs (docs/architecture.md, "Transports").
+
+Every decode of a code with coefficients is linear in the messages: chunk ``c`` of the gradient is
+``sum_i A[c, i] m_i`` over the received rows ``i = (w, r)``. So the workers that hold the messages
+can form the gradient among themselves: worker ``w`` contributes
+
+    p_w = [ sum_r A[c, (w, r)] / f_(w, r) * values_(w, r) ]_c        (float64, cast to the reduce type)
+
+(``f`` the power of two a 16-bit message was scaled by, :func:`~gradcode.codes.messages.to_wire`),
+and an all-reduce (a sum) of the ``p_w`` over the workers gives every one of them the decoded
+gradient, as the master's own sum would (:func:`~gradcode.codes.decoding.combine`). A worker that
+holds no row of the decoding contributes zeros and still receives the result.
+
+A plan is made from :class:`~gradcode.codes.messages.Note` s alone (scale, factor, dtype: no
+values): the code's checked decoding of the pattern (the same cached solve as a held decode), each
+worker's weights, and the error bound from the scales (``||m_i|| <= S_i``), grown by the
+reduction's own rounding (:func:`~gradcode.codes.precision.error_bound` with ``reduced_by``: each
+part cast to the reduce type, the ring's additions in it). The acceptance rule is the held
+decode's (:func:`~gradcode.codes.precision.accept_bound`): a bound within
+:data:`~gradcode.codes.precision.PLAIN_SUM_SLACK` times a plain sum's is accepted before anything
+is summed (``checked``); otherwise it is judged against the reduced gradient's norm by every worker
+that holds it (:meth:`ReducePlan.accept`), each reaching the same verdict on the same bits, before
+any of them uses it. Codes that decode by an operator of their own (CommFR's LDPC past its dense
+size: peeling is not linear in a fixed set of coefficients) have no plan:
+:class:`~gradcode.errors.CollectiveUnsupportedError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradcode._validation import check_int
+from gradcode.codes.decoding import Decoding, NonFiniteMessageError, items
+from gradcode.codes.messages import Note, weighted_sum
+from gradcode.codes.precision import PLAIN_SUM_SLACK, accept_bound, error_bound, wire_precision
+from gradcode.errors import CollectiveUnsupportedError
+
+__all__ = ["ReducePlan", "contribution", "reduce_plan"]
+
+
+@dataclass(frozen=True, eq=False)
+class ReducePlan:
+    """How the workers holding a round's messages reduce them to the decoded gradient (module
+    docstring). ``weights[w]``: ``(r_w, L)`` float64, ``A[c, (w, r)] / f_(w, r)`` for worker ``w``'s
+    leading ``r_w`` messages (zeros for rows the decoding does not use); ``chunks`` ``L``,
+    ``length`` ``m``, ``dim`` ``d``; ``error_bound``, ``plain_bound``, ``summed`` as in
+    :class:`~gradcode.codes.precision.Decoded`; ``checked``: accepted already by the plain-sum rule
+    (no check after the reduction); ``reduce_precision``: the type the parts are all-reduced in."""
+
+    decoding: Decoding
+    weights: Mapping[int, np.ndarray]
+    chunks: int
+    length: int
+    dim: int
+    error_bound: float
+    plain_bound: float
+    summed: float
+    precision: str
+    rtol: float
+    reduce_precision: str
+    checked: bool
+
+    @property
+    def workers(self) -> tuple[int, ...]:
+        """The workers whose messages the plan reads (a non-zero weight)."""
+        return tuple(sorted(w for w, a in self.weights.items() if np.any(a)))
+
+    def accept(self, norm: float) -> float:
+        """The held decode's acceptance rule on the reduced gradient of norm ``norm``: its relative
+        bound, or :class:`~gradcode.codes.precision.ImpreciseDecodeError`."""
+        return accept_bound(self.decoding, self.error_bound, self.plain_bound, self.summed, float(norm),
+                            self.precision, self.rtol)
+
+
+def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float32, precision=None,
+                rtol: float | None = None) -> ReducePlan:
+    """The plan of a decode of the messages described by ``notes`` (``{w: [Note, ...]}``, the
+    leading ``r_w`` messages each worker holds) reduced by ``reduced_by`` workers in
+    ``reduce_dtype``; ``precision`` and ``rtol`` as for
+    :meth:`~gradcode.codes.base.LinearCode.decode_report`. Raises what a held decode of the same
+    pattern raises: :class:`~gradcode.errors.NotDecodableError` for a pattern that does not decode,
+    :class:`~gradcode.codes.NonFiniteMessageError` naming the workers whose sums were not finite.
+    Imprecision is judged after the reduction (:meth:`ReducePlan.accept`), once the gradient's
+    norm is known, unless the plain-sum rule accepts the plan first (``checked``)."""
+    if getattr(code, "lazy", False):
+        raise CollectiveUnsupportedError(
+            f"{code!r} decodes by an operator of its own (peeling), not by a fixed set of coefficients: the"
+            " collective path cannot reduce it; it keeps the star path")
+    d = check_int("dim", dim, minimum=1)
+    k = check_int("reduced_by", reduced_by, minimum=1)
+    m = code.message_length(d)
+    held: dict[int, list[Note]] = {}
+    for w, ns in items(notes, "notes"):
+        w = code.check_worker(w)
+        ns = [ns] if isinstance(ns, Note) else list(ns)
+        if not all(isinstance(x, Note) for x in ns):
+            raise TypeError(f"notes of worker {w} must be Note objects, got {[type(x).__name__ for x in ns]}")
+        if len(ns) > code.messages_of(w):
+            raise ValueError(f"worker {w} sends at most {code.messages_of(w)} messages, got {len(ns)}")
+        for x in ns:
+            if x.length != m:
+                raise ValueError(f"messages of worker {w} must have length {m} for dim={d} and chunks={code.chunks};"
+                                 f" its note says {x.length}")
+            if not (x.factor > 0 and math.isfinite(x.factor)):
+                raise ValueError(f"messages of worker {w} must have finite factors > 0, got {x.factor}")
+        if ns:
+            held[w] = ns
+    bad = tuple(sorted(w for w, ns in held.items() if not all(x.finite for x in ns)))
+    if bad:
+        raise NonFiniteMessageError(
+            f"messages from workers {list(bad)} hold non-finite values (their sums are not finite); treat them"
+            " as stragglers and decode without them", bad)
+    prec, tol = code._precision({x.dtype for ns in held.values() for x in ns}, precision, rtol)
+    sol = code.decoding({w: len(ns) for w, ns in held.items()})
+    sums = np.array([held[w][r].scale for w, r in sol.rows])
+    factors = np.array([held[w][r].factor for w, r in sol.rows])
+    reduce_prec = wire_precision(reduce_dtype)
+    bound, plain, summed = error_bound(code, sol, sums, prec, factors, m, reduced_by=k,
+                                       reduce_precision=reduce_prec)
+    weights = {w: np.zeros((len(ns), code.chunks)) for w, ns in held.items()}
+    A = sol.coefficients / factors
+    for i, (w, r) in enumerate(sol.rows):
+        weights[w][r] = A[:, i]
+    return ReducePlan(sol, weights, int(code.chunks), m, d, bound, plain, summed, prec, tol, reduce_prec,
+                      bool(bound <= PLAIN_SUM_SLACK * plain))
+
+
+def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: int, length: int,
+                 dtype=np.float32) -> np.ndarray:
+    """A worker's part of a reduction: ``sum_r weights[r, c] * values[r]`` for each chunk ``c``
+    (the values in their wire type, ``(length,)`` each), summed in float64 and cast to ``dtype``;
+    ``(chunks * length,)``. A part that is one message with weight 1 in ``dtype`` is that message
+    (no copy: uncoded and FRC send their partial as it is)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    dtype = np.dtype(dtype)
+    if weights.shape != (len(values), chunks):
+        raise ValueError(f"weights must have shape ({len(values)}, {chunks}), got {weights.shape}")
+    used = [r for r in range(len(values)) if np.any(weights[r])]
+    if chunks == 1 and len(used) == 1 and weights[used[0], 0] == 1.0 and values[used[0]].dtype == dtype:
+        return np.asarray(values[used[0]])
+    out = np.empty(chunks * length, dtype=np.float64)
+    for c in range(chunks):
+        rows = [r for r in used if weights[r, c] != 0.0]
+        weighted_sum(out[c * length:(c + 1) * length], [np.asarray(values[r]) for r in rows],
+                     [weights[r, c] for r in rows], False)
+    return out if dtype == np.float64 else out.astype(dtype)

@@ -1,0 +1,310 @@
+"""The collective path: the workers reduce among themselves, the driver only chooses.
+
+On the star path (:class:`~gradcode.runtime.driver.RoundDriver`) every message travels to the
+driver, which decodes, steps the optimizer and sends the parameters back: ``n`` gradients through
+one process a round. The decode is linear, so :class:`CollectiveDriver` runs the same rounds with
+the data kept where it is computed:
+
+1. every worker holds a replica of the models (:mod:`gradcode.runtime.replica`, given by
+   ``engine.join`` when the run starts); a task names ``ReplicaRef(model, version)``;
+2. a worker computes its messages at its replica, keeps them, and sends the driver a
+   :class:`~gradcode.codes.messages.Note` of each (scale, factor, type: no values);
+3. the scheme decides on the notes exactly as on messages (the same ``ready``, the same closing
+   rules) and plans the decode (``scheme.reduce_plans``: the checked decoding of the pattern, each
+   worker's weights, the error bound from the scales, grown by the reduction's own rounding);
+4. the driver sends each *member* (every worker that delivered messages of the round: those the
+   decode reads, a straggler's prefix included, and those not needed, who receive the result
+   rather than lag; a member still streaming is aborted first) a
+   :class:`~gradcode.runtime.replica.ReduceOrder`; the
+   members all-reduce their weighted messages among themselves (the engine's group of exactly
+   those members, created by them and cached) and each steps its replica with the same bits,
+   after the decode's acceptance rule on the reduced gradient;
+5. the round closes once a reduction succeeded (``scheme.close``, which records the stragglers).
+
+Faults. A member that dies during the reduction fails it for all: its results are forgotten
+(``scheme.forget_results``), it becomes a straggler of the round, and the round is planned again
+among the living (waiting for more workers if they no longer decode): the run goes on, exact, and
+the death is one fault record. A reduction the acceptance rule refuses (imprecise) waits for more
+messages, as a refused held decode does; a diverging step stops the run as on the star path.
+
+Replicas that never drift. The driver knows each worker's version; a worker that was not a member
+(a straggler, a worker that died and was restarted, one whose reduction failed) is brought up to
+date before its next task (``engine.sync`` from an up-to-date worker: the whole state, parameters
+and optimizer, so any lag and any restart is one copy). Every ``digest_every`` rounds the members
+send a digest of their parameters and the run stops, naming the workers, when they differ; every
+round their training objectives (the same bits) are compared too.
+
+What stays at the driver: the notes, the plans and the replies (the loss of each step). The
+parameters come back only when the run needs them: held-out metrics (``eval_every``), checkpoints
+and the end of the run (``engine.fetch`` from one up-to-date worker). Schemes that cannot plan a
+reduction (``scheme.collective_support()`` says why: verification, operator codes, the sequential
+and dynamic schemes for now) and problems whose objective needs the whole training set (numpy
+problems) keep the star path, with a :class:`CollectiveFallbackWarning` naming the reason
+(:func:`collective_blocker`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradcode.codes.precision import ImpreciseDecodeError
+from gradcode.errors import NotDecodableError
+from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
+from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef
+
+__all__ = ["CollectiveDriver", "CollectiveFallbackWarning", "collective_blocker"]
+
+
+class CollectiveFallbackWarning(RuntimeWarning):
+    """``transport="collective"`` was asked for a run that cannot take it: the run keeps the star
+    path (every message to the driver), and the warning says why."""
+
+
+def collective_blocker(setup, engine) -> str | None:
+    """Why the run of ``setup`` cannot take the collective path on ``engine`` (None when it can)."""
+    if not getattr(engine, "collective", False):
+        return f"the {type(engine).__name__} does not run the collective path"
+    if not getattr(setup.problem, "objective_in_vector", False):
+        return (f"the problem {type(setup.problem).__name__} computes its objective and full gradient from the"
+                " whole training set, which only the driver holds (torch models carry theirs in the decoded"
+                " vector)")
+    return setup.scheme.collective_support()
+
+
+class CollectiveDriver(RoundDriver):
+    """:class:`~gradcode.runtime.driver.RoundDriver`'s rounds on the collective path (module
+    docstring); ``digest_every``: rounds between parameter digests (0: never)."""
+
+    def __init__(self, setup, engine, state, *, faults=None, digest_every: int = 20):
+        super().__init__(setup, engine, state, faults=faults)
+        self.digest_every = int(digest_every)
+        n = setup.n
+        #: each worker's replica versions (steps of every model), None when unknown or lost
+        self.versions: list[tuple | None] = [None] * n
+        #: deaths seen of each worker: part of a group's name, so a restarted worker never meets
+        #: a group of its previous process
+        self.incarnation = [0] * n
+        self.replies: dict[int, object] = {}  # job -> a member's ReduceReply
+        self.reductions_failed = 0
+        self._run = None
+        models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
+                  for m, opt in enumerate(setup.optimizers)]
+        engine.join(Replica(models))
+        self.versions = [self._current()] * n
+
+    def _current(self) -> tuple:
+        return tuple(int(k) for k in self.state.steps)
+
+    # -------------------------------------------------------------- tasks name the replica
+    def _ensure_job(self, job: int) -> None:
+        if job in self.job_params:
+            return
+        m = job % self.models
+        prev = self.pending_job.get(m)
+        if prev is not None and prev != job:
+            raise TrainingStopped(f"job {job} of model {m} starts before job {prev} of the same model finished")
+        self.job_params[job] = (None, ReplicaRef(m, int(self.state.steps[m])))
+        self.pending_job[m] = job
+
+    def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
+        """:meth:`RoundDriver._send`, after bringing ``w``'s replica up to date when it lags."""
+        if self.versions[w] != self._current():
+            source = self._source(exclude=w)
+            self.engine.sync(w, source)
+            self.versions[w] = self._current()
+        super()._send(t, w, wire, elapsed=elapsed)
+
+    def _source(self, exclude: int = -1) -> int:
+        """An up-to-date worker that is not known to be down (the lowest such id)."""
+        now = self._current()
+        for w in range(self.setup.n):
+            if w != exclude and self.versions[w] == now and w not in self.down:
+                return w
+        raise TrainingStopped(f"no worker holds the models at their current steps {list(now)} any more (every"
+                              " up-to-date worker died): the run cannot go on; resume it from its last checkpoint")
+
+    def _handle(self, ev) -> None:
+        if ev.kind == "reduced":  # a reply of a reduction already settled (a late member)
+            return
+        super()._handle(ev)
+        if ev.kind == "failed" and ev.lost:  # its process (and replica) may be a new one
+            self._gone(ev.worker)
+
+    def _gone(self, w: int) -> None:
+        """Worker ``w``'s process died (or may have): its replica and the messages it kept went with
+        it, so the current round forgets them (a re-sent task delivers them anew)."""
+        self.versions[w] = None
+        self.incarnation[w] += 1
+        t = self.current
+        if self.counts.get((t, w), 0):
+            self.scheme.forget_results(t, w)
+            self.counts[(t, w)] = 0
+            self.state.arrivals[t, w] = -1.0
+
+    # -------------------------------------------------------------- the close is a reduction
+    def _close_when_decodable(self, t: int, waiting: tuple) -> tuple[list, frozenset]:
+        wire, unsent, retries, start, deadline = waiting
+        scheme = self.scheme
+        while True:
+            self._wait_ready(t, wire, unsent, retries, start, deadline)
+            counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
+            planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
+                               dtype=np.intp)
+            late = scheme.round_stragglers(counts, planned)
+            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
+            # every worker that delivered messages of the round (the decode may read a straggler's
+            # prefix; a worker not needed still receives the result instead of lagging)
+            members = sorted(w for w in wire if counts[w] > 0)
+            try:
+                plans = scheme.reduce_plans(t, arrived, reduced_by=len(members))
+                if len(plans) != 1:
+                    raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
+                                          f" finished {len(plans)}")
+                refused = self._reduce(t, plans[0], members, waiting)
+                if refused is not None:
+                    raise refused
+            except NotDecodableError as exc:
+                self._refused(t, exc, waiting)
+                continue
+            if refused is None and self._settled_reduction:
+                finished = scheme.close(t, arrived)
+                return [(job, self.replies[job]) for job, _ in finished], arrived
+
+    def _reduce(self, t: int, plan, members: list[int], waiting: tuple):
+        """Run round ``t``'s reduction among ``members``; None when it succeeded (or a member died
+        and the round must be planned again: ``_settled_reduction`` False), the
+        :class:`ImpreciseDecodeError` to wait on when the decode was refused."""
+        wire, unsent, retries, start, deadline = waiting
+        job, rplan = plan
+        m = job % self.models
+        step = int(self.state.steps[m])
+        key = tuple((w, self.incarnation[w]) for w in members)
+        digest = bool(self.digest_every) and (t + 1) % self.digest_every == 0
+        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest)
+                  for rank, w in enumerate(members)}
+        for w in members:  # a member still streaming (AGC's spare messages) stops, then reduces
+            if self.engine.running_round(w) == t:
+                self.engine.abort(w, t)
+        self.engine.reduce(t, orders)
+        replies: dict[int, object] = {}
+        died: set[int] = set()
+        while len(set(replies) | died) < len(members):
+            now = self.clock()
+            if now >= deadline:
+                raise RoundTimeoutError(
+                    f"round {t}: the reduction among workers {members} did not finish within round_timeout="
+                    f"{self.timeout:g} s ({sorted(replies)} answered); no gradient was used for this round")
+            if not self.backlog:
+                self.backlog.extend(self.engine.poll(min(self.POLL, deadline - now)))
+                continue
+            ev = self.backlog.popleft()
+            if ev.kind == "reduced" and ev.round == t and ev.worker in orders:
+                replies[ev.worker] = ev.payload
+                died.update(w for w in ev.payload.lost if w not in replies)  # no answer will come from them
+                continue
+            self._handle(ev)
+            if ev.kind == "failed" and not ev.lost:
+                cause = getattr(ev.payload, "cause", None) or ev.payload
+                raise TrainingStopped(f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
+                                      ) from None
+            if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
+                died.add(ev.worker)
+        return self._settle(t, job, m, step, orders, replies, died, waiting)
+
+    def _settle(self, t, job, m, step, orders, replies, died, waiting):
+        """What a reduction's replies mean (see :meth:`_reduce`)."""
+        stepped = {w: r for w, r in replies.items() if r.error is None}
+        self._settled_reduction = bool(stepped)
+        if stepped:
+            self._check_replicas(t, m, stepped)
+            ahead = tuple(k + 1 if i == m else k for i, k in enumerate(self._current()))
+            for w in stepped:
+                self.versions[w] = ahead
+            self.replies[job] = stepped[min(stepped)]
+            return None
+        errors = {r.error for r in replies.values()}
+        if "diverged" in errors:
+            reply = next(r for r in replies.values() if r.error == "diverged")
+            raise TrainingStopped(self._diverged(t, job, m, step, reply.message, reply.relative_bound))
+        if "imprecise" in errors:
+            reply = next(r for r in replies.values() if r.error == "imprecise")
+            return ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound,
+                                        precision=orders[reply.worker].plan.precision,
+                                        rtol=orders[reply.worker].plan.rtol)
+        dead = set(died).union(*(r.lost for r in replies.values()))
+        if not dead:
+            reasons = sorted({r.message for r in replies.values()})
+            raise TrainingStopped(f"round {t}: the reduction among workers {sorted(orders)} failed with no member"
+                                  f" dead: {'; '.join(reasons)}")
+        self.reductions_failed += 1
+        wire, unsent, retries = waiting[:3]
+        for w in sorted(dead):  # gone with their messages: the round is planned again without them
+            if w not in self.down:
+                self.down[w] = self._fault(t, w, "died", "died during the round's reduction (collective path)")
+            if self.versions[w] is not None:  # not yet handled as a lost task
+                self._gone(w)
+            if w in wire:  # its task again once it is back, should the round need it
+                retries[w] = (self.clock() + self.BACKOFF, 1)
+                unsent.add(w)
+        return None
+
+    def _check_replicas(self, t: int, m: int, stepped: dict) -> None:
+        """The members' replicas are bit-identical: the same objective, and the same digest when
+        one was sent; else the run stops naming the workers."""
+        for what, values in (("training objective", {w: r.loss for w, r in stepped.items()}),
+                             ("parameter digest", {w: r.digest for w, r in stepped.items() if r.digest})):
+            groups: dict = {}
+            for w, v in sorted(values.items()):
+                groups.setdefault(np.float64(v).tobytes() if isinstance(v, float) else v, []).append(w)
+            if len(groups) > 1:
+                agree = max(groups.values(), key=len)
+                odd = sorted(w for ws in groups.values() if ws is not agree for w in ws)
+                raise TrainingStopped(
+                    f"round {t}: the replicas of model {m} differ after the same update: the {what} of workers"
+                    f" {odd} differs from that of workers {agree} ("
+                    + ", ".join(f"worker {w}: {v}" for w, v in sorted(values.items()))
+                    + "); a worker computes differently (its hardware or library versions?): the run stops before"
+                    " they drift further")
+
+    # -------------------------------------------------------------- steps without parameters
+    def _apply(self, t: int, finished) -> dict[int, float]:
+        """The members stepped their replicas: count the steps and take the objective they report."""
+        losses = {}
+        for job, reply in finished:
+            m = job % self.models
+            self.job_params.pop(job, None)
+            self.pending_job.pop(m, None)
+            self.state.steps[m] += 1
+            losses[m] = float(reply.loss)
+        return losses
+
+    def step(self, run, **kwargs) -> dict:
+        self._run = run
+        return super().step(run, **kwargs)
+
+    def round(self, t: int) -> dict[int, float]:
+        losses = super().round(t)
+        run = self._run
+        if run is not None and ((run.eval_every and (t + 1) % run.eval_every == 0) or t == run.rounds - 1
+                                or (run.checkpoint_every and (t + 1) % run.checkpoint_every == 0)):
+            self.refresh_params()
+        return losses
+
+    def refresh_params(self) -> None:
+        """The driver's copy of the parameters and optimizer states from an up-to-date worker (for
+        metrics, checkpoints and the run's result)."""
+        models = self.engine.fetch(self._source())
+        for m, s in enumerate(models):
+            if s.step != self.state.steps[m]:
+                raise TrainingStopped(f"worker {self._source()} holds model {m} at step {s.step}, the driver counts"
+                                      f" {self.state.steps[m]}")
+            self.state.params[m], self.state.opt_states[m] = s.params, s.opt_state
+
+    def inflight(self) -> dict:
+        return {"jobs": {}, "pending_job": dict(self.pending_job)}
+
+
+def _frozen(x) -> np.ndarray:
+    x = np.array(x)
+    x.flags.writeable = False
+    return x

@@ -1,0 +1,323 @@
+"""The collective path: decodes planned on notes and reduced by the workers that hold the messages,
+replicas stepped on the workers (gradcode.codes.reduce, gradcode.runtime.replica,
+gradcode.runtime.collective).
+
+References: the held decode of the same messages (codes), and the star path's run of the same
+configuration on the in-process engine (the driver): the same rounds, the same survivors, weights
+equal to float32 rounding; replicas that stay bit-identical through stragglers, deaths and
+restarts."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import gradcode
+from codes_util import SMALL_INSTANCES, encode_all, random_partials, received
+from gradcode.codes.messages import Note, to_wire
+from gradcode.codes.precision import ImpreciseDecodeError
+from gradcode.codes.reduce import contribution, reduce_plan
+from gradcode.errors import CollectiveUnsupportedError, NotDecodableError
+from gradcode.runtime.inprocess import CollectiveCost
+
+# ------------------------------------------------------------------------------ plans (codes)
+
+
+def _dense_instances():
+    out = []
+    for name, examples in SMALL_INSTANCES.items():
+        for params in examples:
+            code = gradcode.make_code(name, **params)
+            if not getattr(code, "lazy", False) and code.exact:
+                out.append((name, params))
+    return out
+
+
+def _wire(code, partials, w, dtype):
+    """Worker ``w``'s messages as a runtime worker sends them (values in ``dtype``, scales)."""
+    enc = code.encode(w, partials[w])
+    scales = code.message_scales(w, partials[w])
+    return [to_wire(enc[r].astype(np.float32) if dtype != np.float64 else enc[r], scales[r], dtype)
+            for r in range(len(enc))]
+
+
+@pytest.mark.parametrize("reduce_dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name,params", _dense_instances())
+def test_a_reduction_of_the_parts_is_the_held_decode_for_every_straggler_set(name, params, reduce_dtype):
+    """Every code with coefficients, every straggler set it tolerates (at most 60 of them, drawn):
+    the sum of the workers' parts, reduced in float64 or float32, equals the held decode of the same
+    (float64) messages within the two bounds, and the true sum within the plan's; a plan's bound
+    counts the reduction's rounding, and its acceptance is the held decode's rule."""
+    code = gradcode.make_code(name, **params)
+    rng = np.random.default_rng(7)
+    d = 3 * code.chunks + 1  # a padded last chunk
+    g, partials = random_partials(code, d, rng)
+    msgs = {w: _wire(code, partials, w, np.float64) for w in range(code.n)}
+    sets = [s for k in range(code.tolerance + 1) for s in itertools.combinations(range(code.n), k)]
+    if len(sets) > 60:
+        sets = [sets[i] for i in rng.choice(len(sets), 60, replace=False)]
+    for stragglers in sets:
+        held = received(code, msgs, set(stragglers))
+        held = {w: v for w, v in held.items() if len(v)}
+        notes = {w: [Note.of(x) for x in v] for w, v in held.items()}
+        plan = reduce_plan(code, notes, dim=d, reduced_by=len(held), reduce_dtype=reduce_dtype)
+        total = sum(contribution(plan.weights[w], [x.values for x in held[w]], chunks=code.chunks,
+                                 length=plan.length, dtype=reduce_dtype).astype(np.float64) for w in held)[:d]
+        ref = code.decode_report(held, dim=d)
+        assert np.linalg.norm(total - ref.gradient) <= plan.error_bound + ref.error_bound
+        assert np.linalg.norm(total - g.sum(axis=0)) <= plan.error_bound
+        assert plan.error_bound >= ref.error_bound  # the reduction's own rounding is counted
+        norm = np.linalg.norm(total)
+        if plan.checked:  # the plain-sum rule accepts it before anything is summed
+            assert plan.accept(norm) <= plan.rtol or plan.error_bound <= 4 * plan.plain_bound
+            continue
+        try:  # what the members judge: the held decode's rule on the reduced norm
+            assert plan.accept(norm) == pytest.approx(plan.error_bound / norm)
+        except ImpreciseDecodeError:
+            assert plan.error_bound / norm > plan.rtol
+
+
+def test_a_plan_refuses_what_a_held_decode_refuses():
+    code = gradcode.make_code("crc", n=4, s=1)
+    note = Note(1.0, 1.0, np.dtype(np.float32), 5)
+    with pytest.raises(NotDecodableError):
+        reduce_plan(code, {0: [note], 1: [note]}, dim=5, reduced_by=2)
+    with pytest.raises(gradcode.codes.NonFiniteMessageError) as info:
+        reduce_plan(code, {0: [note], 1: [note], 2: [Note(float("nan"), 1.0, np.dtype(np.float32), 5)]}, dim=5,
+                    reduced_by=3)
+    assert info.value.workers == (2,)
+    with pytest.raises(ValueError, match="length 5"):
+        reduce_plan(code, {0: [Note(1.0, 1.0, np.dtype(np.float32), 4)]}, dim=5, reduced_by=1)
+    with pytest.raises(TypeError, match="Note"):
+        reduce_plan(code, {0: [np.zeros(5)]}, dim=5, reduced_by=1)
+
+
+def test_operator_codes_have_no_plan():
+    from gradcode.schemes.static import StaticScheme
+
+    code = gradcode.make_code("commfr", n=12, k=6, N=12, K=6, construction="ldpc", dc=6, dv=3, seed=0, dense=False)
+    assert code.lazy
+    with pytest.raises(CollectiveUnsupportedError, match="peeling"):
+        reduce_plan(code, {}, dim=4, reduced_by=1)
+    assert "peeling" in StaticScheme(code).collective_support()
+
+
+def test_a_plan_that_cancels_is_judged_on_the_reduced_norm():
+    """Near an optimum the parts cancel: a plan the plain-sum rule does not accept outright is
+    refused by accept() on a small reduced norm, exactly as the held decode is."""
+    code = gradcode.make_code("crc", n=6, s=2, seed=0)
+    rng = np.random.default_rng(0)
+    d = 40
+    g = rng.standard_normal((code.k, d))
+    g -= g.mean(axis=0)  # the partial gradients cancel: sum_j g_j ~ 0
+    partials = {w: g[list(code.placement[w])] for w in range(code.n)}
+    held = {w: _wire(code, partials, w, np.float16) for w in (0, 2, 3, 5)}
+    plan = reduce_plan(code, {w: [Note.of(x) for x in v] for w, v in held.items()}, dim=d, reduced_by=4)
+    total = sum(contribution(plan.weights[w], [x.values for x in held[w]], chunks=1, length=d) for w in held)
+    try:
+        code.decode_report(held, dim=d)
+        held_refused = False
+    except ImpreciseDecodeError:
+        held_refused = True
+    if plan.checked:
+        assert not held_refused
+        return
+    if held_refused:
+        with pytest.raises(ImpreciseDecodeError):
+            plan.accept(np.linalg.norm(total))
+
+
+def test_contribution_of_a_single_unit_row_is_the_message_itself():
+    v = np.arange(6, dtype=np.float32)
+    assert contribution(np.array([[1.0]]), [v], chunks=1, length=6, dtype=np.float32) is v
+    out = contribution(np.array([[0.5, 2.0]]), [np.arange(6, dtype=np.float16)], chunks=2, length=6,
+                       dtype=np.float64)
+    assert out.shape == (12,) and np.array_equal(out, np.concatenate([0.5 * np.arange(6), 2.0 * np.arange(6)]))
+    with pytest.raises(ValueError, match="shape"):
+        contribution(np.ones((2, 1)), [v], chunks=1, length=6)
+
+
+def test_the_ring_cost_model():
+    cost = CollectiveCost(latency=1e-4, bandwidth=1e9)
+    assert cost.seconds(1, 10**9) == 0.0
+    assert cost.seconds(4, 4 * 10**8) == pytest.approx(6 * 1e-4 + 1.5 * 0.4)
+    with pytest.raises(ValueError, match="bandwidth"):
+        CollectiveCost(bandwidth=0)
+
+
+# ------------------------------------------------------------------------------ the driver
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import gradcode.torch as gt  # noqa: E402
+from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec  # noqa: E402
+from gradcode.runtime.collective import CollectiveFallbackWarning  # noqa: E402
+from gradcode.runtime.driver import TrainingStopped  # noqa: E402
+from gradcode.runtime.inprocess import InProcessEngine  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(480, 12, generator=g)
+    y = ((X[:, 0] + X[:, 1] ** 2) > 0.5).long()
+    return X, y
+
+
+def net():
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(12, 24), nn.BatchNorm1d(24), nn.ReLU(), nn.Linear(24, 2))
+
+
+def flat(module) -> np.ndarray:
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy().copy()
+
+
+class Watch:
+    """A callback that checks, after every round, that every worker whose replica is at the
+    driver's steps holds bit-identical parameters (white box: the in-process engine's cores)."""
+
+    def __init__(self, engine):
+        self.engine, self.rounds, self.uptodate = engine, 0, []
+
+    def __call__(self, record):
+        cores = [s.core for s in self.engine._slots if s.core is not None and s.core.replica is not None]
+        newest = max(c.replica.versions for c in cores)
+        now = [c for c in cores if c.replica.versions == newest]
+        digests = {c.replica.digest(0) for c in now}
+        assert len(digests) == 1, f"round {record['round']}: replicas differ: {digests}"
+        self.rounds += 1
+        self.uptodate.append(len(now))
+        self.builds = [self.engine.builds(w) for w in range(self.engine.n)]
+
+
+def run(data, transport, scheme="crc", *, engine=None, callback=None, rounds=10, optimizer="sgd", check=20, **spec):
+    spec.setdefault("workers", 4)
+    spec.setdefault("stragglers", 1)
+    spec.setdefault("delay", 0.3)
+    engine = engine if engine is not None else InProcessEngine(compute_time=1e-3)
+    return gt.fit(net(), data, TrainSpec(scheme, seed=3, **spec),
+                  torch_config=gt.TorchConfig(optimizer=optimizer, optimizer_params={"lr": 0.05, "momentum": 0.9},
+                                              batch_size=96),
+                  run=RunConfig(rounds=rounds, eval_every=5, run_dir=None), cluster=ClusterConfig(transport=transport, replica_check=check),
+                  engine=engine, callback=callback)
+
+
+@pytest.mark.parametrize("scheme,spec", [
+    ("crc", {}), ("frc", {}), ("uncoded", {"stragglers": 0, "delay": 0.0}), ("ignore", {}),
+    ("partial", {"scheme_params": {"alpha": 2.0}}), ("agc", {"scheme_params": {"d": 2, "L": 2}}),
+    ("g-agc", {"scheme_params": {"d": 2, "L": 2}}), ("cgc", {"scheme_params": {"d": 2, "m": 2}}),
+    ("commfr", {"workers": 6, "scheme_params": {"k": 6, "N": 3, "K": 2, "construction": "mds-systematic"}}),
+])
+def test_collective_training_follows_the_star_path(data, scheme, spec, tmp_path, monkeypatch):
+    """The same run on both paths: the same rounds and survivors (the in-process engine's clock),
+    the same losses and final weights to float32 rounding; every up-to-date replica identical
+    after every round, and the straggler of each round synced before its next task."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    star = run(data, "channels", scheme, **spec)
+    engine = InProcessEngine(compute_time=1e-3)
+    watch = Watch(engine)
+    coll = run(data, "collective", scheme, engine=engine, callback=watch, **spec)
+    assert watch.rounds == 10
+    assert np.array_equal(star.result.arrivals < 0, coll.result.arrivals < 0)
+    np.testing.assert_allclose(coll.losses, star.losses, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-5)
+    assert coll.result.clock["allreduce_bandwidth"] == CollectiveCost().bandwidth
+
+
+def test_a_worker_that_dies_in_a_round_is_synced_after_its_restart(data, tmp_path, monkeypatch):
+    """An injected death (worker 2 in round 3; Ray restarts it with no replica): the round
+    decodes from the others, the restarted worker gets the whole state from an up-to-date one
+    before its next task, and the run ends where the star path ends."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    kw = dict(delay=0.0, stragglers=1)
+    faults = FaultConfig(fail=("2@3",))
+    ref = gt.fit(net(), data, TrainSpec("crc", workers=4, seed=3, **kw),
+                 torch_config=gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.05}, batch_size=96),
+                 run=RunConfig(rounds=8), faults=faults, engine=InProcessEngine(compute_time=1e-3, restart_time=2e-3))
+    engine = InProcessEngine(compute_time=1e-3, restart_time=2e-3)
+    watch = Watch(engine)
+    coll = gt.fit(net(), data, TrainSpec("crc", workers=4, seed=3, **kw),
+                  torch_config=gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.05}, batch_size=96),
+                  run=RunConfig(rounds=8), faults=faults, cluster=ClusterConfig(transport="collective"),
+                  engine=engine, callback=watch)
+    deaths = [f for f in coll.result.failures if f["kind"] == "died"]
+    assert len(deaths) == 1 and deaths[0]["worker"] == 2
+    assert watch.builds == [1, 1, 2, 1]  # worker 2 restarted
+    np.testing.assert_allclose(flat(coll.model), flat(ref.model), rtol=1e-5, atol=1e-6)
+    assert (coll.result.arrivals[4:, 2] >= 0).any()  # back, synced, and computing at the current step
+
+
+class CrashInReduce(InProcessEngine):
+    """Worker ``victim`` dies just before the reduction of round ``at`` (holding its messages)."""
+
+    def __init__(self, victim, at, **kw):
+        super().__init__(**kw)
+        self.victim, self.at, self.fired = victim, at, False
+
+    def reduce(self, t, orders):
+        if t == self.at and not self.fired and self.victim in orders:
+            self.fired = True
+            self.crash(self.victim)
+        super().reduce(t, orders)
+
+
+def test_a_member_that_dies_during_the_reduction_is_left_out_and_the_round_planned_again(data, tmp_path,
+                                                                                           monkeypatch):
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    ref = run(data, "channels", delay=0.0, rounds=6)
+    engine = CrashInReduce(1, 2, compute_time=1e-3)
+    coll = run(data, "collective", delay=0.0, rounds=6, engine=engine)
+    assert engine.fired
+    deaths = [f for f in coll.result.failures if f["kind"] == "died"]
+    assert [(f["worker"], f["round"]) for f in deaths] == [(1, 2)]
+    assert coll.result.arrivals[2, 1] < 0  # a straggler of its round
+    np.testing.assert_allclose(flat(coll.model), flat(ref.model), rtol=1e-5, atol=1e-6)
+
+
+def test_runs_the_collective_path_cannot_take_keep_the_star_path_and_say_why(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    with pytest.warns(CollectiveFallbackWarning, match="GCDC"):
+        res = gt.fit(net(), data, TrainSpec("gc-dc", workers=6, stragglers=1, seed=0, scheme_params={"clusters": 2, "r": 2}),
+                     torch_config=gt.TorchConfig(batch_size=120), run=RunConfig(rounds=2),
+                     cluster=ClusterConfig(transport="collective"), engine="inprocess")
+    assert "allreduce_bandwidth" not in res.result.clock
+    from gradcode.schemes.static import StaticScheme
+
+    assert "verify" in StaticScheme(gradcode.make_code("crc", n=4, s=1), verify=True).collective_support()
+    assert StaticScheme(gradcode.make_code("crc", n=4, s=1)).collective_support() is None
+    with pytest.warns(CollectiveFallbackWarning, match="whole training set"):
+        gradcode.train(TrainSpec("crc", workers=4, stragglers=1, data="tandon-synthetic"),
+                       run=RunConfig(rounds=2, run_dir=tmp_path / "np"),
+                       cluster=ClusterConfig(transport="collective"), engine="inprocess")
+
+
+class Drift(InProcessEngine):
+    """Worker 0's replica is nudged after round 1's reduction (a worker computing differently)."""
+
+    def reduce(self, t, orders):
+        super().reduce(t, orders)
+        if t == 1:
+            rep = self._slots[0].core.replica
+            p = rep.models[0].params.copy()
+            p[0] += 1e-3
+            rep.models[0].params = p
+
+
+def test_replicas_that_differ_stop_the_run_naming_the_workers(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    with pytest.raises(TrainingStopped, match=r"round 2: the replicas of model 0 differ after the same update: the parameter digest of workers \[0\] differs from that of workers \[1, 2\]"):
+        run(data, "collective", delay=0.0, rounds=5, engine=Drift(compute_time=1e-3), check=3)
+
+
+def test_a_task_for_a_replica_version_its_worker_lacks_is_refused():
+    from gradcode.runtime.replica import ModelState, Replica, ReplicaRef, StaleReplicaError
+
+    rep = Replica([ModelState(np.zeros(3), None, None, 4)])
+    assert rep.params(ReplicaRef(0, 4), 0) is rep.models[0].params
+    with pytest.raises(StaleReplicaError, match="step 4; the task needs step 5"):
+        rep.params(ReplicaRef(0, 5), 0)
