@@ -321,3 +321,38 @@ def test_a_task_for_a_replica_version_its_worker_lacks_is_refused():
     assert rep.params(ReplicaRef(0, 4), 0) is rep.models[0].params
     with pytest.raises(StaleReplicaError, match="step 4; the task needs step 5"):
         rep.params(ReplicaRef(0, 5), 0)
+
+
+# ------------------------------------------------------------------------------ on Ray (gloo)
+
+
+def test_on_ray_the_members_all_reduce_through_gloo_and_match_the_star_path(data, ray_session, tmp_path,
+                                                                            monkeypatch):
+    """Ray actors, channels, gloo groups of the members: the same run as the star path (one worker
+    0.3 s late in every round: a straggler every round, synced through Ray's object store before
+    its next task), final weights equal to float32 rounding."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    star = run(data, "channels", engine="ray", rounds=6)
+    coll = run(data, "collective", engine="ray", rounds=6, check=2)
+    assert coll.result.clock["transport"] == "collective (gloo)"
+    assert (coll.result.arrivals < 0).sum(axis=1).tolist() == [1] * 6
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
+
+
+def test_on_ray_a_worker_that_dies_is_restarted_synced_and_takes_part_again(data, ray_session, tmp_path,
+                                                                            monkeypatch):
+    """Worker 1's process exits in round 2; Ray restarts it (no replica: a new process), it gets
+    the whole state from an up-to-date worker through the object store, computes again, and the
+    run ends where the same run ends in process (the same delays: the same rounds' survivors)."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    spec = TrainSpec("crc", workers=4, stragglers=1, delay=0.3, seed=3)
+    tconf = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.05, "momentum": 0.9}, batch_size=96)
+    res = gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=40), faults=FaultConfig(fail=("1@2",)),
+                 cluster=ClusterConfig(transport="collective", replica_check=1), engine="ray")
+    deaths = [f for f in res.result.failures if f["kind"] == "died"]
+    assert [f["worker"] for f in deaths] == [1]
+    assert deaths[0]["back_in_round"] is not None  # restarted by Ray, synced, computing again
+    assert (res.result.arrivals[deaths[0]["back_in_round"]:, 1] >= 0).any()
+    ref = gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=40), engine="inprocess")
+    # the same updates whenever the same workers decode (float32 rounding otherwise)
+    np.testing.assert_allclose(flat(res.model), flat(ref.model), rtol=1e-4, atol=1e-5)

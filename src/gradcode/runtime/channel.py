@@ -14,9 +14,11 @@ where each one listens, and carries what does not fit a channel (payloads above
 Wire format: a frame is a header (``!II``: the pickle's length, the number of out-of-band buffers),
 one ``!Q`` length per buffer, the pickle (protocol 5) and the buffers' raw bytes: numpy arrays
 travel as their own bytes, not copied into the pickle. Requests (driver to worker) are
-``("run", t, generation, tasks, sleeps, fail, one, params)`` and ``("abort", t)``; replies are
-``(t, "message", payload)``, ``(t, "end", None)`` (the task ended: aborted in its sleep, or a
-stream's last message was sent) and ``(t, "error", WorkerTaskError)`` (the task raised).
+``("run", t, generation, tasks, sleeps, fail, one, params)``, ``("reduce", t, order)`` (the
+collective path's reduction, computed in order after the tasks before it) and ``("abort", t)``;
+replies are ``(t, "message", payload)``, ``(t, "end", None)`` (the task ended: aborted in its
+sleep, or a stream's last message was sent), ``(t, "reduced", reply)`` and ``(t, "error",
+WorkerTaskError)`` (the task raised).
 
 Trust: a worker accepts a connection only after it presents the token the driver gave the worker
 through Ray (:meth:`WorkerChannel.listen`); pickles are read only from connections that did. The
@@ -180,7 +182,10 @@ class WorkerChannel:
         try:
             while (request := work.get()) is not None:
                 with self._computing:
-                    self._run(conn, *request[1:])
+                    if request[0] == "reduce":
+                        self._reduce(conn, *request[1:])
+                    else:
+                        self._run(conn, *request[1:])
         except _DriverGone:  # its tasks are dropped with it
             pass
         finally:  # whatever ended this loop, the driver sees the channel close (FIN), not silence
@@ -201,6 +206,16 @@ class WorkerChannel:
             raise
         except Exception as exc:  # the task raised (an OSError of its own included)
             _send(conn, (t, "error", _portable(exc)))
+
+
+    def _reduce(self, conn, t, order) -> None:
+        """The collective path's reduction (``holder.reduce``), after the tasks sent before it."""
+        try:
+            reply = self.holder.reduce(order)
+        except Exception as exc:
+            _send(conn, (t, "error", _portable(exc)))
+            return
+        _send(conn, (t, "reduced", reply))
 
 
 def _send(conn: socket.socket, frame) -> None:
@@ -257,6 +272,19 @@ class DriverChannels:
             return False
         try:
             send_frame(sock, ("run", t, generation, tasks, tuple(sleeps), bool(fail), bool(one), tuple(params)))
+            return True
+        except OSError:
+            self.close(w)
+            return False
+
+    def reduce(self, w: int, t: int, order) -> bool:
+        """Send worker ``w`` its order of round ``t``'s reduction (the collective path); False when
+        it cannot (no channel, or it closed)."""
+        sock = self._socks.get(w)
+        if sock is None:
+            return False
+        try:
+            send_frame(sock, ("reduce", t, order))
             return True
         except OSError:
             self.close(w)

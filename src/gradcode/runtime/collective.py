@@ -45,11 +45,14 @@ problems) keep the star path, with a :class:`CollectiveFallbackWarning` naming t
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.errors import NotDecodableError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
+from gradcode.runtime.gloo import LIVE_GROUPS
 from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef
 
 __all__ = ["CollectiveDriver", "CollectiveFallbackWarning", "collective_blocker"]
@@ -85,6 +88,8 @@ class CollectiveDriver(RoundDriver):
         #: a group of its previous process
         self.incarnation = [0] * n
         self.replies: dict[int, object] = {}  # job -> a member's ReduceReply
+        self._groups: OrderedDict[tuple, int] = OrderedDict()  # member key -> group number (the live ones)
+        self._next_group = 0
         self.reductions_failed = 0
         self._run = None
         models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
@@ -153,8 +158,12 @@ class CollectiveDriver(RoundDriver):
             late = scheme.round_stragglers(counts, planned)
             arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
             # every worker that delivered messages of the round (the decode may read a straggler's
-            # prefix; a worker not needed still receives the result instead of lagging)
-            members = sorted(w for w in wire if counts[w] > 0)
+            # prefix; a worker not needed still receives the result instead of lagging), and
+            # those whose messages are in already, unread: they join with nothing to add and
+            # need no copy of the models before their next task
+            self.backlog.extend(self.engine.poll(0.0))
+            unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
+            members = sorted({w for w in wire if counts[w] > 0} | (unread & set(wire)))
             try:
                 plans = scheme.reduce_plans(t, arrived, reduced_by=len(members))
                 if len(plans) != 1:
@@ -179,8 +188,9 @@ class CollectiveDriver(RoundDriver):
         m = job % self.models
         step = int(self.state.steps[m])
         key = tuple((w, self.incarnation[w]) for w in members)
+        group, live = self._group(key)
         digest = bool(self.digest_every) and (t + 1) % self.digest_every == 0
-        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest)
+        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest, group, live)
                   for rank, w in enumerate(members)}
         for w in members:  # a member still streaming (AGC's spare messages) stops, then reduces
             if self.engine.running_round(w) == t:
@@ -210,6 +220,18 @@ class CollectiveDriver(RoundDriver):
             if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
                 died.add(ev.worker)
         return self._settle(t, job, m, step, orders, replies, died, waiting)
+
+    def _group(self, key: tuple) -> tuple[int, tuple]:
+        """The number of the members' group and the numbers alive (:mod:`gradcode.runtime.gloo`):
+        a key seen before keeps its number while it is among the :data:`LIVE_GROUPS` most recent;
+        a number is never given twice."""
+        group = self._groups.pop(key, None)
+        if group is None:
+            group, self._next_group = self._next_group, self._next_group + 1
+        self._groups[key] = group
+        while len(self._groups) > LIVE_GROUPS:
+            self._groups.popitem(last=False)
+        return group, tuple(self._groups.values())
 
     def _settle(self, t, job, m, step, orders, replies, died, waiting):
         """What a reduction's replies mean (see :meth:`_reduce`)."""

@@ -84,6 +84,8 @@ import ray
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannels, WorkerChannel, WorkerTaskError
+from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
+from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, warm_replica
 import gradcode.runtime.watchdog as watchdog
 from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, limit_threads, task_messages, worker_threads
 
@@ -162,6 +164,51 @@ class _WorkerBase:
         if self._generation != generation:
             raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
 
+    # ------------------------------------------------------------ the collective path
+    def join_replica(self, replica, store) -> int:
+        """Hold ``replica`` (the run's models) and reach the run's store at ``store`` (host, port,
+        timeout) for the reductions' groups."""
+        self.core.replica = replica
+        self._reach(store)
+        warm_replica()
+        return os.getpid()
+
+    def export_replica(self):
+        """A copy of this worker's models, for a lagging worker (:meth:`load_replica`)."""
+        if self.core.replica is None:
+            raise StaleReplicaError(f"worker {self.core.worker} holds no replica to copy")
+        return self.core.replica.export()
+
+    def load_replica(self, models, store) -> int:
+        """Become a copy of an up-to-date worker's replica (``models``: its :meth:`export_replica`)."""
+        self.core.replica = Replica(models)
+        self._reach(store)
+        warm_replica()
+        return os.getpid()
+
+    def _synced(self, models, store) -> None:
+        """Load the up-to-date replica a task brings (the collective path: a lagging worker's
+        task carries it, resolved by Ray before the task starts, so it can never compute first)."""
+        if models is not None:
+            self.load_replica(models, store)
+
+    def _reach(self, store) -> None:
+        if getattr(self, "_groups", None) is None or self._groups.address != tuple(store):
+            self._groups = Groups(*store)
+
+    def reduce(self, order):
+        """This worker's part of a reduction, all-reduced with the other members', and the step
+        (:class:`~gradcode.runtime.replica.Replica`): its reply, ``error="failed"`` when the
+        collective failed (a member died or never came)."""
+        core = self.core
+        part = core.reduce_part(order)
+        try:
+            total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part)
+        except ReductionFailed as exc:
+            return ReduceReply(core.worker, order.round, order.job, order.model, order.step, error="failed",
+                               message=str(exc))
+        return core.reduce_apply(order, total)
+
     def node(self) -> str:
         """The Ray node this worker runs on (a restarted actor may run on another)."""
         return ray.get_runtime_context().get_node_id()
@@ -187,12 +234,16 @@ class _PlainWorker(_WorkerBase):
         self._generation = generation
         return os.getpid()
 
-    def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+    def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params, sync=None,
+            store=None):
         self._check_holds(generation)
+        self._synced(sync, store)
         yield from self.core.run(t, tasks, params, sleeps, fail)
 
-    def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+    def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params, sync=None,
+                store=None):
         self._check_holds(generation)
+        self._synced(sync, store)
         out = None
         for out in self.core.run(t, tasks, params, sleeps, fail):
             pass
@@ -234,8 +285,10 @@ class _RayWorker(_WorkerBase):
                 self._check_holds(generation)
             await asyncio.sleep(0.001)
 
-    async def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+    async def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params,
+                  sync=None, store=None):
         await self._holds(generation)
+        self._synced(sync, store)
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
                 if not await self._sleep(t, item, generation):
@@ -243,11 +296,13 @@ class _RayWorker(_WorkerBase):
             else:
                 yield item
 
-    async def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params):
+    async def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params,
+                      sync=None, store=None):
         """A round whose tasks send one message: a plain call returning it (None when aborted
         during its injected sleep). No generator: one object and one wait instead of a stream's
         item and end marker."""
         await self._holds(generation)
+        self._synced(sync, store)
         out = None
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
@@ -594,7 +649,14 @@ class RayEngine(Engine):
         self._run: list[Any] = []
         # worker -> (round, reference, streaming); the reference is None for a task sent by channel
         self._running: dict[int, tuple[int, Any, bool]] = {}
-        self._channels = DriverChannels() if transport == "channels" else None
+        self.transport = transport
+        self._channels = DriverChannels() if transport in ("channels", "collective") else None
+        self._store = None  # the collective path's TCPStore (gloo groups' rendezvous), and its address
+        self._store_address = None
+        self._reducing: dict[int, int] = {}  # worker -> round of the reduction it is in (by channel)
+        self._reduce_refs: dict[Any, tuple[int, int]] = {}  # a reduction by actor call -> (worker, round)
+        self._syncs: dict[int, Any] = {}  # worker -> the replica its next task brings (export_replica's reference)
+        self._pending_events: list[Event] = []  # events known without waiting (a reduction refused at once)
         self._token = secrets.token_bytes(32)
         self._reopen: dict[int, Any] = {}  # worker -> its open_channel reference, after its channel closed
         self._unreachable: set[int] = set()  # workers whose channel could not be opened: actor calls only
@@ -785,18 +847,20 @@ class RayEngine(Engine):
             self._resetting[w] = self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
         sleeps = tuple(float(x) for x in sleeps)
         one = task_messages(tasks) == 1
-        if (self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
+        sync = self._syncs.pop(w, None)
+        if (sync is None and self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
                 and self._channels.request(w, t, self._generations[w], tasks, sleeps, fail, one, params)):
             self._running[w] = (t, None, not one)
             return
         if self._channels is not None and not self._channels.has(w) and w not in self._reopen:
             self._channel_lost(w)  # the request found it closed: its process died (or it never opened)
         args = (t, self._generations[w], tasks, sleeps, bool(fail), *params)
+        kwargs = {} if sync is None else {"sync": sync, "store": self._store_address}
         if one:
-            ref = self._actors[w].run_one.remote(*args)
+            ref = self._actors[w].run_one.remote(*args, **kwargs)
             self._running[w] = (t, ref, False)
         else:
-            ref = self._run[w].remote(*args)
+            ref = self._run[w].remote(*args, **kwargs)
             self._running[w] = (t, ref, True)
         self._owner[ref] = w
 
@@ -808,7 +872,10 @@ class RayEngine(Engine):
         becomes a ``"failed"`` event), and one ``ray.get`` reads all their messages. While both
         kinds run (a worker's channel is being re-opened) the two waits take turns of
         :attr:`MIXED_SLICE` seconds."""
-        if not self._running:
+        if self._pending_events:
+            events, self._pending_events = self._pending_events, []
+            return events
+        if not self._running and not self._reducing and not self._reduce_refs:
             if timeout:
                 time.sleep(timeout)
             return []
@@ -816,8 +883,8 @@ class RayEngine(Engine):
         if deaths:
             return deaths
         wait = self.NODE_CHECK if timeout is None else min(timeout, self.NODE_CHECK)
-        refs = [ref for _, ref, _ in self._running.values() if ref is not None]
-        by_channel = len(refs) < len(self._running)
+        refs = [ref for _, ref, _ in self._running.values() if ref is not None] + list(self._reduce_refs)
+        by_channel = len(refs) - len(self._reduce_refs) < len(self._running) or bool(self._reducing)
         if not refs:
             return self._channel_events(wait) or self._node_deaths()
         if not by_channel:
@@ -844,12 +911,22 @@ class RayEngine(Engine):
                 self._channel_lost(w)
                 if w in self._reused:  # Ray restarts it with the arguments of the run that made it
                     self._stale.add(w)
+                if w in self._reducing:  # a member of a reduction: it fails, lost
+                    exc = ChannelClosed(f"worker {w}'s process died during a reduction (its channel closed)")
+                    events.append(Event(w, self._reducing.pop(w), "failed", exc, lost=True))
                 if mine:
                     self._forget(w)
                     exc = ChannelClosed(f"worker {w}'s process died or its connection broke (its channel closed)")
                     events.append(Event(w, entry[0], "failed", exc, lost=self._lost_worker(w, exc)))
                 continue
             t, kind, payload = frame
+            if kind == "reduced" or (kind == "error" and self._reducing.get(w) == t and not mine):
+                if self._reducing.get(w) == t:
+                    del self._reducing[w]
+                    lost = kind == "error" and self._lost_worker(w, payload)
+                    events.append(Event(w, t, "reduced", payload) if kind == "reduced" else
+                                  Event(w, t, "failed", payload, lost=lost))
+                continue
             if kind == "unreadable" and mine:  # a whole frame that did not unpickle here: a bug
                 t, payload = entry[0], WorkerTaskError(f"a message of worker {w} could not be read here: {payload!r}",
                                                        payload)
@@ -877,7 +954,13 @@ class RayEngine(Engine):
             ready += more
         events: list[Event] = []
         fetch: list[tuple[int, int, Any]] = []  # (worker, round, message ref) to read at once
+        reductions = set()  # of those, replies of reductions by actor call
         for ref in ready:
+            if ref in self._reduce_refs:  # a reduction by actor call: its reply
+                w, t = self._reduce_refs.pop(ref)
+                reductions.add(ref)
+                fetch.append((w, t, ref))
+                continue
             w = self._owner[ref]
             t, _, streaming = self._running[w]
             if not streaming:  # a plain call: its one return is the message (or None: aborted)
@@ -906,8 +989,11 @@ class RayEngine(Engine):
                     except Exception as exc:
                         values.append(_Failed(exc))
             for (w, t, ref), value in zip(fetch, values):
-                if isinstance(value, _Failed):  # died mid-stream, or the task raised
-                    self._forget(w)
+                if ref in reductions and not isinstance(value, _Failed):
+                    events.append(Event(w, t, "reduced", value))
+                elif isinstance(value, _Failed):  # died mid-stream, or the task raised
+                    if ref not in reductions:
+                        self._forget(w)
                     events.append(Event(w, t, "failed", value.exc, lost=self._lost_worker(w, value.exc)))
                 elif value is None:  # a plain call aborted in its sleep: no message
                     events.append(Event(w, t, "done"))
@@ -959,6 +1045,8 @@ class RayEngine(Engine):
         if w in self._reused and (_lost(exc) or _stale(exc)):
             self._stale.add(w)
             return True
+        if isinstance(getattr(exc, "cause", None), StaleReplicaError):  # its replica lagged: re-synced, re-sent
+            return True
         return _lost(exc)
 
     def _forget(self, w: int) -> None:
@@ -989,6 +1077,62 @@ class RayEngine(Engine):
         ray.kill(self._actors[w], no_restart=True)
         self._killed.add(w)
         self._reopen.pop(w, None)
+
+    # ----------------------------------------------------------------- the collective path
+    #: seconds a reduction's group may wait for its members (creation and all-reduce)
+    GROUP_TIMEOUT = 60.0
+
+    @property
+    def collective(self) -> bool:
+        """Whether this engine runs the collective path: ``transport="collective"``, torch there to
+        form the groups, and a channel to every worker (the reductions' orders go through them)."""
+        if self.transport != "collective" or self._unreachable:
+            return False
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return False
+        return dist.is_available()
+
+    def join(self, replica) -> None:
+        """Every worker holds its own copy of ``replica`` (one ``ray.put``, one call each) and
+        reaches the run's store, which the driver starts here."""
+        if self._store is None:
+            host = ray.util.get_node_ip_address() if self.address is not None else "127.0.0.1"
+            self._store, port = driver_store(host, self.GROUP_TIMEOUT)
+            self._store_address = (host, port, self.GROUP_TIMEOUT)
+        ref = ray.put(replica)
+        ray.get([a.join_replica.remote(ref, self._store_address) for a in self._actors])
+
+    def reduce(self, t: int, orders: dict) -> None:
+        """Send each member its order through its channel (after the tasks sent before it), or
+        by actor call while its channel is not open (a restarted worker's is re-opened). A member
+        whose order cannot be sent has died: the others' group fails without it."""
+        for w, order in orders.items():
+            if self._has_channel(w) and self._channels.reduce(w, t, order):
+                self._reducing[w] = t
+                continue
+            try:
+                self._reduce_refs[self._actors[w].reduce.remote(order)] = (w, t)
+            except Exception as exc:  # a killed actor
+                self._pending_events.append(Event(w, t, "failed", exc, lost=True))
+
+    def sync(self, w: int, source: int) -> None:
+        """Before ``w``'s next task, its replica becomes a copy of ``source``'s: the copy travels
+        through Ray's object store (the driver holds only its reference) as an argument of that
+        task, which goes by actor call: Ray resolves it before the task runs. A copy that fails
+        (the source died) fails the task, lost, and the driver syncs again from another."""
+        self._syncs[w] = self._actors[source].export_replica.remote()
+
+    def clock_info(self) -> dict:
+        info = super().clock_info()
+        if self._store is not None:  # the run took the collective path
+            info["transport"] = "collective (gloo)"
+        return info
+
+    def fetch(self, w: int) -> list:
+        """A copy of ``w``'s models (read here: for metrics, checkpoints and the result)."""
+        return ray.get(self._actors[w].export_replica.remote())
 
     def lost(self) -> str | None:
         """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with
@@ -1031,6 +1175,8 @@ class RayEngine(Engine):
         self._run = []
         self._running = {}
         self._owner = {}
+        self._reducing, self._pending_events, self._reduce_refs, self._syncs = {}, [], {}, {}
+        self._store = None  # the run's groups end with it
         if self._owned and ray.is_initialized():
             ray.shutdown()
             self._owned = False

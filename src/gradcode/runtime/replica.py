@@ -41,7 +41,8 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import ReducePlan, contribution
 from gradcode.errors import GradcodeError
 
-__all__ = ["ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model"]
+__all__ = ["ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
+           "warm_replica"]
 
 
 class StaleReplicaError(GradcodeError):
@@ -85,7 +86,9 @@ class ReduceOrder:
     """What the driver sends each member of round ``round``'s reduction for job ``job`` (model
     ``model`` at version ``step``): the :class:`~gradcode.codes.reduce.ReducePlan` (every member
     judges the reduced gradient by it), the member's place in the group (``key``: the members and
-    their incarnations, which names the group; ``rank`` of ``size``) and whether to send a digest."""
+    their incarnations; ``group``: the number the driver gave that key, ``live`` the numbers of
+    the groups it keeps, :mod:`gradcode.runtime.gloo`; ``rank`` of ``size``) and whether to send
+    a digest."""
 
     round: int
     job: int
@@ -96,6 +99,8 @@ class ReduceOrder:
     rank: int
     size: int
     digest: bool = False
+    group: int = 0
+    live: tuple = ()
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -121,6 +126,19 @@ class ReduceReply:
     message: str = ""
     #: members found dead when the reduction failed (``error="failed"``)
     lost: tuple = ()
+
+
+def warm_replica() -> None:
+    """What a worker process's first step would load inside a round, loaded now: the reduction's
+    compiled sums, and ``torch._dynamo``, which ``torch.optim`` imports at its first step (measured:
+    2-5 s of the first round on 2 busy cores)."""
+    import sys
+
+    from gradcode.codes.messages import warm_kernels
+
+    warm_kernels()
+    if "torch" in sys.modules:
+        import torch._dynamo  # noqa: F401
 
 
 def step_model(problem, optimizer, params, opt_state, k: int, g, *, at=None) -> tuple[np.ndarray, object, float]:
@@ -153,6 +171,12 @@ class Replica:
         self.models = list(models)
         self._held: dict[int, list[Message]] = {}  # round -> the messages kept, in order
         self._lock = threading.Lock()  # an export (sync) may run beside the worker's computation
+
+    def __getstate__(self):  # travels (Ray) as its models; a copy holds no messages and a lock of its own
+        return {"models": self.models}
+
+    def __setstate__(self, state):
+        self.__init__(state["models"])
 
     @property
     def versions(self) -> tuple[int, ...]:

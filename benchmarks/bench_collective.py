@@ -1,0 +1,192 @@
+"""The collective path against the star and against torch DDP: a large model's training step.
+
+    python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2115]
+
+Set-up (issue 42's first target): an MLP 1024 -> H -> H -> 10 (H = 2115: 11.14 M float32
+parameters), 4 workers, batch 64 (16 a worker), SGD (lr 0.01), random inputs and labels (seed 0),
+on this machine's cores. Trainers, run one after the other:
+
+* torch DDP: 4 processes (``torch.multiprocessing``), gloo, ``DistributedDataParallel``, one
+  thread each; rank ``r`` takes at step ``t`` the samples gradcode's partition ``r`` contributes
+  to job ``t`` (``TorchSpec.batch_indices``), so every trainer steps on the same batches;
+* gradcode ``uncoded`` and ``crc`` (s = 1) on the star path (``--transport channels``: every
+  message to the driver, which decodes, steps and sends the parameters) and on the collective
+  path (``--transport collective``: the members all-reduce their weighted messages over gloo and
+  step their own replicas), Ray's embedded cluster, workers of one thread each.
+
+Each trainer runs ``--rounds`` steps twice: without delays, and with one of the 4 workers (a random
+one each step) sleeping ``--delay`` seconds before it computes (DDP waits for it in every
+all-reduce; CRC decodes without it). The measure is the median time between consecutive steps
+after 5 warm-up steps, medians over ``--repeats``; ratios are to DDP's step in the same condition.
+Without delays the final weights of every trainer are compared with DDP's (the same batches and
+initial weights: they differ by float32 rounding only) and with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+N_WORKERS, BATCH, LR, N_SAMPLES, N_IN, N_OUT, WARMUP = 4, 64, 0.01, 4096, 1024, 10, 5
+
+
+def model(hidden: int):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(N_IN, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, N_OUT))
+
+
+def data():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(N_SAMPLES, N_IN, generator=g), torch.randint(0, N_OUT, (N_SAMPLES,), generator=g)
+
+
+def batches():
+    """gradcode's batches for seed 0 and 4 equal partitions (``batch_indices(t, r)``)."""
+    from gradcode.torch.problem import TorchSpec
+
+    order = np.random.default_rng([0, 0]).permutation(N_SAMPLES)  # fit's training order for seed 0
+    return TorchSpec(model=None, samples=None, order=order, loss=None, loss_reduction="mean", batch_size=BATCH,
+                     sizes=np.full(N_WORKERS, 1 / N_WORKERS), seed=0, wire_dtype=np.float32)
+
+
+def slow_workers(rounds: int) -> list[int]:
+    return np.random.default_rng(1).integers(0, N_WORKERS, rounds).tolist()
+
+
+# ------------------------------------------------------------------------------------ DDP
+
+
+def _ddp_rank(rank: int, port: int, hidden: int, rounds: int, delay: float, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=N_WORKERS)
+    net = DistributedDataParallel(model(hidden))
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    X, y = data()
+    spec, slow = batches(), slow_workers(rounds)
+    stamps = []
+    for step in range(rounds):
+        idx = torch.from_numpy(spec.batch_indices(step, rank))
+        if delay > 0 and slow[step] == rank:
+            time.sleep(delay)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(X[idx]), y[idx]).backward()  # the all-reduce is in here
+        opt.step()
+        stamps.append(time.perf_counter())
+    if rank == 0:
+        flat = torch.nn.utils.parameters_to_vector(net.module.parameters()).detach().numpy()
+        np.savez(out, stamps=np.array(stamps), params=flat)
+    dist.destroy_process_group()
+
+
+def run_ddp(hidden: int, rounds: int, delay: float) -> tuple[float, np.ndarray]:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tempfile.mktemp(suffix=".npz")
+    mp.spawn(_ddp_rank, args=(port, hidden, rounds, delay, out), nprocs=N_WORKERS, join=True)
+    res = np.load(out)
+    os.unlink(out)
+    return statistics.median(np.diff(res["stamps"][WARMUP:])), res["params"]
+
+
+# ------------------------------------------------------------------------------------ gradcode
+
+
+def run_gradcode(scheme: str, transport: str, hidden: int, rounds: int, delay: float) -> tuple[float, np.ndarray]:
+    import torch
+
+    import gradcode.torch as gt
+    from gradcode.runtime import ClusterConfig, RunConfig, TrainSpec
+
+    # one worker delayed when delay > 0; CRC tolerates one (uncoded, which tolerates none, waits)
+    spec = TrainSpec(scheme, workers=N_WORKERS, stragglers=1 if delay > 0 or scheme == "crc" else 0, delay=delay,
+                     seed=0)
+    stamps: list[float] = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        res = gt.fit(model(hidden), data(), spec,
+                     torch_config=gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": LR}, batch_size=BATCH),
+                     run=RunConfig(rounds=rounds, eval_every=0, run_dir=run_dir),
+                     cluster=ClusterConfig(transport=transport), engine="ray",
+                     callback=lambda rec: stamps.append(time.perf_counter()))
+    flat = torch.nn.utils.parameters_to_vector(res.model.parameters()).detach().numpy()
+    return statistics.median(np.diff(stamps[WARMUP:])), flat
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--delay", type=float, default=0.2)
+    ap.add_argument("--hidden", type=int, default=2115)
+    ap.add_argument("--only", choices=("ddp", "gradcode"), help="one kind of trainer")
+    args = ap.parse_args()
+    import warnings
+
+    from gradcode.runtime import ClusterConfig
+    from gradcode.runtime.engine import ray_session
+
+    warnings.simplefilter("ignore")
+    params = sum(p.numel() for p in model(args.hidden).parameters())
+    print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; MLP {N_IN}-{args.hidden}-"
+          f"{args.hidden}-{N_OUT} ({params / 1e6:.2f} M parameters), {N_WORKERS} workers, batch {BATCH}, SGD,"
+          f" {args.rounds} rounds, median step after {WARMUP}, {args.repeats} repeat(s)", flush=True)
+    trainers = [] if args.only == "gradcode" else [("ddp", None)]
+    if args.only != "ddp":
+        trainers += [(s, t) for s in ("uncoded", "crc") for t in ("channels", "collective")]
+    times: dict = {}
+    weights: dict = {}
+    with ray_session(ClusterConfig()):
+        for _ in range(args.repeats):
+            for delay in (0.0, args.delay):
+                for scheme, transport in trainers:
+                    if scheme == "ddp":
+                        step, w = run_ddp(args.hidden, args.rounds, delay)
+                    else:
+                        step, w = run_gradcode(scheme, transport, args.hidden, args.rounds, delay)
+                    key = (scheme, transport, delay)
+                    times.setdefault(key, []).append(step)
+                    if delay == 0:
+                        weights[key] = w
+                    print(f"  {scheme:8s} {transport or '':10s} delay {delay:.1f}: step {1e3 * step:8.1f} ms",
+                          flush=True)
+    print("\n| trainer | path | delay (s) | step (ms) | / DDP |\n|---|---|---|---|---|")
+    for (scheme, transport, delay), ts in times.items():
+        med = statistics.median(ts)
+        ddp = statistics.median(times.get(("ddp", None, delay), [float("nan")]))
+        print(f"| {scheme} | {transport or 'gloo all-reduce'} | {delay:g} | {1e3 * med:.1f} | {med / ddp:.2f}x |")
+    ref = weights.get(("ddp", None, 0.0))
+    if ref is not None:
+        print("\nfinal weights, max |w - w_DDP| / max |w_DDP| (no delays):")
+        for key, w in weights.items():
+            if key[0] != "ddp":
+                print(f"  {key[0]} {key[1]}: {np.abs(w - ref).max() / np.abs(ref).max():.2e}")
+    star, coll = weights.get(("crc", "channels", 0.0)), weights.get(("crc", "collective", 0.0))
+    if star is not None and coll is not None:
+        print(f"  crc collective against crc star: {np.abs(coll - star).max() / np.abs(star).max():.2e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
