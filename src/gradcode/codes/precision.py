@@ -172,8 +172,9 @@ def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduce
     ``reduced_by``: the decoded sum is formed not by one float64 sum but by ``reduced_by``
     processes, each adding its own rows in float64, casting its part to ``reduce_precision`` and
     all-reducing the parts in that precision (a ring adds ``reduced_by - 1`` times per element):
-    each row's error grows by ``reduced_by * u_r * S_i`` (the cast and the ring's additions, each
-    at most ``u_r`` of a partial sum no larger than ``sum_i |A[c, i]| S_i``). The plain sum it is
+    each row's error grows by ``(reduced_by + 1) u_r S_i`` (the part's product and cast, the
+    weight's own rounding when the product is formed in ``u_r``, and the ring's additions, each at
+    most ``u_r`` of a partial sum no larger than ``sum_i |A[c, i]| S_i``). The plain sum it is
     compared with is then the one data-parallel training forms: the partial gradients all-reduced
     the same way (DDP's float32 ring), so an uncoded reduction is never refused for the ring's own
     rounding."""
@@ -188,7 +189,7 @@ def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduce
         row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
                      + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
         if reduced_by:
-            row_error = row_error + reduced_by * UNIT_ROUNDOFF[reduce_precision] * sums
+            row_error = row_error + (reduced_by + 1) * UNIT_ROUNDOFF[reduce_precision] * sums
         per_chunk = absA @ row_error
         plain = 0.0
         if sol.row_ids is not None:
@@ -199,7 +200,7 @@ def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduce
             # its one term (and unit coefficient) rounded at the worker
             per_partial = u + code.k * _EPS + 2 * u_c
             if reduced_by:
-                per_partial += reduced_by * UNIT_ROUNDOFF[reduce_precision]
+                per_partial += (reduced_by + 1) * UNIT_ROUNDOFF[reduce_precision]
             plain = per_partial * float(np.linalg.norm(gb.reshape(code.k, L).sum(axis=0)))
         bound = float(np.sqrt(per_chunk @ per_chunk))
         summed = float(np.linalg.norm(absA @ sums))

@@ -132,16 +132,19 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
 def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: int, length: int,
                  dtype=np.float32) -> np.ndarray:
     """A worker's part of a reduction: ``sum_r weights[r, c] * values[r]`` for each chunk ``c``
-    (the values in their wire type, ``(length,)`` each), summed in float64 and cast to ``dtype``;
-    ``(chunks * length,)``. A part that is one message with weight 1 in ``dtype`` is that message
-    (no copy: uncoded and FRC send their partial as it is)."""
+    (the values in their wire type, ``(length,)`` each), cast to ``dtype``; ``(chunks * length,)``,
+    a new writable array (the all-reduce sums into it). A part of one message, in ``dtype``, is one
+    product in that type (uncoded, FRC, CRC: one pass); others are summed in float64 and cast.
+    :func:`~gradcode.codes.precision.error_bound` counts either rounding (the weight's own rounding
+    to ``dtype`` and the product's: ``2 u_r`` of the part, within its ``reduced_by + 1``)."""
     weights = np.asarray(weights, dtype=np.float64)
     dtype = np.dtype(dtype)
     if weights.shape != (len(values), chunks):
         raise ValueError(f"weights must have shape ({len(values)}, {chunks}), got {weights.shape}")
     used = [r for r in range(len(values)) if np.any(weights[r])]
-    if chunks == 1 and len(used) == 1 and weights[used[0], 0] == 1.0 and values[used[0]].dtype == dtype:
-        return np.asarray(values[used[0]])
+    if chunks == 1 and len(used) == 1 and np.asarray(values[used[0]]).dtype == dtype:
+        v, w = np.asarray(values[used[0]]), weights[used[0], 0]
+        return v.copy() if w == 1.0 else np.multiply(v, dtype.type(w))
     out = np.empty(chunks * length, dtype=np.float64)
     for c in range(chunks):
         rows = [r for r in used if weights[r, c] != 0.0]

@@ -42,7 +42,9 @@ The collective path (:mod:`gradcode.runtime.replica`; an engine with ``collectiv
   step diverged), or dies (a lost ``"failed"`` event);
 * ``sync(w, source)``: before ``w``'s next task its replica becomes a copy of ``source``'s (a
   task of a worker whose copy failed raises :class:`~gradcode.runtime.replica.StaleReplicaError`,
-  reported as lost);
+  reported as lost); ``catch_up(w, updates)``: before ``w``'s next task it applies ``updates``
+  (``[(model, step, ReduceReply.update)]``, kept by a member whose order said ``publish``), the
+  cheap way to bring a worker one or a few steps behind up to date;
 * ``fetch(w)``: a copy of ``w``'s models (for records, metrics and checkpoints).
 """
 
@@ -90,6 +92,9 @@ class Engine(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
 
     def sync(self, w: int, source: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
+
+    def catch_up(self, w: int, updates: list) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
 
     def fetch(self, w: int) -> list:

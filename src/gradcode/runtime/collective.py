@@ -29,8 +29,12 @@ messages, as a refused held decode does; a diverging step stops the run as on th
 
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
 (a straggler, a worker that died and was restarted, one whose reduction failed) is brought up to
-date before its next task (``engine.sync`` from an up-to-date worker: the whole state, parameters
-and optimizer, so any lag and any restart is one copy). Every ``digest_every`` rounds the members
+date before its next task: when a round leaves a live worker out, its first member keeps the
+reduced gradient (``ReduceOrder.publish``: in Ray's object store, the driver holding a
+reference), and a worker at most :attr:`CollectiveDriver.REPLAY` steps behind applies the updates
+it missed (``engine.catch_up``: one optimizer step and one vector's read each, the same function
+and bits as the members); a worker further behind, or restarted (no replica), or whose updates
+were lost with their keeper, gets a copy of an up-to-date worker's whole state (``engine.sync``). Every ``digest_every`` rounds the members
 send a digest of their parameters and the run stops, naming the workers, when they differ; every
 round their training objectives (the same bits) are compared too.
 
@@ -78,6 +82,9 @@ class CollectiveDriver(RoundDriver):
     """:class:`~gradcode.runtime.driver.RoundDriver`'s rounds on the collective path (module
     docstring); ``digest_every``: rounds between parameter digests (0: never)."""
 
+    #: steps of a model whose updates are kept for lagging workers; a worker further behind gets a copy
+    REPLAY = 4
+
     def __init__(self, setup, engine, state, *, faults=None, digest_every: int = 20):
         super().__init__(setup, engine, state, faults=faults)
         self.digest_every = int(digest_every)
@@ -91,6 +98,9 @@ class CollectiveDriver(RoundDriver):
         self._groups: OrderedDict[tuple, int] = OrderedDict()  # member key -> group number (the live ones)
         self._next_group = 0
         self.reductions_failed = 0
+        #: the reduced gradients kept for lagging workers: ``(model, step) -> ReduceReply.update``
+        self.updates: dict[tuple[int, int], object] = {}
+        self.replayed = self.synced = 0  # laggers brought up to date by updates, by copies
         self._run = None
         models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
                   for m, opt in enumerate(setup.optimizers)]
@@ -112,11 +122,20 @@ class CollectiveDriver(RoundDriver):
         self.pending_job[m] = job
 
     def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
-        """:meth:`RoundDriver._send`, after bringing ``w``'s replica up to date when it lags."""
-        if self.versions[w] != self._current():
-            source = self._source(exclude=w)
-            self.engine.sync(w, source)
-            self.versions[w] = self._current()
+        """:meth:`RoundDriver._send`, after bringing ``w``'s replica up to date when it lags: the
+        updates it missed when the members kept them all (at most :attr:`REPLAY` steps a model:
+        one step's work, and a vector's transfer, each), else a copy of an up-to-date replica."""
+        now = self._current()
+        have = self.versions[w]
+        if have != now:
+            missing = [] if have is None else [(m, k) for m in range(self.models) for k in range(have[m], now[m])]
+            if missing and all(key in self.updates for key in missing):
+                self.engine.catch_up(w, [(m, k, self.updates[(m, k)]) for m, k in missing])
+                self.replayed += 1
+            else:
+                self.engine.sync(w, self._source(exclude=w))
+                self.synced += 1
+            self.versions[w] = now
         super()._send(t, w, wire, elapsed=elapsed)
 
     def _source(self, exclude: int = -1) -> int:
@@ -190,7 +209,10 @@ class CollectiveDriver(RoundDriver):
         key = tuple((w, self.incarnation[w]) for w in members)
         group, live = self._group(key)
         digest = bool(self.digest_every) and (t + 1) % self.digest_every == 0
-        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest, group, live)
+        # workers left out (alive) will lag: the first member keeps the update for them
+        publish = any(w not in members and w not in self.down for w in range(self.setup.n))
+        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest, group, live,
+                                 publish=publish and rank == 0)
                   for rank, w in enumerate(members)}
         for w in members:  # a member still streaming (AGC's spare messages) stops, then reduces
             if self.engine.running_round(w) == t:
@@ -243,6 +265,11 @@ class CollectiveDriver(RoundDriver):
             for w in stepped:
                 self.versions[w] = ahead
             self.replies[job] = stepped[min(stepped)]
+            update = next((r.update for r in stepped.values() if r.update is not None), None)
+            if update is not None:
+                self.updates[(m, step)] = update
+            for key in [k for k in self.updates if k[0] == m and k[1] < step + 1 - self.REPLAY]:
+                del self.updates[key]
             return None
         errors = {r.error for r in replies.values()}
         if "diverged" in errors:

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import glob
 import json
 import logging
@@ -186,11 +187,19 @@ class _WorkerBase:
         warm_replica()
         return os.getpid()
 
-    def _synced(self, models, store) -> None:
-        """Load the up-to-date replica a task brings (the collective path: a lagging worker's
-        task carries it, resolved by Ray before the task starts, so it can never compute first)."""
+    def _synced(self, models, store, replay=None) -> None:
+        """Load the up-to-date replica a task brings, or apply the updates it missed (the
+        collective path: a lagging worker's task carries them, so it can never compute first;
+        an update lost with the worker that kept it fails the task as lost, and the driver sends
+        a copy of the models instead)."""
         if models is not None:
             self.load_replica(models, store)
+        if replay:
+            try:
+                values = ray.get([ref for _, _, ref in replay])
+            except ray.exceptions.RayError as exc:
+                raise StaleReplicaError(f"worker {self.core.worker}: an update to replay is lost ({exc})") from None
+            self.core.replay([(m, k, v) for (m, k, _), v in zip(replay, values)])
 
     def _reach(self, store) -> None:
         if getattr(self, "_groups", None) is None or self._groups.address != tuple(store):
@@ -207,7 +216,10 @@ class _WorkerBase:
         except ReductionFailed as exc:
             return ReduceReply(core.worker, order.round, order.job, order.model, order.step, error="failed",
                                message=str(exc))
-        return core.reduce_apply(order, total)
+        reply = core.reduce_apply(order, total)
+        if order.publish and reply.error is None:  # kept here, read by the lagging workers
+            reply = dataclasses.replace(reply, update=ray.put(total))
+        return reply
 
     def node(self) -> str:
         """The Ray node this worker runs on (a restarted actor may run on another)."""
@@ -235,15 +247,15 @@ class _PlainWorker(_WorkerBase):
         return os.getpid()
 
     def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params, sync=None,
-            store=None):
+            store=None, replay=None):
         self._check_holds(generation)
-        self._synced(sync, store)
+        self._synced(sync, store, replay)
         yield from self.core.run(t, tasks, params, sleeps, fail)
 
     def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params, sync=None,
-                store=None):
+                store=None, replay=None):
         self._check_holds(generation)
-        self._synced(sync, store)
+        self._synced(sync, store, replay)
         out = None
         for out in self.core.run(t, tasks, params, sleeps, fail):
             pass
@@ -286,9 +298,9 @@ class _RayWorker(_WorkerBase):
             await asyncio.sleep(0.001)
 
     async def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params,
-                  sync=None, store=None):
+                  sync=None, store=None, replay=None):
         await self._holds(generation)
-        self._synced(sync, store)
+        self._synced(sync, store, replay)
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
                 if not await self._sleep(t, item, generation):
@@ -297,12 +309,12 @@ class _RayWorker(_WorkerBase):
                 yield item
 
     async def run_one(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params,
-                      sync=None, store=None):
+                      sync=None, store=None, replay=None):
         """A round whose tasks send one message: a plain call returning it (None when aborted
         during its injected sleep). No generator: one object and one wait instead of a stream's
         item and end marker."""
         await self._holds(generation)
-        self._synced(sync, store)
+        self._synced(sync, store, replay)
         out = None
         for item in self.core.steps(t, tasks, params, sleeps, fail):
             if isinstance(item, float):
@@ -656,6 +668,7 @@ class RayEngine(Engine):
         self._reducing: dict[int, int] = {}  # worker -> round of the reduction it is in (by channel)
         self._reduce_refs: dict[Any, tuple[int, int]] = {}  # a reduction by actor call -> (worker, round)
         self._syncs: dict[int, Any] = {}  # worker -> the replica its next task brings (export_replica's reference)
+        self._replays: dict[int, list] = {}  # worker -> the updates its next task applies first
         self._pending_events: list[Event] = []  # events known without waiting (a reduction refused at once)
         self._token = secrets.token_bytes(32)
         self._reopen: dict[int, Any] = {}  # worker -> its open_channel reference, after its channel closed
@@ -847,15 +860,16 @@ class RayEngine(Engine):
             self._resetting[w] = self._actors[w].reset.remote(self._generations[w], w, *self._specs[w])
         sleeps = tuple(float(x) for x in sleeps)
         one = task_messages(tasks) == 1
-        sync = self._syncs.pop(w, None)
-        if (sync is None and self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
+        sync, replay = self._syncs.pop(w, None), self._replays.pop(w, None)
+        if (sync is None and replay is None and self._has_channel(w) and not any(isinstance(p, ray.ObjectRef) for p in params)
                 and self._channels.request(w, t, self._generations[w], tasks, sleeps, fail, one, params)):
             self._running[w] = (t, None, not one)
             return
         if self._channels is not None and not self._channels.has(w) and w not in self._reopen:
             self._channel_lost(w)  # the request found it closed: its process died (or it never opened)
         args = (t, self._generations[w], tasks, sleeps, bool(fail), *params)
-        kwargs = {} if sync is None else {"sync": sync, "store": self._store_address}
+        kwargs = {} if sync is None and replay is None else {"sync": sync, "store": self._store_address,
+                                                              "replay": replay}
         if one:
             ref = self._actors[w].run_one.remote(*args, **kwargs)
             self._running[w] = (t, ref, False)
@@ -1109,7 +1123,8 @@ class RayEngine(Engine):
         by actor call while its channel is not open (a restarted worker's is re-opened). A member
         whose order cannot be sent has died: the others' group fails without it."""
         for w, order in orders.items():
-            if self._has_channel(w) and self._channels.reduce(w, t, order):
+            # the member that keeps the update answers through Ray: its reply holds a reference
+            if not order.publish and self._has_channel(w) and self._channels.reduce(w, t, order):
                 self._reducing[w] = t
                 continue
             try:
@@ -1129,6 +1144,11 @@ class RayEngine(Engine):
         if self._store is not None:  # the run took the collective path
             info["transport"] = "collective (gloo)"
         return info
+
+    def catch_up(self, w: int, updates: list) -> None:
+        """Before ``w``'s next task it applies ``updates`` (their references travel with the task,
+        which goes by actor call; the values are read in the worker, from the object store)."""
+        self._replays[w] = list(updates)
 
     def fetch(self, w: int) -> list:
         """A copy of ``w``'s models (read here: for metrics, checkpoints and the result)."""
@@ -1175,7 +1195,7 @@ class RayEngine(Engine):
         self._run = []
         self._running = {}
         self._owner = {}
-        self._reducing, self._pending_events, self._reduce_refs, self._syncs = {}, [], {}, {}
+        self._reducing, self._pending_events, self._reduce_refs, self._syncs, self._replays = {}, [], {}, {}, {}
         self._store = None  # the run's groups end with it
         if self._owned and ray.is_initialized():
             ray.shutdown()

@@ -65,12 +65,13 @@ class Groups:
         self._groups: OrderedDict[int, object] = OrderedDict()
 
     def allreduce(self, group: int, rank: int, size: int, live, part: np.ndarray) -> np.ndarray:
-        """The sum of every member's ``part`` (this one's being ``part``), in ``part``'s type."""
+        """The sum of every member's ``part`` (this one's being ``part``, a writable array of its
+        own: :func:`~gradcode.codes.reduce.contribution`, summed into in place)."""
         import torch
 
         for gone in [g for g in self._groups if g not in live]:
             del self._groups[gone]
-        out = np.array(part)  # a writable copy of its own (a part may be a held message itself)
+        out = part if part.flags.writeable and part.flags.c_contiguous else np.array(part)
         if size == 1:
             return out
         try:

@@ -393,7 +393,10 @@ class InProcessEngine(Engine):
                     total = np.array(part) if total is None else np.add(total, part, dtype=part.dtype)
                 nbytes = total.nbytes
                 for w, order in ranked:
-                    events.append(Event(w, t, "reduced", self._slots[w].core.reduce_apply(order, total.copy())))
+                    reply = self._slots[w].core.reduce_apply(order, total.copy())
+                    if order.publish and reply.error is None:
+                        reply = replace(reply, update=total.copy())
+                    events.append(Event(w, t, "reduced", reply))
             except Exception as exc:  # a member raised: a bug (or a lagging replica: lost)
                 events = [Event(w, t, "failed", exc, lost=isinstance(exc, StaleReplicaError))]
         key = next(self._epochs)
@@ -408,6 +411,16 @@ class InProcessEngine(Engine):
         src, dst = self._slots[source].core, self._slots[w].core
         if src is not None and dst is not None and src.replica is not None:
             dst.replica = Replica(src.replica.export())
+
+    def catch_up(self, w: int, updates: list) -> None:
+        """``w`` applies ``updates`` now (a worker that is down keeps its lag: its next task finds it)."""
+        self._revive(w, self._slots[w])
+        core = self._slots[w].core
+        if core is not None and core.replica is not None:
+            try:
+                core.replay(updates)
+            except StaleReplicaError:  # not at the step the updates start from: its next task says so
+                pass
 
     def fetch(self, w: int) -> list:
         core = self._slots[w].core

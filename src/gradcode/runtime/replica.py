@@ -101,6 +101,8 @@ class ReduceOrder:
     digest: bool = False
     group: int = 0
     live: tuple = ()
+    #: keep the reduced gradient for workers that lag (:attr:`ReduceReply.update`)
+    publish: bool = False
 
     @property
     def members(self) -> tuple[int, ...]:
@@ -126,6 +128,9 @@ class ReduceReply:
     message: str = ""
     #: members found dead when the reduction failed (``error="failed"``)
     lost: tuple = ()
+    #: with ``ReduceOrder.publish``: the reduced gradient, kept where the lagging workers read it
+    #: (Ray: a reference to it in the object store; in process: the array), for :meth:`Replica.replay`
+    update: object = None
 
 
 def warm_replica() -> None:
@@ -234,13 +239,31 @@ class Replica:
             new, opt_state, loss = step_model(problem, state.optimizer, state.params, state.opt_state, state.step, g)
         except DivergedError as exc:
             return ReduceReply(**base, error="diverged", message=exc.what, relative_bound=exc.norm)
+        self._commit(state, new, opt_state)
+        self._held.pop(order.round, None)
+        return ReduceReply(**base, loss=loss, relative_bound=rel,
+                           digest=self.digest(order.model) if order.digest else None)
+
+    def replay(self, updates, problem, worker: int) -> None:
+        """Catch up: apply the updates this replica missed, ``[(model, step, reduced gradient)]`` in
+        order (each accepted already by the members that reduced it), as they applied them. An
+        update for a step this replica is not at is refused (:class:`StaleReplicaError`)."""
+        for model, step, total in updates:
+            state = self.models[model]
+            if state.step > step:
+                continue  # already applied (a copy of the models came first)
+            if state.step != step:
+                raise StaleReplicaError(f"worker {worker}'s replica of model {model} is at step {state.step}; the"
+                                        f" update to replay is step {step}'s")
+            g = np.asarray(total)[: np.size(state.params)]
+            new, opt_state, _ = step_model(problem, state.optimizer, state.params, state.opt_state, state.step, g)
+            self._commit(state, new, opt_state)
+
+    def _commit(self, state: ModelState, new, opt_state) -> None:
         with self._lock:
             if isinstance(new, np.ndarray):
                 new.flags.writeable = False  # tasks read it as the star path's frozen parameters
             state.params, state.opt_state, state.step = new, opt_state, state.step + 1
-            self._held.pop(order.round, None)
-        return ReduceReply(**base, loss=loss, relative_bound=rel,
-                           digest=self.digest(order.model) if order.digest else None)
 
     def digest(self, model: int) -> str:
         """A digest of model ``model``'s parameters (BLAKE2b of their bytes) at its version."""

@@ -226,6 +226,10 @@ class WorkerCore:
         """Step the replica with the reduced gradient (:meth:`Replica.apply`)."""
         return self._replica().apply(order, total, self.problem, self.worker)
 
+    def replay(self, updates) -> None:
+        """Apply the updates the replica missed (:meth:`Replica.replay`)."""
+        self._replica().replay(updates, self.problem, self.worker)
+
     def _replica(self):
         if self.replica is None:
             raise StaleReplicaError(f"worker {self.worker} holds no replica (restarted, not yet brought up to date)")

@@ -453,12 +453,17 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
     the decoded sum ``[sum grad | sum b_j (beta_j' - beta) | sum loss | B]`` (module docstring).
     What :class:`TorchOptimizer` does before its step, and :class:`~gradcode.torch.Workers` before
     the user's."""
-    g = np.asarray(g, dtype=np.float64)
+    g = np.asarray(g)
+    if g.dtype != np.float32:  # the star path's float64 decode; the collective path reduces in float32
+        g = g.astype(np.float64, copy=False)
     B = float(g[-1])  # the decoded batch size (module docstring)
     if not B > 0.5:
         raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
     mean = torch.empty(layout.d_params + layout.d_buffers, dtype=torch.float32)
-    torch.mul(torch.from_numpy(g[: mean.numel()]), 1.0 / B, out=mean)  # one pass, float64 -> float32, threaded
+    with warnings.catch_warnings():  # g may be read-only (a decode's result): it is only read here
+        warnings.simplefilter("ignore", UserWarning)
+        part = torch.from_numpy(g[: mean.numel()])
+    torch.mul(part, 1.0 / B, out=mean)  # one pass to float32, threaded
     mean = _to_device_of(mean, module)  # one copy to a GPU, not one per parameter
     with torch.no_grad():
         off = 0
@@ -476,7 +481,7 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
             off += k
         for _, c in layout.counters_of(module):
             c.add_(1)
-    return float(g[-2] / B)
+    return float(g[-2]) / B
 
 
 # ----------------------------------------------------------------------------------- helpers

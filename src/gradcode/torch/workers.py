@@ -76,6 +76,10 @@ class Workers:
         if run.checkpoint_every:
             raise ValueError("Workers writes no checkpoints: the loop owns the optimizer; save the model and the"
                              " optimizer with torch.save in your loop (RunConfig.checkpoint_every=0)")
+        if cluster is not None and cluster.transport == "collective":
+            raise ValueError("transport='collective' steps a replica of the model on every worker; under Workers your"
+                             " loop steps the model here, so the decoded gradient must come to this process: use"
+                             " transport='channels' (or fit, whose optimizer the workers can run)")
         self.model, self.engine = model, engine
         self.layout = ModelLayout(model)
         self._build(spec, tconf, run, faults, cluster, data)
