@@ -30,10 +30,11 @@ messages, as a refused held decode does; a diverging step stops the run as on th
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
 (a straggler, a worker that died and was restarted, one whose reduction failed) is brought up to
 date before its next task: when a round leaves a live worker out, its first member keeps the
-reduced gradient (``ReduceOrder.publish``: in Ray's object store, the driver holding a
-reference), and a worker at most :attr:`CollectiveDriver.REPLAY` steps behind applies the updates
-it missed (``engine.catch_up``: one optimizer step and one vector's read each, the same function
-and bits as the members); a worker further behind, or restarted (no replica), or whose updates
+reduced gradient (``ReduceOrder.publish``: in its memory, the vector it reduced into, no copy;
+the driver holds a :class:`~gradcode.runtime.replica.Kept` naming it), and a worker at most
+:attr:`CollectiveDriver.REPLAY` steps behind applies the updates it missed (``engine.catch_up``:
+the keeper puts the vector in Ray's object store beside its own next computation, the lagger
+reads it there; one optimizer step each, the same function and bits as the members); a worker further behind, or restarted (no replica), or whose updates
 were lost with their keeper, gets a copy of an up-to-date worker's whole state (``engine.sync``). Every ``digest_every`` rounds the members
 send a digest of their parameters and the run stops, naming the workers, when they differ; every
 round their training objectives (the same bits) are compared too.
@@ -57,7 +58,7 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.errors import NotDecodableError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
-from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef
+from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef, StaleReplicaError
 
 __all__ = ["CollectiveDriver", "CollectiveFallbackWarning", "collective_blocker"]
 
@@ -82,8 +83,9 @@ class CollectiveDriver(RoundDriver):
     """:class:`~gradcode.runtime.driver.RoundDriver`'s rounds on the collective path (module
     docstring); ``digest_every``: rounds between parameter digests (0: never)."""
 
-    #: steps of a model whose updates are kept for lagging workers; a worker further behind gets a copy
-    REPLAY = 4
+    #: steps of a model whose updates are kept for lagging workers (what a keeper keeps); a worker
+    #: further behind gets a copy
+    REPLAY = Replica.KEEP
 
     def __init__(self, setup, engine, state, *, faults=None, digest_every: int = 20):
         super().__init__(setup, engine, state, faults=faults)
@@ -101,6 +103,8 @@ class CollectiveDriver(RoundDriver):
         #: the reduced gradients kept for lagging workers: ``(model, step) -> ReduceReply.update``
         self.updates: dict[tuple[int, int], object] = {}
         self.replayed = self.synced = 0  # laggers brought up to date by updates, by copies
+        self._members: set[int] = set()  # of the reduction under way
+        self.stale_tasks = 0  # tasks refused by a replica that could not be brought up to date
         self._run = None
         models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
                   for m, opt in enumerate(setup.optimizers)]
@@ -150,6 +154,13 @@ class CollectiveDriver(RoundDriver):
     def _handle(self, ev) -> None:
         if ev.kind == "reduced":  # a reply of a reduction already settled (a late member)
             return
+        if ev.kind == "failed" and ev.lost and _stale_replica(ev.payload):
+            # the worker lives, but could not be brought up to date (the member that kept an
+            # update it needed died): its task is sent again, after a copy of the models
+            self.lost.add((ev.round, ev.worker))
+            self.versions[ev.worker] = None
+            self.stale_tasks += 1
+            return
         super()._handle(ev)
         if ev.kind == "failed" and ev.lost:  # its process (and replica) may be a new one
             self._gone(ev.worker)
@@ -157,9 +168,13 @@ class CollectiveDriver(RoundDriver):
     def _gone(self, w: int) -> None:
         """Worker ``w``'s process died (or may have): its replica and the messages it kept went with
         it, so the current round forgets them (a re-sent task delivers them anew)."""
-        self.versions[w] = None
-        self.incarnation[w] += 1
-        t = self.current
+        if self.versions[w] is not None:
+            self.versions[w] = None
+            self.incarnation[w] += 1
+        if w not in self._members:  # a member's death is its reduction's to settle
+            self._forget_results(self.current, w)
+
+    def _forget_results(self, t: int, w: int) -> None:
         if self.counts.get((t, w), 0):
             self.scheme.forget_results(t, w)
             self.counts[(t, w)] = 0
@@ -188,20 +203,18 @@ class CollectiveDriver(RoundDriver):
                 if len(plans) != 1:
                     raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
                                           f" finished {len(plans)}")
-                refused = self._reduce(t, plans[0], members, waiting)
-                if refused is not None:
-                    raise refused
-            except NotDecodableError as exc:
+                stepped = self._reduce(t, plans[0], members, waiting)
+            except NotDecodableError as exc:  # a plan refused, or a reduction judged imprecise
                 self._refused(t, exc, waiting)
                 continue
-            if refused is None and self._settled_reduction:
+            if stepped:
                 finished = scheme.close(t, arrived)
                 return [(job, self.replies[job]) for job, _ in finished], arrived
 
-    def _reduce(self, t: int, plan, members: list[int], waiting: tuple):
-        """Run round ``t``'s reduction among ``members``; None when it succeeded (or a member died
-        and the round must be planned again: ``_settled_reduction`` False), the
-        :class:`ImpreciseDecodeError` to wait on when the decode was refused."""
+    def _reduce(self, t: int, plan, members: list[int], waiting: tuple) -> bool:
+        """Run round ``t``'s reduction among ``members``: True when members stepped, False when a
+        member died and the round must be planned again; raises :class:`ImpreciseDecodeError`
+        when the members refused the reduced gradient (the round waits for more messages)."""
         wire, unsent, retries, start, deadline = waiting
         job, rplan = plan
         m = job % self.models
@@ -218,6 +231,16 @@ class CollectiveDriver(RoundDriver):
             if self.engine.running_round(w) == t:
                 self.engine.abort(w, t)
         self.engine.reduce(t, orders)
+        self._members = set(members)  # their deaths are the reduction's to settle (_gone)
+        try:
+            replies, died = self._replies(t, orders, members, deadline)
+        finally:
+            self._members = set()
+        return self._settle(t, job, m, step, orders, replies, died, waiting)
+
+    def _replies(self, t: int, orders: dict, members: list[int], deadline: float) -> tuple[dict, set]:
+        """Each member's reply to round ``t``'s reduction, or its death; events of other workers
+        are handled as they come."""
         replies: dict[int, object] = {}
         died: set[int] = set()
         while len(set(replies) | died) < len(members):
@@ -241,7 +264,7 @@ class CollectiveDriver(RoundDriver):
                                       ) from None
             if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
                 died.add(ev.worker)
-        return self._settle(t, job, m, step, orders, replies, died, waiting)
+        return replies, died
 
     def _group(self, key: tuple) -> tuple[int, tuple]:
         """The number of the members' group and the numbers alive (:mod:`gradcode.runtime.gloo`):
@@ -258,7 +281,6 @@ class CollectiveDriver(RoundDriver):
     def _settle(self, t, job, m, step, orders, replies, died, waiting):
         """What a reduction's replies mean (see :meth:`_reduce`)."""
         stepped = {w: r for w, r in replies.items() if r.error is None}
-        self._settled_reduction = bool(stepped)
         if stepped:
             self._check_replicas(t, m, stepped)
             ahead = tuple(k + 1 if i == m else k for i, k in enumerate(self._current()))
@@ -270,14 +292,14 @@ class CollectiveDriver(RoundDriver):
                 self.updates[(m, step)] = update
             for key in [k for k in self.updates if k[0] == m and k[1] < step + 1 - self.REPLAY]:
                 del self.updates[key]
-            return None
+            return True
         errors = {r.error for r in replies.values()}
         if "diverged" in errors:
             reply = next(r for r in replies.values() if r.error == "diverged")
             raise TrainingStopped(self._diverged(t, job, m, step, reply.message, reply.relative_bound))
         if "imprecise" in errors:
             reply = next(r for r in replies.values() if r.error == "imprecise")
-            return ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound,
+            raise ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound,
                                         precision=orders[reply.worker].plan.precision,
                                         rtol=orders[reply.worker].plan.rtol)
         dead = set(died).union(*(r.lost for r in replies.values()))
@@ -290,12 +312,11 @@ class CollectiveDriver(RoundDriver):
         for w in sorted(dead):  # gone with their messages: the round is planned again without them
             if w not in self.down:
                 self.down[w] = self._fault(t, w, "died", "died during the round's reduction (collective path)")
-            if self.versions[w] is not None:  # not yet handled as a lost task
-                self._gone(w)
+            self._gone(w)
             if w in wire:  # its task again once it is back, should the round need it
                 retries[w] = (self.clock() + self.BACKOFF, 1)
                 unsent.add(w)
-        return None
+        return False
 
     def _check_replicas(self, t: int, m: int, stepped: dict) -> None:
         """The members' replicas are bit-identical: the same objective, and the same digest when
@@ -351,6 +372,11 @@ class CollectiveDriver(RoundDriver):
 
     def inflight(self) -> dict:
         return {"jobs": {}, "pending_job": dict(self.pending_job)}
+
+
+def _stale_replica(exc) -> bool:
+    """Whether a failed task was refused for its replica's version (raised in the worker)."""
+    return isinstance(exc, StaleReplicaError) or isinstance(getattr(exc, "cause", None), StaleReplicaError)
 
 
 def _frozen(x) -> np.ndarray:

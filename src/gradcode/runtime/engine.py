@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import glob
 import json
 import logging
@@ -216,10 +215,12 @@ class _WorkerBase:
         except ReductionFailed as exc:
             return ReduceReply(core.worker, order.round, order.job, order.model, order.step, error="failed",
                                message=str(exc))
-        reply = core.reduce_apply(order, total)
-        if order.publish and reply.error is None:  # kept here, read by the lagging workers
-            reply = dataclasses.replace(reply, update=ray.put(total))
-        return reply
+        return core.reduce_apply(order, total)
+
+    def kept(self, model: int, step: int):
+        """An update this worker kept for the lagging ones (read into the object store when a lagger
+        needs it, beside this worker's own computation)."""
+        return self.core.kept(model, step)
 
     def node(self) -> str:
         """The Ray node this worker runs on (a restarted actor may run on another)."""
@@ -1123,8 +1124,7 @@ class RayEngine(Engine):
         by actor call while its channel is not open (a restarted worker's is re-opened). A member
         whose order cannot be sent has died: the others' group fails without it."""
         for w, order in orders.items():
-            # the member that keeps the update answers through Ray: its reply holds a reference
-            if not order.publish and self._has_channel(w) and self._channels.reduce(w, t, order):
+            if self._has_channel(w) and self._channels.reduce(w, t, order):
                 self._reducing[w] = t
                 continue
             try:
@@ -1146,9 +1146,11 @@ class RayEngine(Engine):
         return info
 
     def catch_up(self, w: int, updates: list) -> None:
-        """Before ``w``'s next task it applies ``updates`` (their references travel with the task,
-        which goes by actor call; the values are read in the worker, from the object store)."""
-        self._replays[w] = list(updates)
+        """Before ``w``'s next task it applies ``updates``: each is asked of the member that kept it
+        (an actor call that puts it in the object store), and the references travel with the task,
+        which goes by actor call; the worker reads the values there."""
+        self._replays[w] = [(m, k, self._actors[kept.worker].kept.remote(kept.model, kept.step))
+                            for m, k, kept in updates]
 
     def fetch(self, w: int) -> list:
         """A copy of ``w``'s models (read here: for metrics, checkpoints and the result)."""

@@ -393,10 +393,7 @@ class InProcessEngine(Engine):
                     total = np.array(part) if total is None else np.add(total, part, dtype=part.dtype)
                 nbytes = total.nbytes
                 for w, order in ranked:
-                    reply = self._slots[w].core.reduce_apply(order, total.copy())
-                    if order.publish and reply.error is None:
-                        reply = replace(reply, update=total.copy())
-                    events.append(Event(w, t, "reduced", reply))
+                    events.append(Event(w, t, "reduced", self._slots[w].core.reduce_apply(order, total.copy())))
             except Exception as exc:  # a member raised: a bug (or a lagging replica: lost)
                 events = [Event(w, t, "failed", exc, lost=isinstance(exc, StaleReplicaError))]
         key = next(self._epochs)
@@ -418,9 +415,15 @@ class InProcessEngine(Engine):
         core = self._slots[w].core
         if core is not None and core.replica is not None:
             try:
-                core.replay(updates)
-            except StaleReplicaError:  # not at the step the updates start from: its next task says so
+                core.replay([(m, k, self._kept(kept)) for m, k, kept in updates])
+            except (StaleReplicaError, WorkerDied):  # left behind: its next task finds it stale, and says so
                 pass
+
+    def _kept(self, kept):
+        keeper = self._slots[kept.worker].core
+        if keeper is None:
+            raise WorkerDied(f"worker {kept.worker}, which kept the update, is down")
+        return keeper.kept(kept.model, kept.step)
 
     def fetch(self, w: int) -> list:
         core = self._slots[w].core

@@ -41,7 +41,7 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import ReducePlan, contribution
 from gradcode.errors import GradcodeError
 
-__all__ = ["ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
+__all__ = ["Kept", "ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
            "warm_replica"]
 
 
@@ -101,7 +101,7 @@ class ReduceOrder:
     digest: bool = False
     group: int = 0
     live: tuple = ()
-    #: keep the reduced gradient for workers that lag (:attr:`ReduceReply.update`)
+    #: keep the reduced gradient for workers that lag (:class:`Kept`)
     publish: bool = False
 
     @property
@@ -128,9 +128,19 @@ class ReduceReply:
     message: str = ""
     #: members found dead when the reduction failed (``error="failed"``)
     lost: tuple = ()
-    #: with ``ReduceOrder.publish``: the reduced gradient, kept where the lagging workers read it
-    #: (Ray: a reference to it in the object store; in process: the array), for :meth:`Replica.replay`
+    #: with ``ReduceOrder.publish``: where the reduced gradient is kept for the lagging workers
+    #: (:class:`Kept`), for :meth:`Replica.replay`
     update: object = None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A reduced gradient a member keeps for the workers left out of its round: worker ``worker``'s
+    :meth:`Replica.kept`, model ``model``'s update from step ``step``."""
+
+    worker: int
+    model: int
+    step: int
 
 
 def warm_replica() -> None:
@@ -172,9 +182,13 @@ class Replica:
     """A worker's replica of every model (module docstring). ``problem`` is the worker's problem,
     which must carry its objective in the decoded vector (``objective_in_vector``)."""
 
+    #: updates kept for lagging workers, a model (the driver replays at most this many)
+    KEEP = 4
+
     def __init__(self, models: list[ModelState]):
         self.models = list(models)
         self._held: dict[int, list[Message]] = {}  # round -> the messages kept, in order
+        self._kept: dict[tuple[int, int], np.ndarray] = {}  # (model, step) -> a reduced gradient (publish)
         self._lock = threading.Lock()  # an export (sync) may run beside the worker's computation
 
     def __getstate__(self):  # travels (Ray) as its models; a copy holds no messages and a lock of its own
@@ -241,8 +255,21 @@ class Replica:
             return ReduceReply(**base, error="diverged", message=exc.what, relative_bound=exc.norm)
         self._commit(state, new, opt_state)
         self._held.pop(order.round, None)
-        return ReduceReply(**base, loss=loss, relative_bound=rel,
+        update = None
+        if order.publish:  # the vector itself, no copy: nothing writes to it any more
+            self._kept[(order.model, order.step)] = total
+            for key in sorted(k for k in self._kept if k[0] == order.model)[:-self.KEEP]:
+                del self._kept[key]
+            update = Kept(worker, order.model, order.step)
+        return ReduceReply(**base, loss=loss, relative_bound=rel, update=update,
                            digest=self.digest(order.model) if order.digest else None)
+
+    def kept(self, model: int, step: int) -> np.ndarray:
+        """The reduced gradient of model ``model``'s step ``step`` this replica kept (:class:`Kept`)."""
+        try:
+            return self._kept[(model, step)]
+        except KeyError:
+            raise StaleReplicaError(f"the update of model {model}'s step {step} is no longer kept here") from None
 
     def replay(self, updates, problem, worker: int) -> None:
         """Catch up: apply the updates this replica missed, ``[(model, step, reduced gradient)]`` in

@@ -230,6 +230,10 @@ class WorkerCore:
         """Apply the updates the replica missed (:meth:`Replica.replay`)."""
         self._replica().replay(updates, self.problem, self.worker)
 
+    def kept(self, model: int, step: int) -> np.ndarray:
+        """An update this worker kept for the lagging ones (:meth:`Replica.kept`)."""
+        return self._replica().kept(model, step)
+
     def _replica(self):
         if self.replica is None:
             raise StaleReplicaError(f"worker {self.worker} holds no replica (restarted, not yet brought up to date)")
