@@ -404,3 +404,30 @@ def test_workers_own_loop_refuses_the_collective_path(data):
     with pytest.raises(ValueError, match="your loop steps the model here"):
         gt.Workers(net(), data, TrainSpec("crc", workers=4, stragglers=1),
                    cluster=ClusterConfig(transport="collective"), engine="inprocess")
+
+
+class StaleInReduce(InProcessEngine):
+    """Worker 1 loses the messages it kept just before round 2's reduction (a replica that cannot
+    take part, alive)."""
+
+    def reduce(self, t, orders):
+        if t == 2 and 1 in orders:
+            self._slots[1].core.replica._held.clear()
+        super().reduce(t, orders)
+
+
+def test_a_member_that_cannot_contribute_is_left_out_alive_and_no_member_steps_without_it(data, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    ref = run(data, "channels", delay=0.0, rounds=5)
+    coll = run(data, "collective", delay=0.0, rounds=5, engine=StaleInReduce(compute_time=1e-3), check=1)
+    assert not coll.result.failures  # alive: no death recorded
+    assert coll.result.arrivals[2, 1] < 0  # planned again without it
+    np.testing.assert_allclose(flat(coll.model), flat(ref.model), rtol=1e-5, atol=1e-6)
+
+
+def test_a_note_of_a_sum_that_overflowed_is_not_finite():
+    from gradcode.runtime.records import finite
+
+    assert finite(Note(3.0, 1.0, np.dtype(np.float16), 4))
+    assert not finite(Note(float("inf"), 1.0, np.dtype(np.float16), 4))

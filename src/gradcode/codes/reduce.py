@@ -114,11 +114,13 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
         raise NonFiniteMessageError(
             f"messages from workers {list(bad)} hold non-finite values (their sums are not finite); treat them"
             " as stragglers and decode without them", bad)
-    prec, tol = code._precision({x.dtype for ns in held.values() for x in ns}, precision, rtol)
+    reduce_prec = wire_precision(reduce_dtype)
+    # judged in the coarser of the wire's and the reduction's precision (float64 messages reduced in
+    # float32 are float32's sums, and their default tolerance is float32's)
+    prec, tol = code._precision({x.dtype for ns in held.values() for x in ns} | {reduce_prec}, precision, rtol)
     sol = code.decoding({w: len(ns) for w, ns in held.items()})
     sums = np.array([held[w][r].scale for w, r in sol.rows])
     factors = np.array([held[w][r].factor for w, r in sol.rows])
-    reduce_prec = wire_precision(reduce_dtype)
     bound, plain, summed = error_bound(code, sol, sums, prec, factors, m, reduced_by=k,
                                        reduce_precision=reduce_prec)
     weights = {w: np.zeros((len(ns), code.chunks)) for w, ns in held.items()}

@@ -17,8 +17,9 @@ travel as their own bytes, not copied into the pickle. Requests (driver to worke
 ``("run", t, generation, tasks, sleeps, fail, one, params)``, ``("reduce", t, order)`` (the
 collective path's reduction, computed in order after the tasks before it) and ``("abort", t)``;
 replies are ``(t, "message", payload)``, ``(t, "end", None)`` (the task ended: aborted in its
-sleep, or a stream's last message was sent), ``(t, "reduced", reply)`` and ``(t, "error",
-WorkerTaskError)`` (the task raised).
+sleep, or a stream's last message was sent), ``(t, "reduced", reply)``, ``(t, "error",
+WorkerTaskError)`` (the task raised) and ``(t, "reduce-error", WorkerTaskError)`` (the reduction
+raised).
 
 Trust: a worker accepts a connection only after it presents the token the driver gave the worker
 through Ray (:meth:`WorkerChannel.listen`); pickles are read only from connections that did. The
@@ -213,7 +214,7 @@ class WorkerChannel:
         try:
             reply = self.holder.reduce(order)
         except Exception as exc:
-            _send(conn, (t, "error", _portable(exc)))
+            _send(conn, (t, "reduce-error", _portable(exc)))
             return
         _send(conn, (t, "reduced", reply))
 
@@ -267,11 +268,14 @@ class DriverChannels:
 
     def request(self, w: int, t: int, generation: int, tasks, sleeps, fail: bool, one: bool, params) -> bool:
         """Send round ``t``'s tasks to worker ``w``; False when it cannot (no channel, or it closed)."""
+        return self._write(w, ("run", t, generation, tasks, tuple(sleeps), bool(fail), bool(one), tuple(params)))
+
+    def _write(self, w: int, frame) -> bool:
         sock = self._socks.get(w)
         if sock is None:
             return False
         try:
-            send_frame(sock, ("run", t, generation, tasks, tuple(sleeps), bool(fail), bool(one), tuple(params)))
+            send_frame(sock, frame)
             return True
         except OSError:
             self.close(w)
@@ -280,15 +284,7 @@ class DriverChannels:
     def reduce(self, w: int, t: int, order) -> bool:
         """Send worker ``w`` its order of round ``t``'s reduction (the collective path); False when
         it cannot (no channel, or it closed)."""
-        sock = self._socks.get(w)
-        if sock is None:
-            return False
-        try:
-            send_frame(sock, ("reduce", t, order))
-            return True
-        except OSError:
-            self.close(w)
-            return False
+        return self._write(w, ("reduce", t, order))
 
     def abort(self, w: int, t: int) -> None:
         """Ask worker ``w`` to stop its rounds ``<= t``. A write that fails leaves the connection

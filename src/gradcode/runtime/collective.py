@@ -36,8 +36,9 @@ the driver holds a :class:`~gradcode.runtime.replica.Kept` naming it), and a wor
 the keeper puts the vector in Ray's object store beside its own next computation, the lagger
 reads it there; one optimizer step each, the same function and bits as the members); a worker further behind, or restarted (no replica), or whose updates
 were lost with their keeper, gets a copy of an up-to-date worker's whole state (``engine.sync``). Every ``digest_every`` rounds the members
-send a digest of their parameters and the run stops, naming the workers, when they differ; every
-round their training objectives (the same bits) are compared too.
+send a digest of their parameters, every other round a fingerprint (a digest of a strided sample:
+:meth:`~gradcode.runtime.replica.Replica.fingerprint`), and the run stops, naming the workers,
+when they differ; their training objectives are compared too.
 
 What stays at the driver: the notes, the plans and the replies (the loss of each step). The
 parameters come back only when the run needs them: held-out metrics (``eval_every``), checkpoints
@@ -105,6 +106,7 @@ class CollectiveDriver(RoundDriver):
         self.replayed = self.synced = 0  # laggers brought up to date by updates, by copies
         self._members: set[int] = set()  # of the reduction under way
         self.stale_tasks = 0  # tasks refused by a replica that could not be brought up to date
+        self._params_at = self._current()  # the steps state.params are at
         self._run = None
         models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
                   for m, opt in enumerate(setup.optimizers)]
@@ -159,6 +161,7 @@ class CollectiveDriver(RoundDriver):
             # update it needed died): its task is sent again, after a copy of the models
             self.lost.add((ev.round, ev.worker))
             self.versions[ev.worker] = None
+            self.incarnation[ev.worker] += 1
             self.stale_tasks += 1
             return
         super()._handle(ev)
@@ -168,9 +171,8 @@ class CollectiveDriver(RoundDriver):
     def _gone(self, w: int) -> None:
         """Worker ``w``'s process died (or may have): its replica and the messages it kept went with
         it, so the current round forgets them (a re-sent task delivers them anew)."""
-        if self.versions[w] is not None:
-            self.versions[w] = None
-            self.incarnation[w] += 1
+        self.versions[w] = None
+        self.incarnation[w] += 1  # its groups are not this process's any more
         if w not in self._members:  # a member's death is its reduction's to settle
             self._forget_results(self.current, w)
 
@@ -227,20 +229,23 @@ class CollectiveDriver(RoundDriver):
         orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest, group, live,
                                  publish=publish and rank == 0)
                   for rank, w in enumerate(members)}
-        for w in members:  # a member still streaming (AGC's spare messages) stops, then reduces
-            if self.engine.running_round(w) == t:
-                self.engine.abort(w, t)
+        if rplan.checked:  # a member still streaming (AGC's spare messages) stops, then reduces; a
+            # plan judged after the sum may need those messages, so it lets them come
+            for w in members:
+                if self.engine.running_round(w) == t:
+                    self.engine.abort(w, t)
         self.engine.reduce(t, orders)
         self._members = set(members)  # their deaths are the reduction's to settle (_gone)
         try:
-            replies, died = self._replies(t, orders, members, deadline)
+            replies, died = self._replies(t, orders, members, waiting)
         finally:
             self._members = set()
         return self._settle(t, job, m, step, orders, replies, died, waiting)
 
-    def _replies(self, t: int, orders: dict, members: list[int], deadline: float) -> tuple[dict, set]:
+    def _replies(self, t: int, orders: dict, members: list[int], waiting: tuple) -> tuple[dict, set]:
         """Each member's reply to round ``t``'s reduction, or its death; events of other workers
-        are handled as they come."""
+        are handled as they come (as :meth:`_wait_ready` handles them)."""
+        wire, unsent, retries, start, deadline = waiting
         replies: dict[int, object] = {}
         died: set[int] = set()
         while len(set(replies) | died) < len(members):
@@ -257,11 +262,7 @@ class CollectiveDriver(RoundDriver):
                 replies[ev.worker] = ev.payload
                 died.update(w for w in ev.payload.lost if w not in replies)  # no answer will come from them
                 continue
-            self._handle(ev)
-            if ev.kind == "failed" and not ev.lost:
-                cause = getattr(ev.payload, "cause", None) or ev.payload
-                raise TrainingStopped(f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
-                                      ) from None
+            self._take(ev, t, wire, unsent, retries)
             if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
                 died.add(ev.worker)
         return replies, died
@@ -303,6 +304,15 @@ class CollectiveDriver(RoundDriver):
                                         precision=orders[reply.worker].plan.precision,
                                         rtol=orders[reply.worker].plan.rtol)
         dead = set(died).union(*(r.lost for r in replies.values()))
+        out = set().union(*(r.stale for r in replies.values())) - dead
+        for w in sorted(out):  # alive, but its replica could not take part: planned again without it, re-sent
+            self._gone(w)
+            self.stale_tasks += 1
+            if w in waiting[0]:
+                waiting[2][w] = (self.clock(), 1)
+                waiting[1].add(w)
+        if not dead and out:
+            return False
         if not dead:
             reasons = sorted({r.message for r in replies.values()})
             raise TrainingStopped(f"round {t}: the reduction among workers {sorted(orders)} failed with no member"
@@ -369,6 +379,23 @@ class CollectiveDriver(RoundDriver):
                 raise TrainingStopped(f"worker {self._source()} holds model {m} at step {s.step}, the driver counts"
                                       f" {self.state.steps[m]}")
             self.state.params[m], self.state.opt_states[m] = s.params, s.opt_state
+        self._params_at = self._current()
+
+    def stopped(self) -> None:
+        """The run stopped: its faults, and the parameters of its last completed round (best effort)."""
+        super().stopped()
+        self._refresh_quietly()
+
+    def unfired(self) -> None:
+        super().unfired()
+        self._refresh_quietly()  # a callback's StopTraining ends the run between two refreshes
+
+    def _refresh_quietly(self) -> None:
+        if self._params_at != self._current():
+            try:
+                self.refresh_params()
+            except Exception:  # no worker to read them from: the result keeps the last read (its round is known)
+                pass
 
     def inflight(self) -> dict:
         return {"jobs": {}, "pending_job": dict(self.pending_job)}

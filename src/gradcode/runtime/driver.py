@@ -525,19 +525,24 @@ class RoundDriver:
                 self.backlog.extend(engine.poll(max(timeout, 0.0)))
                 if not self.backlog:
                     continue
-            ev = self.backlog.popleft()
-            self._handle(ev)
-            if ev.kind == "message" and ev.round == t and any(r == t for r, _ in self.discarded):
-                self._stop_if_non_finite_blocks(t, wire)
-            if ev.kind == "failed" and not ev.lost:
-                cause = getattr(ev.payload, "cause", None) or ev.payload
-                raise TrainingStopped(
-                    f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
-                ) from None
-            if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
-                _, attempts = retries.get(ev.worker, (0.0, 0))
-                retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
-                unsent.add(ev.worker)
+            self._take(self.backlog.popleft(), t, wire, unsent, retries)
+
+    def _take(self, ev, t: int, wire, unsent: set, retries: dict) -> None:
+        """Handle one event while round ``t`` is open: stop the run when a task raised (or the
+        round's non-finite results leave nothing to decode), and schedule a failed task of the
+        round to be sent again (with back-off)."""
+        self._handle(ev)
+        if ev.kind == "message" and ev.round == t and any(r == t for r, _ in self.discarded):
+            self._stop_if_non_finite_blocks(t, wire)
+        if ev.kind == "failed" and not ev.lost:
+            cause = getattr(ev.payload, "cause", None) or ev.payload
+            raise TrainingStopped(
+                f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
+            ) from None
+        if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
+            _, attempts = retries.get(ev.worker, (0.0, 0))
+            retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
+            unsent.add(ev.worker)
 
     def _stop_if_non_finite_blocks(self, t: int, wire: dict) -> None:
         """Every worker of round ``t`` has answered, some with NaN or infinity, and the finite results

@@ -168,10 +168,7 @@ class _WorkerBase:
     def join_replica(self, replica, store) -> int:
         """Hold ``replica`` (the run's models) and reach the run's store at ``store`` (host, port,
         timeout) for the reductions' groups."""
-        self.core.replica = replica
-        self._reach(store)
-        warm_replica()
-        return os.getpid()
+        return self.load_replica(replica.models, store)
 
     def export_replica(self):
         """A copy of this worker's models, for a lagging worker (:meth:`load_replica`)."""
@@ -209,12 +206,15 @@ class _WorkerBase:
         (:class:`~gradcode.runtime.replica.Replica`): its reply, ``error="failed"`` when the
         collective failed (a member died or never came)."""
         core = self.core
-        part = core.reduce_part(order)
         try:
-            total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part)
+            part, ok = core.reduce_part(order), True
+        except StaleReplicaError:  # it joins to say so: the others fail at once instead of waiting
+            part, ok = np.zeros(order.plan.chunks * order.plan.length, dtype=np.float32), False
+        try:
+            total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part, ok)
         except ReductionFailed as exc:
             return ReduceReply(core.worker, order.round, order.job, order.model, order.step, error="failed",
-                               message=str(exc))
+                               message=str(exc), stale=tuple(order.members[r] for r in exc.absent))
         return core.reduce_apply(order, total)
 
     def kept(self, model: int, step: int):
@@ -935,12 +935,11 @@ class RayEngine(Engine):
                     events.append(Event(w, entry[0], "failed", exc, lost=self._lost_worker(w, exc)))
                 continue
             t, kind, payload = frame
-            if kind == "reduced" or (kind == "error" and self._reducing.get(w) == t and not mine):
+            if kind in ("reduced", "reduce-error"):
                 if self._reducing.get(w) == t:
                     del self._reducing[w]
-                    lost = kind == "error" and self._lost_worker(w, payload)
                     events.append(Event(w, t, "reduced", payload) if kind == "reduced" else
-                                  Event(w, t, "failed", payload, lost=lost))
+                                  Event(w, t, "failed", payload, lost=self._lost_worker(w, payload)))
                 continue
             if kind == "unreadable" and mine:  # a whole frame that did not unpickle here: a bug
                 t, payload = entry[0], WorkerTaskError(f"a message of worker {w} could not be read here: {payload!r}",

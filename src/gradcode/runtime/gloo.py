@@ -38,7 +38,12 @@ LIVE_GROUPS = 32
 
 
 class ReductionFailed(GradcodeError):
-    """The reduction's collective failed: a member died, or did not come within the timeout."""
+    """The reduction's collective failed: a member died, or did not come within the timeout;
+    ``absent``: the ranks that came but could not contribute (none when a member died)."""
+
+    def __init__(self, message: str, absent: tuple = ()):
+        super().__init__(message)
+        self.absent = tuple(absent)
 
 
 def driver_store(host: str, timeout: float):
@@ -64,20 +69,31 @@ class Groups:
         self._store = TCPStore(host, int(port), is_master=False, timeout=self._timeout)
         self._groups: OrderedDict[int, object] = OrderedDict()
 
-    def allreduce(self, group: int, rank: int, size: int, live, part: np.ndarray) -> np.ndarray:
+    def allreduce(self, group: int, rank: int, size: int, live, part: np.ndarray, ok: bool = True) -> np.ndarray:
         """The sum of every member's ``part`` (this one's being ``part``, a writable array of its
-        own: :func:`~gradcode.codes.reduce.contribution`, summed into in place)."""
+        own: :func:`~gradcode.codes.reduce.contribution`, summed into in place). First the members
+        say whether each can contribute (``ok``; one small all-reduce): when one cannot, none sums
+        and each raises :class:`ReductionFailed` naming the ranks that could not, at once, instead
+        of the others waiting for it until the timeout."""
         import torch
 
         for gone in [g for g in self._groups if g not in live]:
             del self._groups[gone]
-        out = part if part.flags.writeable and part.flags.c_contiguous else np.array(part)
         if size == 1:
-            return out
+            if not ok:
+                raise ReductionFailed("this worker cannot contribute", (rank,))
+            return part if part.flags.writeable else np.array(part)
+        out = part if part.flags.writeable and part.flags.c_contiguous else np.array(part)
         try:
             pg = self._groups.get(group)
             if pg is None:
                 pg = self._build(group, rank, size)
+            flags = torch.zeros(size)
+            flags[rank] = 0.0 if ok else 1.0
+            pg.allreduce([flags]).wait()
+            absent = tuple(int(r) for r in torch.nonzero(flags).flatten())
+            if absent:
+                raise ReductionFailed(f"ranks {list(absent)} of group {group} cannot contribute", absent)
             pg.allreduce([torch.from_numpy(out)]).wait()
         except RuntimeError as exc:  # gloo: a peer closed its connection, or a timeout
             self._groups.pop(group, None)

@@ -386,16 +386,23 @@ class InProcessEngine(Engine):
                         w, t, order.job, order.model, order.step, error="failed", lost=dead,
                         message=f"the reduction failed: members {list(dead)} are dead")))
         else:
-            total = None
-            try:
-                for w, order in ranked:  # a fixed order: every member gets the same bits
-                    part = self._slots[w].core.reduce_part(order)
-                    total = np.array(part) if total is None else np.add(total, part, dtype=part.dtype)
+            parts, stale = [], []
+            for w, order in ranked:  # a fixed order: every member gets the same bits
+                try:
+                    parts.append(self._slots[w].core.reduce_part(order))
+                except StaleReplicaError:  # it cannot contribute: nobody sums (as gloo's members agree first)
+                    stale.append(w)
+            if stale:
+                events = [Event(w, t, "reduced", ReduceReply(
+                    w, t, order.job, order.model, order.step, error="failed", stale=tuple(stale),
+                    message=f"members {stale} cannot contribute")) for w, order in ranked]
+            else:
+                total = np.array(parts[0])
+                for part in parts[1:]:
+                    np.add(total, part, out=total)
                 nbytes = total.nbytes
                 for w, order in ranked:
                     events.append(Event(w, t, "reduced", self._slots[w].core.reduce_apply(order, total.copy())))
-            except Exception as exc:  # a member raised: a bug (or a lagging replica: lost)
-                events = [Event(w, t, "failed", exc, lost=isinstance(exc, StaleReplicaError))]
         key = next(self._epochs)
         self._reductions[key] = events
         due = self._now + self.collective_cost.seconds(len(ranked), nbytes)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcode._validation import check_memory
-from gradcode.codes.messages import Message
+from gradcode.codes.messages import Message, Note
 from gradcode.errors import GradcodeError
 from gradcode.runtime.safe_state import CheckpointError, atomic_write, read_document, write_document
 
@@ -229,7 +229,7 @@ def finite(a) -> bool:
     """Whether an array (or number) holds no NaN or infinity. One pass in the common case: a sum
     is finite only if every term is (NaN and infinities propagate); a non-finite sum (also finite
     values whose sum overflows) is settled by the exact test, two reductions, no temporary."""
-    if isinstance(a, Message):  # the worker's sum (its scale) is finite iff its terms are
+    if isinstance(a, (Message, Note)):  # the worker's sum (its scale) is finite iff its terms are
         return a.finite
     a = np.asarray(a)
     if a.size == 0:

@@ -113,8 +113,9 @@ class ReduceOrder:
 class ReduceReply:
     """A member's answer: its replica of ``model`` now at ``step + 1`` with training objective
     ``loss`` (``error`` None), or why it did not step (``error``: ``"imprecise"``, ``"diverged"``
-    or ``"failed"``: the reduction itself failed, a member died; with ``message``); ``digest`` of
-    the new parameters when asked."""
+    or ``"failed"``: the reduction itself failed, a member died or could not take part; with
+    ``message``); ``digest`` of the new parameters (a full one when asked, else a
+    :meth:`Replica.fingerprint`)."""
 
     worker: int
     round: int
@@ -128,6 +129,8 @@ class ReduceReply:
     message: str = ""
     #: members found dead when the reduction failed (``error="failed"``)
     lost: tuple = ()
+    #: members that could not take part, alive (``error="failed"``)
+    stale: tuple = ()
     #: with ``ReduceOrder.publish``: where the reduced gradient is kept for the lagging workers
     #: (:class:`Kept`), for :meth:`Replica.replay`
     update: object = None
@@ -189,7 +192,9 @@ class Replica:
         self.models = list(models)
         self._held: dict[int, list[Message]] = {}  # round -> the messages kept, in order
         self._kept: dict[tuple[int, int], np.ndarray] = {}  # (model, step) -> a reduced gradient (publish)
-        self._lock = threading.Lock()  # an export (sync) may run beside the worker's computation
+        # a step (and its commit) and an export (a copy for a lagging worker, on another thread)
+        # exclude each other: a copy never catches an optimizer mid-step
+        self._lock = threading.RLock()
 
     def __getstate__(self):  # travels (Ray) as its models; a copy holds no messages and a lock of its own
         return {"models": self.models}
@@ -250,10 +255,12 @@ class Replica:
             raise StaleReplicaError(f"worker {worker}'s replica of model {order.model} is at step {state.step}; the"
                                     f" reduction steps it from {order.step}")
         try:
-            new, opt_state, loss = step_model(problem, state.optimizer, state.params, state.opt_state, state.step, g)
+            with self._lock:
+                new, opt_state, loss = step_model(problem, state.optimizer, state.params, state.opt_state, state.step,
+                                                  g)
+                self._commit(state, new, opt_state)
         except DivergedError as exc:
             return ReduceReply(**base, error="diverged", message=exc.what, relative_bound=exc.norm)
-        self._commit(state, new, opt_state)
         self._held.pop(order.round, None)
         update = None
         if order.publish:  # the vector itself, no copy: nothing writes to it any more
@@ -262,7 +269,7 @@ class Replica:
                 del self._kept[key]
             update = Kept(worker, order.model, order.step)
         return ReduceReply(**base, loss=loss, relative_bound=rel, update=update,
-                           digest=self.digest(order.model) if order.digest else None)
+                           digest=self.digest(order.model) if order.digest else self.fingerprint(order.model))
 
     def kept(self, model: int, step: int) -> np.ndarray:
         """The reduced gradient of model ``model``'s step ``step`` this replica kept (:class:`Kept`)."""
@@ -283,14 +290,27 @@ class Replica:
                 raise StaleReplicaError(f"worker {worker}'s replica of model {model} is at step {state.step}; the"
                                         f" update to replay is step {step}'s")
             g = np.asarray(total)[: np.size(state.params)]
-            new, opt_state, _ = step_model(problem, state.optimizer, state.params, state.opt_state, state.step, g)
-            self._commit(state, new, opt_state)
+            with self._lock:
+                new, opt_state, _ = step_model(problem, state.optimizer, state.params, state.opt_state, state.step, g)
+                self._commit(state, new, opt_state)
 
     def _commit(self, state: ModelState, new, opt_state) -> None:
         with self._lock:
             if isinstance(new, np.ndarray):
                 new.flags.writeable = False  # tasks read it as the star path's frozen parameters
             state.params, state.opt_state, state.step = new, opt_state, state.step + 1
+
+    #: the stride of :meth:`fingerprint`'s sample
+    SAMPLE = 997
+
+    def fingerprint(self, model: int) -> str:
+        """A cheap digest of model ``model``'s parameters, sent every round: BLAKE2b of every
+        :attr:`SAMPLE`-th value and of the last (a drift anywhere shows in :meth:`digest`, sent every
+        ``replica_check`` rounds; a drift of the whole vector, what a different optimizer or
+        library makes, shows here at once)."""
+        p = np.asarray(self.models[model].params)
+        sample = np.concatenate([p[:: self.SAMPLE], p[-1:]])
+        return f"{self.models[model].step}~" + hashlib.blake2b(sample.tobytes(), digest_size=8).hexdigest()
 
     def digest(self, model: int) -> str:
         """A digest of model ``model``'s parameters (BLAKE2b of their bytes) at its version."""
