@@ -10,13 +10,12 @@ restarts."""
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest
 
 import gradcode
-from codes_util import SMALL_INSTANCES, encode_all, random_partials, received
+from codes_util import SMALL_INSTANCES, random_partials, received
 from gradcode.codes.messages import Note, to_wire
 from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import contribution, reduce_plan

@@ -56,7 +56,6 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcode.codes.precision import ImpreciseDecodeError
-from gradcode.errors import NotDecodableError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
 from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef, StaleReplicaError
@@ -183,35 +182,25 @@ class CollectiveDriver(RoundDriver):
             self.state.arrivals[t, w] = -1.0
 
     # -------------------------------------------------------------- the close is a reduction
-    def _close_when_decodable(self, t: int, waiting: tuple) -> tuple[list, frozenset]:
-        wire, unsent, retries, start, deadline = waiting
-        scheme = self.scheme
-        while True:
-            self._wait_ready(t, wire, unsent, retries, start, deadline)
-            counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
-            planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
-                               dtype=np.intp)
-            late = scheme.round_stragglers(counts, planned)
-            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
-            # every worker that delivered messages of the round (the decode may read a straggler's
-            # prefix; a worker not needed still receives the result instead of lagging), and
-            # those whose messages are in already, unread: they join with nothing to add and
-            # need no copy of the models before their next task
-            self.backlog.extend(self.engine.poll(0.0))
-            unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
-            members = sorted({w for w in wire if counts[w] > 0} | (unread & set(wire)))
-            try:
-                plans = scheme.reduce_plans(t, arrived, reduced_by=len(members))
-                if len(plans) != 1:
-                    raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
-                                          f" finished {len(plans)}")
-                stepped = self._reduce(t, plans[0], members, waiting)
-            except NotDecodableError as exc:  # a plan refused, or a reduction judged imprecise
-                self._refused(t, exc, waiting)
-                continue
-            if stepped:
-                finished = scheme.close(t, arrived)
-                return [(job, self.replies[job]) for job, _ in finished], arrived
+    def _close_once(self, t: int, arrived: frozenset, counts: np.ndarray, waiting: tuple):
+        """Plan round ``t``'s decode, reduce it among the members, and close the round once they
+        stepped (None: a member died, the round is planned again)."""
+        wire = waiting[0]
+        # every worker that delivered messages of the round (the decode may read a straggler's
+        # prefix; a worker not needed still receives the result instead of lagging), and
+        # those whose messages are in already, unread: they join with nothing to add and
+        # need no copy of the models before their next task
+        self.backlog.extend(self.engine.poll(0.0))
+        unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
+        members = sorted({w for w in wire if counts[w] > 0} | (unread & set(wire)))
+        plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
+        if len(plans) != 1:
+            raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
+                                  f" finished {len(plans)}")
+        if not self._reduce(t, plans[0], members, waiting):
+            return None
+        finished = self.scheme.close(t, arrived)
+        return [(job, self.replies[job]) for job, _ in finished], arrived
 
     def _reduce(self, t: int, plan, members: list[int], waiting: tuple) -> bool:
         """Run round ``t``'s reduction among ``members``: True when members stepped, False when a

@@ -364,9 +364,18 @@ class RoundDriver:
             late = scheme.round_stragglers(counts, planned)
             arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
             try:
-                return scheme.close(t, arrived), arrived
+                closed = self._close_once(t, arrived, counts, waiting)
             except NotDecodableError as exc:
                 self._refused(t, exc, waiting)
+                continue
+            if closed is not None:
+                return closed
+
+    def _close_once(self, t: int, arrived: frozenset, counts: np.ndarray, waiting: tuple):
+        """One attempt to close round ``t`` with the results of ``arrived`` (``counts``: messages
+        delivered per worker): ``(finished jobs, arrived)``, None to wait and try again, or the
+        scheme's :class:`NotDecodableError`."""
+        return self.scheme.close(t, arrived), arrived
 
     def _refused(self, t: int, exc: NotDecodableError, waiting: tuple) -> None:
         """A close (or a collective reduction) of round ``t`` was refused: record why and return
