@@ -13,9 +13,11 @@ optimizer step of :func:`step_model`, the same function the star driver steps wi
 replicas of the members stay bit-identical to each other and to what the star path computes from
 the same gradient.
 
-Workers that were not members (stragglers, restarted workers) lag: before their next task the
-engine copies an up-to-date member's replica to them (:meth:`Replica.export` /
-:meth:`Replica.load`), so no worker ever computes at a stale version. A task naming a version its
+Workers that were not members (stragglers, restarted workers) lag: before their next task they
+replay the updates they missed (:meth:`Replica.replay`, from a member that kept them:
+:meth:`Replica.kept`), or, further behind or restarted, the engine copies an up-to-date member's
+replica to them (:meth:`Replica.export` / :meth:`Replica.load`), so no worker ever computes at a
+stale version. A task naming a version its
 worker does not hold is refused (:class:`StaleReplicaError`), never computed at other parameters.
 Every ``digest_every`` rounds the members send a digest of their parameters
 (:meth:`Replica.digest`), and the driver stops the run, naming the workers, when they differ.
