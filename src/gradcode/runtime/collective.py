@@ -116,15 +116,9 @@ class CollectiveDriver(RoundDriver):
         return tuple(int(k) for k in self.state.steps)
 
     # -------------------------------------------------------------- tasks name the replica
-    def _ensure_job(self, job: int) -> None:
-        if job in self.job_params:
-            return
-        m = job % self.models
-        prev = self.pending_job.get(m)
-        if prev is not None and prev != job:
-            raise TrainingStopped(f"job {job} of model {m} starts before job {prev} of the same model finished")
-        self.job_params[job] = (None, ReplicaRef(m, int(self.state.steps[m])))
-        self.pending_job[m] = job
+    def _job_params(self, m: int) -> tuple:
+        """No parameters travel: the job's tasks name the replica's version."""
+        return None, ReplicaRef(m, int(self.state.steps[m]))
 
     def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
         """:meth:`RoundDriver._send`, after bringing ``w``'s replica up to date when it lags: the

@@ -627,14 +627,18 @@ class RoundDriver:
                 f"job {job} of model {m} starts before job {prev} of the same model finished: train"
                 f" more models than the scheme's delay ({self.scheme.delay})"
             )
+        self.job_params[job] = self._job_params(m)
+        self.pending_job[m] = job
+
+    def _job_params(self, m: int) -> tuple:
+        """``(parameters, what the job's tasks send)`` of a job of model ``m`` starting now."""
         x = self.state.params[m]
         if not isinstance(x, np.ndarray) or x.base is not None or not x.flags.owndata:
             x = np.array(x)  # a copy in the model's own dtype (float32: torch)
         # optimizers return new arrays (never step in place), so the model's own array is frozen
         # and sent as it is: no copy of an 11 M-parameter model per job
         x.flags.writeable = False
-        self.job_params[job] = (x, self.engine.put(x))
-        self.pending_job[m] = job
+        return x, self.engine.put(x)
 
     def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
         """Submit round ``t`` to worker ``w``; a late submission sleeps only what is left of the
