@@ -2,7 +2,7 @@
 
     python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2115]
 
-Set-up (issue 42's first target): an MLP 1024 -> H -> H -> 10 (H = 2862: 11.15 M float32
+Set-up: an MLP 1024 -> H -> H -> 10 (H = 2862: 11.15 M float32
 parameters), 4 workers, batch 64 (16 a worker), SGD (lr 0.01), random inputs and labels (seed 0),
 on this machine's cores. Trainers, run one after the other:
 

@@ -1,4 +1,4 @@
-"""Benchmarks of the communication-efficient and adaptive codes (issue 3); results go to
+"""Benchmarks of the communication-efficient and adaptive codes; results go to
 BENCHMARKS.md.
 
 (a) Decoding coefficients for a fresh straggler pattern, structured decoder (``code.decoding``

@@ -1,4 +1,4 @@
-"""Decoding benchmarks of the foundation codes (issue 2); results go to BENCHMARKS.md.
+"""Decoding benchmarks of the foundation codes; results go to BENCHMARKS.md.
 
 (a) checked decodes, n = 64, s = 8, d = 1e6, float64 and float32 messages (and the ResNet-18-size
     round: uncoded, n = 4, 11.2 M float32), against the memory floor of one ``sum(axis=0)`` over
@@ -10,8 +10,8 @@
     number / coefficient size / amplification over random patterns;
 (c) the cost of a decoding-cache hit;
 (d) the cost of verified decoding (a corrupted worker named and excluded) against a plain decode;
-(e) decoding coefficients for a fresh pattern of the group codes at n = 1000 (issue 30, item 3:
-    G-AGC's groups share one subsystem, so a local pattern is solved and checked once);
+(e) decoding coefficients for a fresh pattern of the group codes at n = 1000
+    (G-AGC's groups share one subsystem, so a local pattern is solved and checked once);
 (f) the master's peak memory in a round at n = 64 (``--only memory``): codes that decode as
     messages arrive against codes that hold them.
 
@@ -148,7 +148,7 @@ def bench_gagc(repeats):
     ``decoding``, for 5 random stragglers with the others sending what the worst group needs
     (eq. 33); every answer is still checked against the encoder rows. ``parts_warm_ms``: only the
     whole code's cache cleared (the groups' local solves cached: the assembly and its check).
-    Target (issue 30): fresh <= 2 ms; it was 81 ms with every group solved on its own."""
+    Target: fresh <= 2 ms; it was 81 ms with every group solved on its own."""
     rows = []
     for label, code in (("g-agc d=4 L=4", gradcode.make_code("g-agc", n=1000, d=4, L=4, seed=0)),
                         ("g-cgc d=4 m=2", gradcode.make_code("g-cgc", n=1000, d=4, m=2, seed=0))):

@@ -172,9 +172,7 @@ class _WorkerBase:
 
     def export_replica(self):
         """A copy of this worker's models, for a lagging worker (:meth:`load_replica`)."""
-        if self.core.replica is None:
-            raise StaleReplicaError(f"worker {self.core.worker} holds no replica to copy")
-        return self.core.replica.export()
+        return self.core.replica_copy()
 
     def load_replica(self, models, store) -> int:
         """Become a copy of an up-to-date worker's replica (``models``: its :meth:`export_replica`)."""

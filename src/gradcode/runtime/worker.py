@@ -230,6 +230,10 @@ class WorkerCore:
         """Apply the updates the replica missed (:meth:`Replica.replay`)."""
         self._replica().replay(updates, self.problem, self.worker)
 
+    def replica_copy(self):
+        """A copy of this worker's models (:meth:`Replica.export`), for a lagging worker."""
+        return self._replica().export()
+
     def kept(self, model: int, step: int) -> np.ndarray:
         """An update this worker kept for the lagging ones (:meth:`Replica.kept`)."""
         return self._replica().kept(model, step)
