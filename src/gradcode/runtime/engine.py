@@ -87,7 +87,8 @@ from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannel
 from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
 from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, warm_replica
 import gradcode.runtime.watchdog as watchdog
-from gradcode.runtime.worker import ProblemSpec, WireTask, build_core, limit_threads, task_messages, worker_threads
+from gradcode.runtime.worker import (ProblemSpec, WireTask, build_core, keep_freed_memory, limit_threads, task_messages,
+                                     worker_threads)
 
 try:
     import fcntl
@@ -141,6 +142,7 @@ class _WorkerBase:
         # only the partitions' rows are kept (ProblemSpec.build_partitions)
         self.core = build_core(worker, spec, partitions, chunks)
         limit_threads(threads)  # after the build, which may import torch: for the actor's life
+        keep_freed_memory()  # a round's large arrays reuse the heap instead of faulting in anew
         # which data the worker holds: 0 as created (and as Ray restarts it: with the constructor's
         # arguments), then the number its engine gave with each reset; a task names the one it needs
         self._generation = 0

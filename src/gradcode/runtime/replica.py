@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradcode.codes.messages import Message, Note
+from gradcode.codes.messages import Message, Note, sum_squares
 from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import ReducePlan, contribution
 from gradcode.errors import GradcodeError
@@ -248,7 +248,7 @@ class Replica:
         base = dict(worker=worker, round=order.round, job=order.job, model=order.model, step=order.step)
         rel = math.nan
         if not plan.checked:
-            norm = float(np.linalg.norm(g.astype(np.float64, copy=False)))
+            norm = math.sqrt(sum_squares(g))  # one pass, accumulated in float64 without a float64 copy
             try:
                 rel = plan.accept(norm)
             except ImpreciseDecodeError as exc:

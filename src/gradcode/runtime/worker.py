@@ -394,6 +394,36 @@ def limit_threads(threads: int) -> Callable[[], None]:
     return restore
 
 
+#: freed memory a worker process keeps at the top of its heap before returning any to the system
+KEEP_FREED_BYTES = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's allocator (glibc's malloc) serve large arrays from its heap and keep
+    what is freed (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` :data:`KEEP_FREED_BYTES`);
+    True where it applied (Linux with glibc), False elsewhere (nothing changes).
+
+    Why: by default an array above 32 MiB is a fresh ``mmap`` and is returned to the system when
+    freed, so every round's gradient, message, reduced part and new parameters are page-faulted in
+    anew, which doubles the cost of each pass over them. Measured at 11.16 M float32 (2-core VM,
+    one thread): a copy 18.2 -> 9.0 ms, ``torch.cat`` 34.4 -> 9.1 ms; a collective round of 4
+    workers in one process 827 -> 488 ms, a CRC star round 1101 -> 874 ms; the process's peak
+    memory +9 % and +7 % (freed arrays are reused, not returned). PyTorch's CPU guides reach the
+    same with jemalloc or tcmalloc. Called by the Ray workers (processes gradcode owns), never in
+    the user's own process."""
+    import ctypes
+    import platform
+
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
+
+
 def task_messages(tasks: Sequence[WireTask]) -> int:
     """Messages a worker sends for ``tasks``: one per coefficient row of each task."""
     return sum(int(np.shape(task.coefficients)[0]) for task in tasks)
