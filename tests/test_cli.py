@@ -272,3 +272,25 @@ def test_help_shows_no_value_after_a_flag_and_gradcode_has_a_version():
         assert "<bool>" not in text and "<int>" in text, command
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"gradcode {gradcode.__version__}"
+
+
+def test_simulate_and_compare_on_the_collective_transport():
+    """--transport collective: the documents say so with the link parameters, the times are the
+    library's own run's, and a scheme without reductions is one line of error, exit 1."""
+    import json
+
+    import gradcode
+
+    args = ["-n", "6", "-s", "1", "-M", "comm=0.5", "--rounds", "40", "--json", "--transport", "collective"]
+    res = CliRunner().invoke(app, ["simulate", "--scheme", "crc", *args])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    want = gradcode.simulate(gradcode.make_code("crc", n=6, s=1), gradcode.make_delay_model("shifted-exp", comm=0.5),
+                             40, seed=0, transport="collective")
+    assert doc["summary"]["transport"] == want.transport and "ring all-reduce" in want.transport
+    assert doc["summary"]["mean"] == want.summary()["mean"]
+    res = CliRunner().invoke(app, ["compare", "--scheme", "uncoded", "--scheme", "crc", *args])
+    assert res.exit_code == 0 and json.loads(res.stdout)["transport"] == "collective"
+    res = CliRunner().invoke(app, ["simulate", "--scheme", "gc-dc:clusters=2,r=2", "-n", "6", "--rounds", "5",
+                                   "--transport", "collective"])
+    assert res.exit_code == 1 and "cannot simulate GCDC" in res.output and "Traceback" not in res.output

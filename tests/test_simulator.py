@@ -588,3 +588,63 @@ def test_a_model_that_draws_a_non_finite_delay_is_refused_on_every_path(target):
                "gc-dc": lambda: make_scheme("gc-dc", n=6, clusters=2, r=2, ssi="perfect")}[target]()
     with pytest.raises(ValueError, match=r"Broken\(\) drew a non-finite delay for worker 1 in round 3"):
         gradcode.simulate(subject, Broken(), 10, seed=0)
+
+
+# ---------------------------------------------------------------------------------- transports
+
+
+def test_ring_allreduce_time_formula():
+    from gradcode.schemes.timing import ring_allreduce_time
+
+    step = lambda f: 0.01 + 2.0 * f  # noqa: E731  (comm_latency 0.01, comm 2 s a whole gradient)
+    got = ring_allreduce_time(np.array([[0, 1, 2], [4, 8, 4]]), step)
+    want = [[0.0, 0.0, 2 * 0.01 + 2.0], [6 * 0.01 + 6 / 4 * 2.0, 14 * 0.01 + 14 / 8 * 2.0, 6 * 0.01 + 6 / 4 * 2.0]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    assert ring_allreduce_time(1, step) == 0.0
+
+
+@pytest.mark.parametrize("name, kw", [("uncoded", dict(n=6)), ("crc", dict(n=6, s=2)), ("frc", dict(n=6, s=1)),
+                                      ("partial", dict(n=6, s=1, alpha=2.0))])
+@pytest.mark.parametrize("close", ["decodable", 0.5])
+def test_collective_round_is_the_notes_close_plus_the_members_ring(name, kw, close):
+    """A collective round closes where a star round with message time ``comm_latency`` closes
+    (the notes carry no payload), and then takes the ring all-reduce over its members, the
+    workers with a message in by the close (for ``partial``, the stragglers whose message 0 came
+    too): the same compute draws (the communication component draws nothing)."""
+    from gradcode.schemes.static import code_loads
+    from gradcode.schemes.timing import message_arrivals
+
+    comm, latency, rounds = 0.8, 0.003, 300
+    code = gradcode.make_code(name, **kw)
+    coll = gradcode.simulate(code, make_model("shifted-exp", comm=comm, comm_latency=latency), rounds, seed=4,
+                             close=close, transport="collective", records=True)
+    notes = gradcode.simulate(code, make_model("shifted-exp", comm_latency=latency), rounds, seed=4, close=close,
+                              records=True)
+    np.testing.assert_array_equal(coll.stragglers, notes.stragglers)
+    np.testing.assert_array_equal(coll.arrivals, notes.arrivals)
+    draw = make_model("shifted-exp").draw(rounds, code.n, np.random.default_rng(4))
+    first = message_arrivals(draw.intercept, draw.slope, code_loads(code)[0], latency)[:, :, 0]
+    k = (first <= notes.round_times[:, None]).sum(axis=1)
+    if name == "partial":
+        assert (k > code.n - notes.stragglers.sum(axis=1)).any()  # stragglers' message 0 counted
+    ring = np.where(k > 1, 2 * (k - 1) * (latency + comm / k), 0.0)
+    np.testing.assert_allclose(coll.round_times, notes.round_times + ring, rtol=1e-13, atol=0)
+    assert coll.transport.startswith("collective") and f"message_time(1) = {comm + latency:.6g} s" in coll.transport
+    assert coll.summary()["transport"] == coll.transport and notes.summary()["transport"] == "star"
+
+
+def test_collective_transport_drives_a_static_scheme_and_refuses_the_others():
+    """A scheme given as such is closed round by round (its straggler history) with the code's
+    times; a scheme the runtime cannot run collectively, and an unknown transport, are refused."""
+    model = make_model("shifted-exp", comm=0.5)
+    code = gradcode.make_code("crc", n=5, s=1)
+    scheme = StaticScheme(code)
+    a = gradcode.simulate(scheme, model, 50, seed=2, transport="collective", records=True)
+    b = gradcode.simulate(code, model, 50, seed=2, transport="collective", records=True)
+    np.testing.assert_array_equal(a.round_times, b.round_times)
+    np.testing.assert_array_equal(scheme.stragglers, a.stragglers)
+    gcdc = gradcode.schemes.make_scheme("gc-dc", n=6, clusters=2, r=2)
+    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate GCDC"):
+        gradcode.simulate(gcdc, model, 5, transport="collective")
+    with pytest.raises(ValueError, match="transport must be one of"):
+        gradcode.simulate(code, model, 5, transport="ring")

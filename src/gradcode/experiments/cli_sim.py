@@ -224,7 +224,7 @@ class Simulation:
     schemes are built with, the delay model (``delay_model`` with ``delay_params``, or ``trace``
     files with ``trace_load`` and ``load_slope``, :func:`build_model`), the length (``rounds``, or
     the ``J + T`` rounds of ``jobs``), ``repeats`` with seeds ``seed, seed + 1, ...``, the closing
-    rule (``close``, ``waitout``), the simulator's ``method``; and, for the program only,
+    rule (``close``, ``waitout``), the simulator's ``method`` and ``transport``; and, for the program only,
     ``keep_records`` (keep per-round tables: True for ``--records`` and ``--plot``; None, while
     small) and ``progress`` (a bar on a terminal)."""
 
@@ -253,6 +253,9 @@ class Simulation:
                                           " for: decodable (first decodable instant) or all (every worker: the SGC"
                                           " paper's replay rule).")
     method: str = described("auto", "auto | fast (vectorized) | events (protocol path).")
+    transport: str = described("star", "How messages reach the master: star (each to the master, the papers'"
+                                       " model) or collective (notes to the master, then a ring all-reduce"
+                                       " among the round's members over the same links).")
     keep_records: bool | None = described(None, "Keep the per-round tables.", cli=False)
     progress: bool = described(False, "Show a progress bar.", cli=False)
 
@@ -294,7 +297,8 @@ def run_repeats(built, model, rounds: int, run: Simulation, progress=None):
 
     return [
         simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=run.seed + i,
-                 close=close, method=run.method, progress=bar(), records=run.keep_records, waitout=run.waitout)
+                 close=close, method=run.method, progress=bar(), records=run.keep_records, waitout=run.waitout,
+                 transport=run.transport)
         for i in range(run.repeats)
     ]
 
@@ -415,7 +419,7 @@ def simulate_doc(scheme: str, run: Simulation) -> tuple[dict, list]:
         })
     summary = {
         "scheme": code.label, "kind": code.kind, **_delay_record(run, dmodel), "close": results[0].close,
-        "rounds": rounds,
+        "transport": results[0].transport, "rounds": rounds,
         "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": run.repeats, "load": code.load,
         "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
@@ -519,7 +523,7 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     # the fastest exact scheme: an inexact baseline (ignore) is faster by not computing the gradient
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
-    doc = {**_delay_record(run, dmodel), "close": parse_close(run.close),
+    doc = {**_delay_record(run, dmodel), "close": parse_close(run.close), "transport": run.transport,
            "rounds": plan[0] if len(set(plan)) == 1 else None,
            "jobs": run.jobs, "repeats": run.repeats, "seed": run.seed, "fastest_exact": best, "rows": rows}
     if trace_info is not None:
@@ -578,7 +582,8 @@ def simulate_command(o: Values):
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
         fail(exc, exit_code_of(exc), as_json=o.json)
     s = doc["summary"]
-    title = (f"{s['scheme']} under {s['delay_model_built']}, close={s['close']}: {s['rounds']} rounds x"
+    via = "" if s["transport"] == "star" else f", transport {s['transport']}"
+    title = (f"{s['scheme']} under {s['delay_model_built']}, close={s['close']}{via}: {s['rounds']} rounds x"
              f" {s['repeats']}; {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
              f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")
     emit(doc, as_json=o.json, title=title)
@@ -601,7 +606,7 @@ def compare_command(o: Values):
         fail(exc, exit_code_of(exc), as_json=o.json)
     length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
     emit(doc, as_json=o.json,
-         title=f"{doc['delay_model_built']}, close={doc['close']}: {length} x {run.repeats} (same draws for every"
+         title=f"{doc['delay_model_built']}, close={doc['close']}, transport {doc['transport']}: {length} x {run.repeats} (same draws for every"
                f" scheme); fastest exact: {doc['fastest_exact']}",
          columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers_per_round",
                   "waitouts"])

@@ -63,6 +63,7 @@ from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.replica import Replica, ReduceReply, StaleReplicaError
 from gradcode.runtime.worker import build_core
+from gradcode.schemes.timing import ring_allreduce_time
 
 __all__ = ["CollectiveCost", "ComputeCost", "InProcessEngine", "WorkerDied"]
 
@@ -105,10 +106,7 @@ class CollectiveCost:
                                                          strict_min=True))
 
     def seconds(self, members: int, nbytes: int) -> float:
-        k = int(members)
-        if k <= 1:
-            return 0.0
-        return 2 * (k - 1) * self.latency + 2 * (k - 1) / k * nbytes / self.bandwidth
+        return float(ring_allreduce_time(int(members), lambda f: self.latency + f * nbytes / self.bandwidth))
 
 
 @dataclass

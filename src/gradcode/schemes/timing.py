@@ -12,13 +12,16 @@ message ``i`` can go once the data fraction ``P_i`` it depends on is computed
 The simulator's vectorized path (every round and worker at once), its event path (one round's
 workers) and the runtime's injected sleeps all call :func:`message_arrivals`, so the three agree
 to the last bit.
+
+On the collective path (no payload to the master: the members of a round reduce among
+themselves), a round also takes the members' all-reduce: :func:`ring_allreduce_time`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["message_arrivals"]
+__all__ = ["message_arrivals", "ring_allreduce_time"]
 
 
 def message_arrivals(intercept, slope, prefix_loads, message_time: float = 0.0) -> np.ndarray:
@@ -39,3 +42,20 @@ def message_arrivals(intercept, slope, prefix_loads, message_time: float = 0.0) 
         if message_time:
             col += message_time
     return A
+
+
+def ring_allreduce_time(members, step_time) -> np.ndarray:
+    """Seconds a ring all-reduce of the whole vector over ``members`` workers takes: ``2 (k - 1)``
+    steps, in each of which every member sends a ``1 / k`` share of the vector to its neighbour
+    (reduce-scatter, then all-gather: the bandwidth-optimal all-reduce of Patarasuk and Yuan,
+    2009, what gloo's and NCCL's rings do), so ``2 (k - 1) step_time(1 / k)``; 0 for ``k <= 1``.
+
+    ``step_time(f)``: seconds to send a share ``f`` of the vector over one link (the delay model's
+    :meth:`~gradcode.stragglers.DelayModel.message_time`, ``comm_latency + comm * f``, gives
+    ``2 (k - 1) comm_latency + 2 (k - 1) / k * comm``). ``members``: an int or an integer array;
+    the result has its shape."""
+    k = np.asarray(members, dtype=np.int64)
+    out = np.zeros(k.shape)
+    for size in np.unique(k[k > 1]):
+        out[k == size] = 2 * (int(size) - 1) * float(step_time(1.0 / int(size)))
+    return out

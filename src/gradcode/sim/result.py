@@ -81,6 +81,9 @@ class SimulationResult:
     stats: RunStats
     round_records: RoundRecords | None = None
     extra: dict = field(default_factory=dict)
+    #: how the messages reached the master, with the link parameters of a collective run
+    #: (``simulate``'s ``transport``)
+    transport: str = "star"
 
     # ------------------------------------------------------------------ always available
     @property
@@ -136,6 +139,7 @@ class SimulationResult:
             "scheme": self.scheme,
             "model": self.model,
             "close": self.close,
+            "transport": self.transport,
             "rounds": self.rounds,
             "workers": self.n,
             "total_time": self.total_time,

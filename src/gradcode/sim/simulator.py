@@ -39,6 +39,21 @@ by the close, ``-1`` for a straggler (the runtime's table; for single-message co
 its task result); ``finish_times[t, w]`` is when its last message would have arrived, stragglers
 included.
 
+Transports (``transport``): ``"star"`` (default) is the papers' model above: every message
+travels to the master over its worker's own link. ``"collective"`` is the runtime's collective path
+(:mod:`gradcode.runtime.replica`): a worker sends the master only a note (no payload: it arrives
+``message_time(0)`` after its computation, the model's ``comm_latency``), the round closes by the
+same rule on the notes, and then its members (the workers with a message in by the close) all-reduce
+their weighted messages, a ring over ``k`` members on the same links: the round takes
+``2 (k - 1) message_time(1 / k)`` more (:func:`~gradcode.schemes.timing.ring_allreduce_time`;
+``2 (k - 1) comm_latency + 2 (k - 1) / k comm`` under a communication component), and nothing
+travels back (each member steps its own replica). Its arrival tables hold the notes' arrivals. Only
+schemes the runtime runs collectively (``Scheme.collective_support``: the static codes with
+decoding coefficients) are accepted; they run on the fast path (a scheme given as such is closed
+round by round as there). What the star's master pays for receiving ``n`` messages on one link and
+sending the parameters back is not in the papers' model, nor here: under it the star's messages
+cost one message time whatever ``n``, so the collective gains only through its notes.
+
 Memory: rounds are processed in blocks (at most :data:`_BLOCK` rounds, fewer for large ``n``): the
 delay model is drawn block by block, each block's rounds are computed and folded into running
 summaries (:class:`~gradcode.sim.summary.RunStats`: counts, exact total, variance, a batch-means
@@ -85,11 +100,11 @@ import numpy as np
 
 from gradcode._validation import as_generator, check_choice, check_closing_rule, check_int
 from gradcode.codes.base import LinearCode
-from gradcode.errors import NotDecodableError
+from gradcode.errors import CollectiveUnsupportedError, NotDecodableError
 from gradcode.schemes.base import ProtocolError
 from gradcode.schemes.factory import as_scheme
 from gradcode.schemes.static import code_loads, task_schedule
-from gradcode.schemes.timing import message_arrivals
+from gradcode.schemes.timing import message_arrivals, ring_allreduce_time
 from gradcode.sim.result import RoundRecords, SimulationResult, records_nbytes
 from gradcode.sim.summary import RunStats
 
@@ -113,6 +128,9 @@ BATCHED = True
 #: tests turn it off to compare with the batched path
 COMPILED = True
 
+#: how a round's messages reach the master (module docstring, "Transports")
+TRANSPORTS = ("star", "collective")
+
 #: the most rounds one simulation takes (about 20 minutes at the fast path's best rate)
 MAX_ROUNDS = 10**9
 
@@ -128,6 +146,7 @@ def simulate(
     progress: bool | None = None,
     records: bool | None = None,
     waitout: str = "decodable",
+    transport: str = "star",
 ) -> SimulationResult:
     """Simulate ``rounds`` rounds of a code or scheme under a delay model, in virtual time.
 
@@ -152,6 +171,8 @@ def simulate(
     need): ``True`` always, ``False`` never
     (memory then does not grow with ``rounds``), ``None`` (default) while they take at most
     :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
+    ``transport``: ``"star"`` (the papers' model: every message to the master) or ``"collective"``
+    (notes to the master, then a ring all-reduce among the round's members; module docstring).
     """
     rounds = check_int("rounds", rounds, minimum=1)
     if rounds > MAX_ROUNDS:
@@ -174,6 +195,15 @@ def simulate(
     if records is None:
         records = records_nbytes(rounds, n) <= AUTO_RECORDS_BYTES
     rng = as_generator(seed)
+    check_choice("transport", transport, TRANSPORTS)
+    if transport == "collective":
+        why = scheme.collective_support()
+        if why is not None:
+            raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {_name(scheme_or_code)}: {why}")
+        draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
+        show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
+        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records),
+                     scheme=None if use_fast else scheme, collective=True)
     if use_fast:
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         block = _block_rounds(n * code.messages_per_worker)
@@ -316,16 +346,18 @@ class _Sink:
         return SimulationResult(stats=self.stats, round_records=recs, **meta)
 
 
-def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=None) -> SimulationResult:
+def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=None,
+          collective: bool = False) -> SimulationResult:
     """The vectorized path, block by block (``rule``: ``(mu, wait_all)``, the closing rule). With
     ``scheme`` (a batched scheme with a static code, driven on the event path), each block's
     rounds are also closed in the scheme, with the rows its own ``close`` would record (the
-    workers not in: stragglers and workers with nothing in)."""
+    workers not in: stragglers and workers with nothing in). ``collective``: the messages are
+    notes and each round ends with its members' all-reduce (module docstring, "Transports")."""
     mu, wait_all = rule
     n = code.n
     P, Rw = code_loads(code)
     rule = code.decode_rule()
-    c = _message_time(model, code.chunks)
+    c = float(model.message_time(0.0)) if collective else _message_time(model, code.chunks)
     sink = _Sink(rounds, n, records)
     cols = np.arange(n)
     with _progress(show, rounds, "simulating") as prog:
@@ -363,6 +395,8 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
 
             if scheme is not None:
                 scheme.close_rounds(a, strag | (counts == 0))
+            if collective:  # the members: every worker with a message in by the close
+                end = end + ring_allreduce_time((counts > 0).sum(axis=1), model.message_time)
             sink.put(a, b, end, strag, wait, write_tables)
             if prog is not None:
                 prog.update(task, completed=b)
@@ -370,8 +404,16 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
     return sink.result(
         lambda: np.arange(rounds),
         scheme=_name(code if scheme is None else scheme), model=_name(model), close=close, seed=_seed_repr(seed),
-        method="fast" if scheme is None else "events",
+        method="fast" if scheme is None else "events", transport=_transport_text(model, collective),
     )
+
+
+def _transport_text(model, collective: bool) -> str:
+    """What the result says of its transport, with the link parameters the times came from."""
+    if not collective:
+        return "star"
+    return (f"collective (notes {float(model.message_time(0.0)):.6g} s, then a ring all-reduce over the k members:"
+            f" 2 (k - 1) message_time(1 / k), message_time(1) = {float(model.message_time(1.0)):.6g} s)")
 
 
 def _seed_repr(seed):
