@@ -430,3 +430,42 @@ def test_a_note_of_a_sum_that_overflowed_is_not_finite():
 
     assert finite(Note(3.0, 1.0, np.dtype(np.float16), 4))
     assert not finite(Note(float("inf"), 1.0, np.dtype(np.float16), 4))
+
+
+def test_one_gloo_all_reduce_sums_the_parts_and_agrees_on_who_could_not_contribute():
+    """``Groups.allreduce``: the parts and the members' flags go in one all-reduce; the sum comes
+    back less the flags, and when a member cannot contribute every member raises at once, naming
+    its rank (three members in threads of this process, each with its own store connection)."""
+    import threading
+
+    from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
+
+    store, port = driver_store("127.0.0.1", 20.0)
+    members = [Groups("127.0.0.1", port, 20.0) for _ in range(3)]
+    parts = [np.arange(5, dtype=np.float32) * (r + 1) for r in range(3)]
+
+    def reduce(group, ok):
+        out = [None] * 3
+
+        def one(r):
+            part = np.concatenate([parts[r], np.zeros(3, dtype=np.float32)])
+            try:
+                out[r] = members[r].allreduce(group, r, 3, (group,), part, ok=ok[r])
+            except ReductionFailed as exc:
+                out[r] = exc
+        threads = [threading.Thread(target=one, args=(r,)) for r in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+        return out
+
+    for total in reduce(0, (True, True, True)):
+        np.testing.assert_array_equal(total, np.arange(5, dtype=np.float32) * 6)
+    for exc in reduce(0, (True, False, True)):  # the cached group again; rank 1 cannot contribute
+        assert isinstance(exc, ReductionFailed) and exc.absent == (1,)
+    alone = members[0].allreduce(7, 0, 1, (7,), np.array([2.0, 3.0, 0.0], dtype=np.float32))
+    np.testing.assert_array_equal(alone, [2.0, 3.0])
+    with pytest.raises(ReductionFailed, match="cannot contribute"):
+        members[0].allreduce(7, 0, 1, (7,), np.array([2.0, 3.0, 0.0], dtype=np.float32), ok=False)
+    del store

@@ -132,10 +132,11 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
 
 
 def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: int, length: int,
-                 dtype=np.float32) -> np.ndarray:
+                 dtype=np.float32, extra: int = 0) -> np.ndarray:
     """A worker's part of a reduction: ``sum_r weights[r, c] * values[r]`` for each chunk ``c``
-    (the values in their wire type, ``(length,)`` each), cast to ``dtype``; ``(chunks * length,)``,
-    a new writable array (the all-reduce sums into it). A part of one message, in ``dtype``, is one
+    (the values in their wire type, ``(length,)`` each), cast to ``dtype``; ``(chunks * length +
+    extra,)``, a new writable array (the all-reduce sums into it) whose ``extra`` last slots are
+    zeros (what the all-reduce carries beside the part: :mod:`gradcode.runtime.gloo`'s flags). A part of one message, in ``dtype``, is one
     product in that type (uncoded, FRC, CRC: one pass); others are summed in float64 and cast.
     :func:`~gradcode.codes.precision.error_bound` counts either rounding (the weight's own rounding
     to ``dtype`` and the product's: ``2 u_r`` of the part, within its ``reduced_by + 1``)."""
@@ -144,12 +145,20 @@ def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: i
     if weights.shape != (len(values), chunks):
         raise ValueError(f"weights must have shape ({len(values)}, {chunks}), got {weights.shape}")
     used = [r for r in range(len(values)) if np.any(weights[r])]
+    part = np.empty(chunks * length + int(extra), dtype=dtype)
+    part[chunks * length:] = 0
     if chunks == 1 and len(used) == 1 and np.asarray(values[used[0]]).dtype == dtype:
         v, w = np.asarray(values[used[0]]), weights[used[0], 0]
-        return v.copy() if w == 1.0 else np.multiply(v, dtype.type(w))
-    out = np.empty(chunks * length, dtype=np.float64)
+        if w == 1.0:
+            np.copyto(part[:length], v)
+        else:
+            np.multiply(v, dtype.type(w), out=part[:length])
+        return part
+    out = np.empty(chunks * length, dtype=np.float64) if dtype != np.float64 else part[: chunks * length]
     for c in range(chunks):
         rows = [r for r in used if weights[r, c] != 0.0]
         weighted_sum(out[c * length:(c + 1) * length], [np.asarray(values[r]) for r in rows],
                      [weights[r, c] for r in rows], False)
-    return out if dtype == np.float64 else out.astype(dtype)
+    if out.base is not part:
+        part[: chunks * length] = out
+    return part

@@ -85,7 +85,7 @@ from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannels, WorkerChannel, WorkerTaskError
 from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
-from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, warm_replica
+from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, reduce_dtype, warm_replica
 import gradcode.runtime.watchdog as watchdog
 from gradcode.runtime.worker import (ProblemSpec, WireTask, build_core, keep_freed_memory, limit_threads, task_messages,
                                      worker_threads)
@@ -207,9 +207,9 @@ class _WorkerBase:
         collective failed (a member died or never came)."""
         core = self.core
         try:
-            part, ok = core.reduce_part(order), True
-        except StaleReplicaError:  # it joins to say so: the others fail at once instead of waiting
-            part, ok = np.zeros(order.plan.chunks * order.plan.length, dtype=np.float32), False
+            part, ok = core.reduce_part(order, extra=order.size), True  # the flags' slots (Groups.allreduce)
+        except StaleReplicaError:  # it joins to say so: the others discard the sum at once instead of waiting
+            part, ok = np.zeros(order.plan.chunks * order.plan.length + order.size, dtype=reduce_dtype(order.plan)), False
         try:
             total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part, ok)
         except ReductionFailed as exc:

@@ -15,6 +15,9 @@ is no longer live, and a group is never built twice under one number, so no rend
 a previous group left in the store. A group's number changes whenever one of its members died
 (the key holds each member's incarnation).
 
+Flags. Every part carries ``size`` slots after it, in which each member says whether it could
+contribute (:meth:`Groups.allreduce`): the one all-reduce of a round both sums and agrees.
+
 Faults. gloo raises when a peer's connection closes (a member died mid-reduction) and after the
 group's ``timeout`` when a member never comes (it died before joining): :meth:`Groups.allreduce`
 raises :class:`ReductionFailed` then, and the driver plans the round again among the living.
@@ -70,35 +73,35 @@ class Groups:
         self._groups: OrderedDict[int, object] = OrderedDict()
 
     def allreduce(self, group: int, rank: int, size: int, live, part: np.ndarray, ok: bool = True) -> np.ndarray:
-        """The sum of every member's ``part`` (this one's being ``part``, a writable array of its
-        own: :func:`~gradcode.codes.reduce.contribution`, summed into in place). First the members
-        say whether each can contribute (``ok``; one small all-reduce): when one cannot, none sums
-        and each raises :class:`ReductionFailed` naming the ranks that could not, at once, instead
-        of the others waiting for it until the timeout."""
+        """The sum of every member's part: ``part`` is this member's (a writable array of its own,
+        :func:`~gradcode.codes.reduce.contribution`, summed into in place) followed by ``size``
+        zero slots, the flags. Each member says in its rank's slot whether it can contribute
+        (``ok``; one that cannot sends zeros), and the flags are summed with the parts, in the same
+        all-reduce: when one could not, every member raises :class:`ReductionFailed` naming the
+        ranks that could not, at once, instead of waiting for it until the timeout, and the sum is
+        discarded. One all-reduce, not a small one for the flags first: on 2 cores a 4-member
+        gloo all-reduce of 10 numbers costs 3.7 ms, what it costs of 10 000. Returns the sum, less
+        the flags (a view of ``part``)."""
         import torch
 
         for gone in [g for g in self._groups if g not in live]:
             del self._groups[gone]
-        if size == 1:
-            if not ok:
-                raise ReductionFailed("this worker cannot contribute", (rank,))
-            return part if part.flags.writeable else np.array(part)
         out = part if part.flags.writeable and part.flags.c_contiguous else np.array(part)
-        try:
-            pg = self._groups.get(group)
-            if pg is None:
-                pg = self._build(group, rank, size)
-            flags = torch.zeros(size)
-            flags[rank] = 0.0 if ok else 1.0
-            pg.allreduce([flags]).wait()
-            absent = tuple(int(r) for r in torch.nonzero(flags).flatten())
-            if absent:
-                raise ReductionFailed(f"ranks {list(absent)} of group {group} cannot contribute", absent)
-            pg.allreduce([torch.from_numpy(out)]).wait()
-        except RuntimeError as exc:  # gloo: a peer closed its connection, or a timeout
-            self._groups.pop(group, None)
-            raise ReductionFailed(f"the all-reduce of group {group} failed: {exc}") from None
-        return out
+        n = out.size - size
+        out[n + rank] = 0 if ok else 1
+        if size > 1:
+            try:
+                pg = self._groups.get(group)
+                if pg is None:
+                    pg = self._build(group, rank, size)
+                pg.allreduce([torch.from_numpy(out)]).wait()
+            except RuntimeError as exc:  # gloo: a peer closed its connection, or a timeout
+                self._groups.pop(group, None)
+                raise ReductionFailed(f"the all-reduce of group {group} failed: {exc}") from None
+        absent = tuple(int(r) for r in np.flatnonzero(out[n:]))
+        if absent:
+            raise ReductionFailed(f"ranks {list(absent)} of group {group} cannot contribute", absent)
+        return out[:n]
 
     def _build(self, group: int, rank: int, size: int):
         import torch.distributed as dist

@@ -148,6 +148,12 @@ class Kept:
     step: int
 
 
+def reduce_dtype(plan: ReducePlan) -> np.dtype:
+    """The type the members reduce ``plan``'s parts in (bfloat16's in float32: numpy and gloo have
+    no bfloat16 sum)."""
+    return np.dtype(plan.reduce_precision if plan.reduce_precision != "bfloat16" else "float32")
+
+
 def warm_replica() -> None:
     """What a worker process's first step would load inside a round, loaded now: the reduction's
     compiled sums, and ``torch._dynamo``, which ``torch.optim`` imports at its first step (measured:
@@ -224,20 +230,20 @@ class Replica:
         self._held.setdefault(t, []).append(message)
         return Note.of(message)
 
-    def part(self, order: ReduceOrder, worker: int) -> np.ndarray:
-        """This worker's part of the reduction (:func:`~gradcode.codes.reduce.contribution`):
-        zeros when the plan reads none of its messages."""
+    def part(self, order: ReduceOrder, worker: int, extra: int = 0) -> np.ndarray:
+        """This worker's part of the reduction (:func:`~gradcode.codes.reduce.contribution`, with
+        ``extra`` zero slots after it): zeros when the plan reads none of its messages."""
         plan = order.plan
-        dtype = np.dtype(plan.reduce_precision if plan.reduce_precision != "bfloat16" else "float32")
+        dtype = reduce_dtype(plan)
         weights = plan.weights.get(worker)
         held = self._held.get(order.round, [])
         if weights is None or not np.any(weights):
-            return np.zeros(plan.chunks * plan.length, dtype=dtype)
+            return np.zeros(plan.chunks * plan.length + extra, dtype=dtype)
         if len(held) < len(weights):
             raise StaleReplicaError(f"worker {worker} holds {len(held)} message(s) of round {order.round}; the plan"
                                     f" reads {len(weights)}")
         return contribution(weights, [m.values for m in held[: len(weights)]], chunks=plan.chunks,
-                            length=plan.length, dtype=dtype)
+                            length=plan.length, dtype=dtype, extra=extra)
 
     def apply(self, order: ReduceOrder, total: np.ndarray, problem, worker: int) -> ReduceReply:
         """Judge the reduced gradient ``total`` by the plan's acceptance rule and step model

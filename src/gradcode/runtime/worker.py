@@ -218,9 +218,9 @@ class WorkerCore:
         return self.replica.params(x, self.worker)
 
     # ----------------------------------------------------------------- the collective path
-    def reduce_part(self, order) -> np.ndarray:
-        """This worker's part of a reduction (:meth:`Replica.part`)."""
-        return self._replica().part(order, self.worker)
+    def reduce_part(self, order, extra: int = 0) -> np.ndarray:
+        """This worker's part of a reduction, ``extra`` zero slots after it (:meth:`Replica.part`)."""
+        return self._replica().part(order, self.worker, extra)
 
     def reduce_apply(self, order, total: np.ndarray):
         """Step the replica with the reduced gradient (:meth:`Replica.apply`)."""
