@@ -1,6 +1,6 @@
 """The collective path against the star and against torch DDP: a large model's training step.
 
-    python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2115]
+    python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2862 [1024 ...]]
 
 Set-up: an MLP 1024 -> H -> H -> 10 (H = 2862: 11.15 M float32
 parameters), 4 workers, batch 64 (16 a worker), SGD (lr 0.01), random inputs and labels (seed 0),
@@ -19,7 +19,10 @@ one each step) sleeping ``--delay`` seconds before it computes (DDP waits for it
 all-reduce; CRC decodes without it). The measure is the median time between consecutive steps
 after 5 warm-up steps, medians over ``--repeats``; ratios are to DDP's step in the same condition.
 Without delays the final weights of every trainer are compared with DDP's (the same batches and
-initial weights: they differ by float32 rounding only) and with each other.
+initial weights: they differ by float32 rounding only) and with each other. Several ``--hidden``
+widths run one after the other in the same session (``--delay 0``: without the delayed runs), the
+table giving each collective run's ratio to the star's at the same width: where the collective
+path starts to gain.
 """
 
 from __future__ import annotations
@@ -140,7 +143,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--delay", type=float, default=0.2)
-    ap.add_argument("--hidden", type=int, default=2862)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[2862],
+                    help="hidden widths, one model each (several: where the collective path starts to gain)")
     ap.add_argument("--only", choices=("ddp", "gradcode"), help="one kind of trainer")
     args = ap.parse_args()
     import warnings
@@ -149,37 +153,48 @@ def main() -> None:
     from gradcode.runtime.engine import ray_session
 
     warnings.simplefilter("ignore")
-    params = sum(p.numel() for p in model(args.hidden).parameters())
-    print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; MLP {N_IN}-{args.hidden}-"
-          f"{args.hidden}-{N_OUT} ({params / 1e6:.2f} M parameters), {N_WORKERS} workers, batch {BATCH}, SGD,"
-          f" {args.rounds} rounds, median step after {WARMUP}, {args.repeats} repeat(s)", flush=True)
+    print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; {N_WORKERS} workers, batch"
+          f" {BATCH}, SGD, {args.rounds} rounds, median step after {WARMUP}, {args.repeats} repeat(s)", flush=True)
     trainers = [] if args.only == "gradcode" else [("ddp", None)]
     if args.only != "ddp":
         trainers += [(s, t) for s in ("uncoded", "crc") for t in ("channels", "collective")]
+    delays = (0.0, args.delay) if args.delay > 0 else (0.0,)
     times: dict = {}
     weights: dict = {}
     with ray_session(ClusterConfig()):
-        for _ in range(args.repeats):
-            for delay in (0.0, args.delay):
-                for scheme, transport in trainers:
-                    if scheme == "ddp":
-                        step, w = run_ddp(args.hidden, args.rounds, delay)
-                    else:
-                        step, w = run_gradcode(scheme, transport, args.hidden, args.rounds, delay)
-                    key = (scheme, transport, delay)
-                    times.setdefault(key, []).append(step)
-                    if delay == 0:
-                        weights[key] = w
-                    print(f"  {scheme:8s} {transport or '':10s} delay {delay:.1f}: step {1e3 * step:8.1f} ms",
-                          flush=True)
-    print("\n| trainer | path | delay (s) | step (ms) | / DDP |\n|---|---|---|---|---|")
-    for (scheme, transport, delay), ts in times.items():
+        for hidden in args.hidden:
+            params = sum(p.numel() for p in model(hidden).parameters())
+            print(f"MLP {N_IN}-{hidden}-{hidden}-{N_OUT}: {params / 1e6:.2f} M parameters", flush=True)
+            for _ in range(args.repeats):
+                for delay in delays:
+                    for scheme, transport in trainers:
+                        if scheme == "ddp":
+                            step, w = run_ddp(hidden, args.rounds, delay)
+                        else:
+                            step, w = run_gradcode(scheme, transport, hidden, args.rounds, delay)
+                        key = (hidden, scheme, transport, delay)
+                        times.setdefault(key, []).append(step)
+                        if delay == 0:
+                            weights[key] = w
+                        print(f"  {scheme:8s} {transport or '':10s} delay {delay:.1f}: step {1e3 * step:8.1f} ms",
+                              flush=True)
+    print("\n| hidden | trainer | path | delay (s) | step (ms) | / DDP | collective / star |\n|---|---|---|---|---|---|---|")
+    for (hidden, scheme, transport, delay), ts in times.items():
         med = statistics.median(ts)
-        ddp = statistics.median(times.get(("ddp", None, delay), [float("nan")]))
-        print(f"| {scheme} | {transport or 'gloo all-reduce'} | {delay:g} | {1e3 * med:.1f} | {med / ddp:.2f}x |")
+        ddp = statistics.median(times.get((hidden, "ddp", None, delay), [float("nan")]))
+        star = times.get((hidden, scheme, "channels", delay)) if transport == "collective" else None
+        vs = f"{med / statistics.median(star):.2f}" if star else ""
+        print(f"| {hidden} | {scheme} | {transport or 'gloo all-reduce'} | {delay:g} | {1e3 * med:.1f} |"
+              f" {med / ddp:.2f}x | {vs} |")
+    for hidden in args.hidden:
+        _weights(hidden, weights)
+
+
+def _weights(hidden: int, weights: dict) -> None:
+    weights = {key[1:]: w for key, w in weights.items() if key[0] == hidden}
     ref = weights.get(("ddp", None, 0.0))
     if ref is not None:
-        print("\nfinal weights, max |w - w_DDP| / max |w_DDP| (no delays):")
+        print(f"\nhidden {hidden}: final weights, max |w - w_DDP| / max |w_DDP| (no delays):")
         for key, w in weights.items():
             if key[0] != "ddp":
                 print(f"  {key[0]} {key[1]}: {np.abs(w - ref).max() / np.abs(ref).max():.2e}")

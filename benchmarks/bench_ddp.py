@@ -3,7 +3,7 @@ DDP over gloo, CPU), on the same model, data, batch size, optimizer and injected
 benchmark-only extra ``pip install -e ".[ddp]"`` (``ray[train]``). Run from the
 repo root:
 
-    python benchmarks/bench_ddp.py [--repeats 3] [--target 0.9] [--delay 0.2]
+    python benchmarks/bench_ddp.py [--repeats 3] [--target 0.9] [--delay 0.2] [--transports channels collective]
 
 Set-up: n = 4 workers, the small CNN on scikit-learn's 8x8 digits, batch 240 (60 a worker), Adam
 (lr 3e-3), held-out accuracy checked every 5 steps; the measure is the wall-clock time until the
@@ -18,7 +18,9 @@ before it computes. DDP waits for it in every all-reduce; gradcode's ``crc`` (s 
 ``uncoded`` does, ``auto`` probes 5 rounds uncoded then switches. Each configuration runs
 ``--repeats`` times, interleaved, in one Ray session (2 CPUs here: both trainers' 4 workers share
 them, one thread each: gradcode's workers set theirs, the DDP loop sets its own, as a DDP user on
-CPUs would; medians). Per-step times are (time to target) / steps.
+CPUs would; medians). Per-step times are (time to target) / steps. ``--transports``: gradcode's
+runs on each transport named (``ClusterConfig.transport``; ``auto`` only on the star, whose probe
+rounds it needs), all beside the same DDP runs.
 
     python benchmarks/bench_ddp.py --per-step REV [--repeats 3]
 
@@ -135,8 +137,8 @@ class _Reached(Exception):
     """Raised by the callback to end a gradcode run at the target accuracy."""
 
 
-def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[float, int]:
-    from gradcode.runtime import RunConfig, TrainSpec
+def run_gradcode(code: str, delay: float, target: float, seed: int, transport: str = "channels") -> tuple[float, int]:
+    from gradcode.runtime import ClusterConfig, RunConfig, TrainSpec
     from gradcode.torch import SmallCNN, TorchConfig, digits, fit
 
     (X, y), test = digits(seed=0)
@@ -160,7 +162,8 @@ def run_gradcode(code: str, delay: float, target: float, seed: int) -> tuple[flo
                         probe=5 if code == "auto" else None)
     try:
         fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), spec, torch_config=tconf,
-            run=RunConfig(rounds=MAX_STEPS, eval_every=EVAL_EVERY), callback=stop_at_target)
+            run=RunConfig(rounds=MAX_STEPS, eval_every=EVAL_EVERY), cluster=ClusterConfig(transport=transport),
+            callback=stop_at_target)
     except _Reached:
         pass
     return reached.get("t", float("nan")), reached.get("steps", MAX_STEPS)
@@ -297,6 +300,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--delay", type=float, default=0.2)
+    ap.add_argument("--transports", nargs="+", default=["channels"], choices=("channels", "ray", "collective"),
+                    help="gradcode's transports, each run beside DDP (default: channels)")
     ap.add_argument("--per-step", metavar="REV", help="gradcode's step side by side with git revision REV")
     ap.add_argument("--startup", action="store_true", help="time a fit's start-up in fresh processes")
     ap.add_argument("--hogs", type=int, default=0, help="with --startup, --per-step: busy loops running beside it")
@@ -324,22 +329,25 @@ def main():
     init_ray(num_cpus=2)
     print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, ray {ray.__version__},"
           f" {time.strftime('%Y-%m-%d')}; time to held-out accuracy {args.target}", flush=True)
-    configs = [("DDP (TorchTrainer, gloo)", "ddp"), ("gradcode uncoded", "uncoded"), ("gradcode crc s=1", "crc"),
-               ("gradcode auto", "auto")]
+    configs = [("DDP (TorchTrainer, gloo)", "ddp", None)]
+    for transport in args.transports:
+        via = "" if args.transports == ["channels"] else f" [{transport}]"
+        configs += [(f"gradcode {code}{via}", code, transport) for code in ("uncoded", "crc", "auto")
+                    if not (code == "auto" and transport == "collective")]  # auto's probe rounds keep the star
     for delay in (0.0, args.delay):
-        times = {name: [] for name, _ in configs}
-        steps = {name: [] for name, _ in configs}
+        times = {name: [] for name, _, _ in configs}
+        steps = {name: [] for name, _, _ in configs}
         for r in range(args.repeats):
-            for name, code in configs:
+            for name, code, transport in configs:
                 run = (lambda: run_ddp(delay, args.target, seed=r)) if code == "ddp" else (
-                    lambda: run_gradcode(code, delay, args.target, seed=r))
+                    lambda: run_gradcode(code, delay, args.target, seed=r, transport=transport))
                 t, k = run()
                 times[name].append(t)
                 steps[name].append(k)
                 print(f"  delay {delay:g} s, repeat {r}: {name}: {t:.2f} s, {k} steps", file=sys.stderr, flush=True)
         ddp = statistics.median(times["DDP (TorchTrainer, gloo)"])
         print(f"one of {N_WORKERS} workers delayed {delay:g} s a step:" if delay else "no stragglers:")
-        for name, _ in configs:
+        for name, _, _ in configs:
             med = statistics.median(times[name])
             print(f"  {name:26s} median {med:7.2f} s  ({med / ddp:.2f}x DDP)  runs {[round(t, 2) for t in times[name]]}"
                   f"  steps {steps[name]}")
