@@ -229,6 +229,7 @@ def run(data, transport, scheme="crc", *, engine=None, callback=None, rounds=10,
     ("partial", {"scheme_params": {"alpha": 2.0}}), ("agc", {"scheme_params": {"d": 2, "L": 2}}),
     ("g-agc", {"scheme_params": {"d": 2, "L": 2}}), ("cgc", {"scheme_params": {"d": 2, "m": 2}}),
     ("commfr", {"workers": 6, "scheme_params": {"k": 6, "N": 3, "K": 2, "construction": "mds-systematic"}}),
+    ("gc-dc", {"workers": 6, "stragglers": 2, "scheme_params": {"clusters": 2, "r": 2, "ssi": "perfect"}}),
 ])
 def test_collective_training_follows_the_star_path(data, scheme, spec, tmp_path, monkeypatch):
     """The same run on both paths: the same rounds and survivors (the in-process engine's clock),
@@ -287,12 +288,15 @@ class CrashInReduce(InProcessEngine):
         super().reduce(t, orders)
 
 
+@pytest.mark.parametrize("scheme,spec", [("crc", {}),
+                                         ("gc-dc", {"workers": 6, "scheme_params": {"clusters": 2, "r": 2}})])
 def test_a_member_that_dies_during_the_reduction_is_left_out_and_the_round_planned_again(data, tmp_path,
-                                                                                           monkeypatch):
+                                                                                           monkeypatch, scheme, spec):
+    """GC-DC too: the dead member's codeword is forgotten and its cluster decodes from the others."""
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
-    ref = run(data, "channels", delay=0.0, rounds=6)
+    ref = run(data, "channels", scheme, delay=0.0, rounds=6, **spec)
     engine = CrashInReduce(1, 2, compute_time=1e-3)
-    coll = run(data, "collective", delay=0.0, rounds=6, engine=engine)
+    coll = run(data, "collective", scheme, delay=0.0, rounds=6, engine=engine, **spec)
     assert engine.fired
     deaths = [f for f in coll.result.failures if f["kind"] == "died"]
     assert [(f["worker"], f["round"]) for f in deaths] == [(1, 2)]
@@ -302,9 +306,10 @@ def test_a_member_that_dies_during_the_reduction_is_left_out_and_the_round_plann
 
 def test_runs_the_collective_path_cannot_take_keep_the_star_path_and_say_why(data, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
-    with pytest.warns(CollectiveFallbackWarning, match="GCDC"):
-        res = gt.fit(net(), data, TrainSpec("gc-dc", workers=6, stragglers=1, seed=0, scheme_params={"clusters": 2, "r": 2}),
-                     torch_config=gt.TorchConfig(batch_size=120), run=RunConfig(rounds=2),
+    with pytest.warns(CollectiveFallbackWarning, match="SRSGC"):
+        res = gt.fit(net(), data, TrainSpec("sr-sgc", workers=4, stragglers=1, seed=0, models=3,
+                                            scheme_params={"B": 1, "W": 2, "lam": 1}),
+                     torch_config=gt.TorchConfig(batch_size=120), run=RunConfig(rounds=3),
                      cluster=ClusterConfig(transport="collective"), engine="inprocess")
     assert "allreduce_bandwidth" not in res.result.clock
     from gradcode.schemes.static import StaticScheme

@@ -643,8 +643,11 @@ def test_collective_transport_drives_a_static_scheme_and_refuses_the_others():
     b = gradcode.simulate(code, model, 50, seed=2, transport="collective", records=True)
     np.testing.assert_array_equal(a.round_times, b.round_times)
     np.testing.assert_array_equal(scheme.stragglers, a.stragglers)
-    gcdc = gradcode.schemes.make_scheme("gc-dc", n=6, clusters=2, r=2)
-    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate GCDC"):
+    sgc = gradcode.schemes.make_scheme("sr-sgc", n=6, B=1, W=2, lam=1)
+    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate SRSGC.*reductions"):
+        gradcode.simulate(sgc, model, 5, transport="collective")
+    gcdc = gradcode.schemes.make_scheme("gc-dc", n=6, clusters=2, r=2)  # the runtime's, not yet the simulator's
+    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate GCDC.*static codes"):
         gradcode.simulate(gcdc, model, 5, transport="collective")
     with pytest.raises(ValueError, match="transport must be one of"):
         gradcode.simulate(code, model, 5, transport="ring")

@@ -44,7 +44,7 @@ What stays at the driver: the notes, the plans and the replies (the loss of each
 parameters come back only when the run needs them: held-out metrics (``eval_every``), checkpoints
 and the end of the run (``engine.fetch`` from one up-to-date worker). Schemes that cannot plan a
 reduction (``scheme.collective_support()`` says why: verification, operator codes, the sequential
-and dynamic schemes for now) and problems whose objective needs the whole training set (numpy
+schemes for now) and problems whose objective needs the whole training set (numpy
 problems) keep the star path, with a :class:`CollectiveFallbackWarning` naming the reason
 (:func:`collective_blocker`).
 """

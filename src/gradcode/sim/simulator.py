@@ -48,8 +48,9 @@ their weighted messages, a ring over ``k`` members on the same links: the round 
 ``2 (k - 1) message_time(1 / k)`` more (:func:`~gradcode.schemes.timing.ring_allreduce_time`;
 ``2 (k - 1) comm_latency + 2 (k - 1) / k comm`` under a communication component), and nothing
 travels back (each member steps its own replica). Its arrival tables hold the notes' arrivals. Only
-schemes the runtime runs collectively (``Scheme.collective_support``: the static codes with
-decoding coefficients) are accepted; they run on the fast path (a scheme given as such is closed
+schemes the runtime runs collectively (``Scheme.collective_support``) with a static code (those
+with decoding coefficients; GC-DC, which the runtime also runs collectively, not yet here) are
+accepted; they run on the fast path (a scheme given as such is closed
 round by round as there). What the star's master pays for receiving ``n`` messages on one link and
 sending the parameters back is not in the papers' model, nor here: under it the star's messages
 cost one message time whatever ``n``, so the collective gains only through its notes.
@@ -198,6 +199,9 @@ def simulate(
     check_choice("transport", transport, TRANSPORTS)
     if transport == "collective":
         why = scheme.collective_support()
+        if why is None and code is None:
+            why = ("the simulator plays the collective path for static codes (their rounds on the fast path); a"
+                   " dynamic scheme's rounds are not timed with a reduction yet")
         if why is not None:
             raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {_name(scheme_or_code)}: {why}")
         draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))

@@ -456,6 +456,40 @@ class GCDC(Scheme):
         self._closed.add(t)
         return out
 
+    # -------------------------------------------------------------- the collective path
+    def collective_support(self) -> str | None:
+        """GC-DC's decode is the GC-SC code's (fixed coefficients per round's placement): the
+        collective path runs it, the codewords' weights going to the workers serving them."""
+        return self._static.collective_support()
+
+    def reduce_plans(self, t: int, arrived, reduced_by: int | None = None) -> list[tuple[int, object]]:
+        """:meth:`Scheme.reduce_plans`: the GC-SC code's plan over the codewords the workers in
+        ``arrived`` served in round ``t``, each codeword's weights given to the worker serving it
+        (the workers' parts are keyed by worker)."""
+        from dataclasses import replace
+
+        t = check_round(t)
+        plan = self._plans.get(t)
+        if plan is None:
+            raise ProtocolError(f"round {t} is not open" if t in self._closed else f"round {t} was never planned")
+        cw = plan.codeword
+        arrived = frozenset(arrived)
+        k = len(arrived) if reduced_by is None else int(reduced_by)
+        try:
+            plans = self._static.reduce_plans(t, frozenset(int(cw[w]) for w in arrived), reduced_by=max(k, 1))
+        except NotDecodableError as exc:
+            raise NotDecodableError(f"round {t}: {self._shortfall(t)}; GC-SC decoder: {exc}") from None
+        serving = {int(q): w for w, q in enumerate(cw.tolist())}  # a permutation: one codeword a worker
+        return [(job, replace(rp, weights={serving[q]: a for q, a in rp.weights.items()})) for job, rp in plans]
+
+    def forget_results(self, t: int, worker: int) -> None:
+        """``worker``'s message of round ``t`` is gone: its codeword's is."""
+        plan = self._plans.get(check_round(t))
+        w = self._check_worker(worker)
+        if plan is not None:
+            self._static.forget_results(t, int(plan.codeword[w]))
+            self._received[t][w] = False
+
     def _shortfall(self, t: int) -> str:
         plan = self._plans[t]
         got = self._received[t][plan.placement.members].sum(axis=1)
