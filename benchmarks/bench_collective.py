@@ -150,7 +150,7 @@ def main() -> None:
     import warnings
 
     from gradcode.runtime import ClusterConfig
-    from gradcode.runtime.engine import ray_session
+    from gradcode.runtime.cluster import ray_session
 
     warnings.simplefilter("ignore")
     print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; {N_WORKERS} workers, batch"

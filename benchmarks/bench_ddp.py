@@ -324,7 +324,7 @@ def main():
         return
     import ray
 
-    from gradcode.runtime.engine import init_ray
+    from gradcode.runtime.cluster import init_ray
 
     init_ray(num_cpus=2)
     print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, ray {ray.__version__},"

@@ -36,7 +36,7 @@ def main() -> None:
     import ray
 
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.engine import ray_session
+    from gradcode.runtime.cluster import ray_session
     from gradcode.runtime.master import open_session
 
     spec = TrainSpec(args.scheme, workers=4, stragglers=1, delay=0.002, data="tandon-synthetic",

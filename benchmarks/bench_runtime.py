@@ -169,7 +169,7 @@ def bench_scale(tmp: Path, quick: bool) -> list[dict]:
 
 def _child(sizes, reps: int) -> None:
     """One side of --against: median round and Ray floor per size, as one JSON line."""
-    from gradcode.runtime.engine import init_ray
+    from gradcode.runtime.cluster import init_ray
 
     out = []
     with tempfile.TemporaryDirectory(prefix="gcbench-") as tmp:
@@ -303,7 +303,7 @@ def main(argv=None):
         print(f"# (a) side by side: this tree (after) vs {args.against} (before); median ms per round")
         bench_against(args.against, args.repeats, args.quick)
         return
-    from gradcode.runtime.engine import init_ray
+    from gradcode.runtime.cluster import init_ray
 
     which = args.only or ["overhead", "delay", "target"]
     with tempfile.TemporaryDirectory(prefix="gcbench-") as tmp:

@@ -210,7 +210,7 @@ def _gloo_allreduce(n: int, d: int, repeats: int) -> float:
 
 def bench_ray(repeats: int) -> dict:
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.engine import init_ray
+    from gradcode.runtime.cluster import init_ray
     from gradcode.runtime.master import run_training
 
     n, d = 4, D_RESNET18
@@ -261,7 +261,7 @@ def bench_data() -> dict:
 
     import gradcode.torch as gt
     from gradcode.runtime import FaultConfig, RunConfig, TrainSpec
-    from gradcode.runtime.engine import ray_session
+    from gradcode.runtime.cluster import ray_session
     from gradcode.torch.models import SmallCNN
 
     out = {"data MB": N_DATA * 3 * 32 * 32 * 4 / 2**20}

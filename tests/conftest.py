@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def ray_session():
     ray = pytest.importorskip("ray")
-    from gradcode.runtime.engine import init_ray
+    from gradcode.runtime.cluster import init_ray
 
     import shutil
 

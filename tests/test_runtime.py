@@ -353,14 +353,15 @@ def test_the_embedded_clusters_workers_run_at_the_drivers_priority(ray_session):
 
 
 def test_ignored_engine_options_are_warned_about(ray_session, monkeypatch):
-    from gradcode.runtime import engine as eng
+    from gradcode.runtime import cluster
+    from gradcode.runtime.engine import RayEngine
 
-    with pytest.warns(eng.IgnoredOptionWarning, match=r"num_cpus=3 ignored: Ray is already running"):
-        eng.RayEngine(num_cpus=3)
+    with pytest.warns(cluster.IgnoredOptionWarning, match=r"num_cpus=3 ignored: Ray is already running"):
+        RayEngine(num_cpus=3)
     seen = {}
-    monkeypatch.setattr(eng.ray, "init", lambda **kw: seen.update(kw))
-    with pytest.warns(eng.IgnoredOptionWarning, match=r"num_cpus=2 is ignored: joining the cluster at 'auto'"):
-        eng.init_ray(address="auto", num_cpus=2)
+    monkeypatch.setattr(cluster.ray, "init", lambda **kw: seen.update(kw))
+    with pytest.warns(cluster.IgnoredOptionWarning, match=r"num_cpus=2 is ignored: joining the cluster at 'auto'"):
+        cluster.init_ray(address="auto", num_cpus=2)
     assert seen["address"] == "auto" and "num_cpus" not in seen
 
 
@@ -371,7 +372,7 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
     task: uncoded waits for the dead worker and still reaches single-process GD's iterates."""
     from gradcode.runtime import TrainSpec
     from gradcode.runtime.engine import RayEngine
-    from gradcode.runtime.engine import ray_session as shared
+    from gradcode.runtime.cluster import ray_session as shared
     from gradcode.runtime.master import prepare
 
     def planned(code, data):  # the workers' specs and each one's (training rows, held-out rows)

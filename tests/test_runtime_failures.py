@@ -205,7 +205,7 @@ def test_a_local_start_that_ray_gives_up_on_is_a_clear_error(tmp_path, monkeypat
     startup")``, which init_ray let through as a traceback; now it is a GradcodeError like any
     failed start (ray.init is stubbed: this session's Ray already runs)."""
     from gradcode.errors import GradcodeError
-    from gradcode.runtime import engine as eng
+    from gradcode.runtime import cluster as eng
 
     def gives_up(**kw):
         raise Exception("The current node timed out during startup. This could happen because some of the"
@@ -284,7 +284,7 @@ def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkey
     is stubbed here, this session's Ray already runs) removes the folders whose driver is dead,
     keeping their logs in the dead run's run_dir/ray/logs, and leaves alone those of live drivers
     (here: this process's own)."""
-    from gradcode.runtime import engine as eng
+    from gradcode.runtime import cluster as eng
 
     run_dir = tmp_path / ("long-run-directory-name-" * 3)
     run_dir.mkdir()  # as train() does before it starts Ray

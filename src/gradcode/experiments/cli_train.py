@@ -572,12 +572,12 @@ def train_several(o: Values) -> None:
 
 
 def _session(o: Values):
-    """One Ray session for every scheme of ``train_several`` (:func:`~gradcode.runtime.engine.ray_session`:
+    """One Ray session for every scheme of ``train_several`` (:func:`~gradcode.runtime.cluster.ray_session`:
     Ray starts once, not once a scheme), or nothing to open for ``--engine inprocess``."""
     if o.engine != "ray":
         return contextlib.nullcontext()
     from gradcode.runtime import ClusterConfig
-    from gradcode.runtime.engine import ray_session
+    from gradcode.runtime.cluster import ray_session
 
     return ray_session(ClusterConfig(**o.fields_of(ClusterConfig)), run_dir=o.run_dir)
 

@@ -3,9 +3,10 @@
 :func:`train` (the config objects of :mod:`gradcode.runtime.config`) and
 :func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.master`); a
 :class:`RoundDriver` (:mod:`gradcode.runtime.driver`) runs the rounds on an :class:`Engine`
-(:mod:`gradcode.runtime.base`): Ray actors (:mod:`gradcode.runtime.engine`, the only module that
-imports Ray) or :class:`InProcessEngine` (:mod:`gradcode.runtime.inprocess`: the same workers in
-this process on a virtual clock, for tests), both running the generic worker
+(:mod:`gradcode.runtime.base`): Ray actors (:mod:`gradcode.runtime.engine`; with
+:mod:`gradcode.runtime.cluster`, which starts or joins the cluster, the only modules that import
+Ray) or :class:`InProcessEngine` (:mod:`gradcode.runtime.inprocess`: the same workers in this
+process on a virtual clock, for tests), both running the generic worker
 (:mod:`gradcode.runtime.worker`). Records and checkpoints: :mod:`gradcode.runtime.records`.
 Importing this package does not import Ray.
 """

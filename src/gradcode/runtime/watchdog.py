@@ -3,7 +3,7 @@
 Measured (Ray 2.60, Linux): a driver killed with SIGKILL takes the cluster's gcs_server, raylet and
 workers with it, but Ray's ``DashboardAgent`` and ``RuntimeEnvAgent`` stay alive, re-parented to
 init, for as long as the machine runs (their fate-sharing check did not fire in a minute). So a
-local :func:`~gradcode.runtime.engine.init_ray` starts this watchdog beside the cluster: a small
+local :func:`~gradcode.runtime.cluster.init_ray` starts this watchdog beside the cluster: a small
 process in a session of its own that checks every half second whether the driver still lives
 (the same pid with the same start time, so a reused pid does not fool it). When the driver is
 gone it sends SIGTERM, then after two seconds SIGKILL, to every process that holds a file open
