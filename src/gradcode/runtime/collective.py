@@ -59,6 +59,7 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
 from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef, StaleReplicaError
+from gradcode.runtime.round_state import OpenRound, WorkerTasks
 
 __all__ = ["CollectiveDriver", "CollectiveFallbackWarning", "collective_blocker"]
 
@@ -120,7 +121,7 @@ class CollectiveDriver(RoundDriver):
         """No parameters travel: the job's tasks name the replica's version."""
         return None, ReplicaRef(m, int(self.state.steps[m]))
 
-    def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
+    def _send(self, t: int, w: int, sent: WorkerTasks, *, elapsed: float = 0.0) -> None:
         """:meth:`RoundDriver._send`, after bringing ``w``'s replica up to date when it lags: the
         updates it missed when the members kept them all (at most :attr:`REPLAY` steps a model:
         one step's work, and a vector's transfer, each), else a copy of an up-to-date replica."""
@@ -135,7 +136,7 @@ class CollectiveDriver(RoundDriver):
                 self.engine.sync(w, self._source(exclude=w))
                 self.synced += 1
             self.versions[w] = now
-        super()._send(t, w, wire, elapsed=elapsed)
+        super()._send(t, w, sent, elapsed=elapsed)
 
     def _source(self, exclude: int = -1) -> int:
         """An up-to-date worker that is not known to be down (the lowest such id)."""
@@ -152,7 +153,7 @@ class CollectiveDriver(RoundDriver):
         if ev.kind == "failed" and ev.lost and _stale_replica(ev.payload):
             # the worker lives, but could not be brought up to date (the member that kept an
             # update it needed died): its task is sent again, after a copy of the models
-            self.lost.add((ev.round, ev.worker))
+            self.ledger.at(ev.round, ev.worker).lost = True
             self.versions[ev.worker] = None
             self.incarnation[ev.worker] += 1
             self.stale_tasks += 1
@@ -170,16 +171,17 @@ class CollectiveDriver(RoundDriver):
             self._forget_results(self.current, w)
 
     def _forget_results(self, t: int, w: int) -> None:
-        if self.counts.get((t, w), 0):
+        got = self.ledger.of(t, w)
+        if got.count:
             self.scheme.forget_results(t, w)
-            self.counts[(t, w)] = 0
+            got.count = 0
             self.state.arrivals[t, w] = -1.0
 
     # -------------------------------------------------------------- the close is a reduction
-    def _close_once(self, t: int, arrived: frozenset, counts: np.ndarray, waiting: tuple):
+    def _close_once(self, rnd: OpenRound, arrived: frozenset, counts: np.ndarray):
         """Plan round ``t``'s decode, reduce it among the members, and close the round once they
         stepped (None: a member died, the round is planned again)."""
-        wire = waiting[0]
+        t, wire = rnd.t, rnd.wire
         # every worker that delivered messages of the round (the decode may read a straggler's
         # prefix; a worker not needed still receives the result instead of lagging), and
         # those whose messages are in already, unread: they join with nothing to add and
@@ -191,16 +193,16 @@ class CollectiveDriver(RoundDriver):
         if len(plans) != 1:
             raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
                                   f" finished {len(plans)}")
-        if not self._reduce(t, plans[0], members, waiting):
+        if not self._reduce(rnd, plans[0], members):
             return None
         finished = self.scheme.close(t, arrived)
         return [(job, self.replies[job]) for job, _ in finished], arrived
 
-    def _reduce(self, t: int, plan, members: list[int], waiting: tuple) -> bool:
-        """Run round ``t``'s reduction among ``members``: True when members stepped, False when a
+    def _reduce(self, rnd: OpenRound, plan, members: list[int]) -> bool:
+        """Run round ``rnd.t``'s reduction among ``members``: True when members stepped, False when a
         member died and the round must be planned again; raises :class:`ImpreciseDecodeError`
         when the members refused the reduced gradient (the round waits for more messages)."""
-        wire, unsent, retries, start, deadline = waiting
+        t = rnd.t
         job, rplan = plan
         m = job % self.models
         step = int(self.state.steps[m])
@@ -220,15 +222,15 @@ class CollectiveDriver(RoundDriver):
         self.engine.reduce(t, orders)
         self._members = set(members)  # their deaths are the reduction's to settle (_gone)
         try:
-            replies, died = self._replies(t, orders, members, waiting)
+            replies, died = self._replies(rnd, orders, members)
         finally:
             self._members = set()
-        return self._settle(t, job, m, step, orders, replies, died, waiting)
+        return self._settle(rnd, job, m, step, orders, replies, died)
 
-    def _replies(self, t: int, orders: dict, members: list[int], waiting: tuple) -> tuple[dict, set]:
-        """Each member's reply to round ``t``'s reduction, or its death; events of other workers
-        are handled as they come (as :meth:`_wait_ready` handles them)."""
-        wire, unsent, retries, start, deadline = waiting
+    def _replies(self, rnd: OpenRound, orders: dict, members: list[int]) -> tuple[dict, set]:
+        """Each member's reply to round ``rnd.t``'s reduction, or its death; events of other
+        workers are handled as they come (as :meth:`_wait_ready` handles them)."""
+        t, deadline = rnd.t, rnd.deadline
         replies: dict[int, object] = {}
         died: set[int] = set()
         while len(set(replies) | died) < len(members):
@@ -245,7 +247,7 @@ class CollectiveDriver(RoundDriver):
                 replies[ev.worker] = ev.payload
                 died.update(w for w in ev.payload.lost if w not in replies)  # no answer will come from them
                 continue
-            self._take(ev, t, wire, unsent, retries)
+            self._take(ev, rnd)
             if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
                 died.add(ev.worker)
         return replies, died
@@ -262,8 +264,9 @@ class CollectiveDriver(RoundDriver):
             self._groups.popitem(last=False)
         return group, tuple(self._groups.values())
 
-    def _settle(self, t, job, m, step, orders, replies, died, waiting):
+    def _settle(self, rnd: OpenRound, job, m, step, orders, replies, died):
         """What a reduction's replies mean (see :meth:`_reduce`)."""
+        t = rnd.t
         stepped = {w: r for w, r in replies.items() if r.error is None}
         if stepped:
             self._check_replicas(t, m, stepped)
@@ -291,9 +294,9 @@ class CollectiveDriver(RoundDriver):
         for w in sorted(out):  # alive, but its replica could not take part: planned again without it, re-sent
             self._gone(w)
             self.stale_tasks += 1
-            if w in waiting[0]:
-                waiting[2][w] = (self.clock(), 1)
-                waiting[1].add(w)
+            if w in rnd.wire:  # sent again at once
+                rnd.retries[w] = (self.clock(), 1)
+                rnd.unsent.add(w)
         if not dead and out:
             return False
         if not dead:
@@ -301,14 +304,13 @@ class CollectiveDriver(RoundDriver):
             raise TrainingStopped(f"round {t}: the reduction among workers {sorted(orders)} failed with no member"
                                   f" dead: {'; '.join(reasons)}")
         self.reductions_failed += 1
-        wire, unsent, retries = waiting[:3]
         for w in sorted(dead):  # gone with their messages: the round is planned again without them
             if w not in self.down:
                 self.down[w] = self._fault(t, w, "died", "died during the round's reduction (collective path)")
             self._gone(w)
-            if w in wire:  # its task again once it is back, should the round need it
-                retries[w] = (self.clock() + self.BACKOFF, 1)
-                unsent.add(w)
+            if w in rnd.wire:  # its task again once it is back, should the round need it
+                rnd.retries[w] = (self.clock() + self.BACKOFF, 1)
+                rnd.unsent.add(w)
         return False
 
     def _check_replicas(self, t: int, m: int, stepped: dict) -> None:

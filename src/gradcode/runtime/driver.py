@@ -115,6 +115,7 @@ from gradcode.runtime.base import Engine
 from gradcode.runtime.config import FaultConfig, RunConfig, TrainSpec
 from gradcode.runtime.records import RoundLog, TrainState, finite
 from gradcode.runtime.replica import DivergedError, step_model
+from gradcode.runtime.round_state import Ledger, OpenRound, WorkerTasks
 from gradcode.runtime.worker import WireTask
 from gradcode.schemes.static import task_schedule
 from gradcode.schemes.timing import message_arrivals
@@ -230,12 +231,7 @@ class RoundDriver:
         }
         self.job_params: dict[int, tuple[np.ndarray, Any]] = {}  # job -> (params, object ref)
         self.pending_job: dict[int, int] = {}  # model -> job in flight
-        self.counts: dict[tuple[int, int], int] = {}  # (round, worker) -> messages delivered
-        self.streamed: dict[tuple[int, int], int] = {}  # (round, worker) -> of the current stream
-        self.expected: dict[tuple[int, int], int] = {}
-        self.last_times: dict[tuple[int, int], float] = {}  # (round, worker) -> its latest message
-        self.discarded: set[tuple[int, int]] = set()  # (round, worker) whose result held NaN/inf
-        self.overflowed: set[tuple[int, int]] = set()  # of those, float16 messages (an overflow)
+        self.ledger = Ledger()  # (round, worker) -> what came back of its task, for the open rounds
         self.starts: dict[int, float] = {}
         self.current = 0
         self.stale_messages = 0
@@ -255,7 +251,6 @@ class RoundDriver:
         self.mu: float | None = None if isinstance(close, str) else float(close)
         self.wait_all = setup.spec.waitout == "all"
         self.first_done: dict[int, float] = {}  # round -> kappa: when its first whole result was in
-        self.lost: set[tuple[int, int]] = set()  # (round, worker) whose task failed (died)
         self.finished_jobs: list[int] = []  # the jobs the last round finished
         self.current_loss: list | None = None  # each model's training objective, as of the last round
 
@@ -314,22 +309,20 @@ class RoundDriver:
         """Run round ``t`` to its close; returns ``{model: training objective}`` of the models
         updated in it: open it (:meth:`_open_round`), wait until the scheme decodes and close it
         (:meth:`_close_when_decodable`), record who arrived and step (:meth:`_record_round`)."""
-        start = self.clock()
-        wire, unsent, retries = self._open_round(t, start)
-        deadline = start + self.timeout
+        rnd = self._open_round(t, self.clock())
         waited = False
         if self.mu is not None:
-            waited = self._wait_mu_deadline(t, wire, unsent, retries, start, deadline)
+            waited = self._wait_mu_deadline(rnd)
         self.state.waitouts[t] = waited
-        finished, arrived = self._close_when_decodable(t, (wire, unsent, retries, start, deadline))
-        losses = self._record_round(t, wire, arrived, finished)
-        self.state.round_times[t] = self.clock() - start
+        finished, arrived = self._close_when_decodable(rnd)
+        losses = self._record_round(rnd, arrived, finished)
+        self.state.round_times[t] = self.clock() - rnd.start
         self._end_round(t)
         return losses
 
-    def _open_round(self, t: int, start: float) -> tuple[dict, set, dict]:
-        """Plan round ``t`` and send each idle worker its tasks: ``(wire tasks by worker, workers
-        still to send to (busy now), re-send schedule)``."""
+    def _open_round(self, t: int, start: float) -> OpenRound:
+        """Plan round ``t`` and send each idle worker its tasks (a busy one's wait in
+        ``OpenRound.unsent``)."""
         scheme = self.scheme
         self.current = t
         self.starts[t] = start
@@ -340,48 +333,47 @@ class RoundDriver:
         wire = {}
         for w, tasks in scheme.plan(t).items():
             wire[w] = self._wire(t, w, tasks)
-            self.state.injected[t, w] = wire[w][2][-1] if len(wire[w][2]) else 0.0
-        unsent = set(wire)
+            self.state.injected[t, w] = wire[w].ready_at[-1] if len(wire[w].ready_at) else 0.0
+        rnd = OpenRound(t, wire, set(wire), start, start + self.timeout)
         for w in sorted(wire):
             if not self.engine.busy(w):
                 self._send(t, w, wire[w])
-                unsent.discard(w)
-        return wire, unsent, {}
+                rnd.unsent.discard(w)
+        return rnd
 
-    def _close_when_decodable(self, t: int, waiting: tuple) -> tuple[list, frozenset]:
+    def _close_when_decodable(self, rnd: OpenRound) -> tuple[list, frozenset]:
         """Wait until the scheme can decode round ``t`` and close it: ``(finished jobs, workers
         whose results it used)``. Stragglers by the simulator's rule (``round_stragglers``: the
         code's, e.g. AGC's ``r_s`` messages; whole results for other schemes). A close the scheme
         refuses keeps the round open: it waits for more (an imprecise or inconsistent decode: the
         next message), re-sends, or times out."""
-        wire, unsent, retries, start, deadline = waiting
-        scheme = self.scheme
+        t, wire, scheme, ledger = rnd.t, rnd.wire, self.scheme, self.ledger
         while True:
-            self._wait_ready(t, wire, unsent, retries, start, deadline)
-            counts = np.array([self.counts.get((t, w), 0) for w in range(scheme.n)], dtype=np.intp)
-            planned = np.array([self.expected.get((t, w), 0) if w in wire else 0 for w in range(scheme.n)],
+            self._wait_ready(rnd)
+            counts = np.array([ledger.of(t, w).count for w in range(scheme.n)], dtype=np.intp)
+            planned = np.array([(ledger.of(t, w).expected or 0) if w in wire else 0 for w in range(scheme.n)],
                                dtype=np.intp)
             late = scheme.round_stragglers(counts, planned)
-            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and (t, w) not in self.discarded)
+            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and not ledger.of(t, w).discarded)
             try:
-                closed = self._close_once(t, arrived, counts, waiting)
+                closed = self._close_once(rnd, arrived, counts)
             except NotDecodableError as exc:
-                self._refused(t, exc, waiting)
+                self._refused(rnd, exc)
                 continue
             if closed is not None:
                 return closed
 
-    def _close_once(self, t: int, arrived: frozenset, counts: np.ndarray, waiting: tuple):
-        """One attempt to close round ``t`` with the results of ``arrived`` (``counts``: messages
-        delivered per worker): ``(finished jobs, arrived)``, None to wait and try again, or the
-        scheme's :class:`NotDecodableError`."""
-        return self.scheme.close(t, arrived), arrived
+    def _close_once(self, rnd: OpenRound, arrived: frozenset, counts: np.ndarray):
+        """One attempt to close round ``rnd.t`` with the results of ``arrived`` (``counts``:
+        messages delivered per worker): ``(finished jobs, arrived)``, None to wait and try again,
+        or the scheme's :class:`NotDecodableError`."""
+        return self.scheme.close(rnd.t, arrived), arrived
 
-    def _refused(self, t: int, exc: NotDecodableError, waiting: tuple) -> None:
-        """A close (or a collective reduction) of round ``t`` was refused: record why and return
-        once it is worth trying again (more messages, a re-sent task), or raise when nothing more
-        can come."""
-        wire, unsent, retries, start, deadline = waiting
+    def _refused(self, rnd: OpenRound, exc: NotDecodableError) -> None:
+        """A close (or a collective reduction) of round ``rnd.t`` was refused: record why and
+        return once it is worth trying again (more messages, a re-sent task), or raise when nothing
+        more can come."""
+        t = rnd.t
         if self.mu is not None:  # past the mu-rule's deadline: the round is waited out
             self.state.waitouts[t] = True
         # the scheme dropped results it could not decode with (StaticScheme: non-finite
@@ -400,10 +392,9 @@ class RoundDriver:
         if isinstance(exc, (ImpreciseDecodeError, InconsistentMessagesError)):
             # more rows give smaller coefficients, more results more checks: wait for the
             # next message of the round (or, with nothing more to come, stop)
-            held = self._received(t)
-            self._wait_ready(t, wire, unsent, retries, start, deadline,
-                             until=lambda: self._received(t) > held or self._settled(t, wire))
-            if self._received(t) == held:
+            held = self.ledger.received(t)
+            self._wait_ready(rnd, until=lambda: self.ledger.received(t) > held or self._settled(rnd))
+            if self.ledger.received(t) == held:
                 what = ("the decoded gradient is still not accurate enough"
                         if isinstance(exc, ImpreciseDecodeError) else
                         "the results still disagree with no culprit located")
@@ -412,14 +403,14 @@ class RoundDriver:
         if self.scheme.ready(t):  # nothing the workers send can change that: a scheme bug
             raise TrainingStopped(f"round {t}: the scheme is ready but cannot decode: {exc}") from exc
 
-    def _record_round(self, t: int, wire: dict, arrived: frozenset, finished) -> dict[int, float]:
+    def _record_round(self, rnd: OpenRound, arrived: frozenset, finished) -> dict[int, float]:
         """Record round ``t``'s arrivals (the last message each non-straggler delivered), the
         results the scheme dropped, how each fault of the round was recovered, then step the
         models with the decoded gradients (:meth:`_apply`)."""
-        scheme = self.scheme
+        t, scheme = rnd.t, self.scheme
         dropped = self._dropped_by_scheme(t, arrived)
-        for w in wire:
-            self.state.arrivals[t, w] = self.last_times[(t, w)] if w in arrived and w not in dropped else -1.0
+        for w in rnd.wire:
+            self.state.arrivals[t, w] = self.ledger.of(t, w).last if w in arrived and w not in dropped else -1.0
         observe = getattr(scheme, "observe_times", None)  # schemes that adapt to measured times
         if observe is not None:
             observe(t, self.state.arrivals[t].copy(), self.state.injected[t].copy())
@@ -439,67 +430,53 @@ class RoundDriver:
         """After round ``t`` closed: its message counts recorded, its work still running aborted,
         and everything kept about it forgotten (later messages of the round are stale)."""
         for w in range(self.scheme.n):
-            self.state.messages[t, w] = self.counts.get((t, w), 0)
+            self.state.messages[t, w] = self.ledger.of(t, w).count
         for w in range(self.scheme.n):
             r = self.engine.running_round(w)
             if r is not None and r <= t:
                 self.engine.abort(w, t)
-        for key in [k for k in self.counts if k[0] <= t]:
-            self.counts.pop(key, None)
-            self.streamed.pop(key, None)
-            self.expected.pop(key, None)
-            self.last_times.pop(key, None)
-        self.discarded = {k for k in self.discarded if k[0] > t}
-        self.overflowed = {k for k in self.overflowed if k[0] > t}
-        self.lost = {k for k in self.lost if k[0] > t}
+        self.ledger.forget_through(t)
         self.first_done.pop(t, None)
 
-    def _wait_mu_deadline(self, t, wire, unsent, retries, start, deadline) -> bool:
+    def _wait_mu_deadline(self, rnd: OpenRound) -> bool:
         """The mu-rule's wait (module docstring): handle events until ``(1 + mu) kappa`` after the
         round's start, or until every worker given a task is settled; then, if the round does not
         decode, its wait-out for every worker (``waitout="all"``; the decodable wait-out is
         :meth:`_wait_ready`'s). Returns whether the round was waited out."""
+        t = rnd.t
+
         def settled() -> bool:
-            return self._settled(t, wire)
+            return self._settled(rnd)
 
         def cutoff() -> float | None:
             kappa = self.first_done.get(t)
-            return None if kappa is None else start + (1.0 + self.mu) * kappa
+            return None if kappa is None else rnd.start + (1.0 + self.mu) * kappa
 
         def in_by_cutoff() -> bool:
             c = cutoff()
             return settled() or (c is not None and self.clock() >= c and not self.backlog)
 
-        self._wait_ready(t, wire, unsent, retries, start, deadline, until=in_by_cutoff, wake=cutoff)
+        self._wait_ready(rnd, until=in_by_cutoff, wake=cutoff)
         if self.scheme.ready(t):
             return False
         if self.wait_all:  # the paper's wait-out: every worker that can still send
-            self._wait_ready(t, wire, unsent, retries, start, deadline, until=settled)
+            self._wait_ready(rnd, until=settled)
         return True
 
-    def _received(self, t: int) -> int:
-        """Messages of round ``t`` handed to the scheme so far."""
-        return sum(c for (r, _), c in self.counts.items() if r == t)
+    def _settled(self, rnd: OpenRound) -> bool:
+        """Nothing more to wait for in round ``rnd.t``: every worker given a task has its whole
+        result in, its result discarded as non-finite, or its task failed."""
+        return all((d.complete or d.lost or d.discarded) for d in (self.ledger.of(rnd.t, w) for w in rnd.planned()))
 
-    def _settled(self, t: int, wire) -> bool:
-        """Nothing more to wait for in round ``t``: every worker given a task has its whole result
-        in, its result discarded as non-finite, or its task failed."""
-        return all(self._complete(t, w) or (t, w) in self.lost or (t, w) in self.discarded
-                   for w in wire if wire[w][3] > 0)
-
-    def _complete(self, t: int, w: int) -> bool:
-        """Whether worker ``w``'s whole result of round ``t`` is in."""
-        expected = self.expected.get((t, w))
-        return expected is not None and self.counts.get((t, w), 0) >= expected
-
-    def _wait_ready(self, t, wire, unsent, retries, start, deadline, *, until=None, wake=None) -> None:
-        """Handle events until the scheme is ready to close round ``t`` (or until ``until()``):
+    def _wait_ready(self, rnd: OpenRound, *, until=None, wake=None) -> None:
+        """Handle events until the scheme is ready to close round ``rnd.t`` (or until ``until()``):
         send late work to workers that became idle, re-send (with back-off) the task of a worker
         that died, stop the run when a task raises, and raise :class:`RoundTimeoutError` at
         ``deadline`` (with ``until``, the mu-rule's waits, only if the round cannot decode then:
         the timeout caps them). ``wake()``: a time (or None) to look again at even if nothing
         arrives."""
         engine, scheme = self.engine, self.scheme
+        t, wire, unsent, retries, deadline = rnd.t, rnd.wire, rnd.unsent, rnd.retries, rnd.deadline
         capped = until is not None
         if until is None:
             def until():
@@ -510,7 +487,7 @@ class RoundDriver:
                 if capped and scheme.ready(t):
                     return
                 self._check_cluster(t)
-                raise RoundTimeoutError(self._timeout_message(t, wire, unsent, retries, now - start))
+                raise RoundTimeoutError(self._timeout_message(rnd, now - rnd.start))
             if self.down and set(wire) <= set(self.down) and now >= self._cluster_checked + 1.0:
                 self._cluster_checked = now  # every worker of the round died: is the cluster gone?
                 self._check_cluster(t)
@@ -523,7 +500,7 @@ class RoundDriver:
                     if w in retries and w in self.down:
                         self.down[w]["resends"] += 1
                         self.fault_version += 1
-                    self._send(t, w, wire[w], elapsed=now - start)
+                    self._send(t, w, wire[w], elapsed=now - rnd.start)
                     unsent.discard(w)
             waits = [nb for w, (nb, _) in retries.items() if w in unsent]
             woken = None if wake is None else wake()
@@ -534,35 +511,41 @@ class RoundDriver:
                 self.backlog.extend(engine.poll(max(timeout, 0.0)))
                 if not self.backlog:
                     continue
-            self._take(self.backlog.popleft(), t, wire, unsent, retries)
+            self._take(self.backlog.popleft(), rnd)
 
-    def _take(self, ev, t: int, wire, unsent: set, retries: dict) -> None:
-        """Handle one event while round ``t`` is open: stop the run when a task raised (or the
+    def _take(self, ev, rnd: OpenRound) -> None:
+        """Handle one event while round ``rnd.t`` is open: stop the run when a task raised (or the
         round's non-finite results leave nothing to decode), and schedule a failed task of the
         round to be sent again (with back-off)."""
+        t = rnd.t
         self._handle(ev)
-        if ev.kind == "message" and ev.round == t and any(r == t for r, _ in self.discarded):
-            self._stop_if_non_finite_blocks(t, wire)
+        if ev.kind == "message" and ev.round == t and self.ledger.any_discarded(t):
+            self._stop_if_non_finite_blocks(rnd)
         if ev.kind == "failed" and not ev.lost:
             cause = getattr(ev.payload, "cause", None) or ev.payload
             raise TrainingStopped(
                 f"worker {ev.worker} raised in round {ev.round}: {type(cause).__name__}: {cause}"
             ) from None
-        if ev.kind == "failed" and ev.round == t and (t, ev.worker) not in self.discarded:
-            _, attempts = retries.get(ev.worker, (0.0, 0))
-            retries[ev.worker] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
-            unsent.add(ev.worker)
+        if ev.kind == "failed" and ev.round == t and not self.ledger.of(t, ev.worker).discarded:
+            self._resend_later(rnd, ev.worker)
 
-    def _stop_if_non_finite_blocks(self, t: int, wire: dict) -> None:
+    def _resend_later(self, rnd: OpenRound, w: int) -> None:
+        """Send worker ``w`` its task of round ``rnd.t`` again, after a back-off that doubles with
+        each attempt."""
+        _, attempts = rnd.retries.get(w, (0.0, 0))
+        rnd.retries[w] = (self.clock() + self.BACKOFF * 2**attempts, attempts + 1)
+        rnd.unsent.add(w)
+
+    def _stop_if_non_finite_blocks(self, rnd: OpenRound) -> None:
         """Every worker of round ``t`` has answered, some with NaN or infinity, and the finite results
         do not decode: nothing more can come, so the run stops now, saying why, instead of waiting
         out ``round_timeout`` (and then calling it a timeout)."""
-        planned = [w for w in wire if wire[w][3] > 0]
-        if not planned or not all((t, w) in self.discarded or self._complete(t, w) for w in planned):
+        t, planned = rnd.t, rnd.planned()
+        if not planned or not all(self.ledger.of(t, w).discarded or self.ledger.of(t, w).complete for w in planned):
             return
         if self.scheme.ready(t):
             return
-        bad = sorted(w for w in planned if (t, w) in self.discarded)
+        bad = sorted(w for w in planned if self.ledger.of(t, w).discarded)
         params_finite = getattr(self.problem, "parameters_finite", finite)  # torch: less the loss slot
         params = "" if all(params_finite(p) for p in self.state.params) else " (the parameters themselves hold them)"
         who = "every worker's result" if len(bad) == len(planned) else f"the results of workers {bad} of {len(planned)}"
@@ -593,8 +576,9 @@ class RoundDriver:
             self.job_params[job] = (x, self.engine.put(x))
         self.pending_job.update(inflight["pending_job"])
 
-    def _wire(self, t: int, w: int, tasks) -> tuple[list[WireTask], list, np.ndarray, int]:
-        """Wire tasks, parameter refs, the injected schedule and the number of messages.
+    def _wire(self, t: int, w: int, tasks) -> WorkerTasks:
+        """Worker ``w``'s wire tasks of round ``t``, the parameters they read, the injected
+        schedule and the number of messages (:class:`WorkerTasks`).
 
         The schedule is the simulator's: message ``i`` is ready ``a_i`` seconds into the round,
         ``a_i = max(0, intercept + slope * prefix_i)`` accumulated (``prefix_i`` from
@@ -613,9 +597,10 @@ class RoundDriver:
         refs = [self.job_params[job][1] for job in slots]
         total = sum(task.messages for task in tasks)
         if self.draw is None:
-            return out, refs, np.zeros(total), total
+            return WorkerTasks(out, refs, np.zeros(total), total)
         prefix, _ = task_schedule(tasks, sizes)
-        return out, refs, message_arrivals(self.draw.intercept[t, w], self.draw.slope[t, w], prefix, self.comm), total
+        return WorkerTasks(out, refs, message_arrivals(self.draw.intercept[t, w], self.draw.slope[t, w], prefix,
+                                                       self.comm), total)
 
     def _ensure_job(self, job: int) -> None:
         if job in self.job_params:
@@ -640,7 +625,7 @@ class RoundDriver:
         x.flags.writeable = False
         return x, self.engine.put(x)
 
-    def _send(self, t: int, w: int, wire, *, elapsed: float = 0.0) -> None:
+    def _send(self, t: int, w: int, sent: WorkerTasks, *, elapsed: float = 0.0) -> None:
         """Submit round ``t`` to worker ``w``; a late submission sleeps only what is left of the
         worker's injected schedule.
 
@@ -650,8 +635,7 @@ class RoundDriver:
         (``injected: True``, ``planned_round: r``), not when Ray reports the dead actor (~2 s
         later, possibly after the run ended), and it is the worker's open fault: Ray's reports of
         the failed tasks that follow, until the worker delivers again, belong to it."""
-        tasks, refs, ready_at, total = wire
-        left = np.maximum(np.asarray(ready_at) - elapsed, 0.0)
+        left = np.maximum(np.asarray(sent.ready_at) - elapsed, 0.0)
         sleeps = np.diff(np.concatenate([[0.0], left])) if left.size else left
         due = sorted(r for (fw, r) in self.failures if fw == w and r <= t and (fw, r) not in self.fired)
         fail = bool(due)
@@ -659,10 +643,8 @@ class RoundDriver:
             self.fired.add((w, due[0]))
             self.down[w] = self._fault(t, w, "died", "injected: the worker's process exits (fail W@R)",
                                        injected=True, planned_round=due[0], fired=True)
-        self.counts.setdefault((t, w), 0)  # messages delivered to the scheme, across re-sends
-        self.streamed[(t, w)] = 0  # messages of this submission's stream seen so far
-        self.expected[(t, w)] = total
-        self.engine.submit(w, t, tasks, refs, sleeps.tolist(), fail)
+        self.ledger.sent(t, w, sent.messages)
+        self.engine.submit(w, t, sent.tasks, sent.params, sleeps.tolist(), fail)
 
     def _fault(self, t: int, w: int, kind: str, error: str, *, injected: bool = False, **extra) -> dict:
         """Append a fault record (see :class:`TrainResult`) and return it."""
@@ -689,19 +671,20 @@ class RoundDriver:
             # a task re-sent after its worker died mid-stream recomputes the same messages: the
             # first `counts` of the new stream were delivered by the dead one, so the scheme gets
             # each message index once (the protocol does not ask schemes to drop duplicates)
-            i = self.streamed.get((t, w), 0)
-            self.streamed[(t, w)] = i + 1
-            if i < self.counts.get((t, w), 0) or (t, w) in self.discarded:
+            got = self.ledger.at(t, w)
+            i = got.streamed
+            got.streamed = i + 1
+            if i < got.count or got.discarded:
                 return
             if not finite(ev.payload):
                 # a worker that computes NaN or infinity is a straggler of the round, never part of
                 # a gradient: its messages of the round are withheld from the scheme (which holds
                 # the finite prefix before them) and the round waits for the others
-                self.discarded.add((t, w))
+                got.discarded = True
                 overflow = ""
                 if getattr(ev.payload, "dtype", None) == np.float16:
                     overflow = f" ({_FLOAT16_OVERFLOW})"
-                    self.overflowed.add((t, w))
+                    got.overflowed = True
                 self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity, or values so large"
                             f" that what it summed overflows{overflow}; the worker's result for the round was discarded")
                 out = getattr(self.scheme, "worker_out", None)
@@ -709,11 +692,11 @@ class RoundDriver:
                     out(t, w)
                 self.engine.abort(w, t)
                 return
-            self.counts[(t, w)] = i + 1
+            got.count = i + 1
             now = self.clock() - self.starts.get(t, 0.0)
             self.scheme.on_result(t, w, i, ev.payload, now)
-            self.last_times[(t, w)] = now
-            if i + 1 == self.expected.get((t, w)):
+            got.last = now
+            if i + 1 == got.expected:
                 self.first_done.setdefault(t, now)
                 self.state.arrivals[t, w] = now
                 self.engine.release(w)  # all its messages are in: free for the next round
@@ -722,7 +705,7 @@ class RoundDriver:
             if not ev.lost:  # the task raised: a bug, the run stops (_wait_ready raises)
                 self._fault(t, w, "raised", error)
                 return
-            self.lost.add((t, w))
+            self.ledger.at(t, w).lost = True
             rec = self.down.get(w)
             if rec is None:  # a new death
                 self.down[w] = rec = self._fault(t, w, "died", error)
@@ -800,18 +783,20 @@ class RoundDriver:
             raise TrainingStopped(f"round {t}: {why}; the workers' failures follow from that. Start the cluster"
                                   f" again and {then}")
 
-    def _timeout_message(self, t, wire, unsent, retries, elapsed: float) -> str:
-        """Which workers held round ``t`` up, and why; says "died" only of workers that died."""
+    def _timeout_message(self, rnd: OpenRound, elapsed: float) -> str:
+        """Which workers held round ``rnd.t`` up, and why; says "died" only of workers that died."""
+        t, wire, unsent = rnd.t, rnd.wire, rnd.unsent
         held = []
         for w in sorted(wire):
-            have, need = self.counts.get((t, w), 0), self.expected.get((t, w), 0)
-            if have >= need and (t, w) not in self.discarded:
+            got = self.ledger.of(t, w)
+            have, need = got.count, got.expected or 0
+            if have >= need and not got.discarded:
                 continue
             inj = float(self.state.injected[t, w])
             running = self.engine.running_round(w)
-            if (t, w) in self.discarded:
+            if got.discarded:
                 why = "its result held NaN or infinity and was discarded" + (
-                    f" ({_FLOAT16_OVERFLOW})" if (t, w) in self.overflowed else "")
+                    f" ({_FLOAT16_OVERFLOW})" if got.overflowed else "")
             elif w in self.down:
                 rec = self.down[w]
                 restarts = (" Ray does not restart it (max_restarts=0)" if self.max_restarts == 0 else
@@ -825,8 +810,7 @@ class RoundDriver:
                 if inj > 0:
                     why += f" (injected delay {inj:.3g} s)"
             held.append((w, why))
-        complete = sorted(w for w in wire if self.counts.get((t, w), 0) >= self.expected.get((t, w), 1)
-                          and (t, w) not in self.discarded)
+        complete = sorted(w for w in wire if self.ledger.of(t, w).complete and not self.ledger.of(t, w).discarded)
         text = f"round {t} could not be decoded within round_timeout={self.timeout:g} s"
         if held:
             text += f"; it was held up by workers {[w for w, _ in held]}: " + "; ".join(
