@@ -181,14 +181,14 @@ class CollectiveDriver(RoundDriver):
     def _close_once(self, rnd: OpenRound, arrived: frozenset, counts: np.ndarray):
         """Plan round ``t``'s decode, reduce it among the members, and close the round once they
         stepped (None: a member died, the round is planned again)."""
-        t, wire = rnd.t, rnd.wire
+        t, sent = rnd.t, rnd.tasks
         # every worker that delivered messages of the round (the decode may read a straggler's
         # prefix; a worker not needed still receives the result instead of lagging), and
         # those whose messages are in already, unread: they join with nothing to add and
         # need no copy of the models before their next task
         self.backlog.extend(self.engine.poll(0.0))
         unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
-        members = sorted({w for w in wire if counts[w] > 0} | (unread & set(wire)))
+        members = sorted({w for w in sent if counts[w] > 0} | (unread & set(sent)))
         plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
         if len(plans) != 1:
             raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
@@ -294,7 +294,7 @@ class CollectiveDriver(RoundDriver):
         for w in sorted(out):  # alive, but its replica could not take part: planned again without it, re-sent
             self._gone(w)
             self.stale_tasks += 1
-            if w in rnd.wire:  # sent again at once
+            if w in rnd.tasks:  # sent again at once
                 rnd.retries[w] = (self.clock(), 1)
                 rnd.unsent.add(w)
         if not dead and out:
@@ -308,7 +308,7 @@ class CollectiveDriver(RoundDriver):
             if w not in self.down:
                 self.down[w] = self._fault(t, w, "died", "died during the round's reduction (collective path)")
             self._gone(w)
-            if w in rnd.wire:  # its task again once it is back, should the round need it
+            if w in rnd.tasks:  # its task again once it is back, should the round need it
                 rnd.retries[w] = (self.clock() + self.BACKOFF, 1)
                 rnd.unsent.add(w)
         return False

@@ -330,14 +330,14 @@ class RoundDriver:
         if self.draw is not None:  # perfect straggler state information, for schemes that use it
             scheme.observe_states(t, self.draw.straggling[t],
                                   None if self.draw.rates is None else self.draw.rates[t])
-        wire = {}
+        sent = {}
         for w, tasks in scheme.plan(t).items():
-            wire[w] = self._wire(t, w, tasks)
-            self.state.injected[t, w] = wire[w].ready_at[-1] if len(wire[w].ready_at) else 0.0
-        rnd = OpenRound(t, wire, set(wire), start, start + self.timeout)
-        for w in sorted(wire):
+            sent[w] = self._worker_tasks(t, w, tasks)
+            self.state.injected[t, w] = sent[w].ready_at[-1] if len(sent[w].ready_at) else 0.0
+        rnd = OpenRound(t, sent, set(sent), start, start + self.timeout)
+        for w in sorted(sent):
             if not self.engine.busy(w):
-                self._send(t, w, wire[w])
+                self._send(t, w, sent[w])
                 rnd.unsent.discard(w)
         return rnd
 
@@ -347,14 +347,14 @@ class RoundDriver:
         code's, e.g. AGC's ``r_s`` messages; whole results for other schemes). A close the scheme
         refuses keeps the round open: it waits for more (an imprecise or inconsistent decode: the
         next message), re-sends, or times out."""
-        t, wire, scheme, ledger = rnd.t, rnd.wire, self.scheme, self.ledger
+        t, sent, scheme, ledger = rnd.t, rnd.tasks, self.scheme, self.ledger
         while True:
             self._wait_ready(rnd)
             counts = np.array([ledger.of(t, w).count for w in range(scheme.n)], dtype=np.intp)
-            planned = np.array([(ledger.of(t, w).expected or 0) if w in wire else 0 for w in range(scheme.n)],
+            planned = np.array([(ledger.of(t, w).expected or 0) if w in sent else 0 for w in range(scheme.n)],
                                dtype=np.intp)
             late = scheme.round_stragglers(counts, planned)
-            arrived = frozenset(w for w in wire if counts[w] > 0 and not late[w] and not ledger.of(t, w).discarded)
+            arrived = frozenset(w for w in sent if counts[w] > 0 and not late[w] and not ledger.of(t, w).discarded)
             try:
                 closed = self._close_once(rnd, arrived, counts)
             except NotDecodableError as exc:
@@ -409,7 +409,7 @@ class RoundDriver:
         models with the decoded gradients (:meth:`_apply`)."""
         t, scheme = rnd.t, self.scheme
         dropped = self._dropped_by_scheme(t, arrived)
-        for w in rnd.wire:
+        for w in rnd.tasks:
             self.state.arrivals[t, w] = self.ledger.of(t, w).last if w in arrived and w not in dropped else -1.0
         observe = getattr(scheme, "observe_times", None)  # schemes that adapt to measured times
         if observe is not None:
@@ -476,7 +476,7 @@ class RoundDriver:
         the timeout caps them). ``wake()``: a time (or None) to look again at even if nothing
         arrives."""
         engine, scheme = self.engine, self.scheme
-        t, wire, unsent, retries, deadline = rnd.t, rnd.wire, rnd.unsent, rnd.retries, rnd.deadline
+        t, sent, unsent, retries, deadline = rnd.t, rnd.tasks, rnd.unsent, rnd.retries, rnd.deadline
         capped = until is not None
         if until is None:
             def until():
@@ -488,7 +488,7 @@ class RoundDriver:
                     return
                 self._check_cluster(t)
                 raise RoundTimeoutError(self._timeout_message(rnd, now - rnd.start))
-            if self.down and set(wire) <= set(self.down) and now >= self._cluster_checked + 1.0:
+            if self.down and set(sent) <= set(self.down) and now >= self._cluster_checked + 1.0:
                 self._cluster_checked = now  # every worker of the round died: is the cluster gone?
                 self._check_cluster(t)
             # late work: idle workers whose task this round still lacks
@@ -500,7 +500,7 @@ class RoundDriver:
                     if w in retries and w in self.down:
                         self.down[w]["resends"] += 1
                         self.fault_version += 1
-                    self._send(t, w, wire[w], elapsed=now - rnd.start)
+                    self._send(t, w, sent[w], elapsed=now - rnd.start)
                     unsent.discard(w)
             waits = [nb for w, (nb, _) in retries.items() if w in unsent]
             woken = None if wake is None else wake()
@@ -576,7 +576,7 @@ class RoundDriver:
             self.job_params[job] = (x, self.engine.put(x))
         self.pending_job.update(inflight["pending_job"])
 
-    def _wire(self, t: int, w: int, tasks) -> WorkerTasks:
+    def _worker_tasks(self, t: int, w: int, tasks) -> WorkerTasks:
         """Worker ``w``'s wire tasks of round ``t``, the parameters they read, the injected
         schedule and the number of messages (:class:`WorkerTasks`).
 
@@ -785,9 +785,9 @@ class RoundDriver:
 
     def _timeout_message(self, rnd: OpenRound, elapsed: float) -> str:
         """Which workers held round ``rnd.t`` up, and why; says "died" only of workers that died."""
-        t, wire, unsent = rnd.t, rnd.wire, rnd.unsent
+        t, sent, unsent = rnd.t, rnd.tasks, rnd.unsent
         held = []
-        for w in sorted(wire):
+        for w in sorted(sent):
             got = self.ledger.of(t, w)
             have, need = got.count, got.expected or 0
             if have >= need and not got.discarded:
@@ -810,7 +810,7 @@ class RoundDriver:
                 if inj > 0:
                     why += f" (injected delay {inj:.3g} s)"
             held.append((w, why))
-        complete = sorted(w for w in wire if self.ledger.of(t, w).complete and not self.ledger.of(t, w).discarded)
+        complete = sorted(w for w in sent if self.ledger.of(t, w).complete and not self.ledger.of(t, w).discarded)
         text = f"round {t} could not be decoded within round_timeout={self.timeout:g} s"
         if held:
             text += f"; it was held up by workers {[w for w, _ in held]}: " + "; ".join(

@@ -32,14 +32,14 @@ class WorkerTasks:
 
 @dataclass
 class OpenRound:
-    """The round a driver is closing: its number ``t``; ``wire``, each planned worker's
+    """The round a driver is closing: its number ``t``; ``tasks``, each planned worker's
     :class:`WorkerTasks`; ``unsent``, the workers whose tasks are still to be sent (busy when the
     round opened, or failed and to be sent again); ``retries``, the re-send schedule of workers
     whose task failed (``worker -> (not before, attempts)``, with back-off); and when it started
     and must have decoded by (``deadline``: the round timeout), on the driver's clock."""
 
     t: int
-    wire: dict[int, WorkerTasks]
+    tasks: dict[int, WorkerTasks]
     unsent: set[int]
     start: float
     deadline: float
@@ -47,7 +47,7 @@ class OpenRound:
 
     def planned(self) -> list[int]:
         """The workers given at least one message to send this round."""
-        return [w for w, sent in self.wire.items() if sent.messages > 0]
+        return [w for w, sent in self.tasks.items() if sent.messages > 0]
 
 
 @dataclass
