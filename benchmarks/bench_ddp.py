@@ -29,7 +29,7 @@ gradcode's step side by side with git revision ``REV``: fresh processes, alterna
 healthy cluster is), no evaluations; the median time between consecutive rounds' callbacks after
 20 warm-up rounds, for ``uncoded`` and ``crc`` (s = 1). Medians over the repeats. Also one
 partition's gradient (60 samples: what CRC s = 1 asks of each worker beyond uncoded), timed in the
-child on one thread, median of 50: the issue's allowance for CRC over DDP's step is the wall time
+child on one thread, median of 50: the allowance for CRC over DDP's step is the wall time
 of that extra compute, 4 extra partitions on the machine's cores.
 
     python benchmarks/bench_ddp.py --startup [--repeats 3] [--hogs 2]

@@ -1,4 +1,4 @@
-"""Delay-model draw throughput (issue 4); results go to BENCHMARKS.md.
+"""Delay-model draw throughput; results go to BENCHMARKS.md.
 
 For n = 100 workers and a block of rounds drawn in one call, the rounds per second each delay
 model produces (``model.sample(rounds, 100, rng, load=...)``), next to the floor of one

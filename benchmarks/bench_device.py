@@ -1,4 +1,4 @@
-"""Workers on a GPU (issue 31, item 3), to run where a CUDA GPU is lent. From the repo root:
+"""Workers on a GPU, to run where a CUDA GPU is lent. From the repo root:
 
     python benchmarks/bench_device.py [--only exact|speed] [--rounds 30] [--engines inprocess,ray]
 

@@ -1,4 +1,4 @@
-"""GC-DC's per-round planning cost (issue 10): Algorithm 1 (``dynamic_clustering``) and the whole
+"""GC-DC's per-round planning cost: Algorithm 1 (``dynamic_clustering``) and the whole
 ``GCDC.plan`` at K = 100 and K = 1000 workers.
 
 For each configuration (K workers, P clusters, n_c clusters per worker) the script draws 200

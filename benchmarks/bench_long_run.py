@@ -1,4 +1,4 @@
-"""A long run on Ray with every process's memory sampled (issue 33, item 6). From the repo root:
+"""A long run on Ray with every process's memory sampled. From the repo root:
 
     python benchmarks/bench_long_run.py [--rounds 10000] [--every 500] [--scheme crc]
 

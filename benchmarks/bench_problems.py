@@ -1,4 +1,4 @@
-"""Problems-layer benchmarks (issue 5, item 3); results go to BENCHMARKS.md.
+"""Problems-layer benchmarks; results go to BENCHMARKS.md.
 
 (a) partial gradient of one partition, logistic regression on the Amazon look-alike (26215 x ~2.4e5
     sparse one-hot + interactions, 45 non-zeros per row), n = 10 partitions: ``Problem.gradient``

@@ -1,4 +1,4 @@
-"""Restart-model analysis (issue 4, item 4): exact AET against the Monte-Carlo estimate of it.
+"""Restart-model analysis: exact AET against the Monte-Carlo estimate of it.
 
 (a) the whole of AGC Table VI (18 AETs, exact, ``gradcode reproduce agc-table6``);
 (b) one exact AET (G-AGC, n = 20, p = 0.1) against a Monte-Carlo run of the same model with

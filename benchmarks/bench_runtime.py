@@ -1,4 +1,4 @@
-"""Benchmarks of the Ray runtime (issue 5, item 8; issue 12). Prints medians; run from the repo root:
+"""Benchmarks of the Ray runtime. Prints medians; run from the repo root:
 
     python benchmarks/bench_runtime.py [--quick] [--only overhead|delay|target|scale]
     python benchmarks/bench_runtime.py --only overhead --against REF [--repeats 3]
@@ -52,7 +52,7 @@ from _timing import ROOT, exported_source, with_source
 SRC = os.environ.get("GRADCODE_BENCH_SRC") or str(ROOT / "src")
 sys.path.insert(0, SRC)
 
-#: (n, d) of the side-by-side comparison: the sizes of issue 12's target
+#: (n, d) of the side-by-side comparison: the sizes of the master-overhead target (n = 8, d = 1e6: <= 2x Ray's floor)
 AGAINST_SIZES = ((8, 10**5), (8, 10**6), (32, 10**5), (32, 10**6))
 
 

@@ -1,4 +1,4 @@
-"""Sequential gradient coding (issue 11): the master's bookkeeping per round of SR-SGC and M-SGC in
+"""Sequential gradient coding: the master's bookkeeping per round of SR-SGC and M-SGC in
 the simulator's event path at n = 256, and the parameter search of App. J at n = 256.
 
 (a) ``round``: ``gradcode.simulate(scheme, trace, 480, close=mu)`` (the paper's 480 jobs, mu = 1,

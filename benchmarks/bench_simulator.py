@@ -1,4 +1,4 @@
-"""Simulator benchmarks (issue 4, item 7); results go to BENCHMARKS.md.
+"""Simulator benchmarks; results go to BENCHMARKS.md.
 
 (a) simulated rounds per second of the vectorized path for static codes at n = 100 under
     ``shifted-exp`` (mu = 1, alpha = 0.01), target >= 50,000 rounds/s on the 2-core machines, with
@@ -8,7 +8,7 @@
     on the same code;
 (c) the cost per round of the generic decodability rule (binary search with ``can_decode``), the
     vectorized fallback for codes without a closed rule, on CRC n = 100;
-(d) memory (issue 8, item 8): peak memory of one run of CRC n = 12, s = 2 under ``shifted-exp``
+(d) memory: peak memory of one run of CRC n = 12, s = 2 under ``shifted-exp``
     for 1e5, 1e6 and 1e7 rounds, with and without per-round records, each in a fresh process:
     its peak resident set (``ru_maxrss``) less the same process's after imports and a warm-up
     run, and tracemalloc's peak (numpy reports its buffers to it) during the run.

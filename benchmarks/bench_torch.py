@@ -1,4 +1,4 @@
-"""Benchmarks of torch training with gradient codes (issue 18, item 7). Run from the repo root:
+"""Benchmarks of torch training with gradient codes. Run from the repo root:
 
     python benchmarks/bench_torch.py [--only overhead|ray] [--repeats 20]
 

@@ -1,4 +1,4 @@
-"""Bad input gets a clear error, one rule for every command (issue 20, items 5-8).
+"""Bad input gets a clear error, one rule for every command.
 
 The table: each case through ``gradcode.cli.main`` with ``--json`` prints exactly one JSON
 document with ``"error"`` on stdout and exits 2 (bad arguments or input, refused before any work)

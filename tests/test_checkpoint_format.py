@@ -205,7 +205,7 @@ def test_a_class_named_by_the_module_it_was_split_from_comes_back():
         _lookup("gradcode.schemes:KOfN")  # re-exported from gradcode.codes.rules, not a submodule
 
 
-# ------------------------------------------------------------------------ crafted checkpoints (issue 33, item 3)
+# ------------------------------------------------------------------------ crafted checkpoints
 
 
 def _checkpointed_run(tmp_path):

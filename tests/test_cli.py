@@ -14,8 +14,8 @@ def test_a_run_too_large_for_memory_is_refused_with_its_size():
 
 
 def test_tune_prints_the_best_of_each_family(tmp_path):
-    """gradcode tune --trace FILE --load-slope A --mu 1 --waitout all --jobs J --json (SGC App. J):
-    the issue's interface."""
+    """gradcode tune --trace FILE --load-slope A --mu 1 --waitout all --jobs J --json: SGC App. J's
+    search from a recorded profile, one best configuration per family."""
     import json
 
     import numpy as np

@@ -1,4 +1,4 @@
-"""GC-DC from the command line (issue 10): `gradcode codes` lists the scheme families, `--scheme
+"""GC-DC from the command line: `gradcode codes` lists the scheme families, `--scheme
 gc-dc:...` runs in simulate and compare (the simulator's event path, a fresh scheme per repeat),
 the reproductions print Table I and write the figures' curves, and bad input is one line on
 stderr with exit status 2. Tiny sizes only."""

@@ -1,4 +1,4 @@
-"""Trace replay from the command line (issue 11, item 3): SGC App. J's additive load adjustment
+"""Trace replay from the command line: SGC App. J's additive load adjustment
 with a given or fitted slope, n taken from the trace, J jobs in J + T rounds, the total time of J
 jobs in the tables and the jobs-against-time plot (Fig. 2a)."""
 
@@ -37,7 +37,7 @@ def trace(tmp_path):
 
 
 def test_crc_s15_is_charged_its_extra_load_additively_not_sixteen_times(tmp_path):
-    """The issue's example: a trace recorded uncoded (load 1/n), replayed for CRC s = 15 at n = 16
+    """The worked example: a trace recorded uncoded (load 1/n), replayed for CRC s = 15 at n = 16
     (load 1). SGC App. J adds (1 - 1/16) alpha seconds; -M trace_load alone used to scale every
     time by L / L0 = 16 instead."""
     rounds = np.linspace(1.0, 2.0, 10)

@@ -1,4 +1,4 @@
-"""Every accepted decode is accurate, or the decode is refused (issue: no silently wrong gradient).
+"""Every accepted decode is accurate, or the decode is refused: no silently wrong gradient.
 
 The contract: for every registered code, an accepted decode has relative error below 1e-5 in
 float64 on random gradients; otherwise ``decode`` raises :class:`NotDecodableError`. A structured
@@ -36,7 +36,7 @@ def encode_random(code, rng, d):
     return g.sum(axis=0), {w: code.encode(w, g[list(code.placement[w])]) for w in range(code.n)}
 
 
-# ----------------------------------------------------------------------------- the issue's cases
+# ----------------------------------------------------------------------------- the reported cases
 ISSUE_CASES = [
     ("agc", dict(n=12, d=5, L=60), 4),  # was relative error 2e33
     ("agc", dict(n=16, d=4, L=12), 3),  # 14 of 20 decodes off by > 1e-3
@@ -47,7 +47,7 @@ ISSUE_CASES = [
 
 
 @pytest.mark.parametrize("name,params,s", ISSUE_CASES, ids=[f"{c[0]}-{c[1]}" for c in ISSUE_CASES])
-def test_issue_cases_refuse_or_decode_accurately(name, params, s):
+def test_reported_cases_refuse_or_decode_accurately(name, params, s):
     code = gradcode.make_code(name, **params)
     rng = np.random.default_rng(0)
     d = 3 * code.chunks + 1

@@ -327,7 +327,7 @@ class AllNaN(PoisonedWorker):
 
 
 def test_a_round_whose_every_result_is_nan_stops_at_once_saying_why(tmp_path):
-    """Issue 33: a run whose gradients are all NaN reported a RoundTimeoutError after waiting out
+    """A regression: a run whose gradients are all NaN reported a RoundTimeoutError after waiting out
     round_timeout; now it stops when the last result is discarded, naming the cause."""
     with pytest.raises(TrainingStopped, match="round 0: every worker's result held NaN or infinity") as info:
         train_options("crc", data=AllNaN((), np.nan), optimizer_params={"lr": 0.5}, seed=SEED, workers=4,
@@ -338,13 +338,13 @@ def test_a_round_whose_every_result_is_nan_stops_at_once_saying_why(tmp_path):
 
 
 def test_rounds_whose_records_exceed_the_memory_are_refused_before_allocating(tmp_path):
-    """Issue 33: ``RunConfig(rounds=10**12)`` gave a raw MemoryError (and the CLI a traceback)."""
+    """A regression: ``RunConfig(rounds=10**12)`` gave a raw MemoryError (and the CLI a traceback)."""
     with pytest.raises(ValueError, match=r"rounds=1000000000000 .* needs .* of memory; this machine has"):
         run(tmp_path, rounds=10**12)
 
 
 def test_verify_with_a_nan_worker_verifies_with_the_results_that_can_still_come(tmp_path):
-    """Issue 20, item 4: verification waited for n - s + 2 = 6 results although worker 1's were
+    """A regression: verification waited for n - s + 2 = 6 results although worker 1's were
     NaN (discarded), so every round timed out. Now a discarded worker is out of the round and
     verification uses the 5 results that can come (one spare: it detects)."""
     code = make_code("crc", n=6, s=2, seed=SEED)
@@ -663,7 +663,7 @@ def test_train_several_rows_take_each_models_baseline_and_survive_a_run_stopped_
 
 
 def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
-    """Issue 20, item 9: when the engine's cluster is gone (an external cluster stopped mid-run),
+    """When the engine's cluster is gone (an external cluster stopped mid-run),
     the run stops with that, not with one process death per worker."""
 
     class LostCluster(InProcessEngine):
@@ -674,7 +674,7 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
                                            " wrote no checkpoint"):
         train_options("crc", workers=4, stragglers=1, rounds=2, fail=["0@0", "1@0", "2@0", "3@0"], seed=SEED,
               run_dir=tmp_path / "lost", eval_every=0, round_timeout=5, engine=LostCluster())
-    # with a checkpoint written, --resume is the advice (issue 33: it was given to runs that wrote none)
+    # with a checkpoint written, --resume is the advice (only to runs that wrote one)
     with pytest.raises(GradcodeError, match="gone.*--resume \\(its checkpoint holds rounds 0-1\\)"):
         train_options("crc", workers=4, stragglers=1, rounds=4, fail=["0@2", "1@2", "2@2", "3@2"], seed=SEED,
               run_dir=tmp_path / "lost2", eval_every=0, round_timeout=5, checkpoint_every=2, max_restarts=0,
@@ -682,7 +682,7 @@ def test_a_lost_cluster_is_named_instead_of_each_worker(tmp_path):
 
 
 def test_result_attributes_are_named_as_in_result_json(tmp_path):
-    """Issue 21, item 5: result.rounds raised although result.json has rounds."""
+    """A regression: result.rounds raised although result.json has rounds."""
     res = run(tmp_path, scheme="crc", stragglers=1, rounds=3)
     doc = json.loads((tmp_path / "run" / "result.json").read_text())
     for key in ("rounds", "total_time", "waitout_rounds", "final_loss", "resumed_from", "run_dir"):

@@ -91,3 +91,20 @@ def test_the_glossary_matches_help_the_api_and_the_json(tmp_path):
     # the config names its scheme and delay model by name and parameters, not by a repr
     assert config["scheme"] == "crc" and config["scheme_params"] == {} and config["delay_model"] == "fixed"
     assert not any(k in config for k in ("code", "code_params"))
+
+
+def test_source_tests_and_benchmarks_say_what_they_do_not_which_ticket():
+    """Docstrings and comments say what the code does and why; the tracker's numbering ("issue N",
+    "item N", "the issue's case") says nothing to a reader of the code and goes stale."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tracker = re.compile(r"\b[Ii]ssues? \d+|\bitems? \d+\b|\bthe issue'?s?\b|\bissue:|def test_issue")
+    found = []
+    for folder in ("src", "tests", "benchmarks"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if tracker.search(line) and "github.com" not in line and path.name != "test_glossary.py":
+                    found.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert found == []

@@ -221,7 +221,7 @@ class CancellingFloat32:
 @pytest.mark.parametrize("code, params, cancels", [("frc", {"s": 1}, 100), ("crc", {"s": 2}, 2)])
 def test_cancelling_float32_gradients_through_real_rounds_stay_within_their_bound(tmp_path, monkeypatch, code,
                                                                                   params, cancels):
-    """Issue 30's re-test: accepted float32 decodes of cancelling gradients were off by more than
+    """A regression: accepted float32 decodes of cancelling gradients were off by more than
     their bound when the master measured the messages' norms. With the scales the workers send,
     every round's decode (n = 4, the in-process engine's real workers) is within it. FRC's workers
     add partitions 2i and 2i + 1, whose offsets cancel exactly in every message."""
@@ -271,7 +271,7 @@ def test_workers_and_the_master_run_with_the_threads_they_were_given():
 
 
 def test_complex_partials_and_integer_wire_types_are_refused():
-    """Issue 33: ``code.encode`` took complex partials, and ``decode(precision="int8")`` was read
+    """A regression: ``code.encode`` took complex partials, and ``decode(precision="int8")`` was read
     as float64 (integer arrays are exact; an integer wire type is not one)."""
     code = make_code("crc", n=4, s=1, seed=0)
     g = np.ones((code.k, 3))

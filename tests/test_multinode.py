@@ -1,4 +1,4 @@
-"""Several Ray nodes (issue 33, item 5): workers spread over three nodes of one machine, a node
+"""Several Ray nodes: workers spread over three nodes of one machine, a node
 killed mid-run. Its workers are stragglers from then on and each death is one fault record; the
 run stays exact (against the same run in process). Runs ``tests/multinode_run.py`` in a process of
 its own: the rest of the suite shares one single-node Ray session."""

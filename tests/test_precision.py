@@ -1,6 +1,6 @@
 """Decodes know the precision of what arrived and are checked against what they summed.
 
-Issue 20, items 1-2: float32 messages through an ill-conditioned pattern decoded to a relative error
+What this guards against: float32 messages through an ill-conditioned pattern decoded to a relative error
 of 3.4, and cancelling float64 gradients (near an optimum) to 14.5, while the float64-only check
 accepted them. The contract tested here: every accepted decode, in every wire precision and with
 cancelling gradients, is within the error bound it reports (``Decoded.error_bound``), and that
@@ -25,7 +25,7 @@ WIRE = {"float64": np.float64, "float32": np.float32, "float16": np.float16, "bf
 
 def partials(rng, k, d, cancel: bool, compute=np.float64):
     """Partial gradients as a worker holds them (in its compute dtype); ``cancel``: they sum to
-    almost nothing, as near an optimum (the issue's ``g -= g.mean(0); g[0] += 1e-8``, scaled)."""
+    almost nothing, as near an optimum (``g -= g.mean(0); g[0] += 1e-8``, scaled)."""
     g = rng.standard_normal((k, d))
     if cancel:
         g -= g.mean(axis=0)
@@ -56,8 +56,8 @@ def check_accepted_or_refused(code, msgs, truth, d, **kw):
     return rep
 
 
-def test_issue_float32_cgc_is_refused_not_wrong():
-    """The issue's case: cgc n=16, d=8, m=4, float32 partial gradients, workers 4-15."""
+def test_ill_conditioned_float32_cgc_is_refused_not_wrong():
+    """The reported case: cgc n=16, d=8, m=4, float32 partial gradients, workers 4-15."""
     code = gradcode.make_code("cgc", n=16, d=8, m=4)
     rng = np.random.default_rng(0)
     g = partials(rng, code.k, 40, cancel=False, compute=np.float32)
@@ -72,8 +72,8 @@ def test_issue_float32_cgc_is_refused_not_wrong():
     assert np.linalg.norm(loose.gradient - truth) <= loose.error_bound
 
 
-def test_issue_cancelling_float64_is_refused_not_wrong():
-    """The issue's second case: the same code in float64, gradients that cancel to 1e-8."""
+def test_cancelling_float64_is_refused_not_wrong():
+    """The second reported case: the same code in float64, gradients that cancel to 1e-8."""
     code = gradcode.make_code("cgc", n=16, d=8, m=4)
     rng = np.random.default_rng(1)
     g = rng.standard_normal((code.k, 40))
@@ -177,7 +177,7 @@ CODES = [
     seed=st.integers(0, 2**31 - 1),
 )
 def test_no_accepted_decode_is_off_by_more_than_its_bound(case, wire, cancel, seed):
-    """The property of the issue's 'Done when': any code, any wire precision, cancelling or not
+    """The contract: any code, any wire precision, cancelling or not
     (with the workers' scales, what each message summed, the bound holds whatever the data)."""
     name, params, s = case
     code = gradcode.make_code(name, **params)

@@ -523,7 +523,7 @@ def test_smoothness_bounds_the_curvature(problem, data, kw, datasets):
 
 
 def test_a_path_that_is_not_a_regular_file_says_what_it_is(tmp_path):
-    """Issue 33: a directory, /dev/zero and a symlink loop all said "no such file"."""
+    """A regression: a directory, /dev/zero and a symlink loop all said "no such file"."""
     import os
 
     from gradcode.problems.files import data_source

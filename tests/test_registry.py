@@ -1,4 +1,4 @@
-"""The one Registry type (issue 9, item 4): the generic class, then every registry built on it.
+"""The one Registry type: the generic class, then every registry built on it.
 
 ``BAD_PARAMS`` is the table every registry joins: an unknown name, an unknown parameter and a bad
 value per registry, each with the exception type and a fragment of its message. A new registry

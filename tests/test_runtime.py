@@ -210,7 +210,7 @@ def test_failures_tolerated_waited_for_and_workers_come_back(ray_session, tmp_pa
     """Round 1 loses two workers (more than s = 1: the master waits for Ray to restart them);
     round 5 loses one (tolerated). The result is still exact and the dead workers deliver again.
 
-    Each death is one fault (issue 8, item 6: the tasks sent to a worker while Ray restarts it
+    Each death is one fault (the tasks sent to a worker while Ray restarts it
     fail too, and used to count as more failures, 3 kills giving up to 6 records): three records,
     with their round and how the round got over them, and the CLI's "faults" column says 3."""
     from gradcode.experiments.cli_train import summary_rows

@@ -1,4 +1,4 @@
-"""No silently wrong gradient, no lost run (issue 8, items 2-7): what the runtime does when a worker
+"""No silently wrong gradient, no lost run: what the runtime does when a worker
 sends NaN or an overflowing value, when a run stops midway (round timeout, divergence), when the
 cluster address answers nothing or the checkpoint is damaged, and when a driver is SIGKILLed.
 
@@ -58,7 +58,7 @@ def delays(rounds, n, slow, seconds):
     return make_delay_model("trace", delays=d)
 
 
-# ---------------------------------------------------------------- item 2: non-finite results
+# ---------------------------------------------------------------- non-finite results
 
 
 def test_a_nan_result_is_a_straggler_and_the_round_waits_for_the_healthy_workers(ray_session, tmp_path):
@@ -109,7 +109,7 @@ def test_a_finite_result_that_overflows_the_decode_is_dropped_and_the_round_wait
     assert "overflows" in res.failures[0]["error"]
 
 
-# ---------------------------------------------------------------- item 3: a run that stops keeps its rounds
+# ---------------------------------------------------------------- a run that stops keeps its rounds
 
 
 def test_a_round_timeout_keeps_the_completed_rounds_and_names_the_dead_workers(ray_session, tmp_path):
@@ -173,7 +173,7 @@ def test_cli_prints_the_records_of_a_run_that_stopped_with_its_error(ray_session
     assert "error:" in res.stderr and "2 completed round(s) kept in" in res.stderr
 
 
-# ---------------------------------------------------------------- item 4: unreachable cluster, damaged checkpoint
+# ---------------------------------------------------------------- unreachable cluster, damaged checkpoint
 
 
 def _free_port():
@@ -246,7 +246,7 @@ def test_a_damaged_checkpoint_is_reported_as_damaged(ray_session, tmp_path):
     assert train_options("crc", resume=True, **kw).resumed_from == 2
 
 
-# ---------------------------------------------------------------- item 5: divergence, strict JSON
+# ---------------------------------------------------------------- divergence, strict JSON
 
 
 def test_a_diverging_step_stops_with_a_clear_error_and_json_that_parses(ray_session, tmp_path):
@@ -274,7 +274,7 @@ def test_run_records_write_non_finite_numbers_as_null():
     assert doc["final_loss"] is None and doc["metrics"][0]["roc_auc"] is None and doc["metrics"][0]["loss"] is None
 
 
-# ---------------------------------------------------------------- item 7: temp dirs of killed drivers
+# ---------------------------------------------------------------- temp dirs of killed drivers
 
 
 def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkeypatch):
@@ -322,7 +322,7 @@ def test_a_later_run_removes_the_temp_dir_of_a_sigkilled_driver(tmp_path, monkey
     assert not os.path.exists(mine)
 
 
-# ---------------------------------------------------------------- item 9: a corrupted worker
+# ---------------------------------------------------------------- a corrupted worker
 
 
 def test_verify_names_and_excludes_a_corrupted_worker(ray_session, tmp_path):

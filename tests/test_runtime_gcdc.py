@@ -1,4 +1,4 @@
-"""GC-DC on Ray (issue 10, item 4): real gradients decode exactly from each round's non-stragglers
+"""GC-DC on Ray: real gradients decode exactly from each round's non-stragglers
 with the round's Algorithm 1 placement, so a run reaches the single-process GD iterates; with
 perfect SSI from the injected delay model's states and with imperfect SSI (the previous round's
 states), where a round whose stragglers the placement cannot absorb waits instead of returning a

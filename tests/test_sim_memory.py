@@ -1,4 +1,4 @@
-"""The simulator in bounded memory (issue 8, item 8): block-wise draws equal the whole-run draw,
+"""The simulator in bounded memory: block-wise draws equal the whole-run draw,
 summaries without records equal those computed from the records, a long run holds no per-round
 arrays unless asked, and the running statistics (sketch quantiles, batch-means CI) are right."""
 

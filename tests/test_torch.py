@@ -1,4 +1,4 @@
-"""gradcode.torch.fit: a user's own nn.Module trained with gradient codes (issue 18).
+"""gradcode.torch.fit: a user's own nn.Module trained with gradient codes.
 
 The references are single-process torch computations on the same samples: the decoded gradient is
 the batch's gradient (per partition for BatchNorm: ghost batches, see gradcode.torch.problem), and
@@ -105,7 +105,7 @@ def test_batches_cover_each_partition_once_per_epoch(digits):
 
 @pytest.mark.parametrize("engine", ["inprocess", pytest.param("ray", marks=pytest.mark.ray)])
 def test_crc_with_stragglers_reaches_the_uncoded_weights(digits, engine, request):
-    """The issue's 'Done when': LayerNorm first, BatchNorm inside, Adam, mini-batches, stragglers
+    """A realistic model and run: LayerNorm first, BatchNorm inside, Adam, mini-batches, stragglers
     injected; the same weights and buffers as uncoded up to float32 rounding."""
     if engine == "ray":
         request.getfixturevalue("ray_session")
@@ -361,7 +361,7 @@ def test_cli_builtin_model_and_refusals(tmp_path):
                               "bfloat16", "--run-dir", str(tmp_path / "a"), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["config"]["data"]["wire_dtype"] == "bfloat16"
-    assert json.loads(res.stdout)["exit_code"] == 0  # issue 33: a successful document said nothing
+    assert json.loads(res.stdout)["exit_code"] == 0  # a successful run's document says so (it once said nothing)
     # the in-process clock as --compute declares it: seconds per sample, the same times on any machine
     declared = [runner.invoke(app, ["train", "--model", "cnn", "--rounds", "3", "--engine", "inprocess", "--compute",
                                     "2e-4", "--stragglers", "1", "--delay", "0.1", "--inject", "full", "--run-dir",

@@ -1,4 +1,4 @@
-"""gradcode.torch.Workers (a user's own loop), StopTraining, resumed histories and devices (issue 31).
+"""gradcode.torch.Workers (a user's own loop), StopTraining, resumed histories and devices.
 
 The references: fit with the same settings (one round is the same code path), and single-process
 torch on the same samples."""
@@ -37,7 +37,7 @@ def step_lr(opt):
 
 
 def test_own_loop_with_clipping_and_a_scheduler_reaches_fits_weights(digits, tmp_path):
-    """The issue's 'Done when': SGD with momentum, gradient clipping and StepLR in the user's loop
+    """A practitioner's loop: SGD with momentum, gradient clipping and StepLR in the user's loop
     train the model to fit's weights and BatchNorm statistics with the same settings."""
     torch.manual_seed(0)
     net = LNBNNet(dropout=0.2)
@@ -379,7 +379,7 @@ def test_a_dataloaders_collate_and_batch_size_are_honoured_and_its_sampler_refus
 
 
 def test_nan_inputs_stop_the_run_at_once_naming_the_workers(digits, tmp_path):
-    """Issue 33: NaN in some partitions' inputs reported a RoundTimeoutError 'within round_timeout'
+    """A regression: NaN in some partitions' inputs reported a RoundTimeoutError 'within round_timeout'
     though the run stopped at once; now a TrainingStopped names the workers and the likely cause."""
     from gradcode.runtime import RoundTimeoutError
 

@@ -43,7 +43,7 @@ def test_every_single_corruption_is_excluded_or_refused(name, params):
         np.testing.assert_allclose(out, truth, rtol=1e-8, atol=1e-8)
 
 
-def test_a_corrupted_worker_in_the_issue_setting():
+def test_a_corrupted_worker_is_named_and_left_out():
     """CRC n = 8, s = 3, every worker in: worker 5's gradient x 1000 is named and left out."""
     code = gradcode.make_code("crc", n=8, s=3, seed=0)
     rng = np.random.default_rng(3)
@@ -170,7 +170,7 @@ def test_verify_mode_costs_time_in_the_simulator():
 
 
 def test_a_discrepancy_within_what_the_decode_accepts_is_agreement():
-    """Issue 33: CRC n = 6, s = 2, one worker's float64 result x (1 + 1e-9) stopped a verified run
+    """A regression: CRC n = 6, s = 2, one worker's float64 result x (1 + 1e-9) stopped a verified run
     (no culprit located, relative syndrome ~1e-11): its effect on the gradient is far inside the
     decode's own tolerance, so it is agreement now; one off by 1e-3 is still named, and a stricter
     ``tol`` still investigates the small one."""

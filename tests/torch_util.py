@@ -6,7 +6,7 @@ from torch import nn
 
 
 class LNBNNet(nn.Module):
-    """The issue's 'Done when' model: a LayerNorm first and a BatchNorm inside, with dropout."""
+    """A model with every kind of state: a LayerNorm first and a BatchNorm inside, with dropout."""
 
     def __init__(self, n_in: int = 64, hidden: int = 24, n_out: int = 10, dropout: float = 0.0):
         super().__init__()

@@ -2,8 +2,7 @@
 memory speed.
 
 :class:`Message` is what a runtime worker sends: the message's values in the wire type, and the
-few numbers the master's error bound needs, computed by the worker where the data already is
-(issue 30, item 2):
+few numbers the master's error bound needs, computed by the worker where the data already is:
 
 * ``scale`` ``S_i = sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``: what the message summed
   (:meth:`LinearCode.message_scales <gradcode.codes.LinearCode.message_scales>`). By the triangle

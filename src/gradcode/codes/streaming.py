@@ -1,5 +1,5 @@
 """Decoding as messages arrive, for codes whose decoding coefficients are known when a message
-arrives (issue 30, item 3).
+arrives.
 
 For most codes the coefficient of a message depends on which other messages arrive (a CRC
 decode solves for the received pattern), so the master holds the messages until the round

@@ -774,7 +774,7 @@ class RoundDriver:
                 " are kept")
 
     def _check_cluster(self, t: int) -> None:
-        """Stop with one clear error when the engine's cluster itself is gone (issue 20, item 9)."""
+        """Stop with one clear error when the engine's cluster itself is gone, instead of a round timeout per worker."""
         why = self.engine.lost()
         if why is not None:
             then = (f"continue the run with --resume (its checkpoint holds rounds 0-{self.checkpointed})"

@@ -17,8 +17,8 @@ Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The run
   each ready reference for what it holds: a message, the end of a stream, or the error of a worker
   that died. A dead worker becomes an event, never an exception. One ``poll`` waits once
   (``num_returns=1``, up to the timeout), then collects every other ready reference without
-  waiting and reads all their messages with one ``ray.get`` (issue 12: one wait per message was
-  most of a round's time on 16 cores);
+  waiting and reads all their messages with one ``ray.get`` (one wait per message was most of a
+  round's time on 16 cores);
 * ``ray.cancel`` does not stop a task running on a synchronous actor (measured: a 3 s sleep ran to
   its end), so the runtime never queues work behind an unfinished task (the master skips busy
   workers), and the workers of a run that injects delays are *async* actors whose injected sleeps

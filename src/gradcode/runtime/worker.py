@@ -71,8 +71,8 @@ class ProblemSpec:
 
     def build_partitions(self, partitions: Mapping[int, np.ndarray]):
         """``(problem, local)``: the problem on only the training rows of ``partitions`` (no held-out
-        split), and each partition's rows as indices into it. What a worker keeps (issue 5: workers
-        "hold their partitions"): the full dataset is built (the data spec describes all of it) and
+        split), and each partition's rows as indices into it. What a worker keeps (only its
+        partitions): the full dataset is built (the data spec describes all of it) and
         dropped once ``__init__`` returns. Partial gradients are sums over rows, so they equal those
         of the full problem; the dataset's ``n_classes`` and ``image_shape`` are kept so the problem
         has the same shape (``dim``)."""
