@@ -168,7 +168,7 @@ def round_stragglers(scheme: Scheme, counts, planned) -> np.ndarray:
 
 
 class _Round:
-    __slots__ = ("counts", "payloads", "times", "batches", "dropped", "real", "retry_at", "out", "running")
+    __slots__ = ("counts", "payloads", "times", "batches", "dropped", "real", "retry_at", "out", "running", "plan")
 
     def __init__(self, n: int):
         self.counts = np.zeros(n, dtype=np.intp)
@@ -185,6 +185,9 @@ class _Round:
         self.out: set[int] = set()
         #: the decode built as messages arrive, for codes that stream (None: messages are held)
         self.running: RunningDecode | None = None
+        #: the collective path's last plan, ``(pattern, ReducePlan)``: the close after a reduction
+        #: returns the plan the members reduced by instead of solving it again
+        self.plan: tuple | None = None
 
 
 class StaticScheme(Scheme):
@@ -476,9 +479,13 @@ class StaticScheme(Scheme):
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
                 if reduced_by or isinstance(state.payloads[next(iter(pattern))][0], Note):
-                    reduced_by = reduced_by or max(len(arrived), 1)
-                    return reduce_plan(self.code, {w: state.payloads[w][:c] for w, c in pattern.items()}, dim=dim,
-                                       reduced_by=reduced_by)
+                    key = tuple(pattern.items())
+                    if not reduced_by and state.plan is not None and state.plan[0] == key:
+                        return state.plan[1]  # the close of a round its members reduced
+                    plan = reduce_plan(self.code, {w: state.payloads[w][:c] for w, c in pattern.items()}, dim=dim,
+                                       reduced_by=reduced_by or max(len(arrived), 1))
+                    state.plan = (key, plan)
+                    return plan
                 if self.verify:
                     gradient, check = self.code.decode_verified(msgs, dim=dim)
                     if check.excluded:
