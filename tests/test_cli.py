@@ -294,3 +294,10 @@ def test_simulate_and_compare_on_the_collective_transport():
     res = CliRunner().invoke(app, ["simulate", "--scheme", "gc-dc:clusters=2,r=2", "-n", "6", "--rounds", "5",
                                    "--transport", "collective"])
     assert res.exit_code == 1 and "cannot simulate GCDC" in res.output and "Traceback" not in res.output
+    shared = ["-n", "6", "-s", "1", "-M", "comm=0.5", "--rounds", "40", "--json", "--master-link", "shared"]
+    res = CliRunner().invoke(app, ["simulate", "--scheme", "crc", *shared])
+    want = gradcode.simulate(gradcode.make_code("crc", n=6, s=1), gradcode.make_delay_model("shifted-exp", comm=0.5),
+                             40, seed=0, master_link="shared")
+    assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["mean"] == want.summary()["mean"]
+    res = CliRunner().invoke(app, ["compare", "--scheme", "uncoded", "--scheme", "crc", *shared])
+    assert res.exit_code == 0 and json.loads(res.stdout)["master_link"] == "shared"

@@ -651,3 +651,50 @@ def test_collective_transport_drives_a_static_scheme_and_refuses_the_others():
         gradcode.simulate(gcdc, model, 5, transport="collective")
     with pytest.raises(ValueError, match="transport must be one of"):
         gradcode.simulate(code, model, 5, transport="ring")
+
+
+def test_a_shared_master_link_queues_the_stars_messages_and_sends_the_parameters_back():
+    """Worked example: workers done at 1, 2, 3 s, a message takes 0.5 s on a link. Separate links
+    (the papers' model): the last arrives at 3.5 s. One link at the master: the messages reach it at
+    1.5, 2.5, 3.5 and are through at 2.0, 3.0, 4.0, then the parameters go to 3 workers (1.5 s):
+    5.5 s. Collective: notes at 1, 2, 3 (no latency), then a 3-member ring, 4 steps of a third of
+    the vector: 3 + 4 x 0.5 / 3 s, with either link."""
+    model = make_model("trace", delays=np.array([[1.0, 2.0, 3.0]] * 3), comm=0.5)
+    code = gradcode.make_code("uncoded", n=3)
+    want = {("star", "separate"): 3.5, ("star", "shared"): 5.5, ("collective", "separate"): 3 + 2 / 3,
+            ("collective", "shared"): 3 + 2 / 3}
+    for (transport, link), t in want.items():
+        res = gradcode.simulate(code, model, 3, transport=transport, master_link=link, records=True)
+        np.testing.assert_allclose(res.round_times, t, rtol=1e-12)
+    assert "one link at the master" in gradcode.simulate(code, model, 1, master_link="shared").transport
+
+
+def test_through_one_link_is_a_first_come_first_served_queue():
+    from gradcode.sim.simulator import through_one_link
+
+    rng = np.random.default_rng(5)
+    A = rng.exponential(1.0, size=(7, 5, 3)).cumsum(axis=2)
+    A[2, 1, 1:] = np.inf  # a worker with one message
+    got = through_one_link(A, 0.3)
+    for t in range(A.shape[0]):
+        ready = np.sort(A[t].ravel())
+        done, free = [], -np.inf
+        for r in ready:
+            free = max(free, r) + 0.3
+            done.append(free)
+        np.testing.assert_allclose(np.sort(got[t].ravel()), done, rtol=1e-13)
+    assert np.isinf(got[2, 1, 1:]).all() and np.isfinite(got[2, 1, 0])
+
+
+def test_at_scale_the_shared_link_makes_the_star_pay_for_n_and_the_collective_does_not():
+    model = make_model("shifted-exp", comm=0.2)
+    code = gradcode.make_code("crc", n=64, s=4)
+    star = gradcode.simulate(code, model, 200, seed=1, master_link="shared").summary()["mean"]
+    coll = gradcode.simulate(code, model, 200, seed=1, transport="collective").summary()["mean"]
+    papers = gradcode.simulate(code, model, 200, seed=1).summary()["mean"]
+    assert papers < coll < star  # the collective pays its ring, the shared star 2 x 64 messages' time
+    assert star > papers + 64 * 0.2  # at least the parameters' trip back
+    with pytest.raises(ValueError, match="master_link must be one of"):
+        gradcode.simulate(code, model, 5, master_link="one")
+    with pytest.raises(ValueError, match="master_link='shared' times static codes"):
+        gradcode.simulate(gradcode.schemes.make_scheme("gc-dc", n=6, clusters=2, r=2), model, 5, master_link="shared")

@@ -224,7 +224,7 @@ class Simulation:
     schemes are built with, the delay model (``delay_model`` with ``delay_params``, or ``trace``
     files with ``trace_load`` and ``load_slope``, :func:`build_model`), the length (``rounds``, or
     the ``J + T`` rounds of ``jobs``), ``repeats`` with seeds ``seed, seed + 1, ...``, the closing
-    rule (``close``, ``waitout``), the simulator's ``method`` and ``transport``; and, for the program only,
+    rule (``close``, ``waitout``), the simulator's ``method``, ``transport`` and ``master_link``; and, for the program only,
     ``keep_records`` (keep per-round tables: True for ``--records`` and ``--plot``; None, while
     small) and ``progress`` (a bar on a terminal)."""
 
@@ -256,6 +256,9 @@ class Simulation:
     transport: str = described("star", "How messages reach the master: star (each to the master, the papers'"
                                        " model) or collective (notes to the master, then a ring all-reduce"
                                        " among the round's members over the same links).")
+    master_link: str = described("separate", "The master's link: separate (it receives on every worker's link at"
+                                             " once, the papers' model) or shared (one link: the star's messages"
+                                             " queue for it and the parameters go back over it).")
     keep_records: bool | None = described(None, "Keep the per-round tables.", cli=False)
     progress: bool = described(False, "Show a progress bar.", cli=False)
 
@@ -298,7 +301,7 @@ def run_repeats(built, model, rounds: int, run: Simulation, progress=None):
     return [
         simulate(built.fresh() if isinstance(built, Built) else built, model, rounds, seed=run.seed + i,
                  close=close, method=run.method, progress=bar(), records=run.keep_records, waitout=run.waitout,
-                 transport=run.transport)
+                 transport=run.transport, master_link=run.master_link)
         for i in range(run.repeats)
     ]
 
@@ -524,6 +527,7 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
     doc = {**_delay_record(run, dmodel), "close": parse_close(run.close), "transport": run.transport,
+           "master_link": run.master_link,
            "rounds": plan[0] if len(set(plan)) == 1 else None,
            "jobs": run.jobs, "repeats": run.repeats, "seed": run.seed, "fastest_exact": best, "rows": rows}
     if trace_info is not None:
@@ -606,7 +610,8 @@ def compare_command(o: Values):
         fail(exc, exit_code_of(exc), as_json=o.json)
     length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
     emit(doc, as_json=o.json,
-         title=f"{doc['delay_model_built']}, close={doc['close']}, transport {doc['transport']}: {length} x {run.repeats} (same draws for every"
+         title=f"{doc['delay_model_built']}, close={doc['close']}, transport {doc['transport']}"
+               f"{', one link at the master' if doc['master_link'] == 'shared' else ''}: {length} x {run.repeats} (same draws for every"
                f" scheme); fastest exact: {doc['fastest_exact']}",
          columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers_per_round",
                   "waitouts"])

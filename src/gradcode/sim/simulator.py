@@ -51,9 +51,19 @@ travels back (each member steps its own replica). Its arrival tables hold the no
 schemes the runtime runs collectively (``Scheme.collective_support``) with a static code (those
 with decoding coefficients; GC-DC, which the runtime also runs collectively, not yet here) are
 accepted; they run on the fast path (a scheme given as such is closed
-round by round as there). What the star's master pays for receiving ``n`` messages on one link and
-sending the parameters back is not in the papers' model, nor here: under it the star's messages
-cost one message time whatever ``n``, so the collective gains only through its notes.
+round by round as there).
+
+The master's link (``master_link``): under the papers' model (``"separate"``, the default) the
+master receives every worker's messages in parallel, each on its worker's own link, and sending
+the parameters back costs nothing, so a star round costs one message time whatever ``n`` and the
+collective gains only through its notes. ``"shared"`` gives the master one link like the
+workers': each message crosses its worker's link, then queues for the master's (first come,
+first served, store and forward: ``a_(j) = max(a_(j-1), r_(j)) + (message_time(f) -
+message_time(0))`` over the round's messages in the order ``r`` they reach it), and the round then
+sends the new parameters to the ``n`` workers over it, one after another: ``n (message_time(1) -
+message_time(0)) + message_time(0)`` more. The collective path sends no payload to the master and
+no parameters back, so the shared link changes nothing there. Static codes only, as the
+collective.
 
 Memory: rounds are processed in blocks (at most :data:`_BLOCK` rounds, fewer for large ``n``): the
 delay model is drawn block by block, each block's rounds are computed and folded into running
@@ -131,6 +141,8 @@ COMPILED = True
 
 #: how a round's messages reach the master (module docstring, "Transports")
 TRANSPORTS = ("star", "collective")
+#: the master's link: each worker's own (the papers' model) or one for all (module docstring)
+MASTER_LINKS = ("separate", "shared")
 
 #: the most rounds one simulation takes (about 20 minutes at the fast path's best rate)
 MAX_ROUNDS = 10**9
@@ -148,6 +160,7 @@ def simulate(
     records: bool | None = None,
     waitout: str = "decodable",
     transport: str = "star",
+    master_link: str = "separate",
 ) -> SimulationResult:
     """Simulate ``rounds`` rounds of a code or scheme under a delay model, in virtual time.
 
@@ -174,6 +187,9 @@ def simulate(
     :data:`AUTO_RECORDS_BYTES` (``17 n + 17`` bytes a round). The summaries are the same either way.
     ``transport``: ``"star"`` (the papers' model: every message to the master) or ``"collective"``
     (notes to the master, then a ring all-reduce among the round's members; module docstring).
+    ``master_link``: ``"separate"`` (the papers' model: the master receives on every worker's link
+    at once) or ``"shared"`` (one link at the master: the star's messages queue for it and the new
+    parameters go out over it; module docstring).
     """
     rounds = check_int("rounds", rounds, minimum=1)
     if rounds > MAX_ROUNDS:
@@ -197,17 +213,23 @@ def simulate(
         records = records_nbytes(rounds, n) <= AUTO_RECORDS_BYTES
     rng = as_generator(seed)
     check_choice("transport", transport, TRANSPORTS)
-    if transport == "collective":
+    check_choice("master_link", master_link, MASTER_LINKS)
+    collective, shared = transport == "collective", master_link == "shared"
+    if collective:
         why = scheme.collective_support()
         if why is None and code is None:
             why = ("the simulator plays the collective path for static codes (their rounds on the fast path); a"
                    " dynamic scheme's rounds are not timed with a reduction yet")
         if why is not None:
             raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {_name(scheme_or_code)}: {why}")
+    elif shared and code is None:
+        raise ValueError(f"master_link='shared' times static codes (their rounds on the fast path);"
+                         f" {_name(scheme_or_code)} has none")
+    if collective or shared:
         draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records),
-                     scheme=None if use_fast else scheme, collective=True)
+                     scheme=None if use_fast else scheme, collective=collective, shared=shared)
     if use_fast:
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         block = _block_rounds(n * code.messages_per_worker)
@@ -351,12 +373,14 @@ class _Sink:
 
 
 def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=None,
-          collective: bool = False) -> SimulationResult:
+          collective: bool = False, shared: bool = False) -> SimulationResult:
     """The vectorized path, block by block (``rule``: ``(mu, wait_all)``, the closing rule). With
     ``scheme`` (a batched scheme with a static code, driven on the event path), each block's
     rounds are also closed in the scheme, with the rows its own ``close`` would record (the
     workers not in: stragglers and workers with nothing in). ``collective``: the messages are
-    notes and each round ends with its members' all-reduce (module docstring, "Transports")."""
+    notes and each round ends with its members' all-reduce (module docstring, "Transports");
+    ``shared``: a star's messages queue for the master's one link, and the round ends with the
+    parameters sent back over it (module docstring, "The master's link")."""
     mu, wait_all = rule
     n = code.n
     P, Rw = code_loads(code)
@@ -368,6 +392,8 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
             A = _arrival_table(draw.intercept, draw.slope, P, Rw, c)
+            if shared and not collective:
+                A = through_one_link(A, _message_time(model, code.chunks) - float(model.message_time(0.0)))
             # completion: the last message of each worker (a view for single-message codes)
             C = A[:, :, 0] if A.shape[2] == 1 else A[:, cols, Rw - 1]
             T = rule.decode_time(A)
@@ -401,6 +427,8 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
                 scheme.close_rounds(a, strag | (counts == 0))
             if collective:  # the members: every worker with a message in by the close
                 end = end + ring_allreduce_time((counts > 0).sum(axis=1), model.message_time)
+            elif shared:  # the new parameters to the n workers, one after another on the master's link
+                end = end + _broadcast_time(model, n)
             sink.put(a, b, end, strag, wait, write_tables)
             if prog is not None:
                 prog.update(task, completed=b)
@@ -408,12 +436,38 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
     return sink.result(
         lambda: np.arange(rounds),
         scheme=_name(code if scheme is None else scheme), model=_name(model), close=close, seed=_seed_repr(seed),
-        method="fast" if scheme is None else "events", transport=_transport_text(model, collective),
+        method="fast" if scheme is None else "events", transport=_transport_text(model, collective, shared),
     )
 
 
-def _transport_text(model, collective: bool) -> str:
+def through_one_link(A: np.ndarray, seconds: float) -> np.ndarray:
+    """When each message of ``A`` (``(rounds, n, R)`` times it reaches the master's link, ``inf``
+    for none) is through that link, which passes one message at a time in ``seconds``, first come
+    first served: sorted by arrival ``r``, ``a_(j) = max(a_(j-1), r_(j)) + seconds``, i.e.
+    ``(j + 1) seconds + max_{i <= j} (r_(i) - i seconds)``, one cumulative maximum a round."""
+    flat = A.reshape(A.shape[0], -1)
+    order = np.argsort(flat, axis=1, kind="stable")
+    r = np.take_along_axis(flat, order, axis=1)
+    j = np.arange(r.shape[1])
+    with np.errstate(invalid="ignore"):  # inf - j s stays inf: no message there
+        out = (j + 1) * seconds + np.maximum.accumulate(r - j * seconds, axis=1)
+    back = np.empty_like(flat)
+    np.put_along_axis(back, order, out, axis=1)
+    return back.reshape(A.shape)
+
+
+def _broadcast_time(model, n: int) -> float:
+    """The parameters to ``n`` workers over the master's one link: ``n`` transmissions, then one
+    latency."""
+    latency = float(model.message_time(0.0))
+    return n * (float(model.message_time(1.0)) - latency) + latency
+
+
+def _transport_text(model, collective: bool, shared: bool = False) -> str:
     """What the result says of its transport, with the link parameters the times came from."""
+    if not collective and shared:
+        return (f"star, one link at the master (messages queue for it; the parameters go back over it:"
+                f" message_time(1) = {float(model.message_time(1.0)):.6g} s)")
     if not collective:
         return "star"
     return (f"collective (notes {float(model.message_time(0.0)):.6g} s, then a ring all-reduce over the k members:"
