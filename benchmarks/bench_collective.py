@@ -178,7 +178,8 @@ def main() -> None:
                             weights[key] = w
                         print(f"  {scheme:8s} {transport or '':10s} delay {delay:.1f}: step {1e3 * step:8.1f} ms",
                               flush=True)
-    print("\n| hidden | trainer | path | delay (s) | step (ms) | / DDP | collective / star |\n|---|---|---|---|---|---|---|")
+    print("\n| hidden | trainer | path | delay (s) | step (ms) | / DDP | collective / star |")
+    print("|---|---|---|---|---|---|---|")
     for (hidden, scheme, transport, delay), ts in times.items():
         med = statistics.median(ts)
         ddp = statistics.median(times.get((hidden, "ddp", None, delay), [float("nan")]))

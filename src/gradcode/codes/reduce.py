@@ -136,8 +136,8 @@ def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: i
     """A worker's part of a reduction: ``sum_r weights[r, c] * values[r]`` for each chunk ``c``
     (the values in their wire type, ``(length,)`` each), cast to ``dtype``; ``(chunks * length +
     extra,)``, a new writable array (the all-reduce sums into it) whose ``extra`` last slots are
-    zeros (what the all-reduce carries beside the part: :mod:`gradcode.runtime.gloo`'s flags). A part of one message, in ``dtype``, is one
-    product in that type (uncoded, FRC, CRC: one pass); others are summed in float64 and cast.
+    zeros (what the all-reduce carries beside the part: :mod:`gradcode.runtime.gloo`'s flags). A
+    part of one message, in ``dtype``, is one product in that type (uncoded, FRC, CRC: one pass); others are summed in float64 and cast.
     :func:`~gradcode.codes.precision.error_bound` counts either rounding (the weight's own rounding
     to ``dtype`` and the product's: ``2 u_r`` of the part, within its ``reduced_by + 1``)."""
     weights = np.asarray(weights, dtype=np.float64)

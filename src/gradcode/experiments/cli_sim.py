@@ -224,7 +224,8 @@ class Simulation:
     schemes are built with, the delay model (``delay_model`` with ``delay_params``, or ``trace``
     files with ``trace_load`` and ``load_slope``, :func:`build_model`), the length (``rounds``, or
     the ``J + T`` rounds of ``jobs``), ``repeats`` with seeds ``seed, seed + 1, ...``, the closing
-    rule (``close``, ``waitout``), the simulator's ``method``, ``transport`` and ``master_link``; and, for the program only,
+    rule (``close``, ``waitout``), the simulator's ``method``, ``transport`` and ``master_link``; and,
+    for the program only,
     ``keep_records`` (keep per-round tables: True for ``--records`` and ``--plot``; None, while
     small) and ``progress`` (a bar on a terminal)."""
 
@@ -611,7 +612,8 @@ def compare_command(o: Values):
     length = f"{doc['jobs']} jobs (J + T rounds each)" if doc["jobs"] else f"{doc['rounds']} rounds"
     emit(doc, as_json=o.json,
          title=f"{doc['delay_model_built']}, close={doc['close']}, transport {doc['transport']}"
-               f"{', one link at the master' if doc['master_link'] == 'shared' else ''}: {length} x {run.repeats} (same draws for every"
+               f"{', one link at the master' if doc['master_link'] == 'shared' else ''}: {length} x {run.repeats}"
+               " (same draws for every"
                f" scheme); fastest exact: {doc['fastest_exact']}",
          columns=["scheme", "load", "jobs", "total_time", "mean", "median", "p95", "speedup", "stragglers_per_round",
                   "waitouts"])

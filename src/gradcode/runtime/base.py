@@ -3,7 +3,8 @@ runs the workers, and nothing more: everything engine-specific sits in one small
 (docs/architecture.md, "The runtime").
 
 Two engines implement it: :class:`~gradcode.runtime.engine.RayEngine` (Ray actors; it and
-:mod:`~gradcode.runtime.cluster` are the only modules that import Ray) and :class:`~gradcode.runtime.inprocess.InProcessEngine` (the workers'
+:mod:`~gradcode.runtime.cluster` are the only modules that import Ray) and
+:class:`~gradcode.runtime.inprocess.InProcessEngine` (the workers'
 :class:`~gradcode.runtime.worker.WorkerCore` called in this process on a virtual clock, so that
 the driver's rules are tested in milliseconds and deterministically). The driver never branches on
 the engine's class.

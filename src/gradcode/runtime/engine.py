@@ -177,7 +177,8 @@ class _WorkerBase:
         try:
             part, ok = core.reduce_part(order, extra=order.size), True  # the flags' slots (Groups.allreduce)
         except StaleReplicaError:  # it joins to say so: the others discard the sum at once instead of waiting
-            part, ok = np.zeros(order.plan.chunks * order.plan.length + order.size, dtype=reduce_dtype(order.plan)), False
+            part = np.zeros(order.plan.chunks * order.plan.length + order.size, dtype=reduce_dtype(order.plan))
+            ok = False
         try:
             total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part, ok)
         except ReductionFailed as exc:

@@ -51,7 +51,7 @@ message ``index`` 0 of worker ``w`` in round ``t`` is the message of codeword ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -466,8 +466,6 @@ class GCDC(Scheme):
         """:meth:`Scheme.reduce_plans`: the GC-SC code's plan over the codewords the workers in
         ``arrived`` served in round ``t``, each codeword's weights given to the worker serving it
         (the workers' parts are keyed by worker)."""
-        from dataclasses import replace
-
         t = check_round(t)
         plan = self._plans.get(t)
         if plan is None:
