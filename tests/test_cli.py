@@ -287,10 +287,13 @@ def test_simulate_and_compare_on_the_collective_transport():
     doc = json.loads(res.stdout)
     want = gradcode.simulate(gradcode.make_code("crc", n=6, s=1), gradcode.make_delay_model("shifted-exp", comm=0.5),
                              40, seed=0, transport="collective")
-    assert doc["summary"]["transport"] == want.transport and "ring all-reduce" in want.transport
-    assert doc["summary"]["mean"] == want.summary()["mean"]
+    assert doc["summary"]["transport"] == "collective" and doc["summary"]["link_model"] == want.transport
+    assert "ring all-reduce" in want.transport and doc["summary"]["mean"] == want.summary()["mean"]
     res = CliRunner().invoke(app, ["compare", "--scheme", "uncoded", "--scheme", "crc", *args])
-    assert res.exit_code == 0 and json.loads(res.stdout)["transport"] == "collective"
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0 and doc["transport"] == "collective" and doc["link_model"] == want.transport
+    crc = next(r for r in doc["rows"] if r["scheme"].startswith("CRC"))
+    assert crc["mean"] == want.summary()["mean"]  # the same draws (seed 0) as the library's run
     res = CliRunner().invoke(app, ["simulate", "--scheme", "gc-dc:clusters=2,r=2", "-n", "6", "--rounds", "5",
                                    "--transport", "collective"])
     assert res.exit_code == 1 and "cannot simulate GCDC" in res.output and "Traceback" not in res.output
@@ -300,4 +303,6 @@ def test_simulate_and_compare_on_the_collective_transport():
                              40, seed=0, master_link="shared")
     assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["mean"] == want.summary()["mean"]
     res = CliRunner().invoke(app, ["compare", "--scheme", "uncoded", "--scheme", "crc", *shared])
-    assert res.exit_code == 0 and json.loads(res.stdout)["master_link"] == "shared"
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0 and doc["master_link"] == "shared"
+    assert next(r for r in doc["rows"] if r["scheme"].startswith("CRC"))["mean"] == want.summary()["mean"]

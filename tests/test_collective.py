@@ -474,3 +474,37 @@ def test_one_gloo_all_reduce_sums_the_parts_and_agrees_on_who_could_not_contribu
     with pytest.raises(ReductionFailed, match="cannot contribute"):
         members[0].allreduce(7, 0, 1, (7,), np.array([2.0, 3.0, 0.0], dtype=np.float32), ok=False)
     del store
+
+
+def test_a_close_after_a_reduction_returns_the_plan_the_members_reduced_by():
+    """A note that arrives while the members reduce does not change the round's plan: the close
+    returns the plan they reduced by (not a new solve); a member's death voids it."""
+    from gradcode.schemes.static import StaticScheme
+
+    code = gradcode.make_code("crc", n=4, s=1)
+    rng = np.random.default_rng(3)
+    _, partials = random_partials(code, 5, rng)
+    scheme = StaticScheme(code)
+    scheme.plan(0)
+    for w in range(3):
+        scheme.on_result(0, w, 0, Note.of(_wire(code, partials, w, np.float32)[0]), 0.1 * w)
+    (job, plan), = scheme.reduce_plans(0, frozenset(range(3)), reduced_by=3)
+    scheme.on_result(0, 3, 0, Note.of(_wire(code, partials, 3, np.float32)[0]), 0.5)  # late, mid-reduction
+    (_, closed), = scheme.close(0, frozenset(range(3)))
+    assert closed is plan and set(plan.workers) <= {0, 1, 2}
+    scheme.plan(1)
+    for w in range(4):
+        scheme.on_result(1, w, 0, Note.of(_wire(code, partials, w, np.float32)[0]), 0.1 * w)
+    (_, first), = scheme.reduce_plans(1, frozenset(range(4)), reduced_by=4)
+    scheme.forget_results(1, 0)  # worker 0 died holding its message: its weights are void
+    (_, closed), = scheme.close(1, frozenset({1, 2, 3}))
+    assert closed is not first and 0 not in closed.workers
+
+
+def test_a_part_without_its_flag_slots_is_refused():
+    from gradcode.runtime.gloo import Groups
+
+    groups = Groups.__new__(Groups)  # no store needed: refused before any group is reached
+    groups._groups = {}
+    with pytest.raises(ValueError, match="2 flag slots"):
+        groups.allreduce(0, 0, 2, (0,), np.zeros(2, dtype=np.float32))

@@ -100,7 +100,7 @@ def test_source_tests_and_benchmarks_say_what_they_do_not_which_ticket():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    tracker = re.compile(r"\b[Ii]ssues? \d+|\bitems? \d+\b|\bthe issue'?s?\b|\bissue:|def test_issue")
+    tracker = re.compile(r"\b[Ii]ssues? #?\d+|\b[Ii]tems? \d+\b|\b[Tt]he issue'?s?\b|\bissue:|def test_issue")
     found = []
     for folder in ("src", "tests", "benchmarks"):
         for path in sorted((root / folder).rglob("*.py")):

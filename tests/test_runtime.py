@@ -668,3 +668,21 @@ def test_workers_keep_freed_memory_on_linux_with_glibc():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
     assert out == [str(glibc), "0.0"]  # and a reused block still reads as fresh zeros (calloc's contract)
+    if not glibc:
+        return
+    # where a 64 MiB array lives: glibc's count of bytes in mmap-ed blocks (mallinfo2, glibc >= 2.33)
+    probe = ("import ctypes, sys, numpy as np\n"
+             "class Info(ctypes.Structure):\n"
+             "    _fields_ = [(k, ctypes.c_size_t) for k in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd',"
+             " 'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]\n"
+             "libc = ctypes.CDLL('libc.so.6')\n"
+             "if not hasattr(libc, 'mallinfo2'): print(-1); sys.exit()\n"
+             "libc.mallinfo2.restype = Info\n"
+             "if sys.argv[1] == 'keep':\n"
+             "    from gradcode.runtime.worker import keep_freed_memory; keep_freed_memory()\n"
+             "a = np.ones(1 << 23)\n"
+             "print(libc.mallinfo2().hblkhd)\n")
+    mapped = {how: int(subprocess.run([sys.executable, "-c", probe, how], capture_output=True, text=True,
+                                      check=True).stdout) for how in ("keep", "default")}
+    if mapped["keep"] >= 0:
+        assert mapped["default"] >= 1 << 26 > mapped["keep"]  # by default its own mapping; kept: the heap

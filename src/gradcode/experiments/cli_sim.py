@@ -423,7 +423,8 @@ def simulate_doc(scheme: str, run: Simulation) -> tuple[dict, list]:
         })
     summary = {
         "scheme": code.label, "kind": code.kind, **_delay_record(run, dmodel), "close": results[0].close,
-        "transport": results[0].transport, "rounds": rounds,
+        "transport": run.transport, "master_link": run.master_link, "link_model": results[0].transport,
+        "rounds": rounds,
         "delay": delay_of(code), "jobs": _jobs_done(results), "repeats": run.repeats, "load": code.load,
         "total_time": float(np.mean([r.total_time for r in results])),
         **pooled_stats(results), "waitouts": int(sum(r.waitouts for r in results)),
@@ -507,6 +508,7 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     with run.bar(sum(plan) * run.repeats) as bar:
         for code, n_rounds in zip(codes, plan):
             results = run_repeats(code, dmodel, n_rounds, run, progress=bar)
+            link_model = results[0].transport  # the same links for every scheme
             label = code.label + ("" if code.exact else " (inexact)")  # in the table and the plot alike
             names.append(label)
             kept = all(r.has_records for r in results)
@@ -528,7 +530,7 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     exact = [r for r in rows if r["exact"] and r["speedup"] is not None]
     best = max(exact, key=lambda r: r["speedup"])["scheme"] if exact else None
     doc = {**_delay_record(run, dmodel), "close": parse_close(run.close), "transport": run.transport,
-           "master_link": run.master_link,
+           "master_link": run.master_link, "link_model": link_model,
            "rounds": plan[0] if len(set(plan)) == 1 else None,
            "jobs": run.jobs, "repeats": run.repeats, "seed": run.seed, "fastest_exact": best, "rows": rows}
     if trace_info is not None:
@@ -587,7 +589,7 @@ def simulate_command(o: Values):
     except (ValueError, TypeError, OSError, MemoryError, GradcodeError) as exc:
         fail(exc, exit_code_of(exc), as_json=o.json)
     s = doc["summary"]
-    via = "" if s["transport"] == "star" else f", transport {s['transport']}"
+    via = "" if s["link_model"] == "star" else f", transport {s['link_model']}"
     title = (f"{s['scheme']} under {s['delay_model_built']}, close={s['close']}{via}: {s['rounds']} rounds x"
              f" {s['repeats']}; {s['jobs']} jobs in {s['total_time']:.4g} s (mean total); mean round {s['mean']:.4g} s,"
              f" median {s['median']:.4g} s, p95 {s['p95']:.4g} s")

@@ -680,11 +680,9 @@ class RoundDriver:
                 # a worker that computes NaN or infinity is a straggler of the round, never part of
                 # a gradient: its messages of the round are withheld from the scheme (which holds
                 # the finite prefix before them) and the round waits for the others
-                got.discarded = True
-                overflow = ""
-                if getattr(ev.payload, "dtype", None) == np.float16:
-                    overflow = f" ({_FLOAT16_OVERFLOW})"
-                    got.overflowed = True
+                overflowed = getattr(ev.payload, "dtype", None) == np.float16
+                self.ledger.discard(t, w, overflowed=overflowed)
+                overflow = f" ({_FLOAT16_OVERFLOW})" if overflowed else ""
                 self._fault(t, w, "non-finite", f"message {i} of round {t} held NaN or infinity, or values so large"
                             f" that what it summed overflows{overflow}; the worker's result for the round was discarded")
                 out = getattr(self.scheme, "worker_out", None)
@@ -788,8 +786,8 @@ class RoundDriver:
         t, sent, unsent = rnd.t, rnd.tasks, rnd.unsent
         held = []
         for w in sorted(sent):
-            got = self.ledger.of(t, w)
-            have, need = got.count, got.expected or 0
+            got = self.ledger.of(t, w)  # a worker never sent this round's task (busy) is owed all of it
+            have, need = got.count, got.expected if got.expected is not None else sent[w].messages
             if have >= need and not got.discarded:
                 continue
             inj = float(self.state.injected[t, w])

@@ -68,8 +68,8 @@ from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannel
 from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
 from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, reduce_dtype, warm_replica
 from gradcode.runtime.cluster import init_ray, retire_temp_dir, session, warn_ignored
-from gradcode.runtime.worker import (ProblemSpec, WireTask, build_core, keep_freed_memory, limit_threads, task_messages,
-                                     worker_threads)
+from gradcode.runtime.worker import (ProblemSpec, WireTask, build_core, keep_freed_memory, limit_threads,
+                                     return_freed_memory, task_messages, worker_threads)
 
 
 
@@ -213,6 +213,7 @@ class _PlainWorker(_WorkerBase):
     def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
         """Become worker ``worker`` of another run, holding data ``generation``."""
         self.core = build_core(worker, spec, partitions, chunks)
+        return_freed_memory()  # the data set built and dropped: not kept for the rounds
         self._generation = generation
         return os.getpid()
 
@@ -252,6 +253,7 @@ class _RayWorker(_WorkerBase):
         runs), holding data ``generation``: the tasks of the previous data end at their next
         sleep, the new core is built."""
         self.core = build_core(worker, spec, partitions, chunks)
+        return_freed_memory()  # the data set built and dropped: not kept for the rounds
         self._generation = generation
         self._wake.set()
         return os.getpid()

@@ -86,6 +86,9 @@ class Groups:
 
         for gone in [g for g in self._groups if g not in live]:
             del self._groups[gone]
+        if part.size <= size:
+            raise ValueError(f"part must hold the member's values and {size} flag slots after them; got"
+                             f" {part.size} values")
         out = part if part.flags.writeable and part.flags.c_contiguous else np.array(part)
         n = out.size - size
         out[n + rank] = 0 if ok else 1

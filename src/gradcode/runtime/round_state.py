@@ -74,19 +74,18 @@ class Delivery:
         return self.expected is not None and self.count >= self.expected
 
 
-#: what :meth:`Ledger.of` reads for a pair with no entry (never written)
-_NOTHING = Delivery()
-
-
 class Ledger:
     """The :class:`Delivery` of each ``(round, worker)`` of the rounds still open."""
 
     def __init__(self):
         self._entries: dict[tuple[int, int], Delivery] = {}
+        self._discards: set[int] = set()  # rounds with a result discarded (checked on every message)
 
     def of(self, t: int, w: int) -> Delivery:
-        """Worker ``w``'s delivery in round ``t``, to read (an empty one when there is none)."""
-        return self._entries.get((t, w), _NOTHING)
+        """Worker ``w``'s delivery in round ``t``, to read (an empty one, not kept, when there is
+        none)."""
+        entry = self._entries.get((t, w))
+        return entry if entry is not None else Delivery()
 
     def at(self, t: int, w: int) -> Delivery:
         """Worker ``w``'s delivery in round ``t``, to write (made when there is none)."""
@@ -105,11 +104,19 @@ class Ledger:
         """Messages of round ``t`` handed to the scheme so far."""
         return sum(d.count for (r, _), d in self._entries.items() if r == t)
 
+    def discard(self, t: int, w: int, *, overflowed: bool = False) -> None:
+        """Worker ``w``'s result of round ``t`` held NaN or infinity (``overflowed``: float16
+        values that overflowed): it is withheld from the scheme."""
+        entry = self.at(t, w)
+        entry.discarded, entry.overflowed = True, overflowed
+        self._discards.add(t)
+
     def any_discarded(self, t: int) -> bool:
         """Some worker's result of round ``t`` was discarded as non-finite."""
-        return any(d.discarded for (r, _), d in self._entries.items() if r == t)
+        return t in self._discards
 
     def forget_through(self, t: int) -> None:
         """Drop the entries of rounds ``t`` and before (closed)."""
         for key in [k for k in self._entries if k[0] <= t]:
             del self._entries[key]
+        self._discards = {r for r in self._discards if r > t}

@@ -424,6 +424,20 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
 
 
+def return_freed_memory() -> None:
+    """Give the memory this process's heap holds free back to the system (glibc's
+    ``malloc_trim``; nothing elsewhere): after a one-off peak, such as a reused worker building
+    another run's data, which :func:`keep_freed_memory` would otherwise keep."""
+    import ctypes
+    import platform
+
+    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+
+
 def task_messages(tasks: Sequence[WireTask]) -> int:
     """Messages a worker sends for ``tasks``: one per coefficient row of each task."""
     return sum(int(np.shape(task.coefficients)[0]) for task in tasks)

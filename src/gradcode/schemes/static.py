@@ -185,9 +185,9 @@ class _Round:
         self.out: set[int] = set()
         #: the decode built as messages arrive, for codes that stream (None: messages are held)
         self.running: RunningDecode | None = None
-        #: the collective path's last plan, ``(pattern, ReducePlan)``: the close after a reduction
-        #: returns the plan the members reduced by instead of solving it again
-        self.plan: tuple | None = None
+        #: the collective path's last plan (a ReducePlan): the close after a reduction returns the
+        #: plan the members reduced by, whatever notes came meanwhile, instead of solving again
+        self.plan = None
 
 
 class StaticScheme(Scheme):
@@ -479,13 +479,11 @@ class StaticScheme(Scheme):
             dim = self.dim if self.dim is not None else m * self.chunks
             try:
                 if reduced_by or isinstance(state.payloads[next(iter(pattern))][0], Note):
-                    key = tuple(pattern.items())
-                    if not reduced_by and state.plan is not None and state.plan[0] == key:
-                        return state.plan[1]  # the close of a round its members reduced
-                    plan = reduce_plan(self.code, {w: state.payloads[w][:c] for w, c in pattern.items()}, dim=dim,
-                                       reduced_by=reduced_by or max(len(arrived), 1))
-                    state.plan = (key, plan)
-                    return plan
+                    if not reduced_by and state.plan is not None:
+                        return state.plan  # the close of a round its members reduced
+                    state.plan = reduce_plan(self.code, {w: state.payloads[w][:c] for w, c in pattern.items()},
+                                             dim=dim, reduced_by=reduced_by or max(len(arrived), 1))
+                    return state.plan
                 if self.verify:
                     gradient, check = self.code.decode_verified(msgs, dim=dim)
                     if check.excluded:
@@ -533,6 +531,7 @@ class StaticScheme(Scheme):
             state.payloads.pop(w, None)
             state.times.pop(w, None)
             state.retry_at = None
+            state.plan = None  # it read the messages that are gone
 
     def arrival_times(self, t: int) -> dict[int, list[float]]:
         """Arrival time of each message received so far in open round ``t``, per worker."""

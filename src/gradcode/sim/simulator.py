@@ -222,25 +222,17 @@ def simulate(
                    " dynamic scheme's rounds are not timed with a reduction yet")
         if why is not None:
             raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {_name(scheme_or_code)}: {why}")
-    elif shared and code is None:
-        raise ValueError(f"master_link='shared' times static codes (their rounds on the fast path);"
-                         f" {_name(scheme_or_code)} has none")
-    if collective or shared:
-        draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
-        show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
-        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records),
-                     scheme=None if use_fast else scheme, collective=collective, shared=shared)
-    if use_fast:
-        show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
-        block = _block_rounds(n * code.messages_per_worker)
-        draws = draw_blocks(model, rounds, n, rng, block)
-        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records))
-    if BATCHED and code is not None and scheme.batched_rounds:
+    if (collective or shared) and (code is None or not (use_fast or scheme.batched_rounds)):
+        raise ValueError(f"{'master_link=' + repr(master_link) if shared else 'transport=' + repr(transport)} times"
+                         f" static codes on the fast path; {_name(scheme_or_code)} has no static code, or its rounds"
+                         " do not batch (verification waits for spare results message by message)")
+    if use_fast or collective or shared or (BATCHED and code is not None and scheme.batched_rounds):
         # a static scheme's rounds are independent: whole blocks at once, as on the fast path,
         # with each round closed in the scheme (its straggler history)
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
-        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records), scheme=scheme)
+        return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records),
+                     scheme=None if use_fast else scheme, collective=collective, shared=shared)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
     return _events(scheme, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records))
