@@ -508,3 +508,17 @@ def test_a_part_without_its_flag_slots_is_refused():
     groups._groups = {}
     with pytest.raises(ValueError, match="2 flag slots"):
         groups.allreduce(0, 0, 2, (0,), np.zeros(2, dtype=np.float32))
+
+
+def test_the_in_process_clock_charges_the_ring_with_the_parts_and_their_flags(data, tmp_path, monkeypatch):
+    """Two runs that differ only in the declared bandwidth: every round differs by the ring's
+    bandwidth term, 2 (k - 1) / k of the bytes gloo moves (the part, float32, and k flag slots)."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    times = {}
+    for bw in (1e6, 2e6):
+        engine = InProcessEngine(compute_time=1e-3, collective_cost=CollectiveCost(latency=0.0, bandwidth=bw))
+        res = run(data, "collective", "uncoded", engine=engine, stragglers=0, delay=0.0, rounds=3)
+        times[bw] = np.asarray(res.result.round_times)
+    k, d = 4, flat(net()).size + 2 + 2 * 24  # parameters, BatchNorm's two buffers, the loss and the count
+    nbytes = 4 * (d + k)
+    np.testing.assert_allclose(times[1e6] - times[2e6], 2 * (k - 1) / k * nbytes * (1 / 1e6 - 1 / 2e6), rtol=1e-9)

@@ -61,7 +61,7 @@ from gradcode._validation import check_real
 from gradcode.codes.messages import Message
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.replica import Replica, ReduceReply, StaleReplicaError
+from gradcode.runtime.replica import Replica, ReduceReply, StaleReplicaError, reduce_dtype
 from gradcode.runtime.worker import build_core
 from gradcode.schemes.timing import ring_allreduce_time
 
@@ -384,11 +384,15 @@ class InProcessEngine(Engine):
                         w, t, order.job, order.model, order.step, error="failed", lost=dead,
                         message=f"the reduction failed: members {list(dead)} are dead")))
         else:
+            # what gloo's all-reduce moves: the part and the members' flags (gloo.Groups.allreduce),
+            # also when a member cannot contribute (the members learn it from the sum's flags)
+            plan = ranked[0][1].plan
+            nbytes = reduce_dtype(plan).itemsize * (plan.chunks * plan.length + len(ranked))
             parts, stale = [], []
             for w, order in ranked:  # a fixed order: every member gets the same bits
                 try:
                     parts.append(self._slots[w].core.reduce_part(order))
-                except StaleReplicaError:  # it cannot contribute: nobody sums (as gloo's members agree first)
+                except StaleReplicaError:  # it cannot contribute: the sum is discarded
                     stale.append(w)
             if stale:
                 events = [Event(w, t, "reduced", ReduceReply(
@@ -398,7 +402,6 @@ class InProcessEngine(Engine):
                 total = np.array(parts[0])
                 for part in parts[1:]:
                     np.add(total, part, out=total)
-                nbytes = total.nbytes
                 for w, order in ranked:
                     events.append(Event(w, t, "reduced", self._slots[w].core.reduce_apply(order, total.copy())))
         key = next(self._epochs)
