@@ -212,27 +212,15 @@ def simulate(
     if records is None:
         records = records_nbytes(rounds, n) <= AUTO_RECORDS_BYTES
     rng = as_generator(seed)
-    check_choice("transport", transport, TRANSPORTS)
-    check_choice("master_link", master_link, MASTER_LINKS)
-    collective, shared = transport == "collective", master_link == "shared"
-    if collective:
-        why = scheme.collective_support()
-        if why is None and code is None:
-            why = ("the simulator plays the collective path for static codes (their rounds on the fast path); a"
-                   " dynamic scheme's rounds are not timed with a reduction yet")
-        if why is not None:
-            raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {_name(scheme_or_code)}: {why}")
-    if (collective or shared) and (code is None or not (use_fast or scheme.batched_rounds)):
-        raise ValueError(f"{'master_link=' + repr(master_link) if shared else 'transport=' + repr(transport)} times"
-                         f" static codes on the fast path; {_name(scheme_or_code)} has no static code, or its rounds"
-                         " do not batch (verification waits for spare results message by message)")
-    if use_fast or collective or shared or (BATCHED and code is not None and scheme.batched_rounds):
+    links = _links(scheme, model, transport, master_link, fast=use_fast or scheme.batched_rounds,
+                   name=_name(scheme_or_code))
+    if use_fast or links is not None or (BATCHED and code is not None and scheme.batched_rounds):
         # a static scheme's rounds are independent: whole blocks at once, as on the fast path,
         # with each round closed in the scheme (its straggler history)
         show = progress if progress is not None else rounds * n >= _FAST_PROGRESS
         draws = draw_blocks(model, rounds, n, rng, _block_rounds(n * code.messages_per_worker))
         return _fast(code, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records),
-                     scheme=None if use_fast else scheme, collective=collective, shared=shared)
+                     scheme=None if use_fast else scheme, links=links)
     show = progress if progress is not None else rounds >= _EVENT_PROGRESS
     draws = draw_blocks(model, rounds, n, rng, _block_rounds(n))
     return _events(scheme, model, draws, rounds, (mu, wait_all), close, seed, show, bool(records))
@@ -364,28 +352,86 @@ class _Sink:
         return SimulationResult(stats=self.stats, round_records=recs, **meta)
 
 
+def _links(scheme, model, transport: str, master_link: str, *, fast: bool, name: str):
+    """The :class:`_Links` of a run other than the papers' star (None for that one), after
+    refusing what the simulator cannot time that way: the collective path for a scheme without
+    reductions, and either for a scheme without a static code whose rounds batch (``fast``: they
+    go on the fast path)."""
+    check_choice("transport", transport, TRANSPORTS)
+    check_choice("master_link", master_link, MASTER_LINKS)
+    collective, shared = transport == "collective", master_link == "shared"
+    code = scheme.static_code
+    if collective:
+        why = scheme.collective_support()
+        if why is None and code is None:
+            why = ("the simulator plays the collective path for static codes (their rounds on the fast path); a"
+                   " dynamic scheme's rounds are not timed with a reduction yet")
+        if why is not None:
+            raise CollectiveUnsupportedError(f"transport='collective' cannot simulate {name}: {why}")
+    if not (collective or shared):
+        return None
+    if code is None or not fast:
+        raise ValueError(f"{'master_link=' + repr(master_link) if shared else 'transport=' + repr(transport)} times"
+                         f" static codes on the fast path; {name} has no static code, or its rounds"
+                         " do not batch (verification waits for spare results message by message)")
+    return _Links(model, code.chunks, collective, shared)
+
+
+class _Links:
+    """How a round's messages reach the master and what the round costs after its close (module
+    docstring, "Transports" and "The master's link"): the papers' star (``"star"``), the star
+    through the master's one link (``shared``) or the collective path (``collective``)."""
+
+    def __init__(self, model, chunks: int, collective: bool = False, shared: bool = False):
+        self.model, self.collective, self.shared = model, collective, shared and not collective
+        self.latency = float(model.message_time(0.0))
+        self.whole = float(model.message_time(1.0))
+        # a note carries no payload; a message 1 / chunks of the gradient
+        self.message = self.latency if collective else _message_time(model, chunks)
+
+    def arrivals(self, A: np.ndarray) -> np.ndarray:
+        """The messages' arrivals at the master, ``A`` at the end of their workers' links."""
+        return through_one_link(A, self.message - self.latency) if self.shared else A
+
+    def after_close(self, end: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Each round's end, its close ``end`` plus what follows it: the members' ring (the
+        workers with a message in by the close), or the parameters to the ``n`` workers one after
+        another on the master's one link."""
+        if self.collective:
+            return end + ring_allreduce_time((counts > 0).sum(axis=1), self.model.message_time)
+        if self.shared:
+            return end + counts.shape[1] * (self.whole - self.latency) + self.latency
+        return end
+
+    def text(self) -> str:
+        """What the result says of its transport, with the link parameters the times came from."""
+        if self.collective:
+            return (f"collective (notes {self.latency:.6g} s, then a ring all-reduce over the k members:"
+                    f" 2 (k - 1) message_time(1 / k), message_time(1) = {self.whole:.6g} s)")
+        if self.shared:
+            return (f"star, one link at the master (messages queue for it; the parameters go back over it:"
+                    f" message_time(1) = {self.whole:.6g} s)")
+        return "star"
+
+
 def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=None,
-          collective: bool = False, shared: bool = False) -> SimulationResult:
+          links: _Links | None = None) -> SimulationResult:
     """The vectorized path, block by block (``rule``: ``(mu, wait_all)``, the closing rule). With
     ``scheme`` (a batched scheme with a static code, driven on the event path), each block's
     rounds are also closed in the scheme, with the rows its own ``close`` would record (the
-    workers not in: stragglers and workers with nothing in). ``collective``: the messages are
-    notes and each round ends with its members' all-reduce (module docstring, "Transports");
-    ``shared``: a star's messages queue for the master's one link, and the round ends with the
-    parameters sent back over it (module docstring, "The master's link")."""
+    workers not in: stragglers and workers with nothing in). ``links``: how messages reach the
+    master (:class:`_Links`; default the papers' star)."""
     mu, wait_all = rule
     n = code.n
     P, Rw = code_loads(code)
     rule = code.decode_rule()
-    c = float(model.message_time(0.0)) if collective else _message_time(model, code.chunks)
+    links = links if links is not None else _Links(model, code.chunks)
     sink = _Sink(rounds, n, records)
     cols = np.arange(n)
     with _progress(show, rounds, "simulating") as prog:
         task = prog.add_task("rounds", total=rounds) if prog is not None else None
         for a, b, draw in draws:
-            A = _arrival_table(draw.intercept, draw.slope, P, Rw, c)
-            if shared and not collective:
-                A = through_one_link(A, _message_time(model, code.chunks) - float(model.message_time(0.0)))
+            A = links.arrivals(_arrival_table(draw.intercept, draw.slope, P, Rw, links.message))
             # completion: the last message of each worker (a view for single-message codes)
             C = A[:, :, 0] if A.shape[2] == 1 else A[:, cols, Rw - 1]
             T = rule.decode_time(A)
@@ -417,18 +463,14 @@ def _fast(code, model, draws, rounds, rule, close, seed, show, records, scheme=N
 
             if scheme is not None:
                 scheme.close_rounds(a, strag | (counts == 0))
-            if collective:  # the members: every worker with a message in by the close
-                end = end + ring_allreduce_time((counts > 0).sum(axis=1), model.message_time)
-            elif shared:  # the new parameters to the n workers, one after another on the master's link
-                end = end + _broadcast_time(model, n)
-            sink.put(a, b, end, strag, wait, write_tables)
+            sink.put(a, b, links.after_close(end, counts), strag, wait, write_tables)
             if prog is not None:
                 prog.update(task, completed=b)
     sink.stats.jobs_done = rounds
     return sink.result(
         lambda: np.arange(rounds),
         scheme=_name(code if scheme is None else scheme), model=_name(model), close=close, seed=_seed_repr(seed),
-        method="fast" if scheme is None else "events", transport=_transport_text(model, collective, shared),
+        method="fast" if scheme is None else "events", transport=links.text(),
     )
 
 
@@ -446,24 +488,6 @@ def through_one_link(A: np.ndarray, seconds: float) -> np.ndarray:
     back = np.empty_like(flat)
     np.put_along_axis(back, order, out, axis=1)
     return back.reshape(A.shape)
-
-
-def _broadcast_time(model, n: int) -> float:
-    """The parameters to ``n`` workers over the master's one link: ``n`` transmissions, then one
-    latency."""
-    latency = float(model.message_time(0.0))
-    return n * (float(model.message_time(1.0)) - latency) + latency
-
-
-def _transport_text(model, collective: bool, shared: bool = False) -> str:
-    """What the result says of its transport, with the link parameters the times came from."""
-    if not collective and shared:
-        return (f"star, one link at the master (messages queue for it; the parameters go back over it:"
-                f" message_time(1) = {float(model.message_time(1.0)):.6g} s)")
-    if not collective:
-        return "star"
-    return (f"collective (notes {float(model.message_time(0.0)):.6g} s, then a ring all-reduce over the k members:"
-            f" 2 (k - 1) message_time(1 / k), message_time(1) = {float(model.message_time(1.0)):.6g} s)")
 
 
 def _seed_repr(seed):
