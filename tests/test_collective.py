@@ -306,13 +306,18 @@ def test_a_member_that_dies_during_the_reduction_is_left_out_and_the_round_plann
 
 def test_runs_the_collective_path_cannot_take_keep_the_star_path_and_say_why(data, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
-    with pytest.warns(CollectiveFallbackWarning, match="SRSGC"):
-        res = gt.fit(net(), data, TrainSpec("sr-sgc", workers=4, stragglers=1, seed=0, models=3,
-                                            scheme_params={"B": 1, "W": 2, "lam": 1}),
+    from gradcode.schemes.static import StaticScheme
+
+    class StarOnly(StaticScheme):  # a scheme whose decode is not planned as a reduction
+        def collective_support(self):
+            return "StarOnly decodes at the driver"
+
+    with pytest.warns(CollectiveFallbackWarning, match="StarOnly decodes at the driver"):
+        res = gt.fit(net(), data, TrainSpec(StarOnly(gradcode.make_code("crc", n=4, s=1)), workers=4, stragglers=1,
+                                            seed=0),
                      torch_config=gt.TorchConfig(batch_size=120), run=RunConfig(rounds=3),
                      cluster=ClusterConfig(transport="collective"), engine="inprocess")
     assert "allreduce_bandwidth" not in res.result.clock
-    from gradcode.schemes.static import StaticScheme
 
     assert "verify" in StaticScheme(gradcode.make_code("crc", n=4, s=1), verify=True).collective_support()
     assert StaticScheme(gradcode.make_code("crc", n=4, s=1)).collective_support() is None

@@ -24,3 +24,9 @@ class CollectiveUnsupportedError(GradcodeError):
     """A scheme, code or problem cannot run on the collective path (its decode is not a fixed
     linear combination of held messages, or its objective needs the parameters at the driver);
     the message names it and why. The runtime then keeps the star path for it, saying so."""
+
+
+class ResultsLostError(GradcodeError):
+    """Results a scheme still needs were lost with the worker that kept them (the collective path
+    keeps messages on the workers) and the scheme will not ask for them again: the message names
+    the job and the worker."""

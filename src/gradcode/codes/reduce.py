@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from gradcode.codes.messages import Note, weighted_sum
 from gradcode.codes.precision import PLAIN_SUM_SLACK, accept_bound, error_bound, wire_precision
 from gradcode.errors import CollectiveUnsupportedError
 
-__all__ = ["ReducePlan", "contribution", "reduce_plan"]
+__all__ = ["ReducePlan", "contribution", "merge_plans", "reduce_plan", "relabel"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +49,10 @@ class ReducePlan:
     leading ``r_w`` messages (zeros for rows the decoding does not use); ``chunks`` ``L``,
     ``length`` ``m``, ``dim`` ``d``; ``error_bound``, ``plain_bound``, ``summed`` as in
     :class:`~gradcode.codes.precision.Decoded`; ``checked``: accepted already by the plain-sum rule
-    (no check after the reduction); ``reduce_precision``: the type the parts are all-reduced in."""
+    (no check after the reduction); ``reduce_precision``: the type the parts are all-reduced in;
+    ``rows``: which messages each worker's weight rows read, ``{w: ((round, index), ...)}`` (a
+    sequential scheme's job reads messages of several rounds), or None: the leading ``r_w``
+    messages of the round being reduced (a static code's)."""
 
     decoding: Decoding
     weights: Mapping[int, np.ndarray]
@@ -63,6 +66,7 @@ class ReducePlan:
     rtol: float
     reduce_precision: str
     checked: bool
+    rows: Mapping[int, tuple[tuple[int, int], ...]] | None = None
 
     @property
     def workers(self) -> tuple[int, ...]:
@@ -129,6 +133,49 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
         weights[w][r] = A[:, i]
     return ReducePlan(sol, weights, int(code.chunks), m, d, bound, plain, summed, prec, tol, reduce_prec,
                       bool(bound <= PLAIN_SUM_SLACK * plain))
+
+
+def relabel(plan: ReducePlan, holders: Mapping[int, tuple[int, Sequence[tuple[int, int]]]]) -> ReducePlan:
+    """``plan`` (made over a code's own worker ids) for the workers that hold its messages:
+    ``holders[q] = (w, rows)``, worker ``w`` holds the messages of the code's worker ``q`` at
+    ``rows`` (``(round, index)`` each). A sequential scheme runs a base code over its workers, or
+    over the chunks of its data, several of which one worker may hold."""
+    weights: dict[int, list] = {}
+    rows: dict[int, list] = {}
+    for q in sorted(plan.weights):
+        w, at = holders[q]
+        a = plan.weights[q]
+        if len(at) != a.shape[0]:
+            raise ValueError(f"the code's worker {q} has {a.shape[0]} weight rows; {len(at)} positions given")
+        weights.setdefault(w, []).append(a)
+        rows.setdefault(w, []).extend((int(r), int(i)) for r, i in at)
+    return replace(plan, weights={w: np.concatenate(a) for w, a in weights.items()},
+                   rows={w: tuple(r) for w, r in rows.items()})
+
+
+def merge_plans(plans: Sequence[ReducePlan]) -> ReducePlan:
+    """One plan summing the decodes of ``plans`` (each with ``rows``, reading distinct messages,
+    every one ``checked``: a sum of plans judged only after the reduction would need each one's
+    norm, so those stay apart): the weights of each worker's rows joined, the bounds added."""
+    if not plans:
+        raise ValueError("merge_plans needs at least one plan")
+    if any(p.rows is None or not p.checked for p in plans):
+        raise ValueError("merge_plans merges checked plans with rows only")
+    first = plans[0]
+    if len({(p.chunks, p.length, p.dim, p.reduce_precision) for p in plans}) != 1:
+        raise ValueError("merge_plans needs plans of one shape and reduce type")
+    weights: dict[int, list] = {}
+    rows: dict[int, list] = {}
+    for p in plans:
+        for w, a in p.weights.items():
+            weights.setdefault(w, []).append(a)
+            rows.setdefault(w, []).extend(p.rows[w])
+    widest = max(plans, key=lambda p: p.error_bound)
+    return replace(first, decoding=widest.decoding, weights={w: np.concatenate(a) for w, a in weights.items()},
+                   rows={w: tuple(r) for w, r in rows.items()},
+                   error_bound=math.fsum(p.error_bound for p in plans),
+                   plain_bound=math.fsum(p.plain_bound for p in plans), summed=math.fsum(p.summed for p in plans),
+                   precision=widest.precision, rtol=min(p.rtol for p in plans))
 
 
 def contribution(weights: np.ndarray, values: Sequence[np.ndarray], *, chunks: int, length: int,

@@ -37,14 +37,15 @@ The collective path (:mod:`gradcode.runtime.replica`; an engine with ``collectiv
   messages come back as :class:`~gradcode.codes.messages.Note` s, the worker keeping the values;
 * ``reduce(t, orders)`` starts round ``t``'s reduction among the workers of ``orders`` (``{w:
   ReduceOrder}``): each contributes its part, they all-reduce the parts among themselves and step
-  their replicas; each answers with a ``"reduced"`` :class:`Event` whose payload is its
+  their replicas (a member may still be computing a task: the reduction does not wait for it);
+  each answers with a ``"reduced"`` :class:`Event` whose payload is its
   :class:`~gradcode.runtime.replica.ReduceReply` (``error`` set when it did not step: the
   reduction failed because a member died, naming it in ``lost``; the decode was imprecise; the
   step diverged), or dies (a lost ``"failed"`` event);
 * ``sync(w, source)``: before ``w``'s next task its replica becomes a copy of ``source``'s (a
   task of a worker whose copy failed raises :class:`~gradcode.runtime.replica.StaleReplicaError`,
   reported as lost); ``catch_up(w, updates)``: before ``w``'s next task it applies ``updates``
-  (``[(model, step, ReduceReply.update)]``, kept by a member whose order said ``publish``), the
+  (``[(model, step, JobStep.update)]``, kept by the member a job's order named its ``keeper``), the
   cheap way to bring a worker one or a few steps behind up to date;
 * ``fetch(w)``: a copy of ``w``'s models (for records, metrics and checkpoints).
 """

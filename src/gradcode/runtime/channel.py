@@ -15,7 +15,8 @@ Wire format: a frame is a header (``!II``: the pickle's length, the number of ou
 one ``!Q`` length per buffer, the pickle (protocol 5) and the buffers' raw bytes: numpy arrays
 travel as their own bytes, not copied into the pickle. Requests (driver to worker) are
 ``("run", t, generation, tasks, sleeps, fail, one, params)``, ``("reduce", t, order)`` (the
-collective path's reduction, computed in order after the tasks before it) and ``("abort", t)``;
+collective path's reduction, on a thread of its own beside the tasks: the messages it reads were
+kept before their notes were sent) and ``("abort", t)``;
 replies are ``(t, "message", payload)``, ``(t, "end", None)`` (the task ended: aborted in its
 sleep, or a stream's last message was sent), ``(t, "reduced", reply)``, ``(t, "error",
 WorkerTaskError)`` (the task raised) and ``(t, "reduce-error", WorkerTaskError)`` (the reduction
@@ -163,30 +164,33 @@ class WorkerChannel:
             conn.close()
             return
         work: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._compute, args=(_nodelay(conn), work), daemon=True).start()
-        self._read_requests(conn, work)
+        reductions: queue.SimpleQueue = queue.SimpleQueue()
+        conn, sending = _nodelay(conn), threading.Lock()  # two threads write frames: one at a time
+        threading.Thread(target=self._compute, args=(conn, sending, work), daemon=True).start()
+        threading.Thread(target=self._reductions, args=(conn, sending, reductions), daemon=True).start()
+        self._read_requests(conn, work, reductions)
 
-    def _read_requests(self, conn: socket.socket, work: queue.SimpleQueue) -> None:
+    def _read_requests(self, conn: socket.socket, work: queue.SimpleQueue, reductions: queue.SimpleQueue) -> None:
         try:
             while True:
                 request = recv_frame(conn)
                 if request[0] == "abort":
                     self.holder.core.abort(request[1])
+                elif request[0] == "reduce":
+                    reductions.put(request)
                 else:
                     work.put(request)
         except (OSError, ChannelClosed, EOFError, pickle.UnpicklingError):
             pass
         finally:
             work.put(None)
+            reductions.put(None)
 
-    def _compute(self, conn: socket.socket, work: queue.SimpleQueue) -> None:
+    def _compute(self, conn: socket.socket, sending, work: queue.SimpleQueue) -> None:
         try:
             while (request := work.get()) is not None:
                 with self._computing:
-                    if request[0] == "reduce":
-                        self._reduce(conn, *request[1:])
-                    else:
-                        self._run(conn, *request[1:])
+                    self._run(conn, sending, *request[1:])
         except _DriverGone:  # its tasks are dropped with it
             pass
         finally:  # whatever ended this loop, the driver sees the channel close (FIN), not silence
@@ -194,34 +198,42 @@ class WorkerChannel:
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
-    def _run(self, conn, t, generation, tasks, sleeps, fail, one, params) -> None:
+    def _run(self, conn, sending, t, generation, tasks, sleeps, fail, one, params) -> None:
         try:
             self.check(generation)
             sent = False
             for message in self.holder.core.run(t, tasks, params, sleeps, fail):
-                _send(conn, (t, "message", message))
+                _send(conn, sending, (t, "message", message))
                 sent = True
             if not (one and sent):
-                _send(conn, (t, "end", None))
+                _send(conn, sending, (t, "end", None))
         except _DriverGone:
             raise
         except Exception as exc:  # the task raised (an OSError of its own included)
-            _send(conn, (t, "error", _portable(exc)))
+            _send(conn, sending, (t, "error", _portable(exc)))
 
-
-    def _reduce(self, conn, t, order) -> None:
-        """The collective path's reduction (``holder.reduce``), after the tasks sent before it."""
+    def _reductions(self, conn: socket.socket, sending, reductions: queue.SimpleQueue) -> None:
+        """The collective path's reductions (``holder.reduce``), in the order they came, on a
+        thread of their own: a worker still computing a round (a straggler) takes part in the
+        reduction of messages it kept earlier (a sequential scheme's job) without the round
+        waiting for its computation."""
         try:
-            reply = self.holder.reduce(order)
-        except Exception as exc:
-            _send(conn, (t, "reduce-error", _portable(exc)))
-            return
-        _send(conn, (t, "reduced", reply))
+            while (request := reductions.get()) is not None:
+                t, order = request[1:]
+                try:
+                    reply = self.holder.reduce(order)
+                except Exception as exc:
+                    _send(conn, sending, (t, "reduce-error", _portable(exc)))
+                    continue
+                _send(conn, sending, (t, "reduced", reply))
+        except _DriverGone:
+            pass
 
 
-def _send(conn: socket.socket, frame) -> None:
+def _send(conn: socket.socket, sending: threading.Lock, frame) -> None:
     try:
-        send_frame(conn, frame)
+        with sending:
+            send_frame(conn, frame)
     except OSError as exc:
         raise _DriverGone from exc
 

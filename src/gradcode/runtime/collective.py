@@ -12,13 +12,16 @@ the data kept where it is computed:
 3. the scheme decides on the notes exactly as on messages (the same ``ready``, the same closing
    rules) and plans the decode (``scheme.reduce_plans``: the checked decoding of the pattern, each
    worker's weights, the error bound from the scales, grown by the reduction's own rounding);
-4. the driver sends each *member* (every worker that delivered messages of the round: those the
+4. the driver sends each *member* (every worker that delivered messages of the round, those the
    decode reads, a straggler's prefix included, and those not needed, who receive the result
-   rather than lag; a member still streaming is aborted first) a
-   :class:`~gradcode.runtime.replica.ReduceOrder`; the
-   members all-reduce their weighted messages among themselves (the engine's group of exactly
-   those members, created by them and cached) and each steps its replica with the same bits,
-   after the decode's acceptance rule on the reduced gradient;
+   rather than lag; a member still streaming is aborted first; and every worker holding a
+   message a plan reads, which for a sequential scheme may have been kept rounds earlier by a
+   worker straggling in this one) a :class:`~gradcode.runtime.replica.ReduceOrder` carrying
+   every job the round's close finishes (a static code's one; a sequential scheme's none, one
+   or two: a round with none closes without a reduction); the members all-reduce their weighted
+   messages, the jobs' parts end to end, among themselves (the engine's group of exactly those
+   members, created by them and cached) and each steps its replica's models with the same bits,
+   after each decode's acceptance rule on its reduced gradient;
 5. the round closes once a reduction succeeded (``scheme.close``, which records the stragglers).
 
 Faults. A member that dies during the reduction fails it for all: its results are forgotten
@@ -29,8 +32,8 @@ messages, as a refused held decode does; a diverging step stops the run as on th
 
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
 (a straggler, a worker that died and was restarted, one whose reduction failed) is brought up to
-date before its next task: when a round leaves a live worker out, its first member keeps the
-reduced gradient (``ReduceOrder.publish``: in its memory, the vector it reduced into, no copy;
+date before its next task: when a round leaves a live worker out, a member at the job's version keeps the
+reduced gradient (``JobReduction.keeper``: in its memory, the vector it reduced into, no copy;
 the driver holds a :class:`~gradcode.runtime.replica.Kept` naming it), and a worker at most
 :attr:`CollectiveDriver.REPLAY` steps behind applies the updates it missed (``engine.catch_up``:
 the keeper puts the vector in Ray's object store beside its own next computation, the lagger
@@ -40,13 +43,25 @@ send a digest of their parameters, every other round a fingerprint (a digest of 
 :meth:`~gradcode.runtime.replica.Replica.fingerprint`), and the run stops, naming the workers,
 when they differ; their training objectives are compared too.
 
+Sequential schemes (SR-SGC, M-SGC): a job's messages are computed over up to ``T`` rounds, so a
+replica keeps its messages ``T`` rounds (``Replica.window``) and a plan names the ``(round,
+index)`` of each message it reads. A worker's reductions run on a thread of their own
+(:mod:`gradcode.runtime.channel`), so a straggler of the current round reduces a message it kept
+earlier without the round waiting for its computation. Models step only when their one pending
+job finishes (``models > T``), so a job's tasks name the same version in every round of its
+life. A death loses the messages the worker kept: those of the current round are computed again
+by the task sent again; an earlier round's are asked for again where the scheme's rule can (SR-SGC
+before the job's re-attempt round); otherwise the run stops with a
+:class:`~gradcode.errors.ResultsLostError` naming the worker and job (the star path keeps every
+message at the driver and has no such case). A resumed run's workers hold no messages: the same
+rule applies to every open job of the checkpoint.
+
 What stays at the driver: the notes, the plans and the replies (the loss of each step). The
 parameters come back only when the run needs them: held-out metrics (``eval_every``), checkpoints
 and the end of the run (``engine.fetch`` from one up-to-date worker). Schemes that cannot plan a
-reduction (``scheme.collective_support()`` says why: verification, operator codes, the sequential
-schemes for now) and problems whose objective needs the whole training set (numpy
-problems) keep the star path, with a :class:`CollectiveFallbackWarning` naming the reason
-(:func:`collective_blocker`).
+reduction (``scheme.collective_support()`` says why: verification, operator codes) and problems
+whose objective needs the whole training set (numpy problems) keep the star path, with a
+:class:`CollectiveFallbackWarning` naming the reason (:func:`collective_blocker`).
 """
 
 from __future__ import annotations
@@ -56,9 +71,10 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcode.codes.precision import ImpreciseDecodeError
+from gradcode.errors import ResultsLostError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
-from gradcode.runtime.replica import ModelState, ReduceOrder, Replica, ReplicaRef, StaleReplicaError
+from gradcode.runtime.replica import JobReduction, ModelState, ReduceOrder, Replica, ReplicaRef, StaleReplicaError
 from gradcode.runtime.round_state import OpenRound, WorkerTasks
 
 __all__ = ["CollectiveDriver", "CollectiveFallbackWarning", "collective_blocker"]
@@ -97,7 +113,7 @@ class CollectiveDriver(RoundDriver):
         #: deaths seen of each worker: part of a group's name, so a restarted worker never meets
         #: a group of its previous process
         self.incarnation = [0] * n
-        self.replies: dict[int, object] = {}  # job -> a member's ReduceReply
+        self.losses: dict[int, float] = {}  # job -> the training objective its members reported
         self._groups: OrderedDict[tuple, int] = OrderedDict()  # member key -> group number (the live ones)
         self._next_group = 0
         self.reductions_failed = 0
@@ -110,7 +126,7 @@ class CollectiveDriver(RoundDriver):
         self._run = None
         models = [ModelState(_frozen(state.params[m]), opt, state.opt_states[m], int(state.steps[m]))
                   for m, opt in enumerate(setup.optimizers)]
-        engine.join(Replica(models))
+        engine.join(Replica(models, window=setup.scheme.delay))
         self.versions = [self._current()] * n
 
     def _current(self) -> tuple:
@@ -171,15 +187,20 @@ class CollectiveDriver(RoundDriver):
             self._forget_results(self.current, w)
 
     def _forget_results(self, t: int, w: int) -> None:
+        """The scheme forgets ``w``'s messages (of round ``t``; a sequential scheme's, of every
+        job still open), and the round's ledger its deliveries."""
+        try:
+            self.scheme.forget_results(t, w)
+        except ResultsLostError as exc:
+            raise TrainingStopped(f"round {t}: {exc}") from None
         got = self.ledger.of(t, w)
         if got.count:
-            self.scheme.forget_results(t, w)
             got.count = 0
             self.state.arrivals[t, w] = -1.0
 
     # -------------------------------------------------------------- the close is a reduction
     def _close_once(self, rnd: OpenRound, arrived: frozenset, counts: np.ndarray):
-        """Plan round ``t``'s decode, reduce it among the members, and close the round once they
+        """Plan round ``t``'s decodes, reduce them among the members, and close the round once they
         stepped (None: a member died, the round is planned again)."""
         t, sent = rnd.t, rnd.tasks
         # every worker that delivered messages of the round (the decode may read a straggler's
@@ -188,34 +209,43 @@ class CollectiveDriver(RoundDriver):
         # need no copy of the models before their next task
         self.backlog.extend(self.engine.poll(0.0))
         unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
-        members = sorted({w for w in sent if counts[w] > 0} | (unread & set(sent)))
-        plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
-        if len(plans) != 1:
-            raise TrainingStopped(f"round {t}: the collective path reduces one job a round; the scheme"
-                                  f" finished {len(plans)}")
-        if not self._reduce(rnd, plans[0], members):
+        delivered = {w for w in sent if counts[w] > 0} | (unread & set(sent))
+        plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(delivered), 1))
+        # and every worker holding a message a plan reads: a sequential scheme's job reads those
+        # of earlier rounds too, kept by workers that may be straggling in this one (their
+        # reductions run beside their computation)
+        members = sorted(delivered.union(*(p.workers for _, p in plans)))
+        if len(members) != max(len(delivered), 1):  # the plans' bounds count the reducing workers
+            plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
+        if plans and not self._reduce(rnd, plans, members):
             return None
         finished = self.scheme.close(t, arrived)
-        return [(job, self.replies[job]) for job, _ in finished], arrived
+        return [(job, self.losses.pop(job)) for job, _ in finished], arrived
 
-    def _reduce(self, rnd: OpenRound, plan, members: list[int]) -> bool:
-        """Run round ``rnd.t``'s reduction among ``members``: True when members stepped, False when a
-        member died and the round must be planned again; raises :class:`ImpreciseDecodeError`
-        when the members refused the reduced gradient (the round waits for more messages)."""
+    def _reduce(self, rnd: OpenRound, plans: list, members: list[int]) -> bool:
+        """Run round ``rnd.t``'s reduction of the jobs of ``plans`` (``[(job, ReducePlan)]``, a job's
+        plans summed) among ``members``: True when members stepped, False when a member died and
+        the round must be planned again; raises :class:`ImpreciseDecodeError` when the members
+        refused a reduced gradient (the round waits for more messages)."""
         t = rnd.t
-        job, rplan = plan
-        m = job % self.models
-        step = int(self.state.steps[m])
+        by_job: dict[int, list] = {}
+        for job, plan in plans:
+            by_job.setdefault(job, []).append(plan)
         key = tuple((w, self.incarnation[w]) for w in members)
         group, live = self._group(key)
         digest = bool(self.digest_every) and (t + 1) % self.digest_every == 0
-        # workers left out (alive) will lag: the first member keeps the update for them
-        publish = any(w not in members and w not in self.down for w in range(self.setup.n))
-        orders = {w: ReduceOrder(t, job, m, step, rplan, key, rank, len(members), digest, group, live,
-                                 publish=publish and rank == 0)
+        # workers left out (alive) will lag: a member at the job's version keeps the update for them
+        left_out = any(w not in members and w not in self.down for w in range(self.setup.n))
+        jobs = []
+        for job, job_plans in by_job.items():
+            m = job % self.models
+            step = int(self.state.steps[m])
+            keeper = next((w for w in members if self.versions[w] is not None and self.versions[w][m] == step), None)
+            jobs.append(JobReduction(job, m, step, tuple(job_plans), keeper if left_out else None))
+        orders = {w: ReduceOrder(t, tuple(jobs), key, rank, len(members), digest, group, live)
                   for rank, w in enumerate(members)}
-        if rplan.checked:  # a member still streaming (AGC's spare messages) stops, then reduces; a
-            # plan judged after the sum may need those messages, so it lets them come
+        if all(p.checked for _, p in plans):  # a member still streaming (AGC's spare messages) stops, then
+            # reduces; a plan judged after the sum may need those messages, so it lets them come
             for w in members:
                 if self.engine.running_round(w) == t:
                     self.engine.abort(w, t)
@@ -225,7 +255,7 @@ class CollectiveDriver(RoundDriver):
             replies, died = self._replies(rnd, orders, members)
         finally:
             self._members = set()
-        return self._settle(rnd, job, m, step, orders, replies, died)
+        return self._settle(rnd, jobs, orders, replies, died)
 
     def _replies(self, rnd: OpenRound, orders: dict, members: list[int]) -> tuple[dict, set]:
         """Each member's reply to round ``rnd.t``'s reduction, or its death; events of other
@@ -264,31 +294,39 @@ class CollectiveDriver(RoundDriver):
             self._groups.popitem(last=False)
         return group, tuple(self._groups.values())
 
-    def _settle(self, rnd: OpenRound, job, m, step, orders, replies, died):
+    def _settle(self, rnd: OpenRound, jobs: list, orders, replies, died):
         """What a reduction's replies mean (see :meth:`_reduce`)."""
         t = rnd.t
         stepped = {w: r for w, r in replies.items() if r.error is None}
         if stepped:
-            self._check_replicas(t, m, stepped)
-            ahead = tuple(k + 1 if i == m else k for i, k in enumerate(self._current()))
-            for w in stepped:
-                self.versions[w] = ahead
-            self.replies[job] = stepped[min(stepped)]
-            update = next((r.update for r in stepped.values() if r.update is not None), None)
-            if update is not None:
-                self.updates[(m, step)] = update
-            for key in [k for k in self.updates if k[0] == m and k[1] < step + 1 - self.REPLAY]:
-                del self.updates[key]
+            for job in jobs:
+                by = {w: s for w, r in stepped.items() for s in r.steps if s.job == job.job}
+                if not by:
+                    raise TrainingStopped(f"round {t}: no member of the reduction stepped job {job.job} (model"
+                                          f" {job.model} at step {job.step}): their replicas lag")
+                self._check_replicas(t, job.model, by)
+                self.losses[job.job] = by[min(by)].loss
+                update = next((s.update for s in by.values() if s.update is not None), None)
+                if update is not None:
+                    self.updates[(job.model, job.step)] = update
+                for key in [k for k in self.updates if k[0] == job.model and k[1] < job.step + 1 - self.REPLAY]:
+                    del self.updates[key]
+            for w, r in stepped.items():
+                have = list(self.versions[w] or self._current())
+                for s in r.steps:
+                    have[s.model] = s.step + 1
+                self.versions[w] = tuple(have)
             return True
         errors = {r.error for r in replies.values()}
         if "diverged" in errors:
             reply = next(r for r in replies.values() if r.error == "diverged")
-            raise TrainingStopped(self._diverged(t, job, m, step, reply.message, reply.relative_bound))
+            job = next(j for j in jobs if j.job == reply.job)
+            raise TrainingStopped(self._diverged(t, job.job, job.model, job.step, reply.message, reply.relative_bound))
         if "imprecise" in errors:
             reply = next(r for r in replies.values() if r.error == "imprecise")
-            raise ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound,
-                                        precision=orders[reply.worker].plan.precision,
-                                        rtol=orders[reply.worker].plan.rtol)
+            plan = next(p for j in jobs if j.job == reply.job for p in j.plans if not p.checked)
+            raise ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound, precision=plan.precision,
+                                       rtol=plan.rtol)
         dead = set(died).union(*(r.lost for r in replies.values()))
         out = set().union(*(r.stale for r in replies.values())) - dead
         for w in sorted(out):  # alive, but its replica could not take part: planned again without it, re-sent
@@ -315,9 +353,10 @@ class CollectiveDriver(RoundDriver):
 
     def _check_replicas(self, t: int, m: int, stepped: dict) -> None:
         """The members' replicas are bit-identical: the same objective, and the same digest when
-        one was sent; else the run stops naming the workers."""
-        for what, values in (("training objective", {w: r.loss for w, r in stepped.items()}),
-                             ("parameter digest", {w: r.digest for w, r in stepped.items() if r.digest})):
+        one was sent (``stepped``: each member's :class:`~gradcode.runtime.replica.JobStep` of
+        model ``m``); else the run stops naming the workers."""
+        for what, values in (("training objective", {w: s.loss for w, s in stepped.items()}),
+                             ("parameter digest", {w: s.digest for w, s in stepped.items() if s.digest})):
             groups: dict = {}
             for w, v in sorted(values.items()):
                 groups.setdefault(np.float64(v).tobytes() if isinstance(v, float) else v, []).append(w)
@@ -335,12 +374,12 @@ class CollectiveDriver(RoundDriver):
     def _apply(self, t: int, finished) -> dict[int, float]:
         """The members stepped their replicas: count the steps and take the objective they report."""
         losses = {}
-        for job, reply in finished:
+        for job, loss in finished:
             m = job % self.models
             self.job_params.pop(job, None)
             self.pending_job.pop(m, None)
             self.state.steps[m] += 1
-            losses[m] = float(reply.loss)
+            losses[m] = float(loss)
         return losses
 
     def step(self, run, **kwargs) -> dict:
@@ -384,6 +423,16 @@ class CollectiveDriver(RoundDriver):
 
     def inflight(self) -> dict:
         return {"jobs": {}, "pending_job": dict(self.pending_job)}
+
+    def restore(self, inflight: dict) -> None:
+        """A resumed run: its jobs in flight start from their models' versions (a model steps only
+        when its one pending job finishes, so the version is the job's), and the messages the
+        workers of the run that wrote the checkpoint kept (a sequential scheme's open jobs) are
+        gone with them: the scheme asks for them again, or the run stops saying so
+        (:meth:`_forget_results`)."""
+        super().restore(inflight)
+        for w in range(self.setup.n):
+            self._forget_results(self.state.next_round, w)
 
 
 def _stale_replica(exc) -> bool:

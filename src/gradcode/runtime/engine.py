@@ -66,7 +66,7 @@ from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.channel import CHANNEL_BYTES, ChannelClosed, DriverChannels, WorkerChannel, WorkerTaskError
 from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
-from gradcode.runtime.replica import ReduceReply, Replica, StaleReplicaError, reduce_dtype, warm_replica
+from gradcode.runtime.replica import ReduceReply, StaleReplicaError, warm_replica
 from gradcode.runtime.cluster import init_ray, retire_temp_dir, session, warn_ignored
 from gradcode.runtime.worker import (ProblemSpec, WireTask, build_core, keep_freed_memory, limit_threads,
                                      return_freed_memory, task_messages, worker_threads)
@@ -138,26 +138,29 @@ class _WorkerBase:
     def join_replica(self, replica, store) -> int:
         """Hold ``replica`` (the run's models) and reach the run's store at ``store`` (host, port,
         timeout) for the reductions' groups."""
-        return self.load_replica(replica.models, store)
+        return self.load_replica(replica, store)
 
     def export_replica(self):
-        """A copy of this worker's models, for a lagging worker (:meth:`load_replica`)."""
+        """A copy of this worker's replica, for a lagging worker (:meth:`load_replica`)."""
         return self.core.replica_copy()
 
-    def load_replica(self, models, store) -> int:
-        """Become a copy of an up-to-date worker's replica (``models``: its :meth:`export_replica`)."""
-        self.core.replica = Replica(models)
+    def load_replica(self, replica, store) -> int:
+        """Hold ``replica`` (a copy of an up-to-date worker's: :meth:`export_replica`), with the
+        messages this worker kept (a lagging worker's, for the jobs still open)."""
+        if self.core.replica is not None:
+            replica.take_messages(self.core.replica)
+        self.core.replica = replica
         self._reach(store)
         warm_replica()
         return os.getpid()
 
-    def _synced(self, models, store, replay=None) -> None:
+    def _synced(self, replica, store, replay=None) -> None:
         """Load the up-to-date replica a task brings, or apply the updates it missed (the
         collective path: a lagging worker's task carries them, so it can never compute first;
         an update lost with the worker that kept it fails the task as lost, and the driver sends
         a copy of the models instead)."""
-        if models is not None:
-            self.load_replica(models, store)
+        if replica is not None:
+            self.load_replica(replica, store)
         if replay:
             try:
                 values = ray.get([ref for _, _, ref in replay])
@@ -177,13 +180,12 @@ class _WorkerBase:
         try:
             part, ok = core.reduce_part(order, extra=order.size), True  # the flags' slots (Groups.allreduce)
         except StaleReplicaError:  # it joins to say so: the others discard the sum at once instead of waiting
-            part = np.zeros(order.plan.chunks * order.plan.length + order.size, dtype=reduce_dtype(order.plan))
-            ok = False
+            part, ok = np.zeros(order.length + order.size, dtype=order.dtype), False
         try:
             total = self._groups.allreduce(order.group, order.rank, order.size, order.live, part, ok)
         except ReductionFailed as exc:
-            return ReduceReply(core.worker, order.round, order.job, order.model, order.step, error="failed",
-                               message=str(exc), stale=tuple(order.members[r] for r in exc.absent))
+            return ReduceReply(core.worker, order.round, error="failed", message=str(exc),
+                               stale=tuple(order.members[r] for r in exc.absent))
         return core.reduce_apply(order, total)
 
     def kept(self, model: int, step: int):
@@ -843,9 +845,10 @@ class RayEngine(Engine):
         ray.get([a.join_replica.remote(ref, self._store_address) for a in self._actors])
 
     def reduce(self, t: int, orders: dict) -> None:
-        """Send each member its order through its channel (after the tasks sent before it), or
-        by actor call while its channel is not open (a restarted worker's is re-opened). A member
-        whose order cannot be sent has died: the others' group fails without it."""
+        """Send each member its order through its channel (its reductions run beside its tasks,
+        in the order sent), or by actor call while its channel is not open (a restarted worker's
+        is re-opened; the call waits for the task it runs). A member whose order cannot be sent
+        has died: the others' group fails without it."""
         for w, order in orders.items():
             if self._has_channel(w) and self._channels.reduce(w, t, order):
                 self._reducing[w] = t
@@ -877,7 +880,7 @@ class RayEngine(Engine):
 
     def fetch(self, w: int) -> list:
         """A copy of ``w``'s models (read here: for metrics, checkpoints and the result)."""
-        return ray.get(self._actors[w].export_replica.remote())
+        return ray.get(self._actors[w].export_replica.remote()).export()
 
     def lost(self) -> str | None:
         """The cluster is gone when its GCS (head node) no longer accepts connections: say so, with

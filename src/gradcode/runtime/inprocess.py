@@ -61,7 +61,7 @@ from gradcode._validation import check_real
 from gradcode.codes.messages import Message
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
-from gradcode.runtime.replica import Replica, ReduceReply, StaleReplicaError, reduce_dtype
+from gradcode.runtime.replica import ReduceReply, StaleReplicaError
 from gradcode.runtime.worker import build_core
 from gradcode.schemes.timing import ring_allreduce_time
 
@@ -368,7 +368,7 @@ class InProcessEngine(Engine):
         self._joined = True
         for slot in self._slots:
             if slot.core is not None:
-                slot.core.replica = Replica(replica.export())
+                slot.core.replica = replica.copy()
 
     def reduce(self, t: int, orders: dict) -> None:
         """Round ``t``'s reduction, done now; its replies are due after the declared
@@ -381,13 +381,12 @@ class InProcessEngine(Engine):
             for w, order in ranked:
                 if w not in dead:
                     events.append(Event(w, t, "reduced", ReduceReply(
-                        w, t, order.job, order.model, order.step, error="failed", lost=dead,
-                        message=f"the reduction failed: members {list(dead)} are dead")))
+                        w, t, error="failed", lost=dead, message=f"the reduction failed: members {list(dead)} are dead")))
         else:
             # what gloo's all-reduce moves: the part and the members' flags (gloo.Groups.allreduce),
             # also when a member cannot contribute (the members learn it from the sum's flags)
-            plan = ranked[0][1].plan
-            nbytes = reduce_dtype(plan).itemsize * (plan.chunks * plan.length + len(ranked))
+            first = ranked[0][1]
+            nbytes = first.dtype.itemsize * (first.length + len(ranked))
             parts, stale = [], []
             for w, order in ranked:  # a fixed order: every member gets the same bits
                 try:
@@ -396,8 +395,8 @@ class InProcessEngine(Engine):
                     stale.append(w)
             if stale:
                 events = [Event(w, t, "reduced", ReduceReply(
-                    w, t, order.job, order.model, order.step, error="failed", stale=tuple(stale),
-                    message=f"members {stale} cannot contribute")) for w, order in ranked]
+                    w, t, error="failed", stale=tuple(stale), message=f"members {stale} cannot contribute"))
+                          for w, order in ranked]
             else:
                 total = np.array(parts[0])
                 for part in parts[1:]:
@@ -415,7 +414,10 @@ class InProcessEngine(Engine):
         self._revive(w, self._slots[w])  # a restarted worker is synced before its first task
         src, dst = self._slots[source].core, self._slots[w].core
         if src is not None and dst is not None and src.replica is not None:
-            dst.replica = Replica(src.replica.export())
+            replica = src.replica.copy()
+            if dst.replica is not None:  # the messages it kept stay (a sequential scheme's open jobs)
+                replica.take_messages(dst.replica)
+            dst.replica = replica
 
     def catch_up(self, w: int, updates: list) -> None:
         """``w`` applies ``updates`` now (a worker that is down keeps its lag: its next task finds it)."""

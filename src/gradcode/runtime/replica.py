@@ -43,7 +43,7 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import ReducePlan, contribution
 from gradcode.errors import GradcodeError
 
-__all__ = ["Kept", "ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
+__all__ = ["JobReduction", "JobStep", "Kept", "ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
            "warm_replica"]
 
 
@@ -84,58 +84,98 @@ class ModelState:
 
 
 @dataclass(frozen=True)
-class ReduceOrder:
-    """What the driver sends each member of round ``round``'s reduction for job ``job`` (model
-    ``model`` at version ``step``): the :class:`~gradcode.codes.reduce.ReducePlan` (every member
-    judges the reduced gradient by it), the member's place in the group (``key``: the members and
-    their incarnations; ``group``: the number the driver gave that key, ``live`` the numbers of
-    the groups it keeps, :mod:`gradcode.runtime.gloo`; ``rank`` of ``size``) and whether to send
-    a digest."""
+class JobReduction:
+    """One job's share of a round's reduction: job ``job`` of model ``model`` at version ``step``,
+    its gradient the sum of what ``plans`` decode (one plan for a code's decode; a sequential
+    scheme's job sums several, each judged by its own rule: :func:`~gradcode.codes.reduce.merge_plans`
+    joins those judged before the sum); ``keeper``: the member that keeps the reduced gradient for
+    the workers left out (:class:`Kept`), None when none is left out."""
 
-    round: int
     job: int
     model: int
     step: int
-    plan: ReducePlan
+    plans: tuple[ReducePlan, ...]
+    keeper: int | None = None
+
+    @property
+    def length(self) -> int:
+        """Values this job's plans take in the reduced vector (each plan's ``chunks * length``)."""
+        return sum(p.chunks * p.length for p in self.plans)
+
+
+@dataclass(frozen=True)
+class ReduceOrder:
+    """What the driver sends each member of round ``round``'s reduction: the jobs it finishes
+    (:class:`JobReduction`, their parts laid end to end in one all-reduce: a sequential scheme may
+    finish two jobs, or none, in a round), the member's place in the group (``key``: the members
+    and their incarnations; ``group``: the number the driver gave that key, ``live`` the numbers of
+    the groups it keeps, :mod:`gradcode.runtime.gloo`; ``rank`` of ``size``) and whether to send a
+    digest."""
+
+    round: int
+    jobs: tuple[JobReduction, ...]
     key: tuple
     rank: int
     size: int
     digest: bool = False
     group: int = 0
     live: tuple = ()
-    #: keep the reduced gradient for workers that lag (:class:`Kept`)
-    publish: bool = False
+
+    def __post_init__(self):
+        if len({reduce_dtype(p) for j in self.jobs for p in j.plans}) > 1:
+            raise ValueError("a reduction's plans must share one reduce type")
 
     @property
     def members(self) -> tuple[int, ...]:
         return tuple(w for w, _ in self.key)
 
+    @property
+    def length(self) -> int:
+        """Values of the reduced vector (every job's, less the flags' slots)."""
+        return sum(j.length for j in self.jobs)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The type the parts are all-reduced in (:func:`reduce_dtype`)."""
+        return reduce_dtype(self.jobs[0].plans[0]) if self.jobs else np.dtype(np.float32)
+
 
 @dataclass(frozen=True)
-class ReduceReply:
-    """A member's answer: its replica of ``model`` now at ``step + 1`` with training objective
-    ``loss`` (``error`` None), or why it did not step (``error``: ``"imprecise"``, ``"diverged"``
-    or ``"failed"``: the reduction itself failed, a member died or could not take part; with
-    ``message``); ``digest`` of the new parameters (a full one when asked, else a
-    :meth:`Replica.fingerprint`)."""
+class JobStep:
+    """A member's step of one job: model ``model`` went from ``step`` to ``step + 1`` with training
+    objective ``loss``; ``relative_bound`` the decode's (NaN when accepted before the sum);
+    ``digest`` of the new parameters (a full one when asked, else a :meth:`Replica.fingerprint`);
+    ``update``: where the reduced gradient is kept for the lagging workers (:class:`Kept`), when
+    this member is the job's keeper."""
 
-    worker: int
-    round: int
     job: int
     model: int
     step: int
     loss: float = math.nan
     relative_bound: float = math.nan
     digest: str | None = None
+    update: object = None
+
+
+@dataclass(frozen=True)
+class ReduceReply:
+    """A member's answer: the jobs it stepped (``steps``, :class:`JobStep`; a model this member
+    lags on is left for it to catch up), or why it stepped none (``error``: ``"imprecise"`` or
+    ``"diverged"`` for job ``job``, with ``relative_bound`` (the finite gradient's norm for a
+    divergence), or ``"failed"``: the reduction itself failed, a member died or could not take
+    part; with ``message``)."""
+
+    worker: int
+    round: int
+    steps: tuple[JobStep, ...] = ()
     error: str | None = None
     message: str = ""
+    job: int | None = None
+    relative_bound: float = math.nan
     #: members found dead when the reduction failed (``error="failed"``)
     lost: tuple = ()
     #: members that could not take part, alive (``error="failed"``)
     stale: tuple = ()
-    #: with ``ReduceOrder.publish``: where the reduced gradient is kept for the lagging workers
-    #: (:class:`Kept`), for :meth:`Replica.replay`
-    update: object = None
 
 
 @dataclass(frozen=True)
@@ -190,25 +230,28 @@ def step_model(problem, optimizer, params, opt_state, k: int, g, *, at=None) -> 
 
 
 class Replica:
-    """A worker's replica of every model (module docstring). ``problem`` is the worker's problem,
-    which must carry its objective in the decoded vector (``objective_in_vector``)."""
+    """A worker's replica of every model (module docstring). ``window``: rounds a kept message may
+    wait for its reduction after its own (a sequential scheme's delay ``T``: its job decodes up to
+    ``T`` rounds later; 0 for a static code, whose round reads only its own messages)."""
 
     #: updates kept for lagging workers, a model (the driver replays at most this many)
     KEEP = 4
 
-    def __init__(self, models: list[ModelState]):
+    def __init__(self, models: list[ModelState], window: int = 0):
         self.models = list(models)
-        self._held: dict[int, list[Message]] = {}  # round -> the messages kept, in order
-        self._kept: dict[tuple[int, int], np.ndarray] = {}  # (model, step) -> a reduced gradient (publish)
-        # a step (and its commit) and an export (a copy for a lagging worker, on another thread)
-        # exclude each other: a copy never catches an optimizer mid-step
+        self.window = int(window)
+        self._held: dict[tuple[int, int], Message] = {}  # (round, index) -> a message kept
+        self._kept: dict[tuple[int, int], np.ndarray] = {}  # (model, step) -> a reduced gradient (its keeper's)
+        # a step (and its commit), an export (a copy for a lagging worker) and the messages held
+        # are shared by the compute thread and the reductions' thread: a copy never catches an
+        # optimizer mid-step, a part never reads the held messages while a task drops old ones
         self._lock = threading.RLock()
 
     def __getstate__(self):  # travels (Ray) as its models; a copy holds no messages and a lock of its own
-        return {"models": self.models}
+        return {"models": self.models, "window": self.window}
 
     def __setstate__(self, state):
-        self.__init__(state["models"])
+        self.__init__(state["models"], state.get("window", 0))
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -222,62 +265,113 @@ class Replica:
                                     f" needs step {ref.version}")
         return state.params
 
-    def keep(self, t: int, message: Message) -> Note:
-        """Hold message ``message`` of round ``t`` (rounds before ``t`` are dropped: a static
-        scheme's round needs only its own) and return its note."""
-        for old in [r for r in self._held if r < t]:
-            del self._held[old]
-        self._held.setdefault(t, []).append(message)
+    def keep(self, t: int, index: int, message: Message) -> Note:
+        """Hold message ``index`` of round ``t`` (messages of rounds before ``t - window`` are
+        dropped: no reduction reads them any more) and return its note."""
+        with self._lock:
+            for key in [k for k in self._held if k[0] < t - self.window]:
+                del self._held[key]
+            self._held[(t, index)] = message
         return Note.of(message)
 
+    @staticmethod
+    def _rows(plan: ReducePlan, order: ReduceOrder, worker: int, weights) -> tuple:
+        rows = plan.rows
+        return rows[worker] if rows is not None else tuple((order.round, r) for r in range(len(weights)))
+
     def part(self, order: ReduceOrder, worker: int, extra: int = 0) -> np.ndarray:
-        """This worker's part of the reduction (:func:`~gradcode.codes.reduce.contribution`, with
-        ``extra`` zero slots after it): zeros when the plan reads none of its messages."""
-        plan = order.plan
-        dtype = reduce_dtype(plan)
+        """This worker's part of the reduction: each job's plans' contributions
+        (:func:`~gradcode.codes.reduce.contribution`) end to end, ``extra`` zero slots after
+        them; zeros where a plan reads none of its messages."""
+        dtype = order.dtype
+        plans = [p for j in order.jobs for p in j.plans]
+        if len(plans) == 1:  # a static code's round: the contribution itself, no copy
+            return self._contribution(plans[0], order, worker, dtype, extra)
+        out = np.zeros(order.length + extra, dtype=dtype)
+        off = 0
+        for plan in plans:
+            size = plan.chunks * plan.length
+            out[off:off + size] = self._contribution(plan, order, worker, dtype, 0)
+            off += size
+        return out
+
+    def _contribution(self, plan: ReducePlan, order: ReduceOrder, worker: int, dtype, extra: int) -> np.ndarray:
         weights = plan.weights.get(worker)
-        held = self._held.get(order.round, [])
         if weights is None or not np.any(weights):
             return np.zeros(plan.chunks * plan.length + extra, dtype=dtype)
-        if len(held) < len(weights):
-            raise StaleReplicaError(f"worker {worker} holds {len(held)} message(s) of round {order.round}; the plan"
-                                    f" reads {len(weights)}")
-        return contribution(weights, [m.values for m in held[: len(weights)]], chunks=plan.chunks,
-                            length=plan.length, dtype=dtype, extra=extra)
+        rows = self._rows(plan, order, worker, weights)
+        with self._lock:
+            missing = [key for key in rows if key not in self._held]
+            values = [self._held[key].values for key in rows if key not in missing]
+        if missing:
+            raise StaleReplicaError(f"worker {worker} no longer holds message(s) {missing} (round, index) that the"
+                                    f" plan of round {order.round} reads")
+        return contribution(weights, values, chunks=plan.chunks, length=plan.length, dtype=dtype, extra=extra)
 
     def apply(self, order: ReduceOrder, total: np.ndarray, problem, worker: int) -> ReduceReply:
-        """Judge the reduced gradient ``total`` by the plan's acceptance rule and step model
-        ``order.model`` with it (:func:`step_model`); the replica changes only on success."""
-        plan = order.plan
-        state = self.models[order.model]
-        g = np.asarray(total)[: np.size(state.params)]  # less a chunked code's zero padding
-        base = dict(worker=worker, round=order.round, job=order.job, model=order.model, step=order.step)
-        rel = math.nan
-        if not plan.checked:
-            norm = math.sqrt(sum_squares(g))  # one pass, accumulated in float64 without a float64 copy
-            try:
-                rel = plan.accept(norm)
-            except ImpreciseDecodeError as exc:
-                return ReduceReply(**base, relative_bound=exc.relative_bound, error="imprecise", message=str(exc))
-        if state.step != order.step:
-            raise StaleReplicaError(f"worker {worker}'s replica of model {order.model} is at step {state.step}; the"
-                                    f" reduction steps it from {order.step}")
-        try:
-            with self._lock:
-                new, opt_state, loss = step_model(problem, state.optimizer, state.params, state.opt_state, state.step,
-                                                  g)
+        """Judge each job's reduced gradient in ``total`` by its plans' acceptance rules and step
+        the jobs' models with them (:func:`step_model`), all or none: a model this replica lags on
+        (it was not brought up to date: a straggler holding an older job's message) is left for
+        it to catch up."""
+        total = np.asarray(total)
+        base = dict(worker=worker, round=order.round)
+        grads, rels = [], []
+        off = 0
+        for job in order.jobs:
+            state = self.models[job.model]
+            g = None
+            rel = math.nan
+            for plan in job.plans:
+                seg = total[off: off + plan.chunks * plan.length][: np.size(state.params)]  # less a chunk's padding
+                off += plan.chunks * plan.length
+                if not plan.checked:
+                    norm = math.sqrt(sum_squares(seg))  # one pass in float64, without a float64 copy
+                    try:
+                        rel = max(plan.accept(norm), 0.0 if math.isnan(rel) else rel)
+                    except ImpreciseDecodeError as exc:
+                        return ReduceReply(**base, job=job.job, relative_bound=exc.relative_bound, error="imprecise",
+                                           message=str(exc))
+                g = seg if g is None else g + seg  # a sequential job's plans summed in the reduce type
+            grads.append(g)
+            rels.append(rel)
+        steps = []
+        with self._lock:
+            new_states = []
+            for job, g in zip(order.jobs, grads):
+                state = self.models[job.model]
+                if state.step < job.step:
+                    continue  # lagging: it catches up before its next task
+                if state.step != job.step:
+                    raise StaleReplicaError(f"worker {worker}'s replica of model {job.model} is at step {state.step};"
+                                            f" the reduction steps it from {job.step}")
+                try:
+                    new, opt_state, loss = step_model(problem, state.optimizer, state.params, state.opt_state,
+                                                      state.step, g)
+                except DivergedError as exc:
+                    return ReduceReply(**base, job=job.job, error="diverged", message=exc.what,
+                                       relative_bound=exc.norm)
+                new_states.append((job, state, new, opt_state, loss))
+            for job, state, new, opt_state, loss in new_states:
                 self._commit(state, new, opt_state)
-        except DivergedError as exc:
-            return ReduceReply(**base, error="diverged", message=exc.what, relative_bound=exc.norm)
-        self._held.pop(order.round, None)
-        update = None
-        if order.publish:  # the vector itself, no copy: nothing writes to it any more
-            self._kept[(order.model, order.step)] = total
-            for key in sorted(k for k in self._kept if k[0] == order.model)[:-self.KEEP]:
-                del self._kept[key]
-            update = Kept(worker, order.model, order.step)
-        return ReduceReply(**base, loss=loss, relative_bound=rel, update=update,
-                           digest=self.digest(order.model) if order.digest else self.fingerprint(order.model))
+            for job in order.jobs:  # the messages read are needed no more
+                for plan in job.plans:
+                    weights = plan.weights.get(worker)
+                    if weights is not None:
+                        for key in self._rows(plan, order, worker, weights):
+                            self._held.pop(key, None)
+        off = 0
+        for job, g, rel in zip(order.jobs, grads, rels):
+            stepped = next((x for x in new_states if x[0] is job), None)
+            if stepped is not None:
+                update = None
+                if job.keeper == worker:  # the vector itself, no copy: nothing writes to it any more
+                    self._kept[(job.model, job.step)] = g
+                    for key in sorted(k for k in self._kept if k[0] == job.model)[:-self.KEEP]:
+                        del self._kept[key]
+                    update = Kept(worker, job.model, job.step)
+                steps.append(JobStep(job.job, job.model, job.step, stepped[4], rel, update=update,
+                                     digest=self.digest(job.model) if order.digest else self.fingerprint(job.model)))
+        return ReduceReply(**base, steps=tuple(steps))
 
     def kept(self, model: int, step: int) -> np.ndarray:
         """The reduced gradient of model ``model``'s step ``step`` this replica kept (:class:`Kept`)."""
@@ -327,12 +421,19 @@ class Replica:
                                                   digest_size=16).hexdigest()
 
     def export(self) -> list[ModelState]:
-        """A copy of every model (for a lagging worker: :meth:`load`)."""
+        """A copy of every model (the driver's copy of the parameters: metrics, checkpoints)."""
         with self._lock:
             return copy.deepcopy(self.models)
 
-    def load(self, models: list[ModelState]) -> None:
-        """Become a copy of an up-to-date replica (``export``'s result); held messages are dropped."""
+    def copy(self) -> Replica:
+        """A copy of this replica for a lagging worker (its models and window; no messages)."""
+        return Replica(self.export(), self.window)
+
+    def take_messages(self, other: Replica) -> None:
+        """Hold the messages ``other`` (this worker's previous replica) kept: a lagging worker
+        given a copy of the models keeps the messages it computed for jobs still open (a
+        sequential scheme's)."""
+        with other._lock:
+            held = dict(other._held)
         with self._lock:
-            self.models = list(models)
-            self._held.clear()
+            self._held.update(held)

@@ -204,7 +204,7 @@ class WorkerCore:
                 scale = sum(float(np.abs(E[pos]) @ v) for pos, v in norms.items())
                 message = to_wire(msg, scale, self.wire_dtype)
                 # the collective path keeps the message and tells the driver its note
-                yield self.replica.keep(t, message) if keep else message
+                yield self.replica.keep(t, i, message) if keep else message
                 i += 1
 
     def _resolve(self, x):
@@ -231,8 +231,8 @@ class WorkerCore:
         self._replica().replay(updates, self.problem, self.worker)
 
     def replica_copy(self):
-        """A copy of this worker's models (:meth:`Replica.export`), for a lagging worker."""
-        return self._replica().export()
+        """A copy of this worker's replica (:meth:`Replica.copy`), for a lagging worker."""
+        return self._replica().copy()
 
     def kept(self, model: int, step: int) -> np.ndarray:
         """An update this worker kept for the lagging ones (:meth:`Replica.kept`)."""

@@ -191,12 +191,16 @@ an array when driven by hand) or ``None`` (simulator)."""
         """What :meth:`close` would decode in round ``t``, as ``[(job, ReducePlan)]``
         (:mod:`gradcode.codes.reduce`) for ``reduced_by`` reducing workers (default: those in
         ``arrived``), without closing the round: a driver reduces first and closes only once a
-        reduction succeeded. Raises what ``close`` raises for a round that does not decode."""
+        reduction succeeded. A job listed with several plans is their sum (M-SGC's groups); a
+        round finishing no job gives ``[]``. Raises what ``close`` raises for a round that does
+        not decode."""
         raise NotImplementedError(self.collective_support())
 
     def forget_results(self, t: int, worker: int) -> None:
         """``worker``'s results of round ``t`` are gone (its process died holding them, on the
-        collective path): decode without them; a task sent again delivers them anew."""
+        collective path): decode without them; a task sent again delivers them anew. A scheme
+        whose jobs span rounds forgets those of earlier rounds too, and raises
+        :class:`~gradcode.errors.ResultsLostError` for one it cannot do without."""
         raise NotImplementedError(self.collective_support())
 
     @property

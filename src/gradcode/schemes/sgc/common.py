@@ -47,8 +47,9 @@ import numpy as np
 
 from gradcode._validation import check_int
 from gradcode.codes.tandon import CRC, FRC
-from gradcode.codes.messages import Message
-from gradcode.errors import NotDecodableError
+from gradcode.codes.messages import Message, Note
+from gradcode.codes.reduce import reduce_plan, relabel
+from gradcode.errors import NotDecodableError, ResultsLostError
 from gradcode.schemes.base import (
     PlayedRounds,
     ProtocolError,
@@ -126,14 +127,26 @@ class BaseGC:
             return bool(np.bincount(self.group[mask], minlength=self.groups).all())
         return (int(mask.sum()) if count is None else count) >= self.need
 
+    def _chosen(self, workers) -> list[int]:
+        """The workers whose results the decode reads: all, or for GC-Rep the first of each group
+        (one worker per group suffices)."""
+        if not self.rep:
+            return sorted(workers)
+        chosen: dict[int, int] = {}
+        for w in sorted(workers):
+            chosen.setdefault(int(self.group[w]), w)
+        return list(chosen.values())
+
     def decode(self, messages: dict[int, np.ndarray], dim: int) -> np.ndarray:
         """``sum_j g_j`` over the code's ``n`` local partitions from ``{worker: message}``."""
-        if self.rep:  # one worker per group suffices: hand the decoder one each
-            chosen: dict[int, int] = {}
-            for w in sorted(messages):
-                chosen.setdefault(int(self.group[w]), w)
-            messages = {w: messages[w] for w in chosen.values()}
-        return self.code.decode({int(self.inner[w]): m for w, m in messages.items()}, dim=dim)
+        return self.code.decode({int(self.inner[w]): messages[w] for w in self._chosen(messages)}, dim=dim)
+
+    def reduce_plan(self, notes: dict[int, Note], where: dict[int, tuple[int, int]], dim: int, reduced_by: int):
+        """:meth:`decode` as a reduction (:func:`~gradcode.codes.reduce.reduce_plan`) of the
+        results ``notes`` describes, worker ``w``'s kept at ``where[w]`` (round, index)."""
+        ws = self._chosen(notes)
+        plan = reduce_plan(self.code, {int(self.inner[w]): [notes[w]] for w in ws}, dim=dim, reduced_by=reduced_by)
+        return relabel(plan, {int(self.inner[w]): (w, [where[w]]) for w in ws})
 
 
 # --------------------------------------------------------------------------- conformance
@@ -308,6 +321,10 @@ class SequentialScheme(Scheme):
         self._next = 0  # the round plan() expects
         self._finished: set[int] = set()
         self._real: bool | None = None
+        self._notes = False  # the payloads are notes (the collective path): the workers keep the values
+        #: where each received note's message is kept: ``{job: {key: (worker, round, index)}}``
+        #: (the key the subclass files the note under), for the reductions' plans
+        self._where: dict[int, dict] = {}
         self.stale_messages = 0
         self.duplicate_messages = 0
 
@@ -371,13 +388,15 @@ class SequentialScheme(Scheme):
                 " send their messages in order"
             )
         real = payload is not None
+        if real and type(payload) is Note:
+            self._notes = True
         if real is not self._real:
             if self._real is None:
                 self._real = real
             else:
                 raise ProtocolError(f"{type(self).__name__} got array payloads and None payloads in one run"
                                     f" (worker {w}, round {t}, message {index})")
-        if real and not isinstance(payload, Message):
+        if real and not isinstance(payload, (Message, Note)):
             payload = np.asarray(payload)
         r.counts[w] = have + 1
         r.version += 1
@@ -578,11 +597,13 @@ class SequentialScheme(Scheme):
         lo = max(0, t - self._T)
         # decode first: a decode that is refused (ImpreciseDecodeError) leaves the round open and
         # the scheme's state as it was, so that the driver can wait for more results and close again
-        out = [(u, self._decode(u) if self._real else None) for u in range(lo, t + 1)
-               if self._job_range(u) and u not in self._finished and self._decodable(u)]
+        decode = self._real and not self.__dict__.get("_notes", False)  # notes: the members reduced it
+        out = [(u, self._decode(u) if decode else None) for u in self._finishing(t)]
         self._record(t, row)
         self.conformance.commit(row, self._ending_tracks(t))
         self._finished.update(u for u, _ in out)
+        for u, _ in out:  # reduced or decoded: where its messages were kept matters no more
+            self.__dict__.get("_where", {}).pop(u, None)
         if lo - 1 in self._finished:  # job t - T - 1 left the window: forget it
             self._finished.discard(lo - 1)
             self._forget(lo - 1)
@@ -592,4 +613,68 @@ class SequentialScheme(Scheme):
 
     def _check_dim(self, m: int) -> int:
         return self.dim if self.dim is not None else m
+
+    def _finishing(self, t: int) -> list[int]:
+        """The jobs a close of round ``t`` finishes: every live job that decodes."""
+        return [u for u in range(max(0, t - self._T), t + 1)
+                if self._job_range(u) and u not in self._finished and self._decodable(u)]
+
+    def _file(self, u: int, key, w: int, t: int, index: int, payload) -> None:
+        """Note where a received note's message is kept (the collective path's plans read it)."""
+        if type(payload) is Note:
+            self.__dict__.setdefault("_where", {}).setdefault(u, {})[key] = (w, t, index)
+
+    # ----------------------------------------------------------- the collective path
+    def collective_support(self) -> str | None:
+        """None: a job's decode is linear in the messages of its rounds (the base GC's decoding
+        coefficients; M-SGC's ``D_1`` chunks summed), so the workers that kept them reduce it.
+        A worker's replica keeps its messages ``T`` rounds
+        (:class:`~gradcode.runtime.replica.Replica`'s ``window``), and a round's reduction carries
+        every job its close finishes (none, one, or two: a job decoded in its own round beside the
+        one due)."""
+        return None
+
+    def reduce_plans(self, t: int, arrived, reduced_by: int | None = None) -> list[tuple[int, object]]:
+        """:meth:`Scheme.reduce_plans`: ``(job, ReducePlan)`` for each job the close of round
+        ``t`` finishes (M-SGC: several plans for one job, summed), from the notes held."""
+        t = check_round(t)
+        r = self._round
+        if r is None or r.t != t:
+            raise ProtocolError(f"round {t} is already closed" if t < self._next else f"round {t} was never planned")
+        if not self._ready(t):
+            raise NotDecodableError(f"round {t} cannot be closed yet: {self.why_not_ready(t)}")
+        k = max(len(frozenset(arrived)) if reduced_by is None else int(reduced_by), 1)
+        return [(u, plan) for u in self._finishing(t) for plan in self._reduce_plans(u, k)]
+
+    def forget_results(self, t: int, worker: int) -> None:
+        """``worker``'s messages are gone (its process died holding them, on the collective path):
+        those of round ``t`` (a task sent again delivers them anew) and those it kept of earlier
+        rounds for jobs still open. Raises :class:`~gradcode.errors.ResultsLostError` when a job
+        needed one that the scheme will not ask for again (its last round has begun)."""
+        t = check_round(t)
+        w = self._check_worker(worker)
+        r = self._round
+        if r is not None and r.t == t and r.counts[w]:
+            r.counts[w] = 0
+            r.cur[w] = r.planned[w] > 0
+            r.incomplete = int(np.count_nonzero(r.cur))
+            r.version += 1
+        where = self.__dict__.get("_where", {})
+        for u in sorted(where):
+            lost = [(key, at) for key, at in where[u].items() if at[0] == w]
+            for key, (_, rnd, _) in lost:
+                del where[u][key]
+                self._unreceive(u, key, rnd, t)
+
+    def _unreceive(self, u: int, key, rnd: int, t: int) -> None:
+        """Job ``u`` no longer holds the message filed under ``key`` (received in round ``rnd``;
+        round ``t`` is open): undo its receipt, or raise :class:`~gradcode.errors.ResultsLostError`."""
+        raise NotImplementedError
+
+    def _lost(self, u: int, w: int, rnd: int, what: str) -> ResultsLostError:
+        return ResultsLostError(
+            f"worker {w} died holding {what} for job {u} (computed in round {rnd}), which job {u} cannot finish"
+            f" without and {type(self).__name__} does not ask for again: the collective path keeps results on the"
+            " workers; resume from the last checkpoint, or train with transport='channels' (the star path keeps"
+            " them at the driver)")
 

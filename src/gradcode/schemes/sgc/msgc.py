@@ -40,7 +40,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from gradcode.codes.messages import as_rows
+from gradcode.codes.reduce import merge_plans, reduce_plan, relabel
+from gradcode.codes.tandon import Uncoded
 from gradcode.schemes.base import SCHEMES, ProtocolError, Task
 from gradcode.schemes.sgc.common import ONE, BaseGC, SequentialScheme, _Round, check_params
 from gradcode.schemes.sgc.rounds import (
@@ -290,6 +294,7 @@ class MSGC(SequentialScheme):
                 self._parts.setdefault(u, {})[w * (self.W - 1) + kk] = payload
             else:
                 self._coded.setdefault(u, [{} for _ in range(self.B)])[kk][w] = payload
+            self._file(u, (kd, kk, w), w, r.t, index, payload)
 
     def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
         slot, kind, k = r.plan
@@ -364,6 +369,58 @@ class MSGC(SequentialScheme):
             self._m.jid[x] = -1
         self._parts.pop(u, None)
         self._coded.pop(u, None)
+        self.__dict__.get("_where", {}).pop(u, None)
+
+    def _reduce_plans(self, u: int, reduced_by: int) -> list:
+        """Job ``u``'s decode (:meth:`_decode`) as plans: the ``D_1`` chunks' plain sum (the
+        uncoded code over them: weight 1 each, not judged, as :meth:`_decode` does not judge it)
+        and each group's GC decode. The groups the plain-sum rule accepts before the sum are joined
+        with the ``D_1`` sum into one plan; a group judged after the sum keeps a plan (and a part of
+        the reduction) of its own, judged on its own decoded norm, as :meth:`_decode` judges it."""
+        where = self._where[u]
+        parts = self._parts[u]
+        chunks = sorted(parts)
+        W = self.W
+        m_len = parts[chunks[0]].length
+        d1 = reduce_plan(Uncoded(len(chunks)), {q: [parts[p]] for q, p in enumerate(chunks)}, dim=m_len,
+                         reduced_by=reduced_by)
+        plans = [replace(relabel(d1, {q: (p // (W - 1), [where[(0, p % (W - 1), p // (W - 1))][1:]])
+                                      for q, p in enumerate(chunks)}), checked=True)]
+        if self.gc is not None:
+            for m in range(self.B):
+                coded = self._coded[u][m]
+                plans.append(self.gc.reduce_plan(coded, {w: where[(1, m, w)][1:] for w in coded}, m_len, reduced_by))
+        return [merge_plans([p for p in plans if p.checked])] + [p for p in plans if not p.checked]
+
+    def _unreceive(self, u: int, key, rnd: int, t: int) -> None:
+        """A result of job ``u`` is gone: a ``D_1`` chunk or a group's coded result (``key``:
+        ``(kind, k)``). One of round ``t`` is computed again by the task sent again; one of an
+        earlier round is not asked for again unless its group decodes without it (re-attempts
+        take the place of the worker's coded mini-tasks, beyond the straggler model the paper's
+        guarantee covers), so its loss stops the run."""
+        kind, k, w = key
+        x = self._slot(u)
+        m = self._m
+        if kind == 0:
+            self._parts.get(u, {}).pop(w * (self.W - 1) + k, None)
+            if x is not None and m.have[x, w, k]:
+                m.have[x, w, k] = False
+                m.missing[x] += 1
+            if rnd < t:
+                raise self._lost(u, w, rnd, f"its D_1 chunk {k}")
+            return
+        if u in self._coded:
+            self._coded[u][k].pop(w, None)
+        if x is not None and m.coded[x, k, w]:
+            m.coded[x, k, w] = False
+            m.coded_n[x, k] -= 1
+            if self.gc.rep:
+                q = int(self._group[w])
+                m.cov[x, k, q] -= 1
+                if m.cov[x, k, q] == 0:
+                    m.uncov[x, k] += 1
+        if rnd < t and x is not None and not self._group_ok(x, k):
+            raise self._lost(u, w, rnd, f"its coded result for group {k}")
 
     # ----------------------------------------------------------- compiled rounds
     def _to_rings(self) -> tuple:

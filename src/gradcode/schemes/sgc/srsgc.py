@@ -202,6 +202,7 @@ class SRSGC(SequentialScheme):
         new = sr_receive(u, w, u == r.t, u % self._jid.size, self._recv, self._count, self._fresh)
         if new and payload is not None:
             self._msgs.setdefault(u, {})[w] = payload
+            self._file(u, w, w, r.t, index, payload)
 
     def _receive_batch(self, r: _Round, workers: np.ndarray, indices: np.ndarray) -> None:
         sr_receive_all(r.t, workers.astype(np.int64, copy=False), r.plan, self._recv, self._count, self._fresh)
@@ -249,6 +250,30 @@ class SRSGC(SequentialScheme):
         if x is not None:
             self._jid[x] = -1
         self._msgs.pop(u, None)
+        self.__dict__.get("_where", {}).pop(u, None)
+
+    def _reduce_plans(self, u: int, reduced_by: int) -> list:
+        """Job ``u``'s decode (:meth:`_decode`) as one plan: the base GC's over the results held."""
+        notes = self._msgs[u]
+        where = {w: (rnd, i) for w, (_, rnd, i) in self._where[u].items()}
+        m_len = next(iter(notes.values())).length
+        return [self.gc.reduce_plan(notes, where, m_len, reduced_by)]
+
+    def _unreceive(self, u: int, key, rnd: int, t: int) -> None:
+        """Worker ``key``'s result for job ``u`` is gone. Before the job's re-attempt round
+        (``u + B``) Algorithm 1 asks for it again (it counts as not returned, in round ``u`` too);
+        from then on, a job that no longer decodes without it cannot finish."""
+        w = key
+        self._msgs.get(u, {}).pop(w, None)
+        x = self._slot(u)
+        if x is None or not self._recv[x, w]:
+            return
+        self._recv[x, w] = False
+        self._count[x] -= 1
+        if rnd == u:
+            self._fresh[x] -= 1
+        if rnd < t and t >= u + self.B and not self._decodable(u):
+            raise self._lost(u, w, rnd, "its result")
 
     # ----------------------------------------------------------- compiled rounds
     def _to_rings(self) -> tuple:
