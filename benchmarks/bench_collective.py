@@ -1,6 +1,7 @@
 """The collective path against the star and against torch DDP: a large model's training step.
 
     python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2862 [1024 ...]]
+        [--schemes uncoded crc [sr-sgc]]
 
 Set-up: an MLP 1024 -> H -> H -> 10 (H = 2862: 11.15 M float32
 parameters), 4 workers, batch 64 (16 a worker), SGD (lr 0.01), random inputs and labels (seed 0),
@@ -13,6 +14,11 @@ on this machine's cores. Trainers, run one after the other:
   message to the driver, which decodes, steps and sends the parameters) and on the collective
   path (``--transport collective``: the members all-reduce their weighted messages over gloo and
   step their own replicas), Ray's embedded cluster, workers of one thread each.
+
+``--schemes sr-sgc`` adds SR-SGC (B = 1, W = 2, lambda = 1: s = 1, T = 1) on both paths, two
+models (SGC App. I: ``models > T``; job ``t`` steps model ``t mod 2``, so its weights are compared
+only between its two paths, not with DDP's): a job's messages may wait a round on the workers for
+its re-attempts, and a round reduces the jobs it finishes in one all-reduce.
 
 Each trainer runs ``--rounds`` steps twice: without delays, and with one of the 4 workers (a random
 one each step) sleeping ``--delay`` seconds before it computes (DDP waits for it in every
@@ -125,8 +131,9 @@ def run_gradcode(scheme: str, transport: str, hidden: int, rounds: int, delay: f
     from gradcode.runtime import ClusterConfig, RunConfig, TrainSpec
 
     # one worker delayed when delay > 0; CRC tolerates one (uncoded, which tolerates none, waits)
-    spec = TrainSpec(scheme, workers=N_WORKERS, stragglers=1 if delay > 0 or scheme == "crc" else 0, delay=delay,
-                     seed=0)
+    sequential = {"models": 2, "scheme_params": {"B": 1, "W": 2, "lam": 1}} if scheme == "sr-sgc" else {}
+    spec = TrainSpec(scheme, workers=N_WORKERS, stragglers=1 if delay > 0 or scheme != "uncoded" else 0, delay=delay,
+                     seed=0, **sequential)
     stamps: list[float] = []
     with tempfile.TemporaryDirectory() as run_dir:
         res = gt.fit(model(hidden), data(), spec,
@@ -146,6 +153,8 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, nargs="+", default=[2862],
                     help="hidden widths, one model each (several: where the collective path starts to gain)")
     ap.add_argument("--only", choices=("ddp", "gradcode"), help="one kind of trainer")
+    ap.add_argument("--schemes", nargs="+", choices=("uncoded", "crc", "sr-sgc"), default=["uncoded", "crc"],
+                    help="gradcode's schemes, each on both paths")
     args = ap.parse_args()
     import warnings
 
@@ -157,7 +166,7 @@ def main() -> None:
           f" {BATCH}, SGD, {args.rounds} rounds, median step after {WARMUP}, {args.repeats} repeat(s)", flush=True)
     trainers = [] if args.only == "gradcode" else [("ddp", None)]
     if args.only != "ddp":
-        trainers += [(s, t) for s in ("uncoded", "crc") for t in ("channels", "collective")]
+        trainers += [(s, t) for s in args.schemes for t in ("channels", "collective")]
     delays = (0.0, args.delay) if args.delay > 0 else (0.0,)
     times: dict = {}
     weights: dict = {}
@@ -197,11 +206,12 @@ def _weights(hidden: int, weights: dict) -> None:
     if ref is not None:
         print(f"\nhidden {hidden}: final weights, max |w - w_DDP| / max |w_DDP| (no delays):")
         for key, w in weights.items():
-            if key[0] != "ddp":
+            if key[0] not in ("ddp", "sr-sgc"):  # SR-SGC trains two models on alternate batches
                 print(f"  {key[0]} {key[1]}: {np.abs(w - ref).max() / np.abs(ref).max():.2e}")
-    star, coll = weights.get(("crc", "channels", 0.0)), weights.get(("crc", "collective", 0.0))
-    if star is not None and coll is not None:
-        print(f"  crc collective against crc star: {np.abs(coll - star).max() / np.abs(star).max():.2e}")
+    for scheme in ("crc", "sr-sgc"):
+        star, coll = weights.get((scheme, "channels", 0.0)), weights.get((scheme, "collective", 0.0))
+        if star is not None and coll is not None:
+            print(f"  {scheme} collective against {scheme} star: {np.abs(coll - star).max() / np.abs(star).max():.2e}")
 
 
 if __name__ == "__main__":

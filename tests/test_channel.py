@@ -72,7 +72,7 @@ class _Holder:
         self.core, self._generation = core, generation
 
     def check(self, generation):
-        from gradcode.runtime.engine import StaleWorkerError
+        from gradcode.runtime.actors import StaleWorkerError
 
         if generation != self._generation:
             raise StaleWorkerError(f"holds data {self._generation}, the task needs {generation}")
@@ -130,7 +130,7 @@ def test_an_abort_ends_the_injected_sleep_at_once(served):
 
 
 def test_a_raising_task_and_stale_data_come_back_as_errors(served):
-    from gradcode.runtime.engine import StaleWorkerError
+    from gradcode.runtime.actors import StaleWorkerError
 
     driver, _, problem, _, _ = served
     wrong = WireTask(0, (3,), np.ones((1, 1, 1)), 0)  # a partition this worker does not store
@@ -168,7 +168,8 @@ def test_what_a_task_raises_stops_the_run_and_a_stale_worker_is_lost():
     included) stops the run as on the Ray path, stale data makes a lost task."""
     from gradcode.errors import NotDecodableError
     from gradcode.runtime.channel import _portable
-    from gradcode.runtime.engine import StaleWorkerError, _lost, _stale
+    from gradcode.runtime.actors import StaleWorkerError, stale as _stale
+    from gradcode.runtime.engine import lost as _lost
 
     assert not _lost(_portable(NotDecodableError("boom"))) and not _lost(_portable(ValueError("x")))
     assert _stale(_portable(StaleWorkerError("holds data 0"))) and not _stale(_portable(ValueError("x")))
@@ -216,9 +217,10 @@ def test_both_transports_train_exactly_with_a_straggler(ray_session, tmp_path, t
 
 def test_parameters_above_the_channel_limit_go_through_the_object_store(ray_session, tmp_path, monkeypatch):
     from gradcode.runtime import engine
+    from gradcode.runtime.transports.channels import Channels
 
     puts = []
-    monkeypatch.setattr(engine, "CHANNEL_BYTES", 16)  # every parameter vector is "large"
+    monkeypatch.setattr(Channels, "inline_bytes", 16)  # every parameter vector is "large"
     real_put = engine.ray.put
     monkeypatch.setattr(engine.ray, "put", lambda x: puts.append(x.nbytes) or real_put(x))
     res = run(tmp_path, scheme="crc", stragglers=1, delay=0.05, fail=["2@2"])
@@ -257,15 +259,15 @@ def test_a_dead_workers_channel_is_opened_again_once_ray_restarted_it(ray_sessio
         while not events and time.monotonic() < deadline:
             events = engine.poll(1.0)
         assert [(e.worker, e.kind, e.lost) for e in events] == [(0, "failed", True)]
-        assert not engine._channels.has(0)
+        assert not engine.transport.channels.has(0)
         delivered, deadline = [], time.monotonic() + 60
         for t in range(1, 10_000):  # actor calls while Ray restarts it, then its channel again
             engine.submit(0, t, [task], [x])
             while engine.busy(0) and time.monotonic() < deadline:
                 delivered += [e for e in engine.poll(1.0) if e.kind == "message"]
-            if engine._channels.has(0) or time.monotonic() > deadline:
+            if engine.transport.channels.has(0) or time.monotonic() > deadline:
                 break
-        assert engine._channels.has(0) and delivered
+        assert engine.transport.channels.has(0) and delivered
         engine.submit(0, t + 1, [task], [x])
         got, deadline = [], time.monotonic() + 30
         while not got and time.monotonic() < deadline:

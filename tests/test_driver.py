@@ -589,7 +589,7 @@ def test_config_objects_validate_when_built():
         TrainSpec(inject="some")
     with pytest.raises(ValueError, match="start_timeout must be > 0"):
         ClusterConfig(start_timeout=0)
-    with pytest.raises(ValueError, match="transport must be one of 'channels', 'ray', 'collective'; got 'grpc'"):
+    with pytest.raises(ValueError, match="transport must be one of 'channels', 'collective', 'ray'; got 'grpc'"):
         ClusterConfig(transport="grpc")
     params = {"lr": 0.1}
     spec = TrainSpec(optimizer_params=params)

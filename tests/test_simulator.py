@@ -644,7 +644,7 @@ def test_collective_transport_drives_a_static_scheme_and_refuses_the_others():
     np.testing.assert_array_equal(a.round_times, b.round_times)
     np.testing.assert_array_equal(scheme.stragglers, a.stragglers)
     sgc = gradcode.schemes.make_scheme("sr-sgc", n=6, B=1, W=2, lam=1)
-    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate SRSGC.*reductions"):
+    with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate SRSGC.*static codes"):
         gradcode.simulate(sgc, model, 5, transport="collective")
     gcdc = gradcode.schemes.make_scheme("gc-dc", n=6, clusters=2, r=2)  # the runtime's, not yet the simulator's
     with pytest.raises(gradcode.errors.CollectiveUnsupportedError, match="cannot simulate GCDC.*static codes"):

@@ -280,7 +280,7 @@ def ray_session(cluster=None, *, run_dir=None):
 
     The worker actors are shared too: an engine's :meth:`~gradcode.runtime.engine.RayEngine.shutdown` leaves its live
     actors to the next engine, which makes them its workers with
-    :meth:`_RayWorker.reset <gradcode.runtime.engine._RayWorker.reset>` (a
+    :meth:`AsyncWorker.reset <gradcode.runtime.actors.AsyncWorker.reset>` (a
     rebuilt core, ~ms) instead of starting processes (~0.5 s each, measured on 2 cores). Ray
     restarts a dead actor with its *first* constructor arguments, so every task names the data
     generation it needs and a worker that holds another refuses it (a lost task); the engine

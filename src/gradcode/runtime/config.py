@@ -26,11 +26,13 @@ from typing import Any
 
 from gradcode._options import described
 from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
+from gradcode.runtime.transports import transport_names
 
 __all__ = ["ClusterConfig", "FaultConfig", "RunConfig", "TrainSpec", "given_configs"]
 
-#: how a round reaches the Ray workers (``ClusterConfig.transport``)
-TRANSPORTS = ("channels", "ray", "collective")
+#: how a round reaches the Ray workers (``ClusterConfig.transport``): the modules of
+#: :mod:`gradcode.runtime.transports`, the default first
+TRANSPORTS = transport_names()
 
 
 def _set(obj, name: str, value) -> None:
