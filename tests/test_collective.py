@@ -10,6 +10,7 @@ restarts."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -158,7 +159,9 @@ import gradcode.torch as gt  # noqa: E402
 from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec  # noqa: E402
 from gradcode.runtime.collective import CollectiveFallbackWarning  # noqa: E402
 from gradcode.runtime.driver import TrainingStopped  # noqa: E402
-from gradcode.runtime.inprocess import InProcessEngine  # noqa: E402
+from gradcode.runtime.base import Event  # noqa: E402
+from gradcode.runtime.inprocess import InProcessEngine, WorkerDied  # noqa: E402
+from gradcode.runtime.replica import ReduceReply  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -527,3 +530,75 @@ def test_the_in_process_clock_charges_the_ring_with_the_parts_and_their_flags(da
     k, d = 4, flat(net()).size + 2 + 2 * 24  # parameters, BatchNorm's two buffers, the loss and the count
     nbytes = 4 * (d + k)
     np.testing.assert_allclose(times[1e6] - times[2e6], 2 * (k - 1) / k * nbytes * (1 / 1e6 - 1 / 2e6), rtol=1e-9)
+
+
+def test_a_group_whose_member_never_comes_is_cancelled_at_once():
+    """A member that died before it joined a new group: the driver cancels the group
+    (``cancel_group``) and the others stop waiting within milliseconds, not the group's timeout
+    (two members in threads of this process; the third never comes)."""
+    import threading
+
+    from gradcode.runtime.gloo import Groups, ReductionFailed, cancel_group, driver_store
+
+    store, port = driver_store("127.0.0.1", 30.0)
+    members = [Groups("127.0.0.1", port, 30.0) for _ in range(2)]
+    out = [None, None]
+
+    def one(r):
+        try:
+            out[r] = members[r].allreduce(3, r, 3, (3,), np.zeros(4, dtype=np.float32))
+        except ReductionFailed as exc:
+            out[r] = exc
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    start = time.monotonic()
+    for th in threads:
+        th.start()
+    time.sleep(0.3)
+    cancel_group(store, 3)  # rank 2 died before it joined
+    for th in threads:
+        th.join(30)
+    assert time.monotonic() - start < 5
+    assert all(isinstance(x, ReductionFailed) and "cancelled" in str(x) for x in out), out
+    del store
+
+
+class DiesBeforeJoining(InProcessEngine):
+    """Worker ``victim`` dies before it joins round ``at``'s reduction; the other members wait for
+    it, as in gloo's rendezvous, until the driver cancels their group."""
+
+    def __init__(self, victim, at, **kw):
+        super().__init__(**kw)
+        self.victim, self.at, self.cancelled, self._held, self._inject = victim, at, [], None, []
+
+    def reduce(self, t, orders):
+        if t == self.at and self._held is None and self.victim in orders:
+            self.crash(self.victim)
+            self._held = (t, orders)
+            self._inject = [Event(self.victim, t, "failed", WorkerDied("died before it joined"), lost=True)]
+            return
+        super().reduce(t, orders)
+
+    def cancel_reduction(self, group):
+        self.cancelled.append(group)
+        t, orders = self._held
+        self._inject += [Event(w, t, "reduced", ReduceReply(w, t, error="failed", message="group cancelled"))
+                         for w in orders if w != self.victim]
+
+    def poll(self, timeout):
+        if self._inject:
+            events, self._inject = self._inject, []
+            return events
+        return super().poll(timeout)
+
+
+def test_a_member_that_dies_before_joining_gets_its_group_cancelled(data, tmp_path, monkeypatch):
+    """The driver cancels the group as soon as it sees the member's death (the others would wait
+    for the group's timeout otherwise: here, for ever), then plans the round again without it."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    ref = run(data, "channels", "crc", delay=0.0, rounds=6)
+    engine = DiesBeforeJoining(1, 2, compute_time=1e-3)
+    coll = run(data, "collective", "crc", delay=0.0, rounds=6, engine=engine)
+    assert len(engine.cancelled) == 1
+    assert [(f["worker"], f["round"]) for f in coll.result.failures if f["kind"] == "died"] == [(1, 2)]
+    np.testing.assert_allclose(flat(coll.model), flat(ref.model), rtol=1e-5, atol=1e-6)

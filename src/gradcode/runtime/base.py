@@ -42,6 +42,7 @@ The collective path (:mod:`gradcode.runtime.replica`; an engine with ``collectiv
   :class:`~gradcode.runtime.replica.ReduceReply` (``error`` set when it did not step: the
   reduction failed because a member died, naming it in ``lost``; the decode was imprecise; the
   step diverged), or dies (a lost ``"failed"`` event);
+* ``cancel_reduction(group)``: a member of that reduction died; the others stop waiting for it;
 * ``sync(w, source)``: before ``w``'s next task its replica becomes a copy of ``source``'s (a
   task of a worker whose copy failed raises :class:`~gradcode.runtime.replica.StaleReplicaError`,
   reported as lost); ``catch_up(w, updates)``: before ``w``'s next task it applies ``updates``
@@ -92,6 +93,10 @@ class Engine(ABC):
 
     def reduce(self, t: int, orders: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not run the collective path")
+
+    def cancel_reduction(self, group: int) -> None:
+        """A member of the reduction in group ``group`` died: the others need not wait for it
+        (an engine whose members could wait on it stops them; default: nothing to do)."""
 
     def sync(self, w: int, source: int) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not run the collective path")

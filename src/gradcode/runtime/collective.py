@@ -279,6 +279,8 @@ class CollectiveDriver(RoundDriver):
                 continue
             self._take(ev, rnd)
             if ev.kind == "failed" and ev.worker in orders and ev.worker not in replies:
+                if not died:  # the others may be waiting for it to join their group: they stop
+                    self.engine.cancel_reduction(orders[ev.worker].group)
                 died.add(ev.worker)
         return replies, died
 

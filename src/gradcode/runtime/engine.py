@@ -433,6 +433,9 @@ class RayEngine(Engine):
             if not self.transport.reduce(w, t, order):
                 self.calls.reduce(w, t, order)
 
+    def cancel_reduction(self, group: int) -> None:
+        self.transport.cancel(group)
+
     def sync(self, w: int, source: int) -> None:
         self.transport.sync(w, source)
 

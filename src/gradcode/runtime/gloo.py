@@ -18,9 +18,12 @@ a previous group left in the store. A group's number changes whenever one of its
 Flags. Every part carries ``size`` slots after it, in which each member says whether it could
 contribute (:meth:`Groups.allreduce`): the one all-reduce of a round both sums and agrees.
 
-Faults. gloo raises when a peer's connection closes (a member died mid-reduction) and after the
-group's ``timeout`` when a member never comes (it died before joining): :meth:`Groups.allreduce`
-raises :class:`ReductionFailed` then, and the driver plans the round again among the living.
+Faults. gloo raises when a peer's connection closes (a member died mid-reduction):
+:meth:`Groups.allreduce` raises :class:`ReductionFailed` then, and the driver plans the round again
+among the living. A member that dies before it joins a new group would leave the others waiting in
+gloo's rendezvous for the group's whole ``timeout`` (60 s): so the members first count themselves
+in through the store, and the driver, once it sees a member die, cancels the group
+(:func:`cancel_group`): the others stop waiting within a few milliseconds.
 Tensors are CPU tensors; with GPU workers each member copies its part to the host and back (NCCL,
 which needs one GPU per rank, is not used: several workers commonly share one GPU here).
 """
@@ -34,7 +37,7 @@ import numpy as np
 
 from gradcode.errors import GradcodeError
 
-__all__ = ["LIVE_GROUPS", "Groups", "ReductionFailed", "driver_store"]
+__all__ = ["LIVE_GROUPS", "Groups", "ReductionFailed", "cancel_group", "driver_store"]
 
 #: groups the driver keeps alive at once (each worker caches at most those it is a member of)
 LIVE_GROUPS = 32
@@ -57,6 +60,12 @@ def driver_store(host: str, timeout: float):
     store = TCPStore(host, 0, is_master=True, wait_for_workers=False,
                      timeout=datetime.timedelta(seconds=float(timeout)))
     return store, int(store.port)
+
+
+def cancel_group(store, group: int) -> None:
+    """The driver's side of a group whose member died before it joined: the members still
+    waiting for it stop (:meth:`Groups.allreduce` raises :class:`ReductionFailed`)."""
+    store.set(f"gradcode-cancel-{int(group)}", "1")
 
 
 class Groups:
@@ -106,8 +115,24 @@ class Groups:
             raise ReductionFailed(f"ranks {list(absent)} of group {group} cannot contribute", absent)
         return out[:n]
 
+    #: seconds between looks at the members counted in, and at the group's cancellation
+    POLL = 0.001
+
     def _build(self, group: int, rank: int, size: int):
+        import time
+
         import torch.distributed as dist
+
+        joined, cancelled = f"gradcode-join-{group}", f"gradcode-cancel-{group}"
+        self._store.add(joined, 1)
+        deadline = time.monotonic() + self._timeout.total_seconds()
+        while self._store.add(joined, 0) < size:
+            if self._store.check([cancelled]):
+                raise ReductionFailed(f"group {group} was cancelled: a member died before it joined")
+            if time.monotonic() > deadline:
+                raise ReductionFailed(f"the members of group {group} did not all come within"
+                                      f" {self._timeout.total_seconds():g} s")
+            time.sleep(self.POLL)
 
         pg = dist.ProcessGroupGloo(dist.PrefixStore(f"gradcode-group-{group}", self._store), rank, size,
                                    self._timeout)

@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from gradcode.runtime.gloo import driver_store
+from gradcode.runtime.gloo import cancel_group, driver_store
 from gradcode.runtime.transports.channels import Channels
 
 __all__ = ["TRANSPORT", "Collective"]
@@ -78,6 +78,11 @@ class Collective(Channels):
         if sync is None and replay is None:
             return {}
         return {"sync": sync, "store": self.store_address, "replay": replay}
+
+    def cancel(self, group: int) -> None:
+        """A member of group ``group`` died: the others stop waiting for it (:func:`cancel_group`)."""
+        if self.store is not None:
+            cancel_group(self.store, group)
 
     def fetch(self, w: int) -> list:
         """A copy of ``w``'s models (read here: for metrics, checkpoints and the result)."""
