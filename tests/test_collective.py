@@ -235,23 +235,47 @@ def run(data, transport, scheme="crc", *, engine=None, callback=None, rounds=10,
     ("gc-dc", {"workers": 6, "stragglers": 2, "scheme_params": {"clusters": 2, "r": 2, "ssi": "perfect"}}),
 ])
 def test_collective_training_follows_the_star_path(data, scheme, spec, tmp_path, monkeypatch):
-    """The same run on both paths: the same rounds and survivors (the in-process engine's clock),
-    the same losses and final weights to float32 rounding; every up-to-date replica identical
-    after every round, the straggler of each round brought up to date by replaying the update it
-    missed (bit-identical to the members: the watch compares it from its next round on)."""
+    """The same run on both paths: the same losses and final weights to float32 rounding (each
+    round's gradient is exact on both; the collective path closes a round after its reduction, so
+    a message that arrives meanwhile counts as arrived there and the survivors of later rounds may
+    differ); every replica identical after every round: the straggler of each round takes part in
+    its reduction with nothing to add (its reductions run beside its computation), so no worker
+    ever lags."""
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
     star = run(data, "channels", scheme, **spec)
     engine = Counting(compute_time=1e-3)
     watch = Watch(engine)
     coll = run(data, "collective", scheme, engine=engine, callback=watch, **spec)
     assert watch.rounds == 10
-    assert engine.syncs == 0  # no worker fell more than a few steps behind: no copy of the models
-    if scheme in ("crc", "frc"):  # one message a worker: the straggler of each round replays its update
-        assert engine.replays >= 8
-    assert np.array_equal(star.result.arrivals < 0, coll.result.arrivals < 0)
+    assert engine.syncs == engine.replays == 0  # nobody lagged: no copy of the models, no update replayed
+    if scheme == "crc":
+        assert (coll.result.arrivals < 0).any(axis=1).all()  # a straggler every round, a member nonetheless
     np.testing.assert_allclose(coll.losses, star.losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-5)
     assert coll.result.clock["allreduce_bandwidth"] == CollectiveCost().bandwidth
+
+
+class Uninterruptible(Counting):
+    """The workers' computations cannot be stopped (as a real computation cannot, unlike an
+    injected sleep): a straggler is still busy as the next round starts."""
+
+    def abort(self, w, t):
+        pass
+
+
+def test_a_worker_still_busy_when_the_next_round_starts_replays_the_updates_it_missed(data, tmp_path, monkeypatch):
+    """A straggler still computing an earlier round gets no task (skip busy) and takes no part in
+    the round's reduction: it lags, and before its next task it replays the updates it missed
+    (kept by a member), bit-identical to the members (the watch compares it once it is up to
+    date); the run ends where the star path ends."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    star = run(data, "channels", "crc")
+    engine = Uninterruptible(compute_time=1e-3)
+    watch = Watch(engine)
+    coll = run(data, "collective", "crc", engine=engine, callback=watch)
+    assert watch.rounds == 10
+    assert engine.replays >= 1 and engine.syncs == 0
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-5)
 
 
 def test_a_worker_that_dies_in_a_round_is_synced_after_its_restart(data, tmp_path, monkeypatch):
@@ -602,3 +626,30 @@ def test_a_member_that_dies_before_joining_gets_its_group_cancelled(data, tmp_pa
     assert len(engine.cancelled) == 1
     assert [(f["worker"], f["round"]) for f in coll.result.failures if f["kind"] == "died"] == [(1, 2)]
     np.testing.assert_allclose(flat(coll.model), flat(ref.model), rtol=1e-5, atol=1e-6)
+
+
+def test_a_member_that_neither_comes_nor_dies_is_named_after_the_join_timeout(monkeypatch):
+    """A hung member (alive, its reductions' thread stuck): the others stop after
+    ``Groups.JOIN_TIMEOUT``, naming its rank, so the driver plans the round again without it."""
+    import threading
+
+    from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
+
+    monkeypatch.setattr(Groups, "JOIN_TIMEOUT", 0.5)
+    store, port = driver_store("127.0.0.1", 30.0)
+    members = [Groups("127.0.0.1", port, 30.0) for _ in range(2)]
+    out = [None, None]
+
+    def one(r):
+        try:
+            members[r].allreduce(5, r, 3, (5,), np.zeros(4, dtype=np.float32))
+        except ReductionFailed as exc:
+            out[r] = exc
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert all(isinstance(x, ReductionFailed) and x.absent == (2,) for x in out), out
+    del store

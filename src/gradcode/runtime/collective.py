@@ -12,11 +12,12 @@ the data kept where it is computed:
 3. the scheme decides on the notes exactly as on messages (the same ``ready``, the same closing
    rules) and plans the decode (``scheme.reduce_plans``: the checked decoding of the pattern, each
    worker's weights, the error bound from the scales, grown by the reduction's own rounding);
-4. the driver sends each *member* (every worker that delivered messages of the round, those the
-   decode reads, a straggler's prefix included, and those not needed, who receive the result
-   rather than lag; a member still streaming is aborted first; and every worker holding a
-   message a plan reads, which for a sequential scheme may have been kept rounds earlier by a
-   worker straggling in this one) a :class:`~gradcode.runtime.replica.ReduceOrder` carrying
+4. the driver sends each *member* (every worker the round's task reached and not known down:
+   those whose messages the decode reads, a straggler's prefix included, those not needed, and
+   the stragglers still computing, who all receive the result rather than lag, their reductions
+   running beside their computation; a member still streaming is aborted first; and every
+   worker holding a message a plan reads, which for a sequential scheme may have been kept
+   rounds earlier by a worker straggling in this one) a :class:`~gradcode.runtime.replica.ReduceOrder` carrying
    every job the round's close finishes (a static code's one; a sequential scheme's none, one
    or two: a round with none closes without a reduction); the members all-reduce their weighted
    messages, the jobs' parts end to end, among themselves (the engine's group of exactly those
@@ -31,7 +32,8 @@ the death is one fault record. A reduction the acceptance rule refuses (imprecis
 messages, as a refused held decode does; a diverging step stops the run as on the star path.
 
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
-(a straggler, a worker that died and was restarted, one whose reduction failed) is brought up to
+(one still busy with an earlier round when this one started, a worker that died and was
+restarted, one whose reduction failed) is brought up to
 date before its next task: when a round leaves a live worker out, a member at the job's version keeps the
 reduced gradient (``JobReduction.keeper``: in its memory, the vector it reduced into, no copy;
 the driver holds a :class:`~gradcode.runtime.replica.Kept` naming it), and a worker at most
@@ -210,6 +212,11 @@ class CollectiveDriver(RoundDriver):
         self.backlog.extend(self.engine.poll(0.0))
         unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
         delivered = {w for w in sent if counts[w] > 0} | (unread & set(sent))
+        # and the round's stragglers still computing: a worker's reductions run beside its
+        # computation, so it takes part with nothing to add instead of lagging (a catch-up step
+        # and a copy of the update before its next task: measured, a CRC step with a 0.2 s
+        # straggler at 11 M parameters 404 -> 252 ms on 2 cores)
+        delivered |= {w for w in sent if w not in rnd.unsent and w not in self.down and self.versions[w] is not None}
         plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(delivered), 1))
         # and every worker holding a message a plan reads: a sequential scheme's job reads those
         # of earlier rounds too, kept by workers that may be straggling in this one (their

@@ -23,7 +23,9 @@ Faults. gloo raises when a peer's connection closes (a member died mid-reduction
 among the living. A member that dies before it joins a new group would leave the others waiting in
 gloo's rendezvous for the group's whole ``timeout`` (60 s): so the members first count themselves
 in through the store, and the driver, once it sees a member die, cancels the group
-(:func:`cancel_group`): the others stop waiting within a few milliseconds.
+(:func:`cancel_group`): the others stop waiting within a few milliseconds. One that neither comes
+nor dies (a hung process) is named after :attr:`Groups.JOIN_TIMEOUT` seconds, and the round is
+planned again without it.
 Tensors are CPU tensors; with GPU workers each member copies its part to the host and back (NCCL,
 which needs one GPU per rank, is not used: several workers commonly share one GPU here).
 """
@@ -45,7 +47,7 @@ LIVE_GROUPS = 32
 
 class ReductionFailed(GradcodeError):
     """The reduction's collective failed: a member died, or did not come within the timeout;
-    ``absent``: the ranks that came but could not contribute (none when a member died)."""
+    ``absent``: the ranks that could not contribute or did not come (none when a member died)."""
 
     def __init__(self, message: str, absent: tuple = ()):
         super().__init__(message)
@@ -117,6 +119,9 @@ class Groups:
 
     #: seconds between looks at the members counted in, and at the group's cancellation
     POLL = 0.001
+    #: seconds the members of a new group wait for each other to count in (a member's reductions
+    #: run on a thread of their own, so one that does not come within this is hung or gone)
+    JOIN_TIMEOUT = 10.0
 
     def _build(self, group: int, rank: int, size: int):
         import time
@@ -124,14 +129,16 @@ class Groups:
         import torch.distributed as dist
 
         joined, cancelled = f"gradcode-join-{group}", f"gradcode-cancel-{group}"
+        self._store.set(f"{joined}-{rank}", "1")
         self._store.add(joined, 1)
-        deadline = time.monotonic() + self._timeout.total_seconds()
+        wait = min(self._timeout.total_seconds(), self.JOIN_TIMEOUT)
+        deadline = time.monotonic() + wait
         while self._store.add(joined, 0) < size:
             if self._store.check([cancelled]):
                 raise ReductionFailed(f"group {group} was cancelled: a member died before it joined")
-            if time.monotonic() > deadline:
-                raise ReductionFailed(f"the members of group {group} did not all come within"
-                                      f" {self._timeout.total_seconds():g} s")
+            if time.monotonic() > deadline:  # alive but not answering (a hung process): named, left out
+                absent = tuple(r for r in range(size) if not self._store.check([f"{joined}-{r}"]))
+                raise ReductionFailed(f"ranks {list(absent)} of group {group} did not come within {wait:g} s", absent)
             time.sleep(self.POLL)
 
         pg = dist.ProcessGroupGloo(dist.PrefixStore(f"gradcode-group-{group}", self._store), rank, size,
