@@ -469,12 +469,34 @@ def test_a_note_of_a_sum_that_overflowed_is_not_finite():
     assert not finite(Note(float("inf"), 1.0, np.dtype(np.float16), 4))
 
 
+def in_threads(members, group: int, size: int, parts, ok=None) -> list:
+    """``members[r].allreduce(group, r, size, ...)`` of ``parts[r]`` for each rank ``r`` at once, in
+    threads of this process (each member its own store connection): each rank's sum, or the
+    :class:`ReductionFailed` it raised."""
+    import threading
+
+    from gradcode.runtime.gloo import ReductionFailed
+
+    out = [None] * len(members)
+
+    def one(r):
+        try:
+            out[r] = members[r].allreduce(group, r, size, (group,), parts[r], ok=True if ok is None else ok[r])
+        except ReductionFailed as exc:
+            out[r] = exc
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(len(members))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    return out
+
+
 def test_one_gloo_all_reduce_sums_the_parts_and_agrees_on_who_could_not_contribute():
     """``Groups.allreduce``: the parts and the members' flags go in one all-reduce; the sum comes
     back less the flags, and when a member cannot contribute every member raises at once, naming
     its rank (three members in threads of this process, each with its own store connection)."""
-    import threading
-
     from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
 
     store, port = driver_store("127.0.0.1", 20.0)
@@ -482,20 +504,7 @@ def test_one_gloo_all_reduce_sums_the_parts_and_agrees_on_who_could_not_contribu
     parts = [np.arange(5, dtype=np.float32) * (r + 1) for r in range(3)]
 
     def reduce(group, ok):
-        out = [None] * 3
-
-        def one(r):
-            part = np.concatenate([parts[r], np.zeros(3, dtype=np.float32)])
-            try:
-                out[r] = members[r].allreduce(group, r, 3, (group,), part, ok=ok[r])
-            except ReductionFailed as exc:
-                out[r] = exc
-        threads = [threading.Thread(target=one, args=(r,)) for r in range(3)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30)
-        return out
+        return in_threads(members, group, 3, [np.concatenate([p, np.zeros(3, dtype=np.float32)]) for p in parts], ok)
 
     for total in reduce(0, (True, True, True)):
         np.testing.assert_array_equal(total, np.arange(5, dtype=np.float32) * 6)
@@ -566,22 +575,9 @@ def test_a_group_whose_member_never_comes_is_cancelled_at_once():
 
     store, port = driver_store("127.0.0.1", 30.0)
     members = [Groups("127.0.0.1", port, 30.0) for _ in range(2)]
-    out = [None, None]
-
-    def one(r):
-        try:
-            out[r] = members[r].allreduce(3, r, 3, (3,), np.zeros(4, dtype=np.float32))
-        except ReductionFailed as exc:
-            out[r] = exc
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
     start = time.monotonic()
-    for th in threads:
-        th.start()
-    time.sleep(0.3)
-    cancel_group(store, 3)  # rank 2 died before it joined
-    for th in threads:
-        th.join(30)
+    threading.Timer(0.3, cancel_group, (store, 3)).start()  # rank 2 died before it joined
+    out = in_threads(members, 3, 3, [np.zeros(4, dtype=np.float32)] * 2)
     assert time.monotonic() - start < 5
     assert all(isinstance(x, ReductionFailed) and "cancelled" in str(x) for x in out), out
     del store
@@ -631,25 +627,10 @@ def test_a_member_that_dies_before_joining_gets_its_group_cancelled(data, tmp_pa
 def test_a_member_that_neither_comes_nor_dies_is_named_after_the_join_timeout(monkeypatch):
     """A hung member (alive, its reductions' thread stuck): the others stop after
     ``Groups.JOIN_TIMEOUT``, naming its rank, so the driver plans the round again without it."""
-    import threading
-
     from gradcode.runtime.gloo import Groups, ReductionFailed, driver_store
 
     monkeypatch.setattr(Groups, "JOIN_TIMEOUT", 0.5)
     store, port = driver_store("127.0.0.1", 30.0)
-    members = [Groups("127.0.0.1", port, 30.0) for _ in range(2)]
-    out = [None, None]
-
-    def one(r):
-        try:
-            members[r].allreduce(5, r, 3, (5,), np.zeros(4, dtype=np.float32))
-        except ReductionFailed as exc:
-            out[r] = exc
-
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(30)
+    out = in_threads([Groups("127.0.0.1", port, 30.0) for _ in range(2)], 5, 3, [np.zeros(4, dtype=np.float32)] * 2)
     assert all(isinstance(x, ReductionFailed) and x.absent == (2,) for x in out), out
     del store
