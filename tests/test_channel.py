@@ -275,3 +275,48 @@ def test_a_dead_workers_channel_is_opened_again_once_ray_restarted_it(ray_sessio
         assert got[0].kind == "message" and math.isfinite(float(np.sum(got[0].payload)))
     finally:
         engine.shutdown()
+
+
+def test_a_channel_serves_a_bounded_number_of_connections_and_closes_silent_ones(monkeypatch):
+    """Strangers without the token: at most ``MAX_CONNECTIONS`` are held at once (one more is
+    closed unread), each for at most ``TOKEN_TIMEOUT`` seconds."""
+    monkeypatch.setattr(WorkerChannel, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(WorkerChannel, "TOKEN_TIMEOUT", 0.5)
+    holder = _Holder(None)
+    channel = WorkerChannel(holder, "127.0.0.1", holder.check)
+    address = channel.listen(b"t" * 32)
+    held = [socket.create_connection(address) for _ in range(3)]
+    time.sleep(0.2)  # the three are being served
+    extra = socket.create_connection(address)
+    extra.settimeout(2.0)
+    start = time.monotonic()
+    assert extra.recv(1) == b"" and time.monotonic() - start < 1.0  # closed unread, at once
+    for sock in held:  # silent: closed once their time to present the token is up
+        sock.settimeout(5.0)
+        assert sock.recv(1) == b""
+    time.sleep(0.1)
+    driver = DriverChannels()  # the slots are free again: the driver with the token gets in
+    try:
+        driver.connect(0, address, b"t" * 32)
+        assert driver.has(0)
+    finally:
+        driver.close_all()
+        for sock in held + [extra]:
+            sock.close()
+
+
+def test_on_the_embedded_cluster_the_channels_listen_on_loopback(ray_session):
+    """Every node is this machine: the workers listen on 127.0.0.1, not on the node's address."""
+    from gradcode.runtime import ProblemSpec
+    from gradcode.runtime.engine import RayEngine
+
+    spec = ProblemSpec(DataSpec("tandon-synthetic", DATA, seed=SEED), "logistic")
+    rows = partition_rows(320, np.full(2, 0.5))
+    engine = RayEngine()
+    try:
+        engine.spawn([(spec, {0: rows[0]}, 1), (spec, {1: rows[1]}, 1)], interruptible=False)
+        assert engine.one_machine()
+        peers = [engine.transport.channels._socks[w].getpeername()[0] for w in range(2)]
+        assert peers == ["127.0.0.1", "127.0.0.1"]
+    finally:
+        engine.shutdown()

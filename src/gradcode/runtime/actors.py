@@ -60,12 +60,13 @@ class WorkerActor:
     def ping(self) -> int:
         return os.getpid()
 
-    def open_channel(self, token: bytes) -> tuple[str, int]:
+    def open_channel(self, token: bytes, loopback: bool = False) -> tuple[str, int]:
         """Listen for the driver's direct channel (:mod:`gradcode.runtime.channel`), which must
         present ``token``; returns where. The channel's threads run the rounds it brings beside
         the actor's own calls (``reset``, ``abort`` and the rest)."""
         if self._channel is None:
-            self._channel = WorkerChannel(self, ray.util.get_node_ip_address(), self._check_holds)
+            host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+            self._channel = WorkerChannel(self, host, self._check_holds)
         return self._channel.listen(token)
 
     def _check_holds(self, generation: int) -> None:

@@ -23,8 +23,13 @@ WorkerTaskError)`` (the task raised) and ``(t, "reduce-error", WorkerTaskError)`
 raised).
 
 Trust: a worker accepts a connection only after it presents the token the driver gave the worker
-through Ray (:meth:`WorkerChannel.listen`); pickles are read only from connections that did. The
-driver trusts its workers as it trusts Ray's results.
+through Ray (:meth:`WorkerChannel.listen`), within :attr:`WorkerChannel.TOKEN_TIMEOUT` seconds;
+pickles are read only from connections that did. At most :attr:`WorkerChannel.MAX_CONNECTIONS`
+connections are served at once (the driver's, one it re-opened while the old one still ran, and a
+few strangers waiting to present a token); one more is closed unread. On a cluster whose every
+node is the driver's machine (the embedded local cluster) the workers listen on the loopback
+address only; elsewhere on their node's address. The driver trusts its workers as it trusts Ray's
+results.
 """
 
 from __future__ import annotations
@@ -127,9 +132,15 @@ class WorkerChannel:
     :class:`~gradcode.runtime.worker.WorkerCore`, replaced by a reset) and ``_generation`` are
     read at each request; ``check(generation)`` raises when the worker does not hold that data."""
 
+    #: connections served at once; one more is closed unread
+    MAX_CONNECTIONS = 8
+    #: seconds a connection has to present the token before it is closed
+    TOKEN_TIMEOUT = 5.0
+
     def __init__(self, holder, host: str, check: Callable[[int], None]):
         self.holder, self.check = holder, check
         self._token = b""
+        self._slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
         # one task at a time on the core, also across connections (a driver that reconnected
         # while its old connection's task still ran)
         self._computing = threading.Lock()
@@ -149,13 +160,22 @@ class WorkerChannel:
             except OSError:  # out of descriptors, say: the listener stays, try again
                 time.sleep(0.1)
                 continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            if not self._slots.acquire(blocking=False):  # too many at once: closed unread
+                conn.close()
+                continue
+            threading.Thread(target=self._serve_counted, args=(conn,), daemon=True).start()
+
+    def _serve_counted(self, conn: socket.socket) -> None:
+        try:
+            self._serve(conn)
+        finally:
+            self._slots.release()
 
     def _serve(self, conn: socket.socket) -> None:
         """One driver's connection: it must present the token first (else it is closed unread);
         then a thread computes its requests while this one reads them."""
         try:
-            conn.settimeout(5.0)
+            conn.settimeout(self.TOKEN_TIMEOUT)
             ok = hmac.compare_digest(_read(conn, _TOKEN_BYTES), self._token)
             conn.settimeout(None)
         except (OSError, ChannelClosed):

@@ -244,6 +244,15 @@ class RayEngine(Engine):
         self._nodes = ray.get([a.node.remote() for a in self.actors], timeout=max(deadline - time.monotonic(), 0.0))
         self.transport.start(deadline)
 
+    def one_machine(self) -> bool:
+        """Whether every live node of the cluster is the driver's machine (the embedded local
+        cluster): the workers' channels then listen on the loopback address only."""
+        try:
+            here = ray.util.get_node_ip_address()
+            return all(n.get("NodeManagerAddress") == here for n in ray.nodes() if n.get("Alive", True))
+        except Exception:  # cannot tell: the node's address, as on a cluster
+            return False
+
     def reset_done(self, w: int) -> bool:
         """Whether no reset of worker ``w``'s data is still running (looked at without waiting):
         until it is done, ``w``'s requests go by actor call, queued behind it."""

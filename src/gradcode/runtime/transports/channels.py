@@ -44,11 +44,13 @@ class Channels(Transport):
         self._reopen: dict[int, Any] = {}  # worker -> its open_channel reference, after its channel closed
         self.unreachable: set[int] = set()  # workers whose channel could not be opened: actor calls only
         self._reducing: dict[int, int] = {}  # worker -> round of the reduction it is in
+        self._loopback = False  # the workers listen on the loopback address (every node is this machine)
 
     def start(self, deadline: float) -> None:
         import time
 
-        refs = [a.open_channel.remote(self._token) for a in self.engine.actors]
+        self._loopback = self.engine.one_machine()
+        refs = [a.open_channel.remote(self._token, self._loopback) for a in self.engine.actors]
         for w, ref in enumerate(refs):
             self._connect(w, ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0)),
                           timeout=min(5.0, max(deadline - time.monotonic(), 0.1)))
@@ -150,7 +152,7 @@ class Channels(Transport):
         process's address, which Ray answers once it is back."""
         self.channels.close(w)
         if w not in self.engine.killed and w not in self.unreachable and w not in self._reopen:
-            self._reopen[w] = self.engine.actors[w].open_channel.remote(self._token)
+            self._reopen[w] = self.engine.actors[w].open_channel.remote(self._token, self._loopback)
 
     def killed(self, w: int) -> None:
         self._reopen.pop(w, None)
