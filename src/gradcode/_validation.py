@@ -27,14 +27,60 @@ def check_memory(what: str, nbytes: float) -> None:
     """Refuse, before allocating, what needs more memory than this machine has (``ValueError``
     saying how much ``what`` needs): a clear error instead of a ``MemoryError`` or a swapping
     machine."""
+    total = memory_bytes()
+    if nbytes > total:
+        raise ValueError(f"{what} needs {_size(nbytes)} of memory; this machine has {_size(total)}")
+
+
+def memory_bytes() -> float:
+    """This machine's memory in bytes (infinity where it cannot be told)."""
     import os
 
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not a POSIX system: nothing to compare with
-        return
-    if nbytes > total:
-        raise ValueError(f"{what} needs {_size(nbytes)} of memory; this machine has {_size(total)}")
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return float("inf")
+
+
+def file_problem(path, limit: float | None = None) -> str | None:
+    """:func:`unreadable_file`, or that the file holds more than ``limit`` bytes (default: half
+    this machine's memory, what reading it whole could take), or None: a regular file to read."""
+    import os
+
+    problem = unreadable_file(path)
+    if problem is None:
+        limit = memory_bytes() / 2 if limit is None else limit
+        size = os.stat(path).st_size
+        if size > limit:
+            problem = f"{_size(size)}, more than the {_size(limit)} a file read here may hold"
+    return problem
+
+
+def read_regular(path, limit: float | None = None) -> bytes:
+    """The bytes of ``path``, read only once it is known to be a regular file of at most
+    ``limit`` bytes (:func:`file_problem`): a FIFO, a device (a symbolic link to ``/dev/zero``, say)
+    or an oversized file is refused by :class:`~gradcode.errors.UnsafeFileError` at once, instead
+    of blocking or filling memory. The file is opened without blocking and checked again on the
+    open descriptor, so one swapped in after the first check is refused too."""
+    import os
+    import stat
+
+    from gradcode.errors import UnsafeFileError
+
+    problem = file_problem(path, limit)
+    if problem is not None:
+        raise UnsafeFileError(f"{path}: {problem}")
+    limit = memory_bytes() / 2 if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise UnsafeFileError(f"{path}: changed into something else than a regular file of at most"
+                                  f" {_size(limit)} while it was opened")
+        data = fh.read(int(min(limit, st.st_size)) + 1)
+    if len(data) > limit:
+        raise UnsafeFileError(f"{path}: grew past {_size(limit)} while it was read")
+    return data
 
 
 def unreadable_file(path: str) -> str | None:

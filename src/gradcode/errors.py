@@ -30,3 +30,8 @@ class ResultsLostError(GradcodeError):
     """Results a scheme still needs were lost with the worker that kept them (the collective path
     keeps messages on the workers) and the scheme will not ask for them again: the message names
     the job and the worker."""
+
+
+class UnsafeFileError(GradcodeError, ValueError):
+    """A file to read is not a regular file (a FIFO, a device, a directory), or is larger than a
+    file read there may be: refused before it is read (the message names the file and why)."""

@@ -14,12 +14,14 @@ non-numeric values in a numeric column, ragged rows, NaN or infinite values.
 from __future__ import annotations
 
 import csv
+import io
 import os
 
 import numpy as np
 from scipy import sparse
 
-from gradcode._validation import check_choice, unreadable_file
+from gradcode._validation import check_choice, file_problem, read_regular, unreadable_file
+from gradcode.errors import UnsafeFileError
 from gradcode.problems.data import Dataset, register_dataset, shuffle_split
 
 __all__ = ["read_csv", "read_npz", "read_svmlight"]
@@ -36,7 +38,8 @@ def data_source(data: str, params: dict | None = None) -> tuple[str, dict]:
     them). So ``TrainSpec(data="mydata.csv", data_params={"target": "label"})`` and the CLI's
     ``--data mydata.csv --data-params target=label`` name the same data."""
     params = dict(params or {})
-    looks_like_file = os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS or os.path.isfile(data)
+    looks_like_file = (os.path.sep in data or os.path.splitext(data)[1].lower() in FORMATS
+                       or os.path.isfile(data) or os.path.islink(data))  # a link too: one that leads nowhere says so
     if not looks_like_file:
         return data, params
     problem = unreadable_file(data)
@@ -49,7 +52,7 @@ def read_csv(path: str, target: str, categorical=()):
     """``(X, y, columns)`` from a CSV file with a header; ``categorical`` columns are one-hot
     encoded (scikit-learn's ``OneHotEncoder``), every other feature column must be numeric."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
+        with io.StringIO(read_regular(path).decode("utf-8-sig"), newline="") as fh:
             reader = csv.reader(fh)
             try:
                 header = [h.strip() for h in next(reader)]
@@ -117,7 +120,7 @@ def _is_number(text: str) -> bool:
 def read_npz(path: str):
     """``(X, y)`` from an ``.npz`` holding arrays ``X`` (2-D) and ``y`` (1-D, as many rows)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(io.BytesIO(read_regular(path)), allow_pickle=False) as data:
             missing = [k for k in ("X", "y") if k not in data.files]
             if missing:
                 raise ValueError(f"{path}: needs arrays X and y; it lacks {', '.join(missing)} (it has"
@@ -140,6 +143,9 @@ def read_svmlight(path: str):
     """``(X sparse CSR, y)`` from a LibSVM/svmlight file (scikit-learn's ``load_svmlight_file``)."""
     from sklearn.datasets import load_svmlight_file
 
+    problem = file_problem(path)
+    if problem is not None:
+        raise UnsafeFileError(f"{path}: {problem}")
     if os.path.getsize(path) == 0:
         raise ValueError(f"{path}: the file is empty")
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradcode._validation import check_memory
+from gradcode._validation import check_memory, read_regular
 from gradcode.codes.messages import Message, Note
 from gradcode.errors import GradcodeError
 from gradcode.runtime.safe_state import CheckpointError, atomic_write, read_document, write_document
@@ -403,7 +403,7 @@ class RoundLog:
     def __init__(self, path: Path, *, keep_before: int):
         kept = []
         if keep_before and path.is_file():
-            for line in path.read_text().splitlines():
+            for line in read_regular(path).decode(errors="replace").splitlines():
                 try:
                     if json.loads(line)["round"] < keep_before:
                         kept.append(line + "\n")

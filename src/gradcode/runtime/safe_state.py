@@ -50,7 +50,8 @@ from pathlib import Path, PurePath
 
 import numpy as np
 
-from gradcode.errors import GradcodeError
+from gradcode._validation import read_regular
+from gradcode.errors import GradcodeError, UnsafeFileError
 
 
 class CheckpointError(GradcodeError):
@@ -335,13 +336,17 @@ def write_document(path: Path, document: dict) -> None:
             stale.unlink(missing_ok=True)
 
 
+#: largest checkpoint document (its JSON) read back: its arrays are in their own file
+DOCUMENT_BYTES = 256 * 2**20
+
+
 def read_document(path: Path) -> dict:
     """The document written by :func:`write_document`, after checking both digests; a mismatch or
     anything unreadable is a :class:`CheckpointError` naming the file."""
     path = Path(path)
     advice = "restore it from a copy, or start the run again without --resume"
     try:
-        outer = json.loads(path.read_bytes())
+        outer = json.loads(read_regular(path, DOCUMENT_BYTES))
         content = outer["content"]
         ok = _digest(content.encode()) == outer["sha256"]
     except Exception as exc:
@@ -359,8 +364,8 @@ def read_document(path: Path) -> dict:
         raise CheckpointError(f"resume: {path} is not a gradcode checkpoint; {advice}")
     blob_path = path.with_name(inner["arrays"])
     try:
-        blob = blob_path.read_bytes()
-    except OSError as exc:
+        blob = read_regular(blob_path)
+    except (OSError, UnsafeFileError) as exc:
         raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} cannot be read ({exc}); {advice}") from None
     if _digest(blob) != inner["arrays_sha256"]:
         raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} are damaged: they do not match the"

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gradcode._validation import check_int, check_real
-from gradcode.errors import TraceError
+from gradcode._validation import check_int, check_real, file_problem, read_regular
+from gradcode.errors import TraceError, UnsafeFileError
 
 __all__ = [
     "Reference",
@@ -130,18 +130,18 @@ def load_trace(path, *, workers: int | None = None, stragglers: str = "censor") 
         workers = check_int("workers", workers, minimum=1)
     path = Path(path)
     kind = _kind(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file" if not path.exists() else f"{path}: not a file")
+    problem = file_problem(path)
+    if problem is not None:
+        raise TraceError(f"{path}: no such trace file" if problem == "no such file" else f"{path}: {problem}")
+    try:
+        content = read_regular(path)
+    except (OSError, UnsafeFileError) as exc:
+        raise TraceError(f"{path}: cannot read ({exc})") from None
     if kind == "npy":
-        try:
-            with path.open("rb") as fh:
-                magic = fh.read(6)
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read ({exc})") from None
-        if magic != b"\x93NUMPY":
+        if content[:6] != b"\x93NUMPY":
             raise TraceError(f"{path}: cannot read as .npy (no NumPy file header)")
         try:
-            raw = np.load(path, allow_pickle=False)
+            raw = np.load(io.BytesIO(content), allow_pickle=False)
         except ValueError as exc:
             raise TraceError(f"{path}: not a numeric .npy array ({exc})") from None
         except (OSError, EOFError) as exc:
@@ -150,15 +150,16 @@ def load_trace(path, *, workers: int | None = None, stragglers: str = "censor") 
             raise TraceError(f"{path}: the array holds {raw.dtype}, not numbers")
         return validate_trace(raw, workers=workers, source=str(path), stragglers=stragglers)
     if kind == "csv":
-        return validate_trace(_read_csv(path), workers=workers, source=str(path), stragglers=stragglers)
+        return validate_trace(_read_csv(path, content), workers=workers, source=str(path), stragglers=stragglers)
     # an SGC profile holds measured started/finished pairs: a negative delay there is bad data
-    return validate_trace(_read_pickle(path, workers), workers=workers, source=str(path), stragglers="error")
+    return validate_trace(_read_pickle(path, content, workers), workers=workers, source=str(path),
+                          stragglers="error")
 
 
-def _read_csv(path: Path) -> np.ndarray:
+def _read_csv(path: Path, content: bytes) -> np.ndarray:
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        text = content.decode()
+    except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
     rows: list[list[float]] = []
     width = None
@@ -206,10 +207,9 @@ def _seconds(value, where: str, path: Path) -> float:
     raise TraceError(f"{path}: {where}: expected a number of seconds, got {value!r}")
 
 
-def _read_pickle(path: Path, workers: int | None) -> np.ndarray:
+def _read_pickle(path: Path, content: bytes, workers: int | None) -> np.ndarray:
     try:
-        with path.open("rb") as fh:
-            profile = pickle.load(fh)
+        profile = pickle.loads(content)
     except Exception as exc:  # unpickling can raise nearly anything
         raise TraceError(f"{path}: cannot unpickle ({type(exc).__name__}: {exc})") from None
     if isinstance(profile, np.ndarray) and profile.dtype != object:

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradcode.errors import GradcodeError
+from gradcode._validation import read_regular
+from gradcode.errors import GradcodeError, UnsafeFileError
 
 __all__ = ["digits", "load_data", "read_cifar", "read_mnist"]
 
@@ -49,7 +50,9 @@ def digits(test_fraction: float = 0.2, seed: int = 0):
 
 def _open(path: Path) -> bytes:
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)
+    except UnsafeFileError as exc:
+        raise DataFileError(str(exc)) from None
     except OSError as exc:
         raise DataFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if raw[:2] == b"\x1f\x8b":
@@ -169,7 +172,7 @@ def load_data(spec: str, *, seed: int = 0, test_fraction: float = 0.2):
     path = Path(spec)
     if path.suffix == ".npz":
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with np.load(io.BytesIO(read_regular(path)), allow_pickle=False) as z:
                 X, y = np.asarray(z["X"]), np.asarray(z["y"])
         except KeyError:
             raise DataFileError(f"{path}: an .npz for torch models must hold arrays X and y") from None
