@@ -110,6 +110,21 @@ def test_plot_writes_the_file_it_reports(tmp_path):
     assert res.exit_code == 2 and "is a file" in _said(res)
 
 
+def test_an_output_that_cannot_be_written_and_an_empty_scheme_name_are_refused_before_training(tmp_path):
+    """``--plot /dev/null/x`` used to train fully, then exit 1 with ``"error": null``; ``--scheme
+    crc,,frc`` ran, skipping the empty name. Both are exit 2, refused before any round."""
+    import json
+
+    base = ["-n", "6", "-s", "1", "--rounds", "20", "--json"]
+    for plot in ("/dev/null/x", "/dev/null/x.png"):
+        res = CliRunner().invoke(app, ["compare", *base, "--plot", plot])
+        assert res.exit_code == 2 and "/dev/null is not a folder" in _said(res), res.output
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc,,frc", "--rounds", "2", "--run-dir", str(tmp_path / "r"),
+                                   "--engine", "inprocess", "--json"])
+    assert res.exit_code == 2 and "an empty scheme name" in _said(res), res.output
+    assert json.loads(res.stdout)["exit_code"] == 2 and not (tmp_path / "r").exists()
+
+
 def test_a_scheme_n_or_s_contradicting_the_options_is_refused():
     """compare -n 6 --scheme crc:n=8 used to run with n = 8: the scheme's own n (or s) that
     disagrees with -n (or -s) is refused instead of silently winning."""

@@ -96,14 +96,28 @@ def plot_files(path: str | Path, figures: list[str]) -> list[Path]:
     starts, so that its result is not lost to a bad plot path)."""
     path = Path(path)
     if path.suffix.lower() == ".png" and not path.is_dir():
-        if path.parent.exists() and not path.parent.is_dir():
-            raise ValueError(f"--plot {path}: {path.parent} is a file, not a folder")
+        _writable_folder(path.parent, f"--plot {path}")
         return [path] + [path.with_name(f"{path.stem}-{f}.png") for f in figures[1:]]
     if path.exists() and not path.is_dir():
         raise ValueError(f"--plot {path} is a file; give a folder for the PNG plots or a path ending in .png")
     if not path.exists() and path.suffix.lower() in _OTHER_IMAGE_SUFFIXES:
         raise ValueError(f"--plot {path}: plots are PNG files; give a path ending in .png or a folder")
+    _writable_folder(path, f"--plot {path}")
     return [path / f"{f}.png" for f in figures]
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    """Raise ``ValueError`` (before a run starts) unless ``folder`` is, or can be made, a folder
+    this process may write in: its nearest existing ancestor is a writable folder."""
+    import os
+
+    there = folder
+    while not os.path.lexists(there) and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise ValueError(f"{what}: {there} is not a folder, so nothing can be written under it")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: {there} is not writable")
 
 
 def make_parents(paths: list[Path]) -> None:

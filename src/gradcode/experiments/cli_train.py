@@ -108,9 +108,12 @@ def train_command(o: Values):
 
     Several schemes (--scheme crc,frc,uncoded,ignore) train in turn on the same data and delays: one table.
     """
-    if len(split_schemes(o.scheme)) > 1:
-        return train_several(o)
-    return train_one(o)
+    try:
+        several = len(split_schemes(o.scheme)) > 1
+    except ValueError as exc:  # a list with an empty name: bad input, before anything runs
+        _exit_for(exc, o.json)
+        raise
+    return train_several(o) if several else train_one(o)
 
 
 def train_one(o: Values) -> None:
@@ -513,7 +516,8 @@ PLOT_FIGURES = ["loss_auc_vs_time", "round_time_vs_delay"]
 def split_schemes(text: str) -> list[str]:
     """``"crc,frc,gc-dc:clusters=2,r=2"`` -> ``["crc", "frc", "gc-dc:clusters=2,r=2"]``: a comma
     starts a new scheme unless a ``key=`` follows it (a parameter of the scheme before) or it sits
-    inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``)."""
+    inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``). An empty name (``crc,,frc``, a
+    trailing comma) is refused (``ValueError``), not skipped."""
     import re
 
     parts, depth, start = [], 0, 0
@@ -526,7 +530,9 @@ def split_schemes(text: str) -> list[str]:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
+    if len(parts) > 1 and any(not p.strip() for p in parts):
+        raise ValueError(f"--scheme {text!r}: an empty scheme name in the list (two commas, or one at an end)")
+    return [p.strip() for p in parts]
 
 
 def _subfolder(spec: str, taken: set) -> str:
