@@ -101,3 +101,28 @@ def test_read_regular_reads_a_regular_file_whole(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"abc" * 1000)
     assert _validation.read_regular(path) == b"abc" * 1000
+
+
+def test_non_finite_data_is_refused_before_the_first_round_naming_its_rows():
+    """NaN in the data used to surface at the round whose batch first read it (round 7); every
+    data source is checked as it is built: a Dataset (generated, CSV, .npz, svmlight, dense or
+    sparse) and a torch model's (X, y)."""
+    import scipy.sparse as sp
+
+    from gradcode.problems.data import Dataset
+
+    X, y = np.ones((6, 3)), np.zeros(6)
+    X[2, 1], y[4] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"train split of 'd' holds NaN or infinity in 2 row\(s\) \(2, 4,"):
+        Dataset("d", "binary", X, y, np.ones((2, 3)), np.zeros(2))
+    Xs = sp.csr_matrix(np.eye(4))
+    Xs.data[3] = -np.inf
+    with pytest.raises(ValueError, match=r"test split of 's' holds NaN or infinity in 1 row\(s\) \(3,"):
+        Dataset("s", "binary", sp.csr_matrix(np.eye(4)), np.zeros(4), Xs, np.zeros(4))
+    torch = pytest.importorskip("torch")
+    from gradcode.torch.problem import as_samples
+
+    Xt = torch.ones(8, 2, 2)
+    Xt[5, 1, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"data holds NaN or infinity in 1 sample\(s\) \(rows 5,"):
+        as_samples((Xt, torch.zeros(8, dtype=torch.long)), "data")

@@ -165,6 +165,12 @@ class Dataset:
             raise ValueError("X_train and X_test have different numbers of columns")
         if self.X_train.shape[0] == 0:
             raise ValueError("the training split is empty")
+        for part in ("train", "test"):  # found now, not at the round whose batch first reads it
+            rows = nonfinite_rows(getattr(self, f"X_{part}"), getattr(self, f"y_{part}"))
+            if rows.size:
+                shown = ", ".join(str(r) for r in rows[:5].tolist()) + (", ..." if rows.size > 5 else "")
+                raise ValueError(f"the {part} split of {self.name!r} holds NaN or infinity in {rows.size} row(s)"
+                                 f" ({shown}, counted from 0 in that split)")
         if self.task == "multiclass" and self.n_classes is None:
             self.n_classes = int(max(self.y_train.max(), self.y_test.max(initial=0))) + 1
 
@@ -190,6 +196,23 @@ class Dataset:
             f"<Dataset {self.name} task={self.task} n_train={self.n_train} n_test={self.n_test} "
             f"n_features={self.n_features} {kind}>"
         )
+
+
+def nonfinite_rows(X, y) -> np.ndarray:
+    """The rows (sorted) of ``X`` (dense or sparse CSR) or ``y`` holding NaN or infinity."""
+    if sp.issparse(X):
+        X = X.tocsr()
+        bad_values = ~np.isfinite(X.data)
+        bad = np.zeros(X.shape[0], dtype=bool)
+        if bad_values.any():
+            bad[np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[bad_values]] = True
+    else:
+        X = np.asarray(X)
+        bad = ~np.isfinite(X).all(axis=1) if X.dtype.kind in "fc" else np.zeros(X.shape[0], dtype=bool)
+    y = np.asarray(y)
+    if y.dtype.kind in "fc":
+        bad |= ~np.isfinite(y)
+    return np.flatnonzero(bad)
 
 
 def make_dataset(spec: DataSpec) -> Dataset:

@@ -554,6 +554,19 @@ def read_source(source: Callable):
         raise GradcodeError(f"{source!r}: {exc}") from None
 
 
+def check_finite_samples(X, y, name: str) -> None:
+    """Refuse ``(X, y)`` tensors holding NaN or infinity, naming the first rows (found before the
+    first round, not at the round whose batch reads them)."""
+    bad = torch.zeros(X.shape[0], dtype=torch.bool)
+    for t in (X, y):
+        if t.is_floating_point() or t.is_complex():
+            bad |= ~torch.isfinite(t.reshape(t.shape[0], -1)).all(dim=1).cpu()
+    rows = torch.nonzero(bad).flatten().tolist()
+    if rows:
+        shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        raise ValueError(f"{name} holds NaN or infinity in {len(rows)} sample(s) (rows {shown}, counted from 0)")
+
+
 def as_samples(data, name: str):
     """``(samples, batch size of a DataLoader or None)``: ``(X, y)`` tensors, or a map-style
     ``Dataset`` kept as is (read item by item where needed)."""
@@ -580,6 +593,7 @@ def as_samples(data, name: str):
             y = y.float()
         elif y.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
             y = y.long()
+        check_finite_samples(X, y, name)
         return (X, y), None
     if hasattr(data, "__getitem__") and hasattr(data, "__len__"):
         if len(data) == 0:
