@@ -3,9 +3,16 @@
 Tests that start Ray (the ``test_runtime*`` modules, and any test using ``ray_session``) are
 marked ``ray``: ``pytest -m "not ray"`` runs everything else in well under a minute."""
 
+import os
+import tempfile
+
 import pytest
 
 RAY_MODULES = ("test_runtime",)
+
+# the checkpoints the tests write are keyed with a key of the test session, not the user's own
+os.environ.setdefault("GRADCODE_CHECKPOINT_KEY_FILE", os.path.join(tempfile.mkdtemp(prefix="gradcode-key-"),
+                                                                   "checkpoint.key"))
 
 
 def pytest_collection_modifyitems(config, items):

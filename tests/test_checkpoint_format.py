@@ -123,7 +123,7 @@ def _document(tmp_path, body) -> Path:
 def test_a_document_cannot_name_foreign_code(tmp_path, body):
     path = _document(tmp_path, body)
     with pytest.raises(CheckpointError, match="checkpoint.json: cannot be restored"):
-        read_document(path)
+        read_document(path, trust=True)  # even a document trusted deliberately runs no foreign code
 
 
 def test_a_document_with_digests_but_bad_content_is_refused(tmp_path):
@@ -131,7 +131,7 @@ def test_a_document_with_digests_but_bad_content_is_refused(tmp_path):
     CheckpointError, never a raw exception or an allocation."""
     for body in ({"__fraction": [1, 0]}, {"__nd": 3}, {"__enum": 5, "name": "x"}):
         with pytest.raises(CheckpointError, match="cannot be restored"):
-            read_document(_document(tmp_path, body))
+            read_document(_document(tmp_path, body), trust=True)
     path = _document(tmp_path, {})
     outer = json.loads(path.read_text())
     inner = json.loads(outer["content"])
@@ -139,7 +139,7 @@ def test_a_document_with_digests_but_bad_content_is_refused(tmp_path):
     content = json.dumps(inner)
     path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
     with pytest.raises(CheckpointError, match="not a gradcode checkpoint"):
-        read_document(path)
+        read_document(path, trust=True)
     import io
 
     buf = io.BytesIO()
@@ -151,7 +151,7 @@ def test_a_document_with_digests_but_bad_content_is_refused(tmp_path):
                           "arrays_sha256": hashlib.sha256(huge).hexdigest(), "body": {"x": {"__nd": 0}}})
     path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
     with pytest.raises(CheckpointError, match="cannot be restored"):
-        read_document(path)
+        read_document(path, trust=True)
 
 
 def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -218,7 +218,8 @@ def _checkpointed_run(tmp_path):
 
 
 def _rewrite_body(path, edit):
-    """Edit a checkpoint's JSON body in place and give it valid digests again (they are not signatures)."""
+    """Edit a checkpoint's JSON body in place and give it valid digests again (not the MACs: the
+    editor has no key)."""
     outer = json.loads(path.read_text())
     inner = json.loads(outer["content"])
     edit(inner["body"])
@@ -261,7 +262,7 @@ def test_crafted_checkpoints_are_refused_at_once(tmp_path):
         _rewrite_body(path, edit)
         start = time.perf_counter()
         with pytest.raises(CheckpointError, match=match):
-            resume(run_dir, engine="inprocess")
+            resume(run_dir, engine="inprocess", trust_checkpoint=True)  # past the MAC: the checks after it
         assert time.perf_counter() - start < 1.0, name
 
 
@@ -282,4 +283,46 @@ def test_an_array_of_zero_sized_items_is_refused(tmp_path):
     path = tmp_path / "checkpoint.json"
     path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
     with pytest.raises(CheckpointError, match="dtype '\\|V0', which a checkpoint never holds"):
+        read_document(path, trust=True)
+
+
+def test_a_checkpoint_edited_with_its_digests_recomputed_is_refused_without_the_key(tmp_path):
+    """Digests detect damage, not edits: run B's arrays written into run A's checkpoint with both
+    digests recomputed used to resume with exit 0 and B's loss. The MACs under this user's key
+    refuse it, naming how to accept it deliberately; accepted so, it resumes."""
+    from gradcode.runtime import resume
+
+    path = _checkpointed_run(tmp_path / "a")
+    _rewrite_body(path, lambda body: None)  # not even a change: the MAC is gone with the rewrite
+    with pytest.raises(CheckpointError, match="not written with this user's checkpoint key.*--trust-checkpoint"):
+        resume(tmp_path / "a", engine="inprocess")
+    assert resume(tmp_path / "a", engine="inprocess", trust_checkpoint=True).losses.shape[0] == 2
+
+
+def test_a_checkpoint_written_with_another_key_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(safe_state.KEY_ENV, "a" * 32)
+    path = tmp_path / "checkpoint.json"
+    write_document(path, {"x": np.arange(3)})
+    assert read_document(path)["x"].tolist() == [0, 1, 2]
+    monkeypatch.setenv(safe_state.KEY_ENV, "b" * 32)
+    with pytest.raises(CheckpointError, match="not written with this user's checkpoint key"):
         read_document(path)
+    assert read_document(path, trust=True)["x"].tolist() == [0, 1, 2]
+    monkeypatch.setenv(safe_state.KEY_ENV, "short")
+    with pytest.raises(CheckpointError, match="at least 16 characters"):
+        read_document(path)
+
+
+def test_the_key_file_is_made_owner_only_and_one_others_may_read_is_refused(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    monkeypatch.delenv(safe_state.KEY_ENV, raising=False)
+    monkeypatch.setenv(safe_state.KEY_FILE_ENV, str(tmp_path / "home" / "checkpoint.key"))
+    key = safe_state.checkpoint_key()
+    made = tmp_path / "home" / "checkpoint.key"
+    assert len(key) == 64 and stat.S_IMODE(os.stat(made).st_mode) == 0o600
+    assert safe_state.checkpoint_key() == key  # the same key from then on
+    os.chmod(made, 0o644)
+    with pytest.raises(CheckpointError, match="may be read or written by others.*chmod 600"):
+        safe_state.checkpoint_key()

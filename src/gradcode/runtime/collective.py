@@ -17,10 +17,11 @@ the data kept where it is computed:
    the stragglers still computing, who all receive the result rather than lag, their reductions
    running beside their computation; a member still streaming is aborted first; and every
    worker holding a message a plan reads, which for a sequential scheme may have been kept
-   rounds earlier by a worker straggling in this one) a :class:`~gradcode.runtime.replica.ReduceOrder` carrying
-   every job the round's close finishes (a static code's one; a sequential scheme's none, one
-   or two: a round with none closes without a reduction); the members all-reduce their weighted
-   messages, the jobs' parts end to end, among themselves (the engine's group of exactly those
+   rounds earlier by a worker straggling in this one) a
+   :class:`~gradcode.runtime.replica.ReduceOrder` carrying every job the round's close finishes
+   (a static code's one; a sequential scheme's none, one or two: a round with none closes
+   without a reduction); the members all-reduce their weighted messages, the jobs' parts end to
+   end, among themselves (the engine's group of exactly those
    members, created by them and cached) and each steps its replica's models with the same bits,
    after each decode's acceptance rule on its reduced gradient;
 5. the round closes once a reduction succeeded (``scheme.close``, which records the stragglers).
@@ -32,18 +33,19 @@ the death is one fault record. A reduction the acceptance rule refuses (imprecis
 messages, as a refused held decode does; a diverging step stops the run as on the star path.
 
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
-(one still busy with an earlier round when this one started, a worker that died and was
-restarted, one whose reduction failed) is brought up to
-date before its next task: when a round leaves a live worker out, a member at the job's version keeps the
-reduced gradient (``JobReduction.keeper``: in its memory, the vector it reduced into, no copy;
-the driver holds a :class:`~gradcode.runtime.replica.Kept` naming it), and a worker at most
+(one still busy with an earlier round when this one started, a worker that died and was restarted,
+one whose reduction failed) is brought up to date before its next task: when a round leaves a live
+worker out, a member at the job's version keeps the reduced gradient (``JobReduction.keeper``: in
+its memory, the vector it reduced into, no copy; the driver holds a
+:class:`~gradcode.runtime.replica.Kept` naming it), and a worker at most
 :attr:`CollectiveDriver.REPLAY` steps behind applies the updates it missed (``engine.catch_up``:
-the keeper puts the vector in Ray's object store beside its own next computation, the lagger
-reads it there; one optimizer step each, the same function and bits as the members); a worker further behind, or restarted (no replica), or whose updates
-were lost with their keeper, gets a copy of an up-to-date worker's whole state (``engine.sync``). Every ``digest_every`` rounds the members
-send a digest of their parameters, every other round a fingerprint (a digest of a strided sample:
-:meth:`~gradcode.runtime.replica.Replica.fingerprint`), and the run stops, naming the workers,
-when they differ; their training objectives are compared too.
+the keeper puts the vector in Ray's object store beside its own next computation, the lagger reads
+it there; one optimizer step each, the same function and bits as the members); a worker further
+behind, or restarted (no replica), or whose updates were lost with their keeper, gets a copy of an
+up-to-date worker's whole state (``engine.sync``). Every ``digest_every`` rounds the members send a
+digest of their parameters, every other round a fingerprint (a digest of a strided sample:
+:meth:`~gradcode.runtime.replica.Replica.fingerprint`), and the run stops, naming the workers, when
+they differ; their training objectives are compared too.
 
 Sequential schemes (SR-SGC, M-SGC): a job's messages are computed over up to ``T`` rounds, so a
 replica keeps its messages ``T`` rounds (``Replica.window``) and a plan names the ``(round,
@@ -205,24 +207,19 @@ class CollectiveDriver(RoundDriver):
         """Plan round ``t``'s decodes, reduce them among the members, and close the round once they
         stepped (None: a member died, the round is planned again)."""
         t, sent = rnd.t, rnd.tasks
-        # every worker that delivered messages of the round (the decode may read a straggler's
-        # prefix; a worker not needed still receives the result instead of lagging), and
-        # those whose messages are in already, unread: they join with nothing to add and
-        # need no copy of the models before their next task
-        self.backlog.extend(self.engine.poll(0.0))
-        unread = {ev.worker for ev in self.backlog if ev.kind == "message" and ev.round == t}
-        delivered = {w for w in sent if counts[w] > 0} | (unread & set(sent))
-        # and the round's stragglers still computing: a worker's reductions run beside its
-        # computation, so it takes part with nothing to add instead of lagging (a catch-up step
-        # and a copy of the update before its next task: measured, a CRC step with a 0.2 s
-        # straggler at 11 M parameters 404 -> 252 ms on 2 cores)
-        delivered |= {w for w in sent if w not in rnd.unsent and w not in self.down and self.versions[w] is not None}
-        plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(delivered), 1))
+        # every worker the round's task reached and not known down: those whose messages are in
+        # (the decode may read a straggler's prefix), those not needed, and the stragglers still
+        # computing: a worker's reductions run beside its computation, so it takes part with
+        # nothing to add and need not catch up before its next task (a step and a copy of the
+        # update: measured, a CRC step with a 0.2 s straggler at 11 M parameters 404 -> 252 ms on 2
+        # cores)
+        reached = {w for w in sent if counts[w] > 0 or (
+            w not in rnd.unsent and w not in self.down and self.versions[w] is not None)}
+        plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(reached), 1))
         # and every worker holding a message a plan reads: a sequential scheme's job reads those
-        # of earlier rounds too, kept by workers that may be straggling in this one (their
-        # reductions run beside their computation)
-        members = sorted(delivered.union(*(p.workers for _, p in plans)))
-        if len(members) != max(len(delivered), 1):  # the plans' bounds count the reducing workers
+        # of earlier rounds too, kept by workers that may be busy with a round still
+        members = sorted(reached.union(*(p.workers for _, p in plans)))
+        if len(members) != max(len(reached), 1):  # the plans' bounds count the reducing workers
             plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
         if plans and not self._reduce(rnd, plans, members):
             return None

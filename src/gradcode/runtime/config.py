@@ -138,7 +138,8 @@ class RunConfig:
     ``eval_every``: held-out metrics every ``K`` rounds and after the last (0: after the last only).
     ``resume``: continue the run in ``run_dir`` from its checkpoint (same spec, checked);
     ``overwrite``: replace the run in ``run_dir`` (without either, a run dir that holds a run is
-    refused).
+    refused). ``trust_checkpoint``: with ``resume``, accept a checkpoint whose MACs do not verify
+    under this user's checkpoint key (:mod:`gradcode.runtime.safe_state`).
     """
 
     rounds: int | None = described(None, "Training rounds of each scheme (default: 100; with --model one epoch).")
@@ -149,6 +150,9 @@ class RunConfig:
     resume: bool = described(False, "Continue the run in --run-dir from its checkpoint.")
     overwrite: bool = described(False, "Replace the run already in --run-dir (its checkpoint and records); without"
                                        " it such a run dir is refused unless --resume.")
+    trust_checkpoint: bool = described(False, "With --resume: accept a checkpoint not written with this user's"
+                                              " checkpoint key (another user's, an older gradcode's); only one you"
+                                              " know the origin of.")
 
     def __post_init__(self):
         if self.rounds is not None:  # None: the trainer's default (gradcode.torch.fit: one epoch)

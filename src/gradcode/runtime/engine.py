@@ -238,7 +238,8 @@ class RayEngine(Engine):
             except ray.exceptions.RayActorError:
                 if w >= reused:
                     raise
-                self.actors[w], self._generations[w] = cls.remote(w, *self._specs[w], worker_threads(self.worker_cpus)), 0
+                self.actors[w] = cls.remote(w, *self._specs[w], worker_threads(self.worker_cpus))
+                self._generations[w] = 0
                 ray.get(self.actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
         self._reused = set(range(reused))
         self._nodes = ray.get([a.node.remote() for a in self.actors], timeout=max(deadline - time.monotonic(), 0.0))

@@ -381,7 +381,8 @@ class InProcessEngine(Engine):
             for w, order in ranked:
                 if w not in dead:
                     events.append(Event(w, t, "reduced", ReduceReply(
-                        w, t, error="failed", lost=dead, message=f"the reduction failed: members {list(dead)} are dead")))
+                        w, t, error="failed", lost=dead,
+                        message=f"the reduction failed: members {list(dead)} are dead")))
         else:
             # what gloo's all-reduce moves: the part and the members' flags (gloo.Groups.allreduce),
             # also when a member cannot contribute (the members learn it from the sum's flags)

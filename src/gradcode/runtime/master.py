@@ -438,6 +438,7 @@ def resume(
     faults: FaultConfig | None = None,
     engine: Engine | None = None,
     callback: Callable[[dict], None] | None = None,
+    trust_checkpoint: bool = False,
 ) -> TrainResult:
     """Continue the run in ``run_dir`` from its checkpoint, with the spec, run config and faults it
     was started with (kept in the checkpoint). ``rounds``: the run's total rounds (default: as
@@ -447,7 +448,7 @@ def resume(
     result as ``train(spec, run=RunConfig(..., resume=True))`` with the original arguments; a
     checkpoint written by a version without this entry point is refused with that advice."""
     path = Path(run_dir) / CHECKPOINT
-    saved = read_checkpoint(path)
+    saved = read_checkpoint(path, trust=trust_checkpoint)
     spec, run = saved.get("spec"), saved.get("run")
     if not isinstance(spec, TrainSpec) or not isinstance(run, RunConfig):
         raise CheckpointError(
@@ -517,7 +518,8 @@ def _start_state(setup: RunSetup, run: RunConfig, run_dir: Path, checkpoint, ini
     from ``run_dir`` unless given), else a fresh state and None, None."""
     if not run.resume:
         return initial_state(setup, initial_params), None, None
-    saved = checkpoint if checkpoint is not None else read_checkpoint(run_dir / CHECKPOINT)
+    saved = checkpoint if checkpoint is not None else read_checkpoint(run_dir / CHECKPOINT,
+                                                                      trust=run.trust_checkpoint)
     state, inflight = _restore(saved, setup, run)
     return state, inflight, state.next_round
 

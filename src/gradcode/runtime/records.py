@@ -472,10 +472,11 @@ def save_checkpoint(path: Path, config: dict, state: TrainState, scheme, infligh
     write_document(path, doc)
 
 
-def read_checkpoint(path: Path) -> dict:
+def read_checkpoint(path: Path, *, trust: bool = False) -> dict:
     """The checkpoint document at ``path`` (its ``state`` still a dict), or a clear error: no
     checkpoint (``FileNotFoundError``), a pickle of an earlier version, a damaged or foreign one
-    (:class:`CheckpointError`, naming the file)."""
+    (:class:`CheckpointError`, naming the file; ``trust``: one written with another key is read,
+    :func:`~gradcode.runtime.safe_state.read_document`)."""
 
     path = Path(path)
     if not path.is_file():
@@ -486,7 +487,7 @@ def read_checkpoint(path: Path) -> dict:
                 " start the run again, or resume it with the gradcode version that wrote it"
             )
         raise FileNotFoundError(f"resume: no checkpoint at {path}; run with checkpoint_every > 0 first")
-    saved = read_document(path)
+    saved = read_document(path, trust=trust)
     if not isinstance(saved, dict) or not {"config", "state", "scheme", "inflight"} <= set(saved):
         raise CheckpointError(f"resume: {path} is not a gradcode checkpoint (no config, state, scheme and"
                               " inflight); start the run again without --resume")

@@ -43,8 +43,8 @@ from gradcode.codes.precision import ImpreciseDecodeError
 from gradcode.codes.reduce import ReducePlan, contribution
 from gradcode.errors import GradcodeError
 
-__all__ = ["JobReduction", "JobStep", "Kept", "ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef", "StaleReplicaError", "step_model",
-           "warm_replica"]
+__all__ = ["JobReduction", "JobStep", "Kept", "ModelState", "ReduceOrder", "ReduceReply", "Replica", "ReplicaRef",
+           "StaleReplicaError", "step_model", "warm_replica"]
 
 
 class StaleReplicaError(GradcodeError):

@@ -30,6 +30,16 @@ without a word. Here:
   complete pair, so a crash mid-write leaves the previous checkpoint readable.
   :func:`read_document` checks both digests before decoding anything: any changed byte is a
   :class:`~gradcode.runtime.records.CheckpointError` naming the file.
+* Digests detect damage, not edits: anyone who can write the run folder can recompute them. So both
+  files also carry an HMAC-SHA256 under this user's checkpoint key (:func:`checkpoint_key`:
+  ``$GRADCODE_CHECKPOINT_KEY``, or ``~/.gradcode/checkpoint.key``, created on first use readable by
+  its owner only), and :func:`read_document` refuses a document whose MACs do not verify (written
+  with another key, by another user, before keyed checkpoints, or edited) unless the caller trusts
+  it deliberately (``trust=True``: ``RunConfig.trust_checkpoint``, ``--trust-checkpoint``). Threat
+  model: someone who can write the run folder but not read the key (another user of a shared
+  folder, a copied run directory) cannot make a run resume from a state of their choosing; someone
+  who can read the key (this user, root) can, and a key given in the environment is as safe as the
+  environment. The digests stay, so that damage and a foreign key are told apart.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import hmac
 import importlib
 import io
 import json
@@ -317,9 +328,60 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+#: the environment variable that gives the checkpoint key (a shared cluster's, say); else the file
+KEY_ENV = "GRADCODE_CHECKPOINT_KEY"
+#: the environment variable that names the key file (default ``~/.gradcode/checkpoint.key``)
+KEY_FILE_ENV = "GRADCODE_CHECKPOINT_KEY_FILE"
+
+
+def key_file() -> Path:
+    """Where this user's checkpoint key lives: ``$GRADCODE_CHECKPOINT_KEY_FILE``, else
+    ``~/.gradcode/checkpoint.key``."""
+    named = os.environ.get(KEY_FILE_ENV)
+    return Path(named).expanduser() if named else Path.home() / ".gradcode" / "checkpoint.key"
+
+
+def checkpoint_key() -> bytes:
+    """This user's key for the checkpoints' MACs (module docstring): ``$GRADCODE_CHECKPOINT_KEY``
+    (at least 16 characters) when set, else the key file (:func:`key_file`), created on first use
+    with 32 random bytes, readable and writable by its owner only. A key file others may read or
+    write is refused (they could forge checkpoints): :class:`CheckpointError` saying how to fix it."""
+    given = os.environ.get(KEY_ENV)
+    if given is not None:
+        if len(given) < 16:
+            raise CheckpointError(f"${KEY_ENV} must hold at least 16 characters (a checkpoint key); got {len(given)}")
+        return given.encode()
+    path = key_file()
+    if not os.path.lexists(path):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile
+            pass
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(os.urandom(32).hex())
+    try:
+        mode = os.stat(path).st_mode
+        key = read_regular(path, 4096).strip()
+    except (OSError, UnsafeFileError) as exc:
+        raise CheckpointError(f"the checkpoint key {path} cannot be read ({exc})") from None
+    if mode & 0o077:
+        raise CheckpointError(f"the checkpoint key {path} may be read or written by others (mode {mode & 0o777:o}):"
+                              f" anyone who can read it can forge checkpoints; chmod 600 {path}")
+    if len(key) < 16:
+        raise CheckpointError(f"the checkpoint key {path} holds {len(key)} bytes; remove it to make a new one")
+    return key
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
 def write_document(path: Path, document: dict) -> None:
     """Write ``document`` as ``path`` (JSON) and its arrays' ``.npz`` beside it (module docstring)."""
     path = Path(path)
+    key = checkpoint_key()
     arrays: list = []
     body = encode(document, arrays)
     buf = io.BytesIO()
@@ -328,9 +390,10 @@ def write_document(path: Path, document: dict) -> None:
     blob_digest = _digest(blob)
     blob_name = f"{path.stem}-{blob_digest[:16]}.npz"
     atomic_write(path.with_name(blob_name), blob)
-    content = json.dumps({"format": _FORMAT, "arrays": blob_name, "arrays_sha256": blob_digest, "body": body},
-                         sort_keys=True, allow_nan=False)
-    atomic_write(path, json.dumps({"sha256": _digest(content.encode()), "content": content}).encode())
+    content = json.dumps({"format": _FORMAT, "arrays": blob_name, "arrays_sha256": blob_digest,
+                          "arrays_mac": _mac(key, blob), "body": body}, sort_keys=True, allow_nan=False)
+    atomic_write(path, json.dumps({"sha256": _digest(content.encode()), "mac": _mac(key, content.encode()),
+                                   "content": content}).encode())
     for stale in path.parent.glob(f"{path.stem}-*.npz"):  # the previous arrays, or a crashed write's
         if stale.name != blob_name:
             stale.unlink(missing_ok=True)
@@ -340,11 +403,13 @@ def write_document(path: Path, document: dict) -> None:
 DOCUMENT_BYTES = 256 * 2**20
 
 
-def read_document(path: Path) -> dict:
-    """The document written by :func:`write_document`, after checking both digests; a mismatch or
-    anything unreadable is a :class:`CheckpointError` naming the file."""
+def read_document(path: Path, *, trust: bool = False) -> dict:
+    """The document written by :func:`write_document`, after checking both digests and, unless
+    ``trust``, both MACs under this user's key (module docstring); a mismatch or anything
+    unreadable is a :class:`CheckpointError` naming the file."""
     path = Path(path)
     advice = "restore it from a copy, or start the run again without --resume"
+    key = None if trust else checkpoint_key()
     try:
         outer = json.loads(read_regular(path, DOCUMENT_BYTES))
         content = outer["content"]
@@ -370,6 +435,14 @@ def read_document(path: Path) -> dict:
     if _digest(blob) != inner["arrays_sha256"]:
         raise CheckpointError(f"resume: the checkpoint's arrays {blob_path} are damaged: they do not match the"
                               f" SHA-256 recorded in {path.name}; {advice}")
+    if key is not None and not (
+            hmac.compare_digest(str(outer.get("mac", "")), _mac(key, content.encode()))
+            and hmac.compare_digest(str(inner.get("arrays_mac", "")), _mac(key, blob))):
+        raise CheckpointError(
+            f"resume: the checkpoint {path} was not written with this user's checkpoint key ({key_file()} or"
+            f" ${KEY_ENV}): another user or key wrote it, a gradcode before keyed checkpoints did, or its files"
+            " were edited. Resume it only if you know where it came from, deliberately:"
+            " RunConfig(trust_checkpoint=True), --trust-checkpoint")
     try:
         with zipfile.ZipFile(io.BytesIO(blob)) as z:  # written stored, never compressed: no zip bombs
             if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > len(blob) for i in z.infolist()):
