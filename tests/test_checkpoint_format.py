@@ -326,3 +326,64 @@ def test_the_key_file_is_made_owner_only_and_one_others_may_read_is_refused(tmp_
     os.chmod(made, 0o644)
     with pytest.raises(CheckpointError, match="may be read or written by others.*chmod 600"):
         safe_state.checkpoint_key()
+
+
+def _rewrite_arrays(path, edit):
+    """Edit a checkpoint's body and arrays (``edit(body, arrays)``) and give both valid digests."""
+    import io
+
+    outer = json.loads(path.read_text())
+    inner = json.loads(outer["content"])
+    blob_path = path.with_name(inner["arrays"])
+    with np.load(blob_path) as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(inner["body"], arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    blob_path.write_bytes(buf.getvalue())
+    inner["arrays_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    content = json.dumps(inner, sort_keys=True)
+    path.write_text(json.dumps({"sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}))
+
+
+def _params_key(body) -> str:
+    return f"a{body['state']['params'][0]['__nd']}"
+
+
+def _set_params(body, arrays, value):
+    arrays[_params_key(body)] = value(arrays[_params_key(body)]) if callable(value) else value
+
+
+FORGED = {  # what a forger wrote, and what the refusal names (each was a traceback in a later round)
+    "a negative step count": (lambda body, arrays: body["state"].update(steps=[-7]), r"step counts \[-7\]"),
+    "more steps than rounds": (lambda body, arrays: body["state"].update(steps=[9]), r"step counts \[9\] after 2"),
+    "parameters of another shape": (lambda body, arrays: _set_params(body, arrays, np.zeros(7)),
+                                    r"model 0's parameters are float64 \(7,\), the problem's float64 \(\d+,\)"),
+    "parameters of another type": (lambda body, arrays: _set_params(body, arrays, lambda x: x.astype(np.int64)),
+                                   r"model 0's parameters are int64"),
+    "NaN parameters": (lambda body, arrays: _set_params(body, arrays, lambda x: np.full_like(x, np.nan)),
+                       "model 0's parameters hold NaN or infinity"),
+    "the code's _k": (lambda body, arrays: next(_objects(body, ":CRC"))["state"].update(_k=3), "the code's k"),
+    "the code's _n": (lambda body, arrays: next(_objects(body, ":CRC"))["state"].update(_n=5), "the code's n"),
+    "the code's placement": (lambda body, arrays: next(_objects(body, ":CRC"))["state"].update(
+        _placement={"__tuple": [{"__tuple": [0, 1]}] * 4}), "the code's placement"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_every_value_a_checkpoint_restores_is_checked_before_the_run_starts(tmp_path, case):
+    """Forged values behind valid digests, trusted deliberately (the MAC is not what stops them):
+    each a CheckpointError naming it, within a second, before any round (``steps=[-7]``, a (7,)
+    parameter vector, NaN parameters and the code's ``_k`` set to 3 used to be tracebacks
+    mid-run)."""
+    import time
+
+    from gradcode.runtime import resume
+
+    edit, match = FORGED[case]
+    path = _checkpointed_run(tmp_path / "run")
+    _rewrite_arrays(path, edit)
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=match):
+        resume(tmp_path / "run", engine="inprocess", trust_checkpoint=True)
+    assert time.perf_counter() - start < 1.0
