@@ -4,7 +4,7 @@
 
 Trains ``--scheme`` (n = 4, s = 1, one straggler injected 2 ms late a round, so that rounds close
 without one worker and abort it) on Tandon's synthetic data for ``--rounds`` rounds in one run,
-driving it round by round (:class:`gradcode.runtime.master.RunSession`), and every ``--every``
+driving it round by round (:class:`gradcode.runtime.session.RunSession`), and every ``--every``
 rounds reads the driver's and each worker's resident and private memory (``/proc/PID/smaps_rollup``)
 and the object store's use. Prints the samples and the growth per 1000 rounds after the first
 sample up to the last round (a least-squares slope; the last round's held-out evaluation allocates
@@ -37,7 +37,7 @@ def main() -> None:
 
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
     from gradcode.runtime.cluster import ray_session
-    from gradcode.runtime.master import open_session
+    from gradcode.runtime.session import open_session
 
     spec = TrainSpec(args.scheme, workers=4, stragglers=1, delay=0.002, data="tandon-synthetic",
                      data_params={"n_samples": 400})

@@ -211,7 +211,7 @@ def _gloo_allreduce(n: int, d: int, repeats: int) -> float:
 def bench_ray(repeats: int) -> dict:
     from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
     from gradcode.runtime.cluster import init_ray
-    from gradcode.runtime.master import run_training
+    from gradcode.runtime.training import run_training
 
     n, d = 4, D_RESNET18
     allreduce = _gloo_allreduce(n, d, repeats)

@@ -521,10 +521,10 @@ def test_resume_refuses_another_configuration(tmp_path):
 def test_a_checkpoint_of_0_1_is_refused_naming_the_change():
     """0.1's configuration said "code" where 0.2.0 says "scheme": such a checkpoint is refused by
     name, before anything of it is used."""
-    from gradcode.runtime.master import _restore
+    from gradcode.runtime.restore import restore_checkpoint
 
     with pytest.raises(CheckpointError, match="written by gradcode 0.1"):
-        _restore({"config": {"code": "crc", "code_params": {}}, "state": {}}, None, None)
+        restore_checkpoint({"config": {"code": "crc", "code_params": {}}, "state": {}}, None, None)
 
 
 # ---------------------------------------------------------------------------- several models
@@ -744,7 +744,7 @@ def test_only_a_run_whose_tasks_sleep_asks_for_interruptible_workers():
     """A run without injected sleeps (no delay model, or a trace of zeros) gets the engine's
     cheaper workers that cannot be interrupted (Ray: synchronous actors); any positive delay asks
     for interruptible ones."""
-    from gradcode.runtime.master import prepare
+    from gradcode.runtime.setup import prepare
 
     def sleeps(**kw):
         return prepare(TrainSpec("crc", workers=4, stragglers=1, data_params=DATA, **kw), rounds=3).sleeps
@@ -781,7 +781,7 @@ def test_the_declared_compute_clock_charges_each_message_its_samples():
 
 def test_the_in_process_clock_is_chosen_and_checked():
     from gradcode.runtime.inprocess import ComputeCost
-    from gradcode.runtime.master import make_engine
+    from gradcode.runtime.session import make_engine
 
     engine = make_engine("inprocess")
     assert engine._calibrate  # engine="inprocess": a per-sample cost timed once at start

@@ -373,7 +373,7 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
     from gradcode.runtime import TrainSpec
     from gradcode.runtime.engine import RayEngine
     from gradcode.runtime.cluster import ray_session as shared
-    from gradcode.runtime.master import prepare
+    from gradcode.runtime.setup import prepare
 
     def planned(code, data):  # the workers' specs and each one's (training rows, held-out rows)
         specs = prepare(TrainSpec(code, workers=4, stragglers=1, data_params=data), rounds=1).worker_specs()

@@ -20,7 +20,7 @@ import gradcode.torch as gt  # noqa: E402
 from gradcode.errors import GradcodeError  # noqa: E402
 from gradcode.runtime import RoundTimeoutError  # noqa: E402
 from gradcode.torch.data import DataFileError  # noqa: E402
-from torch_util import LNBNNet, Unpicklable  # noqa: E402
+from torch_util import LNBNNet, NaNOnMarker, Unpicklable  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -265,10 +265,10 @@ def test_a_nan_loss_makes_its_workers_stragglers(digits):
 
     X, y = digits[0]
     X = X.clone()
-    X[0, 0, 0, 0] = float("nan")
+    X[0, 0, 0, 0] = -7.0  # the model's output for this sample is NaN (finite data: the data check passes)
     with pytest.raises(TrainingStopped, match=r"the results of workers \[\d, \d\] of 6 held NaN") as info:
-        fit(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), (X, y), scheme="frc", stragglers=1, batch_size=None,
-            rounds=1, round_timeout=1000)
+        fit(NaNOnMarker(nn.Sequential(nn.Flatten(), nn.Linear(64, 10))), (X, y), scheme="frc", stragglers=1,
+            batch_size=None, rounds=1, round_timeout=1000)
     assert not isinstance(info.value, RoundTimeoutError)
 
 

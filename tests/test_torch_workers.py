@@ -16,7 +16,7 @@ import gradcode.torch as gt  # noqa: E402
 from gradcode.errors import GradcodeError  # noqa: E402
 from gradcode.runtime import ClusterConfig, RunConfig, TrainingStopped, TrainSpec  # noqa: E402
 from gradcode.torch.problem import _seed, check_device, model_device  # noqa: E402
-from torch_util import LNBNNet  # noqa: E402
+from torch_util import LNBNNet, NaNOnMarker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -378,17 +378,17 @@ def test_a_dataloaders_collate_and_batch_size_are_honoured_and_its_sampler_refus
                run=RunConfig(rounds=1, eval_every=0, run_dir=tmp_path / "c"))
 
 
-def test_nan_inputs_stop_the_run_at_once_naming_the_workers(digits, tmp_path):
-    """A regression: NaN in some partitions' inputs reported a RoundTimeoutError 'within round_timeout'
+def test_nan_results_of_some_partitions_stop_the_run_at_once_naming_the_workers(digits, tmp_path):
+    """A regression: NaN results of some partitions reported a RoundTimeoutError 'within round_timeout'
     though the run stopped at once; now a TrainingStopped names the workers and the likely cause."""
     from gradcode.runtime import RoundTimeoutError
 
     X, y = digits
     X = X.clone()
     order = np.random.default_rng([SPEC.seed, 0]).permutation(len(y))  # fit's training order
-    X[order[:120]] = float("nan")  # partition 0 of 4: workers 0 and 3 of CRC(4, 1) hold it
+    X[order[:120], 0, 0, 0] = -7.0  # partition 0 of 4 (workers 0 and 3 of CRC(4, 1)): the model's output NaN
     with pytest.raises(TrainingStopped, match=r"the results of workers \[0, 3\] of 4 held NaN or infinity and the"
                                               r" finite ones cannot decode") as info:
-        gt.fit(LNBNNet(), (X, y), SPEC, engine="inprocess", faults=gradcode.runtime.FaultConfig(round_timeout=1000),
+        gt.fit(NaNOnMarker(LNBNNet()), (X, y), SPEC, engine="inprocess", faults=gradcode.runtime.FaultConfig(round_timeout=1000),
                run=RunConfig(rounds=2, eval_every=0, run_dir=tmp_path))
     assert not isinstance(info.value, RoundTimeoutError) and "inputs or targets holding NaN" in str(info.value)

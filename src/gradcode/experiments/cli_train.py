@@ -121,7 +121,7 @@ def train_one(o: Values) -> None:
     that cannot start exits 2, one that stops exits 1 (:func:`_exit_for`)."""
     from gradcode.experiments.cli_output import emit, err, plot_files
     from gradcode.experiments.cli_sim import parse_scheme
-    from gradcode.runtime.master import DEFAULT_WORKERS
+    from gradcode.runtime.setup import DEFAULT_WORKERS
 
     try:
         scheme, inline = parse_scheme(o.scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
@@ -186,7 +186,7 @@ def _note_standardized(configured) -> None:
     the model sees, so the run states it."""
     from gradcode.experiments.cli_output import note
     from gradcode.problems.files import data_source
-    from gradcode.runtime.master import DEFAULT_DATA
+    from gradcode.runtime.setup import DEFAULT_DATA
 
     if isinstance(configured, tuple) and isinstance(configured[0].data or DEFAULT_DATA, str):
         spec = configured[0]
@@ -199,7 +199,7 @@ def _note_standardized(configured) -> None:
 
 def _rounds_of(configured) -> int | None:
     """The rounds a run will take, for the progress bar (None: a torch run's epochs decide)."""
-    from gradcode.runtime.master import DEFAULT_ROUNDS
+    from gradcode.runtime.setup import DEFAULT_ROUNDS
 
     if isinstance(configured, TorchRun):
         return configured.run.rounds
@@ -595,7 +595,7 @@ def _plan_runs(o: Values) -> tuple[Values, list[dict], list[Path] | None]:
     from gradcode.experiments.cli_output import plot_files
     from gradcode.experiments.cli_sim import params_per_scheme, parse_scheme
     from gradcode.runtime import build_scheme
-    from gradcode.runtime.master import DEFAULT_WORKERS
+    from gradcode.runtime.setup import DEFAULT_WORKERS
 
     plot, run_dir = o.plot, o.run_dir
     specs = split_schemes(o.scheme)

@@ -1,7 +1,8 @@
 """The runtime: real training with gradient coding (docs/architecture.md, "The runtime").
 
 :func:`train` (the config objects of :mod:`gradcode.runtime.config`) and
-:func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.master`); a
+:func:`resume` (a run dir) are the entry points (:mod:`gradcode.runtime.training`; what a run is
+made of: :mod:`gradcode.runtime.setup`; a run in progress: :mod:`gradcode.runtime.session`); a
 :class:`RoundDriver` (:mod:`gradcode.runtime.driver`) runs the rounds on an :class:`Engine`
 (:mod:`gradcode.runtime.base`): Ray actors (:mod:`gradcode.runtime.engine`; with
 :mod:`gradcode.runtime.cluster`, which starts or joins the cluster, the only modules that import
@@ -22,8 +23,9 @@ _HOMES = {
     "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
     "TrainingStopped": ".driver",
     "InProcessEngine": ".inprocess",
-    "ENGINES": ".master", "build_scheme": ".master", "make_engine": ".master", "parse_failures": ".master",
-    "prepare": ".master", "resume": ".master", "runs_home": ".master", "train": ".master",
+    "ENGINES": ".session", "make_engine": ".session", "runs_home": ".session",
+    "build_scheme": ".setup", "parse_failures": ".setup", "prepare": ".setup",
+    "resume": ".training", "train": ".training",
     "CheckpointError": ".records", "RunDirInUseError": ".records", "TrainResult": ".records", "TrainState": ".records",
     "UnsafeStateError": ".safe_state", "trust_modules": ".safe_state",
     "ProblemSpec": ".worker", "WireTask": ".worker", "WorkerCore": ".worker",

@@ -153,7 +153,7 @@ class RoundTimeoutError(TrainingStopped):
 @dataclass
 class RunSetup:
     """A :class:`~gradcode.runtime.config.TrainSpec` resolved for one run of ``rounds`` rounds:
-    the objects the driver works with, built once by :func:`gradcode.runtime.master.prepare`.
+    the objects the driver works with, built once by :func:`gradcode.runtime.setup.prepare`.
 
     ``config``: the run's JSON record (``config.json``, ``result.json``; compared on resume);
     ``problem_spec``: what every worker rebuilds its problem from; ``problem``: the master's copy

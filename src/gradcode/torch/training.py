@@ -147,9 +147,9 @@ def fit(
 def _injected_slope(spec, n: int, rounds: int) -> tuple[float, str]:
     """The load slope of the delays a ``scheme="auto"`` run injects and what it is: App. J's fit on
     them when they are the model's whole time (``inject="full"``,
-    :func:`~gradcode.runtime.master.injected_load_fit`); 0 otherwise (``"excess"`` leaves out what
+    :func:`~gradcode.runtime.setup.injected_load_fit`); 0 otherwise (``"excess"`` leaves out what
     every worker shares, the load's cost included; or nothing injected)."""
-    from gradcode.runtime.master import injected_load_fit
+    from gradcode.runtime.setup import injected_load_fit
 
     fitted = injected_load_fit(spec, n, rounds)
     if fitted is None:
@@ -299,9 +299,9 @@ def _optimizers(model_specs: list, tconf: TorchConfig, rounds: int) -> list:
 
 
 def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> FitResult:
-    """Run the rounds (:func:`~gradcode.runtime.master.run_training`) from the modules' own
+    """Run the rounds (:func:`~gradcode.runtime.training.run_training`) from the modules' own
     weights; load the trained weights back into them."""
-    from gradcode.runtime.master import run_training
+    from gradcode.runtime.training import run_training
 
     cluster, faults, run, engine, shipping, callback = options
     history: list[dict] = []
@@ -373,7 +373,7 @@ def _scheme(spec, tconf: TorchConfig, auto: bool):
     """The run's scheme: the named code or a copy of the caller's object (``decode_rtol`` is set on
     the run's own codes, never on the caller's), or for ``scheme="auto"`` the probe's uncoded one
     (:class:`ProbeThenSwitch` wraps it once the rounds are known)."""
-    from gradcode.runtime.master import build_scheme
+    from gradcode.runtime.setup import build_scheme
 
     if auto:
         if spec.scheme_params:
@@ -402,7 +402,7 @@ def _rounds(spec: TorchSpec, rounds, epochs, models: int) -> int:
 
 def _engine(engine, spec: TorchSpec):
     """``(engine, context)``: Ray (the user's code travels by value while the run lasts) or the
-    in-process engine timed by measured compute (:func:`~gradcode.runtime.master.make_engine`)."""
+    in-process engine timed by measured compute (:func:`~gradcode.runtime.session.make_engine`)."""
     if engine is None or engine == "ray" or type(engine).__module__ == "gradcode.runtime.engine":
         return engine, _user_code_by_value(spec)
     if isinstance(engine, str):

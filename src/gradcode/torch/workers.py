@@ -13,7 +13,7 @@ schedulers, AMP's ``GradScaler``, logging and stopping are the loop's::
             optimizer.step()
             scheduler.step()
 
-One round is what a round of :func:`fit` is (the same :class:`~gradcode.runtime.master.RunSession`
+One round is what a round of :func:`fit` is (the same :class:`~gradcode.runtime.session.RunSession`
 and :func:`~gradcode.torch.problem.apply_decoded`): the workers holding each partition compute on
 the same ``b_j`` samples of job ``t`` (:meth:`~gradcode.torch.problem.TorchSpec.batch_rows`), the
 master decodes ``sum_j g_j`` from whichever workers suffice, and the batch is the one asked for.
@@ -103,7 +103,7 @@ class Workers:
 
     # ----------------------------------------------------------------- the context
     def __enter__(self) -> Workers:
-        from gradcode.runtime.master import open_session
+        from gradcode.runtime.session import open_session
 
         self._shipping.__enter__()
         try:
