@@ -320,3 +320,39 @@ def test_on_the_embedded_cluster_the_channels_listen_on_loopback(ray_session):
         assert peers == ["127.0.0.1", "127.0.0.1"]
     finally:
         engine.shutdown()
+
+
+def test_a_restart_needs_nothing_from_the_object_store(ray_session, capfd):
+    """Workers are created with their thread count only and get their data by a task (``reset``):
+    Ray's error about constructor arguments in the object store (Ray issue 53727: a restart fails
+    once they went out of scope) is not printed, and a worker killed after the driver dropped its
+    own references to the data is restarted by Ray, reset, and computes again."""
+    import gc
+    import os
+    import signal
+
+    from gradcode.runtime import ProblemSpec
+    from gradcode.runtime.engine import RayEngine
+
+    engine = RayEngine()
+    try:
+        rows = partition_rows(320, np.full(2, 0.5))
+        engine.spawn([(ProblemSpec(DataSpec("tandon-synthetic", DATA, seed=SEED), "logistic"), {j: rows[j]}, 1)
+                      for j in range(2)], interruptible=False)
+        dim = ProblemSpec(DataSpec("tandon-synthetic", DATA, seed=SEED), "logistic").build()[0].dim
+        del rows
+        gc.collect()
+        x = np.zeros(dim)
+        task = WireTask(0, (0,), np.ones((1, 1, 1)), 0)
+        os.kill(engine.pids()[0], signal.SIGKILL)
+        delivered, deadline = [], time.monotonic() + 60
+        for t in range(1, 10_000):  # lost while Ray restarts it, then reset, then computing
+            engine.submit(0, t, [task], [x])
+            while engine.busy(0) and time.monotonic() < deadline:
+                delivered += [e for e in engine.poll(1.0) if e.kind == "message"]
+            if delivered or time.monotonic() > deadline:
+                break
+        assert delivered and math.isfinite(float(np.sum(delivered[0].payload)))
+        assert "53727" not in capfd.readouterr().err
+    finally:
+        engine.shutdown()

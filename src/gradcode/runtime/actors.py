@@ -45,17 +45,31 @@ def stale(exc) -> bool:
 
 
 class WorkerActor:
-    """What both kinds of worker actor share: the core, the data generation, identity queries."""
+    """What both kinds of worker actor share: the core, the data generation, identity queries.
 
-    def __init__(self, worker: int, spec, partitions: dict, chunks: int, threads: int = 1):
-        # only the partitions' rows are kept (ProblemSpec.build_partitions)
-        self.core = build_core(worker, spec, partitions, chunks)
-        limit_threads(threads)  # after the build, which may import torch: for the actor's life
+    An actor is created holding no data (its constructor takes its thread count only) and gets
+    its problem and partitions from its engine's :meth:`reset`, a task argument: so nothing a
+    restart needs lives in Ray's object store (Ray restarts an actor with its constructor's
+    arguments, which an object-store argument could no longer give once it went out of scope, Ray
+    issue 53727); a restarted actor holds no data again, its next task says so
+    (:class:`StaleWorkerError`, a lost task) and its engine resets it before the next one."""
+
+    def __init__(self, threads: int = 1):
+        self.core = None
+        self._threads = threads
+        limit_threads(threads)
         keep_freed_memory()  # a round's large arrays reuse the heap instead of faulting in anew
-        # which data the worker holds: 0 as created (and as Ray restarts it: with the constructor's
-        # arguments), then the number its engine gave with each reset; a task names the one it needs
+        # which data the worker holds: 0 as created (and as Ray restarts it), then the number its
+        # engine gave with each reset; a task names the one it needs
         self._generation = 0
         self._channel = None
+
+    def _build(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> None:
+        # only the partitions' rows are kept (ProblemSpec.build_partitions)
+        self.core = build_core(worker, spec, partitions, chunks)
+        limit_threads(self._threads)  # again after the build, which may import torch
+        return_freed_memory()  # the data set built and dropped: not kept for the rounds
+        self._generation = generation
 
     def ping(self) -> int:
         return os.getpid()
@@ -141,7 +155,7 @@ class WorkerActor:
 
     def rows_held(self) -> tuple[int, int]:
         """``(training rows, held-out rows)`` of the data this worker keeps."""
-        ds = getattr(self.core.problem, "dataset", None)
+        ds = getattr(getattr(self.core, "problem", None), "dataset", None)
         return (int(ds.n_train), int(ds.n_test)) if ds is not None else (-1, -1)
 
 
@@ -155,10 +169,8 @@ class PlainWorker(WorkerActor):
     the data of the :meth:`reset` sent before it."""
 
     def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
-        """Become worker ``worker`` of another run, holding data ``generation``."""
-        self.core = build_core(worker, spec, partitions, chunks)
-        return_freed_memory()  # the data set built and dropped: not kept for the rounds
-        self._generation = generation
+        """Become worker ``worker`` (of this run, or of another), holding data ``generation``."""
+        self._build(generation, worker, spec, partitions, chunks)
         return os.getpid()
 
     def run(self, t: int, generation: int, tasks: list[WireTask], sleeps: tuple, fail: bool, *params, sync=None,
@@ -177,7 +189,8 @@ class PlainWorker(WorkerActor):
         return out
 
     def abort(self, t: int) -> None:
-        self.core.abort(t)
+        if self.core is not None:  # nothing runs on a worker that holds no data yet
+            self.core.abort(t)
 
 
 @ray.remote
@@ -188,17 +201,15 @@ class AsyncWorker(WorkerActor):
     a synchronous actor (which cannot be interrupted) and 34 ms for a threaded actor with a control
     concurrency group."""
 
-    def __init__(self, worker: int, spec, partitions: dict, chunks: int, threads: int = 1):
-        super().__init__(worker, spec, partitions, chunks, threads)
+    def __init__(self, threads: int = 1):
+        super().__init__(threads)
         self._wake = asyncio.Event()
 
     async def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
         """Become worker ``worker`` of another run (:func:`~gradcode.runtime.cluster.ray_session` reuses actors between
         runs), holding data ``generation``: the tasks of the previous data end at their next
         sleep, the new core is built."""
-        self.core = build_core(worker, spec, partitions, chunks)
-        return_freed_memory()  # the data set built and dropped: not kept for the rounds
-        self._generation = generation
+        self._build(generation, worker, spec, partitions, chunks)
         self._wake.set()
         return os.getpid()
 
@@ -256,5 +267,6 @@ class AsyncWorker(WorkerActor):
         return False
 
     async def abort(self, t: int) -> None:
-        self.core.abort(t)
+        if self.core is not None:  # nothing runs on a worker that holds no data yet
+            self.core.abort(t)
         self._wake.set()

@@ -195,7 +195,8 @@ class WorkerChannel:
             while True:
                 request = recv_frame(conn)
                 if request[0] == "abort":
-                    self.holder.core.abort(request[1])
+                    if self.holder.core is not None:  # a worker that holds no data runs nothing
+                        self.holder.core.abort(request[1])
                 elif request[0] == "reduce":
                     reductions.put(request)
                 else:

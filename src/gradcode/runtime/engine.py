@@ -12,12 +12,16 @@ and whatever the transport cannot take goes by actor call.
 
 Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The runtime") and what is done about it:
 
-* a worker is an actor created with ``max_restarts`` and ``max_task_retries=0``; it rebuilds its
-  problem and partitions in ``__init__`` from a :class:`~gradcode.runtime.worker.ProblemSpec` and the
-  partition row indices, so a restarted actor has its data back, and keeps only its partitions' rows
-  (:meth:`~gradcode.runtime.worker.ProblemSpec.build_partitions`). A task that was running when the
-  process died is *not* retried (the master decides what to do with it); a dead worker becomes an
-  event, never an exception;
+* a worker is an actor created with ``max_restarts`` and ``max_task_retries=0`` and no data: its
+  engine's first call (``reset``) hands it a :class:`~gradcode.runtime.worker.ProblemSpec` and its
+  partitions' rows, from which it builds its problem, keeping only those rows
+  (:meth:`~gradcode.runtime.worker.ProblemSpec.build_partitions`). Ray restarts an actor with its
+  constructor's arguments, and one held in the object store may be gone by then (Ray issue 53727,
+  which Ray reports as an error at every such actor's creation): so the data travel as a task
+  argument, and a restarted worker, which holds no data again, is reset before its next task (its
+  task in flight says it holds none: a lost task). A task that was running when the process died
+  is *not* retried (the master decides what to do with it); a dead worker becomes an event, never
+  an exception;
 * ``ray.cancel`` does not stop a task running on a synchronous actor (measured: a 3 s sleep ran to
   its end), so the runtime never queues work behind an unfinished task (the master skips busy
   workers), and the workers of a run that injects delays are async actors
@@ -147,7 +151,6 @@ class RayEngine(Engine):
         self.transport_name = transport
         self._resetting: dict[int, Any] = {}  # worker -> its reset's reference, until the reset is done
         self._specs: list[tuple] = []  # each worker's (problem spec, partitions, chunks)
-        self._reused: set[int] = set()  # workers taken over from the session's previous engine
         self._stale: set[int] = set()  # reused workers to reset before their next task
         self._generations: list[int] = []  # the data each worker holds (reset count), which its tasks name
         self._pool_key = None
@@ -189,9 +192,9 @@ class RayEngine(Engine):
             session["pool"].setdefault(self._pool_key, []).append(entry)
         self._specs = [tuple(x) for x in specs]
         self._stale = set()
-        self.actors = [a for a, _ in reused] + [cls.remote(w, *specs[w], worker_threads(self.worker_cpus))
-                                                for w in range(len(reused), len(specs))]
-        self._generations = [g + 1 for _, g in reused] + [0] * (len(specs) - len(reused))
+        self.actors = [a for a, _ in reused] + [cls.remote(worker_threads(self.worker_cpus))
+                                                for _ in range(len(reused), len(specs))]
+        self._generations = [g + 1 for _, g in reused] + [1] * (len(specs) - len(reused))
         try:
             self._start(len(reused), cls, start_timeout)
         except ray.exceptions.GetTimeoutError:
@@ -226,22 +229,20 @@ class RayEngine(Engine):
         return min(1.0, total / len(specs))
 
     def _start(self, reused: int, cls, timeout: float) -> None:
-        """Wait until every worker is up: new actors answer a ping, the ``reused`` first ones
-        finish their :meth:`~gradcode.runtime.actors.AsyncWorker.reset`; a reused actor that is
-        dead is replaced by a new one. Then the transport reaches them."""
+        """Wait until every worker holds its data (:meth:`~gradcode.runtime.actors.AsyncWorker.reset`,
+        new and reused actors alike); a reused actor that is dead is replaced by a new one. Then the
+        transport reaches them."""
         deadline = time.monotonic() + timeout
-        refs = [self.actors[w].reset.remote(self._generations[w], w, *self._specs[w]) for w in range(reused)]
-        refs += [a.ping.remote() for a in self.actors[reused:]]
+        refs = [a.reset.remote(self._generations[w], w, *self._specs[w]) for w, a in enumerate(self.actors)]
         for w, ref in enumerate(refs):
             try:
                 ray.get(ref, timeout=max(deadline - time.monotonic(), 0.0))
             except ray.exceptions.RayActorError:
                 if w >= reused:
                     raise
-                self.actors[w] = cls.remote(w, *self._specs[w], worker_threads(self.worker_cpus))
-                self._generations[w] = 0
-                ray.get(self.actors[w].ping.remote(), timeout=max(deadline - time.monotonic(), 0.0))
-        self._reused = set(range(reused))
+                self.actors[w], self._generations[w] = cls.remote(worker_threads(self.worker_cpus)), 1
+                ray.get(self.actors[w].reset.remote(1, w, *self._specs[w]),
+                        timeout=max(deadline - time.monotonic(), 0.0))
         self._nodes = ray.get([a.node.remote() for a in self.actors], timeout=max(deadline - time.monotonic(), 0.0))
         self.transport.start(deadline)
 
@@ -264,10 +265,9 @@ class RayEngine(Engine):
         return True
 
     def process_died(self, w: int) -> None:
-        """Worker ``w``'s process died (its transport saw it): a reused worker comes back with the
-        arguments of the run that created it, so it is reset before its next task."""
-        if w in self._reused:
-            self._stale.add(w)
+        """Worker ``w``'s process died (its transport saw it): Ray restarts it without data, so it
+        is reset before its next task."""
+        self._stale.add(w)
 
     @property
     def n(self) -> int:
@@ -381,6 +381,7 @@ class RayEngine(Engine):
             if node is not None and node in dead:
                 self.forget(w)
                 self.transport.worker_lost(w)  # a socket to a dead machine may never say so
+                self.process_died(w)
                 self._nodes[w] = None
                 self._node_refs[w] = self.actors[w].node.remote()  # answers once Ray has restarted it
                 events.append(Event(w, t, "failed", NodeDiedError(f"worker {w}'s Ray node {node[:12]} died"),
@@ -388,11 +389,10 @@ class RayEngine(Engine):
         return events
 
     def lost_worker(self, w: int, exc) -> bool:
-        """Whether a failed task of worker ``w`` was lost. A reused worker whose task was lost
-        may come back restarted by Ray with the arguments of the run that created it (also after
-        a death while idle: its next task then finds the wrong data and says so, a lost task
-        too): it is reset before its next task."""
-        if w in self._reused and (lost(exc) or stale(exc)):
+        """Whether a failed task of worker ``w`` was lost. A worker whose task was lost may come
+        back restarted by Ray, holding no data (also after a death while idle: its next task then
+        finds no data and says so, a lost task too): it is reset before its next task."""
+        if lost(exc) or stale(exc):
             self._stale.add(w)
             return True
         if isinstance(getattr(exc, "cause", None), StaleReplicaError):  # its replica lagged: re-synced, re-sent
