@@ -324,9 +324,10 @@ def test_on_the_embedded_cluster_the_channels_listen_on_loopback(ray_session):
 
 def test_a_restart_needs_nothing_from_the_object_store(ray_session, capfd):
     """Workers are created with their thread count only and get their data by a task (``reset``):
-    Ray's error about constructor arguments in the object store (Ray issue 53727: a restart fails
-    once they went out of scope) is not printed, and a worker killed after the driver dropped its
-    own references to the data is restarted by Ray, reset, and computes again."""
+    Ray's error about constructor arguments in the object store (a restart fails once they went out
+    of scope: https://github.com/ray-project/ray/issues/53727) is not printed, and a worker killed
+    after the driver dropped its own references to the data is restarted by Ray, reset, and
+    computes again."""
     import gc
     import os
     import signal

@@ -389,6 +389,7 @@ def test_nan_results_of_some_partitions_stop_the_run_at_once_naming_the_workers(
     X[order[:120], 0, 0, 0] = -7.0  # partition 0 of 4 (workers 0 and 3 of CRC(4, 1)): the model's output NaN
     with pytest.raises(TrainingStopped, match=r"the results of workers \[0, 3\] of 4 held NaN or infinity and the"
                                               r" finite ones cannot decode") as info:
-        gt.fit(NaNOnMarker(LNBNNet()), (X, y), SPEC, engine="inprocess", faults=gradcode.runtime.FaultConfig(round_timeout=1000),
+        gt.fit(NaNOnMarker(LNBNNet()), (X, y), SPEC, engine="inprocess",
+               faults=gradcode.runtime.FaultConfig(round_timeout=1000),
                run=RunConfig(rounds=2, eval_every=0, run_dir=tmp_path))
     assert not isinstance(info.value, RoundTimeoutError) and "inputs or targets holding NaN" in str(info.value)

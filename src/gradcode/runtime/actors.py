@@ -50,9 +50,10 @@ class WorkerActor:
     An actor is created holding no data (its constructor takes its thread count only) and gets
     its problem and partitions from its engine's :meth:`reset`, a task argument: so nothing a
     restart needs lives in Ray's object store (Ray restarts an actor with its constructor's
-    arguments, which an object-store argument could no longer give once it went out of scope, Ray
-    issue 53727); a restarted actor holds no data again, its next task says so
-    (:class:`StaleWorkerError`, a lost task) and its engine resets it before the next one."""
+    arguments, which an object-store argument could no longer give once it went out of scope:
+    https://github.com/ray-project/ray/issues/53727); a restarted actor holds no data again, its
+    next task says so (:class:`StaleWorkerError`, a lost task) and its engine resets it before the
+    next one."""
 
     def __init__(self, threads: int = 1):
         self.core = None

@@ -16,8 +16,9 @@ Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The run
   engine's first call (``reset``) hands it a :class:`~gradcode.runtime.worker.ProblemSpec` and its
   partitions' rows, from which it builds its problem, keeping only those rows
   (:meth:`~gradcode.runtime.worker.ProblemSpec.build_partitions`). Ray restarts an actor with its
-  constructor's arguments, and one held in the object store may be gone by then (Ray issue 53727,
-  which Ray reports as an error at every such actor's creation): so the data travel as a task
+  constructor's arguments, and one held in the object store may be gone by then (which Ray reports
+  as an error at every such actor's creation,
+  https://github.com/ray-project/ray/issues/53727): so the data travel as a task
   argument, and a restarted worker, which holds no data again, is reset before its next task (its
   task in flight says it holds none: a lost task). A task that was running when the process died
   is *not* retried (the master decides what to do with it); a dead worker becomes an event, never

@@ -73,7 +73,8 @@ def _scheme_difference(fresh, restored) -> str | None:
         return f"the scheme is a {type(restored).__name__}, the configuration builds a {type(fresh).__name__}"
     for name in ("n", "chunks", "delay"):
         if getattr(fresh, name, None) != getattr(restored, name, None):
-            return f"the scheme's {name} is {getattr(restored, name, None)!r}, the configuration's {getattr(fresh, name)!r}"
+            return (f"the scheme's {name} is {getattr(restored, name, None)!r}, the configuration's"
+                    f" {getattr(fresh, name)!r}")
     if getattr(fresh, "changes_layout", False):
         return None
     if not np.array_equal(np.asarray(fresh.partition_sizes), np.asarray(restored.partition_sizes)):

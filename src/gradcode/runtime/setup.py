@@ -16,7 +16,8 @@ from gradcode.runtime.driver import RunSetup
 from gradcode.runtime.records import TrainState, plain
 from gradcode.runtime.worker import ProblemSpec
 
-__all__ = ["DEFAULT_DATA", "DEFAULT_ROUNDS", "DEFAULT_WORKERS", "build_scheme", "initial_state", "injected_load_fit", "parse_failures", "prepare"]
+__all__ = ["DEFAULT_DATA", "DEFAULT_ROUNDS", "DEFAULT_WORKERS", "build_scheme", "initial_state", "injected_load_fit",
+           "parse_failures", "prepare"]
 
 
 # ----------------------------------------------------------------------------------------- helpers
