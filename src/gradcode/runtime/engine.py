@@ -422,8 +422,7 @@ class RayEngine(Engine):
         (its channel closes, or its actor call fails)."""
         ray.kill(self.actors[w], no_restart=True)
         self.killed.add(w)
-        if hasattr(self.transport, "killed"):
-            self.transport.killed(w)
+        self.transport.killed(w)
 
     # ----------------------------------------------------------------- the collective path
     @property

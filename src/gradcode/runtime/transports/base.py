@@ -20,6 +20,7 @@ The contract:
 * ``waiting()``: whether anything sent this way is still to answer; ``events(timeout)``: what
   came back within ``timeout`` seconds (``[]`` if nothing);
 * ``worker_lost(w)``: ``w``'s process died (its node, say): forget the way to it until it is back;
+  ``killed(w)``: ``w`` was ended for good;
 * ``shutdown()``: close everything.
 """
 
@@ -69,6 +70,9 @@ class Transport(ABC):
 
     def worker_lost(self, w: int) -> None:
         """Worker ``w``'s process died: forget the way to it until it is back."""
+
+    def killed(self, w: int) -> None:
+        """Worker ``w`` was ended for good: never reach for it again."""
 
     def shutdown(self) -> None:
         """Close what the transport opened."""
