@@ -23,6 +23,7 @@ _HOMES = {
     "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
     "TrainingStopped": ".driver",
     "InProcessEngine": ".inprocess",
+    "ScalarLog": ".loggers",
     "ENGINES": ".session", "make_engine": ".session", "runs_home": ".session",
     "build_scheme": ".setup", "parse_failures": ".setup", "prepare": ".setup",
     "resume": ".training", "train": ".training",
