@@ -597,13 +597,13 @@ class SequentialScheme(Scheme):
         lo = max(0, t - self._T)
         # decode first: a decode that is refused (ImpreciseDecodeError) leaves the round open and
         # the scheme's state as it was, so that the driver can wait for more results and close again
-        decode = self._real and not self.__dict__.get("_notes", False)  # notes: the members reduced it
+        decode = self._real and not self._notes  # notes: the members reduced it
         out = [(u, self._decode(u) if decode else None) for u in self._finishing(t)]
         self._record(t, row)
         self.conformance.commit(row, self._ending_tracks(t))
         self._finished.update(u for u, _ in out)
         for u, _ in out:  # reduced or decoded: where its messages were kept matters no more
-            self.__dict__.get("_where", {}).pop(u, None)
+            self._where.pop(u, None)
         if lo - 1 in self._finished:  # job t - T - 1 left the window: forget it
             self._finished.discard(lo - 1)
             self._forget(lo - 1)
@@ -614,6 +614,12 @@ class SequentialScheme(Scheme):
     def _check_dim(self, m: int) -> int:
         return self.dim if self.dim is not None else m
 
+    def _restored(self) -> None:
+        """After a checkpoint's state is loaded (the subclasses' ``__setstate__``): what one written
+        before the collective path lacks."""
+        self.__dict__.setdefault("_notes", False)
+        self.__dict__.setdefault("_where", {})
+
     def _finishing(self, t: int) -> list[int]:
         """The jobs a close of round ``t`` finishes: every live job that decodes."""
         return [u for u in range(max(0, t - self._T), t + 1)
@@ -622,7 +628,7 @@ class SequentialScheme(Scheme):
     def _file(self, u: int, key, w: int, t: int, index: int, payload) -> None:
         """Note where a received note's message is kept (the collective path's plans read it)."""
         if type(payload) is Note:
-            self.__dict__.setdefault("_where", {}).setdefault(u, {})[key] = (w, t, index)
+            self._where.setdefault(u, {})[key] = (w, t, index)
 
     # ----------------------------------------------------------- the collective path
     def collective_support(self) -> str | None:
@@ -659,7 +665,7 @@ class SequentialScheme(Scheme):
             r.cur[w] = r.planned[w] > 0
             r.incomplete = int(np.count_nonzero(r.cur))
             r.version += 1
-        where = self.__dict__.get("_where", {})
+        where = self._where
         for u in sorted(where):
             lost = [(key, at) for key, at in where[u].items() if at[0] == w]
             for key, (_, rnd, _) in lost:

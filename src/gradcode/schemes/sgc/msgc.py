@@ -200,6 +200,7 @@ class MSGC(SequentialScheme):
     def __setstate__(self, state):
         jobs = state.pop("_jobs", None)
         self.__dict__.update(state)
+        self._restored()
         if "_m" in state:
             self._m = MJobs(*state["_m"])
         if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
@@ -369,7 +370,7 @@ class MSGC(SequentialScheme):
             self._m.jid[x] = -1
         self._parts.pop(u, None)
         self._coded.pop(u, None)
-        self.__dict__.get("_where", {}).pop(u, None)
+        self._where.pop(u, None)
 
     def _reduce_plans(self, u: int, reduced_by: int) -> list:
         """Job ``u``'s decode (:meth:`_decode`) as plans: the ``D_1`` chunks' plain sum (the

@@ -125,6 +125,7 @@ class SRSGC(SequentialScheme):
     def __setstate__(self, state):
         jobs = state.pop("_jobs", None)
         self.__dict__.update(state)
+        self._restored()
         self._compiled()
         if jobs is not None:  # a checkpoint written before the rings: its jobs moved into them
             self._new_rings()
@@ -250,7 +251,7 @@ class SRSGC(SequentialScheme):
         if x is not None:
             self._jid[x] = -1
         self._msgs.pop(u, None)
-        self.__dict__.get("_where", {}).pop(u, None)
+        self._where.pop(u, None)
 
     def _reduce_plans(self, u: int, reduced_by: int) -> list:
         """Job ``u``'s decode (:meth:`_decode`) as one plan: the base GC's over the results held."""
