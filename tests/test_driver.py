@@ -758,6 +758,33 @@ def test_only_a_run_whose_tasks_sleep_asks_for_interruptible_workers():
     assert sleeps(delay=0.05)
 
 
+def test_the_codes_tolerance_and_the_slowed_workers_are_two_settings(tmp_path):
+    """``stragglers`` slows workers, ``tolerance`` is the code's s (by default the slowed count):
+    CRC tolerating 2 while 1 worker is slowed; a scheme_params s stands over the default but must
+    agree with a tolerance given; a code object's own s must agree too; the config records both."""
+    from gradcode.runtime.setup import prepare
+
+    def setup(**kw):
+        return prepare(TrainSpec("crc", workers=6, data_params=DATA, **kw), rounds=4)
+
+    both = setup(stragglers=1, tolerance=2, delay=0.05)
+    assert both.scheme.static_code.params["s"] == 2
+    assert (both.draw.intercept > 0).sum(axis=1).tolist() == [1, 1, 1, 1]  # one worker slowed a round
+    assert (both.config["stragglers"], both.config["tolerance"]) == (1, 2)
+    assert setup(stragglers=2, delay=0.05).scheme.static_code.params["s"] == 2  # the default: the slowed count
+    assert setup(stragglers=2, scheme_params={"s": 1}).scheme.static_code.params["s"] == 1
+    assert setup(tolerance=3, scheme_params={"s": 3}).scheme.static_code.params["s"] == 3
+    with pytest.raises(ValueError, match="s=1 and the run's tolerance 2 disagree"):
+        setup(tolerance=2, scheme_params={"s": 1})
+    with pytest.raises(ValueError, match="tolerance=1 but the code .* has s=2"):
+        prepare(TrainSpec(make_code("crc", n=6, s=2), tolerance=1, data_params=DATA), rounds=2)
+    with pytest.raises(ValueError, match="tolerance must be >= 0"):
+        TrainSpec("crc", tolerance=-1)
+    res = train(TrainSpec("crc", workers=6, stragglers=1, tolerance=2, delay=0.01, data_params=DATA),
+                run=RunConfig(rounds=3, run_dir=tmp_path / "r", eval_every=0), engine=InProcessEngine())
+    assert res.config["tolerance"] == 2 and len(res.round_times) == 3
+
+
 def test_the_declared_compute_clock_charges_each_message_its_samples():
     """ComputeCost: a message costs per_sample x the samples its new partials took + per_message,
     whatever the host is doing: CRC (s = 1) computes two partitions a worker, uncoded one, so

@@ -214,7 +214,7 @@ class CancellingFloat32:
             return out
 
         problem.gradient = gradient
-        problem.wire_dtype = np.float32
+        problem.wire_dtype = np.dtype(np.float32)
         return problem, ds
 
 

@@ -176,7 +176,7 @@ def test_resolve_scheme_is_the_one_rule_for_run_wide_values():
     # agree-keys must agree; the others are defaults that the entry's own value overrides
     with pytest.raises(ValueError, match="crc's n=8 and the run's workers 6 disagree"):
         resolve_scheme("crc", {"n": 8}, n=6)
-    with pytest.raises(ValueError, match="crc's s=2 and the run's stragglers 1 disagree"):
+    with pytest.raises(ValueError, match="crc's s=2 and the run's tolerance 1 disagree"):
         resolve_scheme("crc", {"s": 2}, n=6, s=1)
     assert resolve_scheme("crc", {"s": 2}, n=6, s=1, agree=("n",)).params["s"] == 2
     assert resolve_scheme("crc", {"seed": 3}, n=6, seed=0).params["seed"] == 3

@@ -46,6 +46,8 @@ __all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "Dec
 _EPS = float(np.finfo(np.float64).eps)
 #: unit roundoff of each wire precision messages may arrive in
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: the types messages may cross the wire in, by name (:func:`wire_dtype`)
+WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
 #: half the smallest subnormal of each wire precision: the largest error of rounding a value below
 #: the type's normal range, whatever its size (the absolute term of the decode's bound)
 UNDERFLOW = {"float64": 2.0**-1075, "float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}
@@ -70,6 +72,22 @@ class ImpreciseDecodeError(NotDecodableError):
     def __init__(self, message: str, *, relative_bound: float, precision: str, rtol: float):
         super().__init__(message)
         self.relative_bound, self.precision, self.rtol = relative_bound, precision, rtol
+
+
+def wire_dtype(dtype) -> np.dtype:
+    """The numpy dtype of a wire type: one of :data:`WIRE_DTYPES` by name (``"bfloat16"`` is
+    ``ml_dtypes.bfloat16``) or such a dtype; ``ValueError`` naming the choices otherwise. The one
+    place a wire type's name becomes a dtype."""
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None) or np.dtype(dtype).name
+    if name not in WIRE_DTYPES:
+        raise ValueError(f"wire_dtype must be one of {', '.join(WIRE_DTYPES)}; got {dtype!r}")
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes comes with gradcode[torch]
+            raise ImportError("wire_dtype='bfloat16' needs ml_dtypes: pip install ml_dtypes") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def wire_precision(dtype) -> str:

@@ -76,6 +76,8 @@ class Problem:
 
     name = "problem"
     dim: int
+    #: the type workers send their messages in (a numpy dtype); None: as computed (float64)
+    wire_dtype = None
 
     def __init__(self, dataset: Dataset, l2: float = 0.0):
         self.dataset = dataset

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gradcode._options import described
+from gradcode._options import close_option, described, waitout_option
 from gradcode._validation import check_choice, check_closing_rule, check_int, check_real
 from gradcode.runtime.transports import transport_names
 
@@ -169,7 +169,7 @@ class TrainSpec:
     (exact codes), whatever the engine, the cluster or the faults.
 
     ``scheme``: a code name, built with ``n=workers`` (default 4, or the code's own ``n`` from
-    ``scheme_params``), ``s=stragglers`` and ``seed`` where the code takes them, plus
+    ``scheme_params``), ``s=tolerance`` (default ``stragglers``) and ``seed`` where the code takes them, plus
     ``scheme_params`` (:func:`~gradcode.schemes.factory.resolve_scheme`); a scheme family's name
     (``gc-dc``, with its parameters in ``scheme_params``); a :class:`~gradcode.LinearCode` or any
     :class:`~gradcode.schemes.Scheme` (it brings its own ``n``; a ``workers`` that differs is
@@ -177,8 +177,11 @@ class TrainSpec:
 
     ``stragglers``/``delay``: ``stragglers`` random workers per round sleep ``delay`` extra seconds
     (Tandon Sec. 5; the ``fixed`` model with ``base=0``), unless ``delay_model`` (a delay model
-    object, or a registry name with its ``delay_params``) is given; ``stragglers`` is also the
-    tolerance ``s`` of codes that take one. ``inject``: what a worker sleeps on top of its real
+    object, or a registry name with its ``delay_params``) is given. ``tolerance``: the code's ``s``
+    (the stragglers it tolerates), for codes that take one; by default the number of slowed workers
+    ``stragglers``, which a ``scheme_params`` ``s`` then stands over, while a ``tolerance`` given and
+    a different ``scheme_params`` ``s`` are refused (CRC tolerating 2 with 1 worker slowed:
+    ``TrainSpec("crc", stragglers=1, tolerance=2, delay=0.2)``). ``inject``: what a worker sleeps on top of its real
     computation, from the delay model's draw (``time = intercept + slope * load``): ``"excess"``
     (default) only what the model adds beyond the round's fastest worker (``intercept`` and
     ``slope`` less their minimum over workers), since the real computation already takes the fastest
@@ -219,7 +222,10 @@ class TrainSpec:
                                    " command line several, comma-separated (crc,frc,uncoded,ignore), train one after"
                                    " another on the same data, seed and injected delays.")
     workers: int | None = described(None, "Number of workers n (default: 4, or the scheme's own n).", short="-n")
-    stragglers: int = described(0, "Workers delayed per round; the tolerance s of codes that take one.", short="-s")
+    stragglers: int = described(0, "Workers delayed per round (the injected stragglers); also the code's tolerance"
+                                   " unless --tolerance says otherwise.", short="-s")
+    tolerance: int | None = described(None, "Stragglers the code tolerates, its s, for codes that take one"
+                                            " (default: --stragglers).")
     delay: float = described(0.0, "Seconds each delayed worker sleeps per round.")
     delay_model: Any = described(None, "Another delay model instead of the fixed delays (gradcode models lists"
                                        " them).", short="-m")
@@ -244,17 +250,16 @@ class TrainSpec:
     inject: str = described("excess", "What delayed workers sleep on top of their real computation: excess (what"
                                       " the delay model adds beyond the round's fastest worker) or full (the"
                                       " model's whole time).")
-    close: str | float = described("decodable", "When a round ends: decodable (as soon as it decodes) or a number"
-                                                " mu, SGC's mu-rule (wait until (1 + mu) x the first whole result's"
-                                                " time).")
-    waitout: str = described("decodable", "With --close MU, what a round the deadline leaves undecodable waits"
-                                          " for: decodable (until it decodes) or all (every live worker: the SGC"
-                                          " paper's rule).")
+    close: str | float = close_option()
+    waitout: str = waitout_option()
 
     def __post_init__(self):
         _set(self, "models", check_int("models", self.models, minimum=1))
         _set(self, "seed", check_int("seed", self.seed, minimum=0))
         _set(self, "delay", check_real("delay", self.delay, minimum=0.0))
+        _set(self, "stragglers", check_int("stragglers", self.stragglers, minimum=0))
+        if self.tolerance is not None:
+            _set(self, "tolerance", check_int("tolerance", self.tolerance, minimum=0))
         check_choice("inject", self.inject, ("excess", "full"))
         if self.delay_params is not None and not isinstance(self.delay_model, str):
             raise ValueError("delay_params are the parameters of a delay_model given by name; a delay model object"

@@ -46,12 +46,14 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
     return frozenset(out)
 
 
-def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, seed: int = 0, scheme_params=None,
-                 dim: int | None = None, verify: bool = False):
-    """A scheme from a code name (``make_code(name, n=workers, s=stragglers, seed=seed, ...)``,
+def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0, tolerance: int | None = None,
+                 seed: int = 0, scheme_params=None, dim: int | None = None, verify: bool = False):
+    """A scheme from a code name (``make_code(name, n=workers, s=tolerance, seed=seed, ...)``,
     passing ``s`` and ``seed`` only to codes that take them, by
     :func:`~gradcode.schemes.factory.resolve_scheme`: ``scheme_params`` may not set another ``n``,
-    and their ``s`` and ``seed`` stand over the run's; ``workers=None``: the code's own ``n``,
+    nor another ``s`` than a ``tolerance`` given; without ``tolerance`` the code's ``s`` defaults to
+    ``stragglers``, the run's slowed workers, and a ``scheme_params`` ``s`` stands over it; their
+    ``seed`` stands over the run's; ``workers=None``: the code's own ``n``,
     else :data:`DEFAULT_WORKERS`), a scheme family's name (``gc-dc``),
     a :class:`LinearCode` or a :class:`Scheme` (returned as is). ``dim``: the gradient dimension
     the static scheme decodes to (codes with ``chunks > 1`` zero-pad the last chunk). ``verify``:
@@ -71,8 +73,11 @@ def build_scheme(code="crc", *, workers: int | None = None, stragglers: int = 0,
         workers = check_int("workers", workers, minimum=1)
     elif "n" not in (scheme_params or {}):  # neither the run nor the code says: the default
         workers = DEFAULT_WORKERS
-    spec = resolve_scheme(code, scheme_params, n=workers, s=check_int("stragglers", stragglers, minimum=0), seed=seed,
-                          agree=("n",))
+    if tolerance is None:
+        s, agree = check_int("stragglers", stragglers, minimum=0), ("n",)
+    else:
+        s, agree = check_int("tolerance", tolerance, minimum=0), ("n", "s")
+    spec = resolve_scheme(code, scheme_params, n=workers, s=s, seed=seed, agree=agree)
     if spec.kind == "scheme":  # a scheme family (gc-dc, ...)
         return _labelled(spec.build(dim=dim), code)
     return _labelled(StaticScheme(_verifiable(make_code(code, **spec.params), verify), dim=dim, verify=verify), code)
@@ -162,12 +167,17 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     rounds = check_int("rounds", rounds, minimum=1)
     pspec, master_problem, data_record = _problem(spec)
     code = spec.scheme
-    scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, seed=spec.seed,
-                          scheme_params=spec.scheme_params, dim=int(master_problem.dim), verify=spec.verify)
+    scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, tolerance=spec.tolerance,
+                          seed=spec.seed, scheme_params=spec.scheme_params, dim=int(master_problem.dim),
+                          verify=spec.verify)
     n = scheme.n
     if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
         raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
                          " object brings its own n) or build the code for that many")
+    own_s = getattr(getattr(scheme, "static_code", None), "params", {}).get("s")
+    if not isinstance(code, str) and spec.tolerance is not None and own_s is not None and own_s != spec.tolerance:
+        raise ValueError(f"tolerance={spec.tolerance} but the code {code!r} has s={own_s}: leave tolerance out (a code"
+                         " object brings its own s) or build the code for that many")
     # each model's parameters, optimizer state and new parameters, before one optimizer is built
     check_memory(f"models={spec.models} (each {int(master_problem.dim)} parameters, their optimizer state and"
                  " update)", 3.0 * spec.models * int(master_problem.dim) * 8)
@@ -177,7 +187,8 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     failures = parse_failures(faults.fail, n=n, rounds=rounds)
     config = {
         "scheme": _scheme_name(code), "scheme_params": plain(dict(spec.scheme_params or {})),
-        "verify": bool(spec.verify), "workers": n, "stragglers": spec.stragglers, "delay": spec.delay,
+        "verify": bool(spec.verify), "workers": n, "stragglers": spec.stragglers, "tolerance": spec.tolerance,
+        "delay": spec.delay,
         "delay_model": _delay_model_name(spec.delay_model, dmodel),
         "delay_params": plain(dict(spec.delay_params or {})), "inject": spec.inject, "close": spec.close,
         "waitout": spec.waitout, **data_record, "problem": getattr(pspec, "problem", None),

@@ -122,9 +122,10 @@ class WorkerCore:
         self.partitions = {int(j): np.asarray(r, dtype=np.int64) for j, r in partitions.items()}
         self.chunks = check_int("chunks", chunks, minimum=1)
         self._batch_rows = getattr(problem, "batch_rows", None)
-        #: the type messages are sent in (the problem's ``wire_dtype``; None: as computed)
-        wire = getattr(problem, "wire_dtype", None)
-        self.wire_dtype = None if wire is None else np.dtype(wire)
+        #: the type messages are sent in: the problem's ``wire_dtype``, a numpy dtype converted once
+        #: where it is declared (:class:`~gradcode.torch.problem.TorchSpec`); None, as computed
+        #: (:class:`~gradcode.problems.Problem` declares None)
+        self.wire_dtype = getattr(problem, "wire_dtype", None)
         self._aborted = -1
         self._wake = threading.Event()
         #: samples whose gradient this worker has computed (the in-process engine's declared clock)

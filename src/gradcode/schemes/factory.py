@@ -56,7 +56,7 @@ def scheme_parameters(name: str) -> dict[str, Any]:
 
 
 #: the run-wide values :func:`resolve_scheme` fills in, and how a disagreement names them
-_RUN_WIDE = (("n", "workers"), ("s", "stragglers"), ("seed", "seed"), ("jobs", "jobs"))
+_RUN_WIDE = (("n", "workers"), ("s", "tolerance"), ("seed", "seed"), ("jobs", "jobs"))
 
 
 def resolve_scheme(name: str, params: Mapping[str, Any] | None = None, *, n: int | None = None,
@@ -64,12 +64,12 @@ def resolve_scheme(name: str, params: Mapping[str, Any] | None = None, *, n: int
                    agree: tuple[str, ...] = ("n", "s", "jobs")) -> SchemeSpec:
     """The one rule every entry point uses to turn a name and a run's settings into a scheme's
     parameters: the entry's own ``params`` as given, plus each run-wide value (``n`` the workers,
-    ``s`` the stragglers, ``seed``, ``jobs`` the sequential codes' ``J``) that the entry takes and
+    ``s`` the tolerance, ``seed``, ``jobs`` the sequential codes' ``J``) that the entry takes and
     that is not ``None``. A run-wide value the entry does not take is listed in ``ignored``. Where
     ``params`` sets the same key: for the keys in ``agree`` a different value is a ``ValueError``
     (neither silently wins: ``simulate -n 4`` with ``crc:n=6``); for the others the entry's own
     value stands and the run's is only its default (a code's ``seed=3`` beside the run's seed;
-    ``train``'s ``--stragglers``, which also sets the injected stragglers, beside ``crc:s=2``).
+    ``train``'s default tolerance, its ``--stragglers``, beside ``crc:s=2``).
     Validation of the values is the constructors' (their errors name the parameter)."""
     kind = scheme_kind(name)
     takes = scheme_parameters(name)

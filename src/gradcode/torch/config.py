@@ -11,11 +11,9 @@ from typing import Any
 
 from gradcode._options import described
 from gradcode._validation import check_choice, check_int, check_real
+from gradcode.codes.precision import WIRE_DTYPES
 
 __all__ = ["WIRE_DTYPES", "TorchConfig"]
-
-#: what messages may cross the wire in
-WIRE_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

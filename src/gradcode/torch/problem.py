@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from gradcode.codes.precision import wire_dtype
 from gradcode.errors import GradcodeError
 
 __all__ = ["Batch", "DeviceError", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem",
@@ -130,8 +131,9 @@ class TorchSpec:
     contiguous ranges the code's partitions are. ``batch_size``: samples per job (None: every
     sample of every partition, full-batch); ``models``: models trained at once (job ``t`` is model
     ``t mod models``'s step ``t // models``, each model with its own epochs). ``eval_samples``:
-    held-out ``(X, y)`` tensors or a ``Dataset``, for metrics. ``wire_dtype``: the numpy dtype
-    messages are sent in. ``device``: where every worker computes and the master steps
+    held-out ``(X, y)`` tensors or a ``Dataset``, for metrics. ``wire_dtype``: the type messages
+    are sent in (a name of :data:`~gradcode.codes.precision.WIRE_DTYPES` or its dtype; held as the
+    numpy dtype, :func:`~gradcode.codes.precision.wire_dtype`). ``device``: where every worker computes and the master steps
     (``"cpu"``, ``"cuda"``, ``"cuda:1"``...): the models and each worker's partitions live there,
     and a message comes back to the host in float32 before its cast to the wire type.
 
@@ -162,7 +164,7 @@ class TorchSpec:
     batch_size: int | None
     sizes: np.ndarray
     seed: int
-    wire_dtype: Any
+    wire_dtype: np.dtype
     eval_samples: Any = None
     eval_batch: int = 1024
     metrics: Mapping[str, Callable] | None = None
@@ -176,6 +178,7 @@ class TorchSpec:
         self.seed, self.eval_batch, self.models = int(self.seed), int(self.eval_batch), int(self.models)
         self.metrics = dict(self.metrics or {})
         self.sizes = np.asarray(self.sizes, dtype=np.float64)
+        self.wire_dtype = wire_dtype(self.wire_dtype)
         #: every worker keeps every sample (set for a scheme that changes its partitions mid-run)
         self.hold_all = False
         self.shards = _shard_lengths(len(self.order), self.sizes)
@@ -193,7 +196,7 @@ class TorchSpec:
     def to_dict(self) -> dict:
         return {"kind": "torch", "samples": self.n_train, "batch_size": self.batch_size,
                 "samples_per_job": self.samples_per_job, "loss": _name(self.loss),
-                "loss_reduction": self.loss_reduction, "wire_dtype": np.dtype(self.wire_dtype).name,
+                "loss_reduction": self.loss_reduction, "wire_dtype": self.wire_dtype.name,
                 "eval_samples": None if self.eval_samples is None else length(self.eval_samples),
                 "device": self.device}
 
@@ -276,7 +279,7 @@ class TorchWorkerProblem:
         else:  # a Dataset: its items read per batch (local row r is item index[r])
             self.X = self.y = None
             self.dataset, self.index = samples, np.asarray(index, dtype=np.int64)
-        self.wire_dtype = np.dtype(spec.wire_dtype)
+        self.wire_dtype = spec.wire_dtype
         self._loaded = None
         self._layout_key, self._layout = None, None
 

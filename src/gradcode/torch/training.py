@@ -33,7 +33,7 @@ from gradcode._validation import check_choice, check_int
 from gradcode.errors import GradcodeError
 from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource, set_decode_rtol
 from gradcode.torch.data import from_path
-from gradcode.torch.config import WIRE_DTYPES, TorchConfig
+from gradcode.torch.config import TorchConfig
 from gradcode.torch.loading import scheduler_factory
 from gradcode.torch.problem import (
     ModelLayout,
@@ -162,10 +162,10 @@ def _run_spec(spec, scheme, tspec: TorchSpec, optimizers: list):
     built scheme, the torch spec as its data and the optimizer objects (one per model)."""
     from gradcode.runtime import TrainSpec
 
-    return TrainSpec(scheme=scheme, workers=scheme.n, stragglers=spec.stragglers, delay=spec.delay,
-                     delay_model=spec.delay_model, delay_params=spec.delay_params, data=tspec, optimizer=optimizers,
-                     models=spec.models,
-                     seed=spec.seed, close=spec.close, waitout=spec.waitout, inject=spec.inject)
+    return TrainSpec(scheme=scheme, workers=scheme.n, stragglers=spec.stragglers, tolerance=spec.tolerance,
+                     delay=spec.delay, delay_model=spec.delay_model, delay_params=spec.delay_params, data=tspec,
+                     optimizer=optimizers, models=spec.models, seed=spec.seed, close=spec.close,
+                     waitout=spec.waitout, inject=spec.inject)
 
 
 def _fit_configs(spec, tconf, run, faults, cluster) -> tuple:
@@ -283,7 +283,7 @@ def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
     order = np.random.default_rng([spec.seed, 0]).permutation(N)
     spec_args = dict(samples=samples, order=order, loss=loss, loss_reduction=tconf.loss_reduction,
                      batch_size=data.batch_size, sizes=sizes, seed=spec.seed,
-                     wire_dtype=_numpy_dtype(tconf.wire_dtype), eval_samples=data.eval_samples,
+                     wire_dtype=tconf.wire_dtype, eval_samples=data.eval_samples,
                      metrics=tconf.metrics, models=spec.models, device=device, source=data.source,
                      collate=data.collate)
     tspec = TorchSpec(model=factories[0], **spec_args)
@@ -384,7 +384,8 @@ def _scheme(spec, tconf: TorchConfig, auto: bool):
         raise ValueError("probe, load_slope and families go with scheme='auto' (start uncoded, measure, switch)")
     code = spec.scheme
     scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code), workers=spec.workers,
-                          stragglers=spec.stragglers, seed=spec.seed, scheme_params=spec.scheme_params)
+                          stragglers=spec.stragglers, tolerance=spec.tolerance, seed=spec.seed,
+                          scheme_params=spec.scheme_params)
     set_decode_rtol(scheme, tconf.decode_rtol)
     return scheme
 
@@ -449,16 +450,6 @@ def _optimizer_factory(optimizer, params: Mapping | None) -> Callable:
             raise TypeError("optimizer_params go with an optimizer class or name, not with a factory")
         return optimizer
     raise TypeError(f"optimizer must be 'sgd', 'adam', 'adamw', a torch.optim class or a factory; got {optimizer!r}")
-
-
-def _numpy_dtype(name: str):
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:  # pragma: no cover - ml_dtypes comes with gradcode[torch]
-            raise ImportError("wire_dtype='bfloat16' needs ml_dtypes: pip install ml_dtypes") from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 def _probe(spec: TorchSpec) -> None:
