@@ -188,7 +188,7 @@ def test_agc_table6_says_which_rows_differ_and_why():
 
 
 def test_train_splits_a_list_of_schemes_and_refuses_a_bad_one_before_running(tmp_path):
-    from gradcode.experiments.cli_train import split_schemes
+    from gradcode.experiments.cli_options import split_schemes
 
     assert split_schemes("crc,frc,uncoded,ignore") == ["crc", "frc", "uncoded", "ignore"]
     assert split_schemes("gc-dc:clusters=2,r=2,crc:s=1, uncoded") == ["gc-dc:clusters=2,r=2", "crc:s=1", "uncoded"]
@@ -214,7 +214,7 @@ def test_train_refuses_a_scheme_n_that_contradicts_workers(tmp_path):
 def test_train_several_sends_each_param_where_it_applies_and_takes_n_from_the_schemes(tmp_path):
     """--scheme crc,frc -p seed=3 used to fail ("frc does not take seed"); with no -n, the n the
     schemes set is the run's n (it used to be 4, refused against crc:n=8), if they agree."""
-    from gradcode.experiments.cli_sim import params_per_scheme
+    from gradcode.experiments.cli_options import params_per_scheme
 
     assert params_per_scheme({"seed": 3}, [("crc", {}), ("frc", {"s": 1})]) == [{"seed": 3}, {"s": 1}]
     res = CliRunner().invoke(app, ["train", "--scheme", "crc,frc", "-p", "bogus=1", "--run-dir", str(tmp_path / "r")])

@@ -88,7 +88,7 @@ def test_bad_scheme_input_is_one_line_exit_2(spec, needle):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_stragglers_option_is_said_not_to_apply_to_gc_dc():
+def test_tolerance_option_is_said_not_to_apply_to_gc_dc():
     res = invoke("simulate", "--scheme", "gc-dc:clusters=4,r=3", "-n", 12, "-s", 2, "--rounds", 5, "--json")
     assert res.exit_code == 0
     assert "takes no s" in res.stderr

@@ -12,8 +12,12 @@ from typer.testing import CliRunner
 
 from gradcode._options import flag_of
 from gradcode.cli import app
+from gradcode.cli import ReproduceCommand
+from gradcode.experiments.cli_models import ModelsCommand
+from gradcode.experiments.cli_options import Output
 from gradcode.experiments.cli_sim import CompareCommand, SimulateCommand, Simulation
 from gradcode.experiments.cli_train import CommandLine, train_options
+from gradcode.experiments.cli_tune import TuneCommand
 from gradcode.runtime import ClusterConfig, FaultConfig, InProcessEngine, RunConfig, TrainSpec, train
 from gradcode.schemes.sgc.tune import TuneSearch, tune
 from gradcode.torch.config import TorchConfig
@@ -49,7 +53,7 @@ def test_train_options_are_the_config_fields_under_their_own_names():
     names = [o.name for o in opts]
     assert len(names) == len(set(names))
     expected = []
-    for cls in (TrainSpec, CommandLine, TorchConfig, ClusterConfig, FaultConfig, RunConfig):
+    for cls in (TrainSpec, CommandLine, Output, TorchConfig, ClusterConfig, FaultConfig, RunConfig):
         expected += [f.name for f in dataclasses.fields(cls) if f.metadata.get("cli") and f.name not in expected]
     assert names == expected
     shown = _help("train")
@@ -58,6 +62,38 @@ def test_train_options_are_the_config_fields_under_their_own_names():
         assert o.help == next(f.metadata["help"] for f in dataclasses.fields(o.owner) if f.name == o.name)
     for old in ("--param ", "--cpus-per-worker", "--data-param ", "--opt-param", "--target", "--code", "--lr"):
         assert old not in shown, old
+
+
+def test_every_commands_options_are_declared_fields():
+    """Every option and argument of every command (``gradcode --help`` lists them) is one field of a
+    config or command dataclass, under the field's name, with the field's help: none is written by
+    hand beside them (``--json`` is :class:`Output`'s one field, shared by every command)."""
+    import typer.main
+
+    fields = {}
+    for cls in (TrainSpec, CommandLine, Output, TorchConfig, ClusterConfig, FaultConfig, RunConfig, Simulation,
+                SimulateCommand, CompareCommand, TuneCommand, TuneSearch, ReproduceCommand, ModelsCommand):
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("cli"):
+                fields.setdefault(f.name, set()).add(f.metadata["help"])
+    group = typer.main.get_command(app)
+    assert set(group.commands) == {"codes", "reproduce", "models", "simulate", "compare", "train", "tune"}
+    for name, cmd in group.commands.items():
+        for param in cmd.params:
+            if param.name == "help":
+                continue
+            assert param.name in fields, (name, param.name)
+            assert param.help in fields[param.name], (name, param.name, param.help)
+            if param.opts[0].startswith("--"):
+                assert param.opts[0] == flag_of(param.name), (name, param.opts)
+        assert any(p.name == "json" for p in cmd.params), name  # every command prints JSON on request
+
+
+def test_the_closing_rule_is_declared_once_for_training_and_the_simulator():
+    for name in ("close", "waitout"):
+        train_field = next(f for f in dataclasses.fields(TrainSpec) if f.name == name)
+        sim_field = next(f for f in dataclasses.fields(Simulation) if f.name == name)
+        assert train_field.default == sim_field.default and train_field.metadata == sim_field.metadata
 
 
 @pytest.mark.parametrize("command", ["simulate", "compare"])

@@ -376,7 +376,7 @@ def _cli(*args):
 
 
 def test_cli_simulate_json_matches_the_library():
-    r = _cli("simulate", "--scheme", "crc", "--workers", "6", "--stragglers", "2", "--delay-model", "bernoulli",
+    r = _cli("simulate", "--scheme", "crc", "--workers", "6", "--tolerance", "2", "--delay-model", "bernoulli",
              "-M", "p=0.2", "-M", "slowdown=5", "--rounds", "50", "--repeats", "2", "--seed", "3", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)

@@ -12,17 +12,34 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["described", "flag_of", "help_of", "parse_kv"]
+__all__ = ["close_option", "described", "flag_of", "help_of", "parse_kv", "waitout_option"]
 
 
 def described(default: Any, help: str, *, short: str | None = None, cli: bool = True, torch_only: bool = False,
-              metavar: str | None = None) -> Any:
+              metavar: str | None = None, argument: bool = False) -> Any:
     """A dataclass field with ``default`` whose metadata says how the command line offers it:
     ``help``, an optional ``short`` flag (``"-n"``), ``cli=False`` for a field that only the API
     can set (held-out tensors, callables), ``torch_only`` for an option that only a PyTorch model's
-    run takes (``gradcode train --model``), ``metavar`` for the help's placeholder."""
+    run takes (``gradcode train --model``), ``metavar`` for the help's placeholder, ``argument``
+    for a positional argument instead of an option (``gradcode reproduce NAME``)."""
     return dataclasses.field(default=default, metadata={"help": help, "short": short, "cli": cli,
-                                                        "torch_only": torch_only, "metavar": metavar})
+                                                        "torch_only": torch_only, "metavar": metavar,
+                                                        "argument": argument})
+
+
+def close_option() -> Any:
+    """The closing rule's ``close`` field, declared once for training and the simulator
+    (:class:`~gradcode.runtime.TrainSpec`, :class:`~gradcode.experiments.cli_sim.Simulation`);
+    checked by :func:`gradcode._validation.check_closing_rule`."""
+    return described("decodable", "When a round ends: decodable (as soon as the due jobs decode) or a number mu,"
+                                  " SGC's mu-rule (wait until (1 + mu) x the time the first worker delivered its"
+                                  " whole result).")
+
+
+def waitout_option() -> Any:
+    """The closing rule's ``waitout`` field, beside :func:`close_option`."""
+    return described("decodable", "With --close MU, what a round the deadline leaves undecodable waits for:"
+                                  " decodable (until it decodes) or all (every live worker: the SGC paper's rule).")
 
 
 def help_of(cls, name: str) -> str:

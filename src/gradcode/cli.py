@@ -8,11 +8,21 @@ stdout; tables, progress bars and logs go to stderr.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 
 import typer
+from rich.markup import escape
 
-from gradcode.experiments.cli_output import emit, err, out, plain_warnings
+from gradcode._options import described
+from gradcode.codes import available_codes, code_info
+from gradcode.errors import GradcodeError
+from gradcode.experiments.cli_options import Output, Values, accepted_params, command, options
+from gradcode.experiments.cli_output import emit, err, exit_code_of, fail, out, plain_warnings
+from gradcode.experiments.reproduce import available_reproductions, run_reproduction
+from gradcode.schemes import SCHEMES
 
 app = typer.Typer(
     help="Gradient coding: straggler-tolerant distributed gradient descent (codes, simulator, Ray runtime).",
@@ -54,56 +64,54 @@ _COMMAND_MODULES: list[str] = ["gradcode.experiments.cli_models", "gradcode.expe
                                "gradcode.experiments.cli_tune"]
 
 
-@app.command("codes")
-def codes_command(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")):
-    """List the registered codes and scheme families (kind: code or scheme) and their parameters."""
-    from gradcode.codes import available_codes, code_info
-    from gradcode.experiments.cli_sim import accepted_params
-    from gradcode.schemes import SCHEMES
+@dataclass(frozen=True)
+class ReproduceCommand:
+    """``gradcode reproduce``'s options: what the reproductions share (each takes those it has)."""
 
+    name: str | None = described(None, "Reproduction to run; omit to list them.", argument=True)
+    params: Mapping | None = described(None, "Reproduction parameter key=value (repeatable).", short="-p")
+    rounds: int | None = described(None, "Monte-Carlo rounds (reproductions that take rounds).")
+    seed: int | None = described(None, "Seed (reproductions that take one).")
+    out: Path | None = described(None, "Directory for files (reproductions that write figures).")
+    full: bool = described(False, "The paper's full length (reproductions that take full).")
+
+
+def codes_command(o: Values):
+    """List the registered codes and scheme families (kind: code or scheme) and their parameters."""
     rows = [dict(code_info(name), kind="code") for name in available_codes()]
     for name in SCHEMES.names():  # families that re-plan every round (GC-DC, ...): no static code
         rows.append(dict(SCHEMES.info(name), kind="scheme", params=accepted_params(name)))
     for r in rows:
         r["params"] = ", ".join(f"{k}={v}" if v is not None else k for k, v in r["params"].items())
-    emit({"rows": rows}, as_json=as_json, title="gradient codes and scheme families",
+    emit({"rows": rows}, as_json=o.json, title="gradient codes and scheme families",
          columns=["name", "kind", "params", "summary"])
 
 
-@app.command("reproduce")
-def reproduce_command(
-    name: str = typer.Argument(None, help="Reproduction to run; omit to list them."),
-    params: list[str] = typer.Option(None, "--params", "-p", help="Reproduction parameter key=value (repeatable)."),
-    rounds: int = typer.Option(None, "--rounds", help="Monte-Carlo rounds (reproductions that take rounds)."),
-    seed: int = typer.Option(None, "--seed", help="Seed (reproductions that take one)."),
-    out_dir: str = typer.Option(None, "--out", help="Directory for files (reproductions that write figures)."),
-    full: bool = typer.Option(False, "--full", help="The paper's full length (reproductions that take full)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-):
+def reproduce_command(o: Values):
     """Recompute a table or figure of the papers from the library."""
-    from rich.markup import escape
-
-    from gradcode.errors import GradcodeError
-    from gradcode.experiments.cli_output import exit_code_of, fail
-    from gradcode.experiments.cli_options import parse_kv
-    from gradcode.experiments.reproduce import available_reproductions, run_reproduction
-
-    if name is None:
+    if o.name is None:
         emit({"rows": [{"name": k, "what": v} for k, v in available_reproductions().items()]},
-             as_json=as_json, title="reproductions")
+             as_json=o.json, title="reproductions")
         return
     try:
-        params = parse_kv(params, "--params")
-        for key, value in (("rounds", rounds), ("seed", seed), ("out", out_dir), ("full", full or None)):
-            if value is not None:
-                params[key] = value
-        doc = run_reproduction(name, **params)
+        params = dict(o.params or {})
+        for key in ("rounds", "seed", "out"):
+            if getattr(o, key) is not None:
+                params[key] = str(o.out) if key == "out" else getattr(o, key)
+        if o.full:
+            params["full"] = True
+        doc = run_reproduction(o.name, **params)
     except (ValueError, TypeError, OSError, GradcodeError) as exc:
-        fail(exc, exit_code_of(exc), as_json=as_json)
-    emit(doc, as_json=as_json, title=doc.get("title", name) if isinstance(doc, dict) else name)
-    if not as_json and isinstance(doc, dict):  # what the reproduction says of its rows (e.g. why some differ)
+        fail(exc, exit_code_of(exc), as_json=o.json)
+    emit(doc, as_json=o.json, title=doc.get("title", o.name) if isinstance(doc, dict) else o.name)
+    if not o.json and isinstance(doc, dict):  # what the reproduction says of its rows (e.g. why some differ)
         for note in doc.get("notes") or ():
             out.print(escape(note), highlight=False)
+
+
+app.command("codes")(command(options(("Output", Output)), codes_command, name="codes", doc=codes_command.__doc__))
+app.command("reproduce")(command(options(("Reproduction", ReproduceCommand), ("Reproduction", Output)),
+                                 reproduce_command, name="reproduce", doc=reproduce_command.__doc__))
 
 
 def _register_all() -> None:

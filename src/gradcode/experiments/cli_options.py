@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -26,9 +27,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcode._options import flag_of, parse_kv
+from gradcode._options import described, flag_of, parse_kv
+from gradcode.codes import CODES
+from gradcode.experiments.cli_output import EXIT_USAGE, fail
+from gradcode.schemes import SCHEMES
+from gradcode.schemes.factory import scheme_kind, scheme_parameters
 
-__all__ = ["Option", "Values", "command", "options", "parse_kv"]
+__all__ = ["Option", "Output", "Values", "accepted_params", "command", "options", "params_per_scheme", "parse_kv",
+           "parse_scheme", "split_schemes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Option:
     mapping: bool = False  # key=value items, handed on as a dict
     metavar: str | None = None
     panel: str | None = None
+    argument: bool = False  # positional (typer.Argument), not a --flag
 
     @property
     def flag(self) -> str:
@@ -54,7 +61,11 @@ class Option:
         flags = [self.flag] + ([self.short] if self.short else [])
         shown = not (self.default is None or self.default == () or self.default is False)
         metavar = self.metavar or ("KEY=VALUE" if self.mapping else None)
-        info = typer.Option(*flags, help=self.help, metavar=metavar, rich_help_panel=self.panel, show_default=shown)
+        if self.argument:
+            info = typer.Argument(help=self.help, metavar=metavar or self.name.upper(), show_default=shown)
+        else:
+            info = typer.Option(*flags, help=self.help, metavar=metavar, rich_help_panel=self.panel,
+                                show_default=shown)
         default = None if typing.get_origin(self.kind) is list else self.default
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=Annotated[self.kind, info])
@@ -96,8 +107,16 @@ def options(*groups: tuple[str, type]) -> list[Option]:
             seen.add(f.name)
             kind, mapping = _kind(hints[f.name])
             out.append(Option(f.name, cls, kind, f.default, meta["help"], meta.get("short"),
-                              meta.get("torch_only", False), mapping, meta.get("metavar"), panel))
+                              meta.get("torch_only", False), mapping, meta.get("metavar"), panel,
+                              meta.get("argument", False)))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """The option every command shares: its output's form."""
+
+    json: bool = described(False, "Print one JSON document.")
 
 
 class Values:
@@ -132,8 +151,6 @@ class Values:
 def command(opts: list[Option], handler: Callable[[Values], Any], *, doc: str, name: str) -> Callable:
     """A typer command with one option per entry of ``opts``: it parses the mapping options
     (``key=value``; a malformed one exits 2 with the flag named) and calls ``handler(values)``."""
-    from gradcode.experiments.cli_output import EXIT_USAGE, fail
-
     def run(**given):
         try:
             for o in opts:
@@ -151,3 +168,62 @@ def command(opts: list[Option], handler: Callable[[Values], Any], *, doc: str, n
     run.__annotations__ = {p.name: p.annotation for p in params}
     run.__doc__, run.__name__, run.__qualname__ = doc, name, name
     return run
+
+
+# ------------------------------------------------------------------------ schemes on the command line
+
+
+def split_schemes(text: str) -> list[str]:
+    """``"crc,frc,gc-dc:clusters=2,r=2"`` -> ``["crc", "frc", "gc-dc:clusters=2,r=2"]``: a comma
+    starts a new scheme unless a ``key=`` follows it (a parameter of the scheme before) or it sits
+    inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``). An empty name (``crc,,frc``, a
+    trailing comma) is refused (``ValueError``), not skipped."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0 and not re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    if len(parts) > 1 and any(not p.strip() for p in parts):
+        raise ValueError(f"--scheme {text!r}: an empty scheme name in the list (two commas, or one at an end)")
+    return [p.strip() for p in parts]
+
+
+def parse_scheme(spec: str) -> tuple[str, dict]:
+    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params). Commas split parameters only where a
+    ``key=`` follows, so JSON values keep theirs (``"gc-sc:clusters=2,assignment=[[0,1],[2,3]]"``)."""
+    name, _, rest = spec.partition(":")
+    items = [p for p in re.split(r",(?=\s*[A-Za-z_][\w-]*\s*=)", rest) if p.strip()] if rest else []
+    return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
+
+
+def accepted_params(name: str) -> dict:
+    """``{parameter: default}`` of a code or a scheme family, as the command line may set them
+    (a scheme's :attr:`api_only_params`, e.g. GC-DC's ``assignment`` object, are left out)."""
+    params = scheme_parameters(name)
+    if scheme_kind(name) == "scheme":
+        hidden = set(getattr(SCHEMES.get(name), "api_only_params", ()))
+        return {k: v for k, v in params.items() if k not in hidden}
+    return params
+
+
+def params_per_scheme(common: dict, parsed: list[tuple[str, dict]], *, none_takes: str = "none of the schemes",
+                      skip: tuple[str, ...] = ()) -> list[dict]:
+    """Each scheme's parameters: the ``--scheme-params`` values it takes (``seed`` to ``crc``, not
+    to ``frc`` or ``ignore``), then its inline ones; schemes named in ``skip`` (compare's
+    ``uncoded`` baseline) and unknown names (refused by name when built) get their inline ones
+    only. A parameter no scheme takes is refused (``"--scheme-params K: {none_takes} takes
+    it"``)."""
+    takes = [set() if name in skip or not _known(name) else set(accepted_params(name)) for name, _ in parsed]
+    unused = [k for k in common if not any(k in t for t in takes)]
+    if unused:
+        raise ValueError(f"--scheme-params {', '.join(unused)}: {none_takes} takes it")
+    return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
+
+
+def _known(name: str) -> bool:
+    return name in SCHEMES or name in CODES

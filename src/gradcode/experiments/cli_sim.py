@@ -8,7 +8,7 @@ delay model draws its randomness independently of the load, so the codes meet th
 realisations) and prints mean / median / p95 round time and the speedup over uncoded; ``--plot``
 writes a PNG of the mean round time per scheme and of the round-time CDF.
 
-Code parameters: ``--workers`` (``n``) and ``--stragglers`` (``s``) for the codes that take them,
+Code parameters: ``--workers`` (``n``) and ``--tolerance`` (``s``) for the codes that take them,
 ``--scheme-params key=value`` for any other (values are read as JSON when they parse: ``2``, ``1.5``,
 ``true``, ``[[0, 1]]``; otherwise as text). A scheme is ``NAME`` or ``NAME:key=value,key=value``
 (in ``simulate`` too; inline values win over ``--scheme-params``).
@@ -37,8 +37,8 @@ exact, as numpy computes them on every round time).
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,25 +46,21 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from gradcode._options import described
+from gradcode._options import close_option, described, waitout_option
+from gradcode._validation import check_closing_rule, check_int
+from gradcode.codes import make_code
 from gradcode.errors import GradcodeError
-from gradcode.experiments.cli_options import Values, command, options, parse_kv
-from gradcode.experiments.cli_output import PLOT_HELP, exit_code_of, fail, warn
+from gradcode.experiments.cli_options import Output, Values, accepted_params, command, options, params_per_scheme, parse_scheme
+from gradcode.experiments.cli_output import (PLOT_HELP, RunProgress, emit, exit_code_of, fail, make_parents,
+                                             plot_files, warn)
 from gradcode.experiments.cli_traces import (build_trace_model, check_trace_width, delay_of, is_trace, run_rounds,
                                              trace_workers)
-
-_CLOSE_HELP = "Closing rule: 'decodable' (end when the job decodes) or a number mu (SGC mu-tolerance rule)."
-
+from gradcode.schemes import make_scheme
+from gradcode.schemes.factory import resolve_scheme, scheme_kind
+from gradcode.sim import pooled_stats, simulate
+from gradcode.stragglers import make_delay_model
 
 # ---------------------------------------------------------------------------------- helpers
-
-
-def parse_scheme(spec: str) -> tuple[str, dict]:
-    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params). Commas split parameters only where a
-    ``key=`` follows, so JSON values keep theirs (``"gc-sc:clusters=2,assignment=[[0,1],[2,3]]"``)."""
-    name, _, rest = spec.partition(":")
-    items = [p for p in re.split(r",(?=\s*[A-Za-z_][\w-]*\s*=)", rest) if p.strip()] if rest else []
-    return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
 
 
 class Built:
@@ -84,8 +80,6 @@ class Built:
         if self.kind == "code" or not self._used:
             self._used = True
             return self.obj
-        from gradcode.schemes import make_scheme
-
         return make_scheme(self.name, **self.params)
 
     @property
@@ -110,65 +104,26 @@ class Built:
         return label(self.obj)
 
 
-def _kind(name: str) -> str:
-    """``"scheme"`` or ``"code"`` (:func:`~gradcode.schemes.factory.scheme_kind`)."""
-    from gradcode.schemes.factory import scheme_kind
-
-    return scheme_kind(name)
-
-
-def accepted_params(name: str) -> dict:
-    """``{parameter: default}`` of a code or a scheme family, as the command line may set them
-    (a scheme's :attr:`api_only_params`, e.g. GC-DC's ``assignment`` object, are left out)."""
-    from gradcode.codes import code_info
-    from gradcode.schemes import SCHEMES
-
-    if _kind(name) == "scheme":
-        hidden = set(getattr(SCHEMES.get(name), "api_only_params", ()))
-        return {k: v for k, v in SCHEMES.info(name)["params"].items() if k not in hidden}
-    return dict(code_info(name)["params"])
-
-
-def build_code(name: str, params: dict, workers: int | None, stragglers: int | None,
+def build_code(name: str, params: dict, workers: int | None, tolerance: int | None,
                jobs: int | None = None) -> Built:
     """A code (``make_code``) or a scheme family (``make_scheme``: GC-DC, ...) by name.
-    ``--workers`` fills ``n`` and ``--stragglers`` fills ``s`` where the entry takes them (a
-    warning says when ``--stragglers`` does not apply); ``--jobs`` fills ``jobs`` of the
+    ``--workers`` fills ``n`` and ``--tolerance`` fills ``s`` where the entry takes them (a
+    warning says when ``--tolerance`` does not apply); ``--jobs`` fills ``jobs`` of the
     sequential schemes (jobs past ``J`` are then empty, so the last ``T`` rounds carry only the
     unfinished work of jobs ``< J``); ``params`` are passed as given, and the registries' errors
     name the accepted parameters."""
-    from gradcode.schemes.factory import resolve_scheme
-
-    kind = _kind(name)
+    kind = scheme_kind(name)
     accepted = accepted_params(name)
     if kind == "scheme":
         hidden = [k for k in params if k not in accepted]
         if hidden:  # e.g. dim or assignment: set by the drivers or the Python API
             raise ValueError(f"scheme {name!r} does not take {', '.join(map(repr, hidden))} from the"
                              f" command line; its parameters are {', '.join(accepted)}")
-    spec = resolve_scheme(name, params, n=workers, s=stragglers, jobs=jobs)
+    spec = resolve_scheme(name, params, n=workers, s=tolerance, jobs=jobs)
     if "s" in spec.ignored:
         warn(f"{kind} {name!r} takes no s (its parameters: {', '.join(accepted)}); "
-             f"--stragglers {stragglers} is ignored for it")
-    from gradcode.codes import make_code
-
+             f"--tolerance {tolerance} is ignored for it")
     return Built(name, kind, make_code(name, **spec.params) if kind == "code" else spec.build(), dict(spec.params))
-
-
-def code_info_params(name: str) -> list[str]:
-    return list(accepted_params(name)) if _known(name) else []
-
-
-def _known(name: str) -> bool:
-    from gradcode.schemes import SCHEMES
-
-    return name in SCHEMES or name in _available_codes()
-
-
-def _available_codes():
-    from gradcode.codes import available_codes
-
-    return available_codes()
 
 
 #: the delay model simulate and compare use when neither --delay-model nor --trace is given
@@ -179,8 +134,6 @@ def build_model(model: str, params: dict | None, trace, trace_loads=None, load_s
     """The delay model: ``--delay-model`` with its ``--delay-params``, or the trace(s) of
     ``--trace`` load-adjusted as :func:`build_trace_model` says. Returns ``(model, trace_info)``:
     ``trace_info`` (``None`` without a trace) says how the trace is load-adjusted."""
-    from gradcode.stragglers import make_delay_model
-
     params = dict(params or {})
     traces = [] if trace is None else [trace] if isinstance(trace, (str, Path)) else list(trace)
     if traces:
@@ -207,8 +160,6 @@ def job_completions(results) -> list[np.ndarray]:
 def parse_close(close: str):
     """``--close`` as the simulator takes it: ``"decodable"`` or the number mu
     (:func:`~gradcode._validation.check_closing_rule` reads the text)."""
-    from gradcode._validation import check_closing_rule
-
     mu = check_closing_rule(close)
     return "decodable" if mu is None else mu
 
@@ -220,7 +171,7 @@ def label(code) -> str:
 @dataclass(frozen=True)
 class Simulation:
     """What a ``simulate`` or ``compare`` run is, besides its schemes, one field per command-line
-    option (:mod:`~gradcode.experiments.cli_options`): the workers, stragglers and parameters the
+    option (:mod:`~gradcode.experiments.cli_options`): the workers, tolerance and parameters the
     schemes are built with, the delay model (``delay_model`` with ``delay_params``, or ``trace``
     files with ``trace_load`` and ``load_slope``, :func:`build_model`), the length (``rounds``, or
     the ``J + T`` rounds of ``jobs``), ``repeats`` with seeds ``seed, seed + 1, ...``, the closing
@@ -230,7 +181,7 @@ class Simulation:
     small) and ``progress`` (a bar on a terminal)."""
 
     workers: int | None = described(None, "Number of workers (the code's n).", short="-n")
-    stragglers: int | None = described(None, "Stragglers to tolerate (the code's s).", short="-s")
+    tolerance: int | None = described(None, "Stragglers the codes tolerate (their s).", short="-s")
     scheme_params: Mapping | None = described(None, "key=value parameter of the schemes (repeatable; compare: of"
                                                     " every scheme but uncoded).", short="-p")
     delay_model: str = described(DEFAULT_MODEL, "Delay model (see `gradcode models`).", short="-m")
@@ -249,10 +200,8 @@ class Simulation:
                                        " that every scheme's total time is that of the same J jobs.", short="-J")
     repeats: int = described(1, "Runs, with seeds seed, seed+1, ...")
     seed: int = described(0, "Seed of the first run.")
-    close: str = described("decodable", _CLOSE_HELP)
-    waitout: str = described("decodable", "With --close MU, what a round the deadline leaves unresolved waits"
-                                          " for: decodable (first decodable instant) or all (every worker: the SGC"
-                                          " paper's replay rule).")
+    close: str | float = close_option()
+    waitout: str = waitout_option()
     method: str = described("auto", "auto | fast (vectorized) | events (protocol path).")
     transport: str = described("star", "How messages reach the master: star (each to the master, the papers'"
                                        " model) or collective (notes to the master, then a ring all-reduce"
@@ -264,8 +213,6 @@ class Simulation:
     progress: bool = described(False, "Show a progress bar.", cli=False)
 
     def __post_init__(self):
-        from gradcode._validation import check_closing_rule, check_int
-
         check_int("repeats", self.repeats, minimum=1)
         if self.jobs is not None:
             check_int("jobs", self.jobs, minimum=1)
@@ -277,8 +224,6 @@ class Simulation:
 
     def bar(self, rounds: int):
         """The progress bar over ``rounds`` rounds in all (a no-op context without ``progress``)."""
-        from gradcode.experiments.cli_output import RunProgress
-
         return RunProgress(rounds) if self.progress else contextlib.nullcontext()
 
 
@@ -290,8 +235,6 @@ def run_repeats(built, model, rounds: int, run: Simulation, progress=None):
     code) runs on the simulator's event path, which ``method="auto"`` picks by itself.
     ``progress``: a :class:`~gradcode.experiments.cli_output.RunProgress` that every repeat
     advances, or None."""
-    from gradcode.sim import simulate
-
     close = parse_close(run.close)
 
     def bar():
@@ -308,7 +251,6 @@ def run_repeats(built, model, rounds: int, run: Simulation, progress=None):
 
 
 def _write_records(path: Path, rows: list[dict]) -> None:
-    import csv
 
     if path.suffix == ".json":
         path.write_text(json.dumps({"rows": rows}) + "\n")
@@ -403,12 +345,10 @@ def simulate_doc(scheme: str, run: Simulation) -> tuple[dict, list]:
     """The document ``gradcode simulate`` prints, and the runs (with per-round records if
     ``run.keep_records``). With a trace, ``n`` is the trace's number of workers unless ``workers`` says
     (and then must match it); ``run.jobs``: run ``J + T`` rounds (``run.rounds`` otherwise)."""
-    from gradcode.sim import pooled_stats
-
     name, inline = parse_scheme(scheme)
     dmodel, trace_info = run.built_delay_model()
     params = {**(run.scheme_params or {}), **inline}
-    code = build_code(name, params, trace_workers(run.workers, dmodel, params), run.stragglers, run.jobs)
+    code = build_code(name, params, trace_workers(run.workers, dmodel, params), run.tolerance, run.jobs)
     check_trace_width(code, dmodel)
     rounds = run_rounds(run.rounds, run.jobs, code, dmodel)
     with run.bar(rounds * run.repeats) as bar:
@@ -447,20 +387,7 @@ def _jobs_done(results) -> int | float:
     return done[0] if len(set(done)) == 1 else float(np.mean(done))
 
 
-def params_per_scheme(common: dict, parsed: list[tuple[str, dict]], *, none_takes: str = "none of the schemes",
-                      skip: tuple[str, ...] = ()) -> list[dict]:
-    """Each scheme's parameters: the ``--scheme-params`` values it takes (``seed`` to ``crc``, not
-    to ``frc`` or ``ignore``), then its inline ones; schemes named in ``skip`` (compare's
-    ``uncoded`` baseline) get their inline ones only. A parameter no scheme takes is refused
-    (``"--scheme-params K: {none_takes} takes it"``)."""
-    takes = [set() if name in skip else set(code_info_params(name)) for name, _ in parsed]
-    unused = [k for k in common if not any(k in t for t in takes)]
-    if unused:
-        raise ValueError(f"--scheme-params {', '.join(unused)}: {none_takes} takes it")
-    return [{**{k: v for k, v in common.items() if k in t}, **inline} for t, (_, inline) in zip(takes, parsed)]
-
-
-def compare_codes(specs: list[tuple[str, dict]], params: dict | None, workers, stragglers, dmodel,
+def compare_codes(specs: list[tuple[str, dict]], params: dict | None, workers, tolerance, dmodel,
                   jobs) -> list:
     """The :class:`Built` schemes ``compare`` runs: each of ``specs`` with the ``--scheme-params`` values
     it takes (:func:`params_per_scheme`; none to the ``uncoded`` baseline) and ``n`` from
@@ -469,7 +396,7 @@ def compare_codes(specs: list[tuple[str, dict]], params: dict | None, workers, s
     for schemes of different loads."""
     passed = params_per_scheme(params or {}, specs, none_takes="no compared scheme", skip=("uncoded",))
     # n from the trace goes to each scheme that sets no n of its own in what it is given
-    codes = [build_code(name, q, trace_workers(workers, dmodel, q), stragglers if name != "uncoded" else None, jobs)
+    codes = [build_code(name, q, trace_workers(workers, dmodel, q), tolerance if name != "uncoded" else None, jobs)
              for (name, _), q in zip(specs, passed)]
     if not any(c.name == "uncoded" for c in codes):
         codes.insert(0, build_code("uncoded", {"n": codes[0].n}, None, None))
@@ -493,12 +420,10 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     whose runs kept no per-round records: pass ``records=True`` to plot). ``run.jobs``: every
     scheme runs the ``J + T`` rounds its ``J`` jobs take (``T`` its delay); otherwise all run
     ``run.rounds``. The speed-up is the uncoded run's total time over each scheme's."""
-    from gradcode.sim import pooled_stats
-
     dmodel, trace_info = run.built_delay_model()
     specs = [parse_scheme(s) for s in schemes] if schemes else _default_specs(trace_workers(run.workers, dmodel),
-                                                                             run.stragglers)
-    codes = compare_codes(specs, run.scheme_params, run.workers, run.stragglers, dmodel, run.jobs)
+                                                                             run.tolerance)
+    codes = compare_codes(specs, run.scheme_params, run.workers, run.tolerance, dmodel, run.jobs)
     plan = [run_rounds(run.rounds, run.jobs, code, dmodel) for code in codes]
     if run.jobs is None and len({n - delay_of(c) for n, c in zip(plan, codes)}) > 1:
         warn(f"in {plan[0]} rounds a scheme with delay T finishes {plan[0]} - T jobs, so the schemes' totals"
@@ -538,9 +463,9 @@ def compare_doc(schemes: list[str] | None, run: Simulation) -> tuple[dict, list[
     return doc, names, pooled, curves
 
 
-def _default_specs(workers, stragglers):
+def _default_specs(workers, tolerance):
     n = workers or 12
-    s = 1 if stragglers is None else stragglers
+    s = 1 if tolerance is None else tolerance
     specs = [("uncoded", {}), ("ignore", {"s": s}), ("crc", {"s": s})]
     if n % (s + 1) == 0:
         specs.insert(2, ("frc", {"s": s}))
@@ -556,7 +481,6 @@ class SimulateCommand:
     records: Path | None = described(None, "Write per-round records (.csv or .json).")
     plot: Path | None = described(None, "Draw the jobs completed against time (SGC Fig. 2a; mean over the"
                                         " repeats): simulate_jobs.png. " + PLOT_HELP)
-    json: bool = described(False, "Print one JSON document.")
 
 
 @dataclass(frozen=True)
@@ -567,13 +491,10 @@ class CompareCommand:
                                                    " ignore, frc, crc.")
     plot: Path | None = described(None, "Draw the mean round time per scheme, the CDF and the jobs completed"
                                         " against time (SGC Fig. 2a): compare.png. " + PLOT_HELP)
-    json: bool = described(False, "Print one JSON document.")
 
 
 def simulate_command(o: Values):
     """Simulate a code or a scheme (e.g. gc-dc) under a delay model or a trace, in virtual time."""
-    from gradcode.experiments.cli_output import emit, make_parents, plot_files
-
     try:
         pngs = plot_files(o.plot, ["simulate_jobs"]) if o.plot is not None else None  # refused before the run
         keep = True if o.records is not None or o.plot is not None else None
@@ -598,8 +519,6 @@ def simulate_command(o: Values):
 
 def compare_command(o: Values):
     """Compare several codes and schemes on the same random draws (mean/median/p95 round time, speedup over uncoded)."""
-    from gradcode.experiments.cli_output import emit, make_parents, plot_files
-
     try:
         pngs = plot_files(o.plot, ["compare"]) if o.plot is not None else None  # refused before the run
         # the plot's CDF needs every round time: keep the records only then
@@ -623,7 +542,7 @@ def compare_command(o: Values):
 
 def register(app: typer.Typer) -> None:
     run = ("Simulation", Simulation)
-    app.command("simulate")(command(options(("Scheme and output", SimulateCommand), run), simulate_command,
-                                    name="simulate", doc=simulate_command.__doc__))
-    app.command("compare")(command(options(("Schemes and output", CompareCommand), run), compare_command,
-                                   name="compare", doc=compare_command.__doc__))
+    app.command("simulate")(command(options(("Scheme and output", SimulateCommand), ("Scheme and output", Output),
+                                            run), simulate_command, name="simulate", doc=simulate_command.__doc__))
+    app.command("compare")(command(options(("Schemes and output", CompareCommand), ("Schemes and output", Output),
+                                           run), compare_command, name="compare", doc=compare_command.__doc__))

@@ -4,8 +4,8 @@
 
 runs :func:`gradcode.train`: ``--stragglers S`` random workers sleep ``--delay`` extra seconds in
 every round (Tandon et al. Sec. 5; the ``fixed`` delay model with ``base=0``) unless
-``--delay-model`` names another model, and ``S`` is also the tolerance ``s`` of codes that take one
-(``uncoded`` simply faces the delays). ``--scheme`` also takes a scheme family with its parameters
+``--delay-model`` names another model; the tolerance ``s`` of codes that take one is ``--tolerance``,
+by default ``S`` (``uncoded`` simply faces the delays). ``--scheme`` also takes a scheme family with its parameters
 inline or through ``--scheme-params`` (``-p``): ``--scheme gc-dc:clusters=2,r=2,ssi=perfect`` trains with GC-DC
 (``n`` = ``--workers``; perfect straggler state information is the injected delay model's states
 of each round; ``--stragglers`` then only sets the injected delays). A progress bar goes to stderr, a final table to stdout (or,
@@ -53,12 +53,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gradcode._options import described
 from gradcode._validation import check_choice
-from gradcode.experiments.cli_options import Values, command, options
-from gradcode.experiments.cli_output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, error, fail
+from gradcode.errors import GradcodeError
+from gradcode.experiments.cli_options import (Output, Values, command, options, params_per_scheme, parse_scheme,
+                                              split_schemes)
+from gradcode.experiments.cli_output import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, PLOT_HELP, emit, err, error,
+                                             fail, make_parents, note, plot_files)
+from gradcode.problems.files import data_source
+from gradcode.runtime import ENGINES, ClusterConfig, FaultConfig, RunConfig, TrainSpec, build_scheme, train
+from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
+from gradcode.runtime.setup import DEFAULT_DATA, DEFAULT_ROUNDS, DEFAULT_WORKERS
+from gradcode.torch.config import TorchConfig
 
 
 def register(app: typer.Typer) -> None:
@@ -89,16 +100,13 @@ class CommandLine:
     plot: Path | None = described(
         None, "Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against"
               " the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)
-    json: bool = described(False, "Print one JSON document.")
 
 
 def train_options() -> list:
     """``gradcode train``'s options: the fields of the config objects and of :class:`CommandLine`,
     grouped in ``--help`` by the object they belong to."""
-    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig, TrainSpec
-    from gradcode.torch.config import TorchConfig
-
     return options(("What is trained", TrainSpec), ("Model, engine and output", CommandLine),
+                   ("Model, engine and output", Output),
                    ("PyTorch models (--model)", TorchConfig), ("Cluster", ClusterConfig), ("Faults", FaultConfig),
                    ("Run", RunConfig))
 
@@ -119,10 +127,6 @@ def train_command(o: Values):
 def train_one(o: Values) -> None:
     """One scheme's run: the table (or ``--json`` document), the planned deaths, the plots; a run
     that cannot start exits 2, one that stops exits 1 (:func:`_exit_for`)."""
-    from gradcode.experiments.cli_output import emit, err, plot_files
-    from gradcode.experiments.cli_sim import parse_scheme
-    from gradcode.runtime.setup import DEFAULT_WORKERS
-
     try:
         scheme, inline = parse_scheme(o.scheme)  # gc-dc:clusters=2,r=2,ssi=perfect
         scheme_params = {**(o.scheme_params or {}), **inline}
@@ -167,9 +171,6 @@ def _exit_for(exc: BaseException, as_json: bool) -> None:
     after SIGINT, 2 for bad arguments refused before the run started (or a missing extra), 1 for
     a run that stopped (a round timeout, divergence, the cluster, a checkpoint), each after saying
     why; with ``--json`` the document holds the completed rounds."""
-    from gradcode.errors import GradcodeError
-    from gradcode.experiments.cli_output import emit, err
-
     started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
     if isinstance(exc, KeyboardInterrupt):
         _fail(exc, EXIT_INTERRUPTED, as_json, err)
@@ -184,10 +185,6 @@ def _exit_for(exc: BaseException, as_json: bool) -> None:
 def _note_standardized(configured) -> None:
     """Say on stderr that the features of a data file are standardised (or not): it changes what
     the model sees, so the run states it."""
-    from gradcode.experiments.cli_output import note
-    from gradcode.problems.files import data_source
-    from gradcode.runtime.setup import DEFAULT_DATA
-
     if isinstance(configured, tuple) and isinstance(configured[0].data or DEFAULT_DATA, str):
         spec = configured[0]
         name, params = data_source(spec.data or DEFAULT_DATA, spec.data_params)
@@ -199,8 +196,6 @@ def _note_standardized(configured) -> None:
 
 def _rounds_of(configured) -> int | None:
     """The rounds a run will take, for the progress bar (None: a torch run's epochs decide)."""
-    from gradcode.runtime.setup import DEFAULT_ROUNDS
-
     if isinstance(configured, TorchRun):
         return configured.run.rounds
     return configured[3].rounds or DEFAULT_ROUNDS
@@ -210,7 +205,6 @@ def run_configured(configured, callback):
     """Run what :func:`configs` made: the runtime's config objects through :func:`gradcode.train`,
     or a torch model's through :func:`gradcode.torch.fit`; returns the run's ``TrainResult``."""
     if isinstance(configured, TorchRun):
-        from gradcode.experiments.cli_output import note
         from gradcode.torch import fit
 
         board = None
@@ -243,7 +237,6 @@ def run_configured(configured, callback):
                 note(f"auto: the rounds after the switch took {res.auto['ran_total']:.3g} s, the prediction's error"
                      f" {error:+.1f} %" + (f": {res.auto['off_because']}" if "off_because" in res.auto else ""))
         return res.result
-    from gradcode.runtime import train
 
     spec, cluster, faults, run, engine = configured
     return train(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=callback)
@@ -251,8 +244,6 @@ def run_configured(configured, callback):
 
 def _shared_configs(o: Values, run_dir):
     """The config objects every run of ``o`` shares: ``(ClusterConfig, FaultConfig, RunConfig)``."""
-    from gradcode.runtime import ClusterConfig, FaultConfig, RunConfig
-
     return (ClusterConfig(**o.fields_of(ClusterConfig)), FaultConfig(**o.fields_of(FaultConfig)),
             RunConfig(**o.fields_of(RunConfig, run_dir=o.run_dir if run_dir is None else run_dir)))
 
@@ -263,8 +254,6 @@ def configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None):
     its name), or with ``--model`` a :class:`TorchRun` (:func:`torch_configs`); ``run_dir``
     (several schemes: each its subfolder) replaces ``--run-dir``. Refuses the options that would
     otherwise be silently dropped."""
-    from gradcode.runtime import ENGINES, TrainSpec
-
     check_choice("--engine", o.engine, ENGINES)
     if o.model is not None:
         return torch_configs(o, scheme, scheme_params, run_dir=run_dir)
@@ -286,7 +275,6 @@ def _engine(o: Values):
         return o.engine
     if o.engine != "inprocess":
         raise ValueError("--compute sets the virtual clock of --engine inprocess; on Ray the workers really compute")
-    from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
 
     if o.compute in ("calibrated", "measured"):
         return InProcessEngine(compute_time=o.compute)
@@ -325,8 +313,6 @@ def torch_configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None) 
     ``digits`` (default), ``mnist:DIR``, ``cifar10:DIR``, ``cifar100:DIR`` or an ``.npz`` of ``X``
     and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain SGD, ``nesterov`` SGD with Nesterov
     momentum 0.9), ``adam`` or ``adamw``."""
-    from gradcode.runtime import TrainSpec
-    from gradcode.torch.config import TorchConfig
     from gradcode.torch.data import from_path, load_data
     from gradcode.torch.training import NOT_FIT
     from gradcode.torch.loading import model_factory
@@ -373,8 +359,6 @@ def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
     """Report a run that could not start, stopped or was interrupted, and exit with ``code``
     (:func:`~gradcode.experiments.cli_output.fail`): with ``--json`` the document holds the records
     of the completed rounds when the run started, else just the error."""
-    from rich.markup import escape
-
     result = getattr(exc, "result", None)
     if result is not None:
         err.print(f"{result.round_times.size} completed round(s) kept in {escape(str(result.run_dir))}",
@@ -389,8 +373,6 @@ def summary_rows(result) -> list[dict]:
     once, however many tasks it failed), ``waitouts`` (rounds waited out, ``--close MU`` only),
     ``loss`` (final training objective) and the last held-out ``test_loss``, ``accuracy`` and
     ``roc_auc``."""
-    import numpy as np
-
     rows = []
     last = {}
     for m in result.metrics:
@@ -418,8 +400,6 @@ def summary_rows(result) -> list[dict]:
 def _progress(rounds: int | None, console, *, enabled: bool):
     """A rich progress bar on stderr fed by train()'s per-round callback (``rounds`` None: a count
     without a total, for a torch run whose epochs decide)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     if not enabled:
         return None, lambda: None
     progress = Progress(
@@ -444,9 +424,7 @@ def write_plots(result, plot: Path) -> list[Path]:
     round against the round's largest injected delay (Tandon Fig. 5: uncoded follows
     ``time = delay``, coded stays flat), at the paths :func:`~gradcode.experiments.cli_output.plot_files`
     gives; a folder also gets ``train_summary.json`` and ``round_times.npy``."""
-    import numpy as np
 
-    from gradcode.experiments.cli_output import plot_files
 
     paths = write_comparison_plots([{"spec": result.config["scheme"], "exact": True}], [result],
                                    plot_files(plot, PLOT_FIGURES))
@@ -497,8 +475,6 @@ def ray_output(*, planned_failures: bool):
 
 def report_deaths(result, err, prefix: str = "") -> None:
     """One stderr line per worker death of a run with ``--fail``: planned, or not (with Ray's error)."""
-    from rich.markup import escape
-
     for f in result.faults:
         if f.get("kind") != "died":
             continue
@@ -513,32 +489,8 @@ def report_deaths(result, err, prefix: str = "") -> None:
 PLOT_FIGURES = ["loss_auc_vs_time", "round_time_vs_delay"]
 
 
-def split_schemes(text: str) -> list[str]:
-    """``"crc,frc,gc-dc:clusters=2,r=2"`` -> ``["crc", "frc", "gc-dc:clusters=2,r=2"]``: a comma
-    starts a new scheme unless a ``key=`` follows it (a parameter of the scheme before) or it sits
-    inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``). An empty name (``crc,,frc``, a
-    trailing comma) is refused (``ValueError``), not skipped."""
-    import re
-
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0 and not re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    if len(parts) > 1 and any(not p.strip() for p in parts):
-        raise ValueError(f"--scheme {text!r}: an empty scheme name in the list (two commas, or one at an end)")
-    return [p.strip() for p in parts]
-
-
 def _subfolder(spec: str, taken: set) -> str:
     """A folder name for one scheme's run under ``--run-dir`` (``gc-dc_clusters=2_r=2``)."""
-    import re
-
     name = re.sub(r"[^\w.=-]+", "_", spec).strip("_") or "scheme"
     base, i = name, 2
     while name in taken:
@@ -558,9 +510,6 @@ def train_several(o: Values) -> None:
     own ``D/<scheme>``. Every scheme is built before the first run starts, so a bad name or
     parameter is refused up front; a run that stops (round timeout, a cluster error) is reported
     in its row and the others still run (exit status 1)."""
-    from gradcode.experiments.cli_output import err
-    from gradcode.errors import GradcodeError
-
     try:
         o, runs, pngs = _plan_runs(o)
         session = _session(o)
@@ -582,7 +531,6 @@ def _session(o: Values):
     Ray starts once, not once a scheme), or nothing to open for ``--engine inprocess``."""
     if o.engine != "ray":
         return contextlib.nullcontext()
-    from gradcode.runtime import ClusterConfig
     from gradcode.runtime.cluster import ray_session
 
     return ray_session(ClusterConfig(**o.fields_of(ClusterConfig)), run_dir=o.run_dir)
@@ -592,11 +540,6 @@ def _plan_runs(o: Values) -> tuple[Values, list[dict], list[Path] | None]:
     """``(options, runs, plot files)`` of ``train_several``: each scheme built and its config
     objects made (so that a bad one is refused before anything runs); the options' ``workers`` is
     the n the schemes share when ``-n`` is absent."""
-    from gradcode.experiments.cli_output import plot_files
-    from gradcode.experiments.cli_sim import params_per_scheme, parse_scheme
-    from gradcode.runtime import build_scheme
-    from gradcode.runtime.setup import DEFAULT_WORKERS
-
     plot, run_dir = o.plot, o.run_dir
     specs = split_schemes(o.scheme)
     if len(set(specs)) < len(specs):
@@ -618,7 +561,7 @@ def _plan_runs(o: Values) -> tuple[Values, list[dict], list[Path] | None]:
             configured = configs(o, name, params, run_dir=None if run_dir is None else run_dir / _subfolder(spec, taken))
             runs.append({"spec": spec, "name": name, "params": params, "configs": configured, "exact": True})
             continue
-        built = build_scheme(name, workers=o.workers, stragglers=o.stragglers, seed=o.seed,
+        built = build_scheme(name, workers=o.workers, stragglers=o.stragglers, tolerance=o.tolerance, seed=o.seed,
                              scheme_params=params or None, verify=o.verify)
         if built.n != o.workers:  # same injected delays need the same n
             raise ValueError(f"{spec} has n = {built.n} but --workers is {o.workers}: the schemes are"
@@ -634,10 +577,7 @@ def _run_each(runs: list[dict], o: Values) -> tuple[list, list]:
     """Train each run in turn: ``(results, errors)``, a result (``None`` when nothing ran) and an
     error text (``None`` when it finished) per run. A run that stops is reported and the next one
     starts; when the first run fails before any round, the command stops as a single run would."""
-    from rich.markup import escape
 
-    from gradcode.experiments.cli_output import err
-    from gradcode.errors import GradcodeError
 
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
@@ -666,8 +606,6 @@ def _run_each(runs: list[dict], o: Values) -> tuple[list, list]:
 def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Path] | None, o: Values) -> None:
     """The table (or ``--json`` document) of ``train_several``, the planned deaths, the plots;
     exit status 1 when a run stopped or the plots could not be written."""
-    from gradcode.experiments.cli_output import emit, err
-
     rows = comparison_rows(runs, results, errors)
     written, plot_error = [], None
     if pngs is not None and any(res is not None for res in results):
@@ -732,12 +670,10 @@ def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -
     injected delay (Fig. 5), drawn only when that delay varies. Inexact schemes are labelled so;
     each run has its own line style and marker. Returns the files written."""
     import matplotlib
-    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gradcode.experiments.cli_output import make_parents
 
     make_parents(paths)
     drawn = [(r["spec"] + ("" if r["exact"] else " (inexact)"), res) for r, res in zip(runs, results)
@@ -776,7 +712,6 @@ def write_comparison_plots(runs: list[dict], results: list, paths: list[Path]) -
 
     injected = np.concatenate([res.injected.max(axis=1) for _, res in drawn]) if drawn else np.zeros(0)
     if injected.size == 0 or np.ptp(injected) == 0:  # one delay for every round: a column of points says nothing
-        from gradcode.experiments.cli_output import note
 
         note(f"{paths[1].name} not drawn: every round had the same injected delay"
              f" ({float(injected.max(initial=0.0)):g} s); it plots time per round against a delay that varies")

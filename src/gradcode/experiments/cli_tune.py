@@ -13,7 +13,11 @@ from pathlib import Path
 import typer
 
 from gradcode._options import described, flag_of
-from gradcode.experiments.cli_options import Values, command, options
+from gradcode.errors import GradcodeError
+from gradcode.experiments.cli_options import Output, Values, command, options
+from gradcode.experiments.cli_output import EXIT_USAGE, emit, exit_code_of, fail, note, warn
+from gradcode.schemes.sgc.tune import TuneSearch, tune
+from gradcode.stragglers import load_trace
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,10 @@ class TuneCommand:
     jobs: int | None = described(None, "Jobs (gradients) to run (required).", short="-J")
     every: bool = described(False, "Replay and list every parameter set (no bounding).")
     top: int = described(10, "Candidates listed in the table (all of them with --json).")
-    json: bool = described(False, "Print one JSON document.")
 
 
 def tune_command(o: Values) -> None:
     """Choose sequential-code parameters from a measured delay profile (SGC App. J)."""
-    from gradcode.errors import GradcodeError
-    from gradcode.experiments.cli_output import EXIT_USAGE, emit, exit_code_of, fail, note, warn
-    from gradcode.schemes.sgc.tune import TuneSearch, tune
-    from gradcode.stragglers import load_trace
-
     for name in ("trace", "jobs"):
         if getattr(o, name) is None:
             fail(ValueError(f"missing option {flag_of(name)}"), EXIT_USAGE, as_json=o.json)
@@ -80,10 +78,8 @@ def tune_command(o: Values) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from gradcode.schemes.sgc.tune import TuneSearch
-
-    app.command("tune")(command(options(("Profile and output", TuneCommand), ("Search", TuneSearch)), tune_command,
-                                doc=tune_command.__doc__, name="tune"))
+    app.command("tune")(command(options(("Profile and output", TuneCommand), ("Profile and output", Output),
+                                        ("Search", TuneSearch)), tune_command, doc=tune_command.__doc__, name="tune"))
 
 
 #: what rule the replay follows, said in every output: tune's defaults are the paper's, not the
