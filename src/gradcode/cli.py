@@ -94,13 +94,9 @@ def reproduce_command(o: Values):
              as_json=o.json, title="reproductions")
         return
     try:
-        params = dict(o.params or {})
-        for key in ("rounds", "seed", "out"):
-            if getattr(o, key) is not None:
-                params[key] = str(o.out) if key == "out" else getattr(o, key)
-        if o.full:
-            params["full"] = True
-        doc = run_reproduction(o.name, **params)
+        shared = {"rounds": o.rounds, "seed": o.seed, "out": None if o.out is None else str(o.out),
+                  "full": o.full or None}  # only those given: each reproduction takes its own
+        doc = run_reproduction(o.name, **{**(o.params or {}), **{k: v for k, v in shared.items() if v is not None}})
     except (ValueError, TypeError, OSError, GradcodeError) as exc:
         fail(exc, exit_code_of(exc), as_json=o.json)
     emit(doc, as_json=o.json, title=doc.get("title", o.name) if isinstance(doc, dict) else o.name)
