@@ -17,12 +17,15 @@ The compute clock is *declared*, not read from the host, unless asked for: a
 :class:`ComputeCost` charges each message ``per_sample`` seconds for every sample whose gradient
 it computed plus ``per_message`` (so a worker with more partitions is slower by exactly its extra
 samples), the same on a loaded and an idle machine; ``"calibrated"`` (what ``engine="inprocess"``
-uses) fixes ``per_sample`` once, when the workers start, from the median of timed gradients of
-worker 0's first partition, in this thread's CPU time (beside two processes that kept both cores
-busy it came out 15-50 % above idle, where wall time would double), and the run's ``clock``
-record says which value was used (pass it as a :class:`ComputeCost` to repeat the run to the
-bit); ``"measured"`` charges each message the wall time its computation took here (the host's
-load included: labelled so in the records).
+uses) fixes ``per_sample`` once, when the workers start, from the *minimum* over repeated
+gradients of worker 0's first partition (:meth:`~gradcode.runtime.worker.WorkerCore.time_gradients`),
+timed in this thread's CPU time on one intra-op thread, so that other processes on the machine
+do not lengthen it (beside two busy loops on 2 cores it stays within a few per cent of a quiet
+calibration; a median of wall times, or CPU time on two threads, came out up to 100 times the
+quiet value there). The run's ``clock`` record holds the value used and how it was measured
+(``calibration``: :class:`Calibration`; :func:`describe_clock` says it in one line; pass the value
+as a :class:`ComputeCost` to repeat the run to the bit); ``"measured"`` charges each message the
+wall time its computation took here (the host's load included: labelled so in the records).
 A message is delivered as a read-only copy, as Ray serializes it when the worker sends it: what
 the worker's problem does with its buffers afterwards cannot change a message the driver holds.
 ``poll(timeout)`` jumps the clock to the next due step (or by ``timeout`` when none is due
@@ -62,10 +65,10 @@ from gradcode.codes.messages import Message
 from gradcode.errors import GradcodeError
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.replica import ReduceReply, StaleReplicaError
-from gradcode.runtime.worker import build_core
+from gradcode.runtime.worker import build_core, limit_threads
 from gradcode.schemes.timing import ring_allreduce_time
 
-__all__ = ["CollectiveCost", "ComputeCost", "InProcessEngine", "WorkerDied"]
+__all__ = ["Calibration", "CollectiveCost", "ComputeCost", "InProcessEngine", "WorkerDied", "describe_clock"]
 
 
 class WorkerDied(GradcodeError):
@@ -87,6 +90,56 @@ class ComputeCost:
 
     def seconds(self, samples: int) -> float:
         return self.per_sample * samples + self.per_message
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a calibrated compute clock's ``per_sample`` was measured: ``repeats`` gradients of
+    ``samples`` samples each, timed by ``timer`` on ``threads`` intra-op thread(s), after one
+    untimed warm-up gradient; ``per_sample`` is the minimum over the repeats per sample (the
+    statistic a busy host does not move), ``median_per_sample`` the median, for how much the
+    repeats varied."""
+
+    per_sample: float
+    median_per_sample: float
+    repeats: int
+    samples: int
+    timer: str = "thread_time"
+    threads: int = 1
+    statistic: str = "minimum"
+
+    @classmethod
+    def of(cls, samples: int, times: list[float], *, threads: int = 1) -> Calibration:
+        """The calibration of ``times`` (seconds of each repeat) over ``samples`` samples."""
+        if samples <= 0 or not times:
+            return cls(0.0, 0.0, len(times), int(samples), threads=threads)
+        return cls(min(times) / samples, float(np.median(times)) / samples, len(times), int(samples), threads=threads)
+
+    def to_dict(self) -> dict:
+        return {"per_sample": self.per_sample, "median_per_sample": self.median_per_sample, "repeats": self.repeats,
+                "samples": self.samples, "timer": self.timer, "threads": self.threads, "statistic": self.statistic}
+
+
+def describe_clock(clock: dict | None) -> str:
+    """One line saying what timed a run (its ``clock`` record, :meth:`Engine.clock_info`): the
+    wall clock, or the in-process engine's virtual clock with its declared, calibrated (how:
+    :class:`Calibration`) or measured compute. For printing beside a run's result, since its
+    times mean little without it."""
+    if not clock:
+        return "clock: not recorded"
+    if clock.get("clock") != "virtual":
+        return f"clock: {clock.get('clock', '?')} time, compute {clock.get('compute', '?')}"
+    if clock.get("compute") == "measured":
+        return "clock: virtual; compute: each gradient's wall time here (the host's load included)"
+    line = f"clock: virtual; compute: {clock.get('per_sample', 0.0) * 1e6:.4g} us a sample"
+    if clock.get("per_message"):
+        line += f" + {clock['per_message']:.4g} s a message"
+    cal = clock.get("calibration")
+    if cal is None:
+        return line + " (declared)"
+    return (line + f", calibrated: the {cal['statistic']} of {cal['repeats']} gradients of {cal['samples']} samples"
+            f" in {cal['timer']} on {cal['threads']} thread{'s' if cal['threads'] != 1 else ''}"
+            f" (median {cal['median_per_sample'] * 1e6:.4g} us a sample)")
 
 
 @dataclass(frozen=True)
@@ -137,8 +190,9 @@ class InProcessEngine(Engine):
     ``compute_time``: how long a message takes to compute, after its injected pause: a
     :class:`ComputeCost` (declared), a number (seconds per message; 0: messages of a round arrive
     at their injected times exactly), ``"calibrated"`` (a :class:`ComputeCost` whose ``per_sample``
-    is timed once when the workers start) or ``"measured"`` (the wall time each computation took in
-    this process: the host's load included). ``death_report``: seconds
+    is timed once when the workers start: the minimum of repeated gradients in this thread's CPU
+    time, on one thread; :attr:`calibration` says how) or ``"measured"`` (the wall time each
+    computation took in this process: the host's load included). ``death_report``: seconds
     between a worker's death and the failed event that reports it. ``restart_time``: seconds a
     restart takes.
     """
@@ -154,6 +208,8 @@ class InProcessEngine(Engine):
         #: "measured": each message takes the wall time its computation really took here
         self.measured = compute_time == "measured"
         self._calibrate = compute_time == "calibrated"
+        #: how ``cost.per_sample`` was measured (a :class:`Calibration`), once a calibrated engine's workers start
+        self.calibration: Calibration | None = None
         if isinstance(compute_time, ComputeCost):
             self.cost = compute_time
         else:
@@ -184,16 +240,29 @@ class InProcessEngine(Engine):
                                     f" spec): worker {w}: {type(exc).__name__}: {exc}") from None
             self._slots.append(slot)
         if self._calibrate and self._slots:
-            self.cost = ComputeCost(per_sample=self._slots[0].core.time_per_sample())
-            self._calibrate = False
+            self._calibrate_cost(self._slots[0].core)
+
+    def _calibrate_cost(self, core) -> None:
+        """Fix ``cost.per_sample`` from ``core``'s timed gradients (:meth:`WorkerCore.time_gradients`)
+        on one intra-op thread, as every worker computes during the run (the session limits the
+        threads only after the workers start), and keep how in :attr:`calibration`."""
+        restore = limit_threads(1)
+        try:
+            samples, times = core.time_gradients()
+        finally:
+            restore()
+        self.calibration = Calibration.of(samples, times, threads=1)
+        self.cost = ComputeCost(per_sample=self.calibration.per_sample)
+        self._calibrate = False
 
     def clock_info(self) -> dict:
         reduce = {"allreduce_latency": self.collective_cost.latency,
                   "allreduce_bandwidth": self.collective_cost.bandwidth} if self._joined else {}
         if self.measured:
             return {"clock": "virtual", "compute": "measured", **reduce}
+        calibration = {"calibration": self.calibration.to_dict()} if self.calibration is not None else {}
         return {"clock": "virtual", "compute": "declared", "per_sample": self.cost.per_sample,
-                "per_message": self.cost.per_message, **reduce}
+                "per_message": self.cost.per_message, **calibration, **reduce}
 
     def _build(self, w: int, slot: _Slot) -> None:
         slot.core = build_core(w, slot.spec, slot.partitions, slot.chunks)

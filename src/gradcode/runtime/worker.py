@@ -287,26 +287,35 @@ class WorkerCore:
             g = np.concatenate([g, np.zeros(m * self.chunks - g.size, dtype=g.dtype)])
         return g.reshape(self.chunks, m)
 
-    def time_per_sample(self, repeats: int = 5) -> float:
-        """Seconds per sample of this worker's gradient: the median of ``repeats`` timed gradients
-        of its first partition's rows for job 0 (a mini-batch problem's batch; at most 256 rows of
-        a full-batch one), at zero parameters, over their number of samples (0 without data).
-        Timed in this thread's CPU time, not wall time: other processes competing for the cores
-        lengthen it far less (the in-process engine computes on one thread)."""
+    def time_gradients(self, repeats: int = 20, budget: float = 1.0) -> tuple[int, list[float]]:
+        """``(samples, seconds)``: the CPU time of ``repeats`` gradients of this worker's first
+        partition's rows for job 0 (a mini-batch problem's batch; at most 256 rows of a full-batch
+        one), at zero parameters, after one untimed gradient (the first call pays for allocations
+        and lazy initialisation); fewer repeats, at least 3, once ``budget`` CPU seconds are spent
+        (a large model). ``(0, [])`` without data.
+
+        Timed in this thread's CPU time (``time.thread_time``), not wall time: time the thread
+        waits for a core while other processes run is not counted. The caller runs it on one
+        intra-op thread: with several, a thread that waits for the others at the end of a parallel
+        region spins on its core, and under contention that spinning is CPU time of its own (beside
+        two busy loops on 2 cores, a 0.7 ms gradient measured up to 100 ms). Even so a repeat can
+        be lengthened (cache and branch state lost to the other processes): the minimum is the
+        statistic that a busy host does not move."""
         if not self.partitions:
-            return 0.0
+            return 0, []
         j, rows = next(iter(self.partitions.items()))
         rows = self._batch_rows(0, j, rows, None) if self._batch_rows is not None else rows[:256]
         samples = _samples(rows)
         if samples == 0:
-            return 0.0
+            return 0, []
         x = np.zeros(int(self.problem.dim))
-        times = []
-        for _ in range(repeats):
+        self.problem.gradient(x, rows)  # warm-up, untimed
+        times: list[float] = []
+        while len(times) < repeats and (len(times) < 3 or sum(times) < budget):
             began = time.thread_time()
             self.problem.gradient(x, rows)
             times.append(time.thread_time() - began)
-        return float(np.median(times)) / samples
+        return samples, times
 
     @staticmethod
     def _combine(E: np.ndarray, partials: Mapping[int, np.ndarray], m: int) -> np.ndarray:

@@ -78,6 +78,14 @@ class FitResult:
     def losses(self) -> list[float]:
         return [h["loss"] for h in self.history]
 
+    @property
+    def clock(self) -> dict | None:
+        """What timed the run (``result.clock``, ``result.json``'s ``clock``): the wall clock on
+        Ray; in process the virtual clock's compute, with its calibration (``clock["calibration"]``:
+        per-sample seconds, repeats, timer) when it was calibrated at start.
+        :func:`gradcode.runtime.describe_clock` says it in one line."""
+        return None if self.result is None else self.result.clock
+
 
 def fit(
     model,
