@@ -1,16 +1,19 @@
 """Gradient codes: one linear code per job (one gradient): placement, encoding and decoding.
 
 What this layer owns. A code is a small immutable object (:class:`LinearCode`, ``codes.base``: the
-contract, the solves and their checks; ``decoding``: what a decoding is and how a decode sums what
-arrived; ``precision``: the error bound of a decode and when it is refused; ``cache``: the codes'
-decoding cache): which partitions each worker stores, the encoding tensors of its messages, and the
-decoder that turns any sufficient set of message prefixes into the exact gradient, checking every
-answer against the real encoder rows. Each family has a module (``tandon``: baselines, FRC, CRC,
-partial; ``clustering``: GC-SC; ``commfr``: CommFR-GC; ``adaptive``: CGC, AGC, group codes); shared
-pieces have theirs (``messages``: a message as a worker sends it, with the scale its error bound
-needs, and the compiled sums that decode at memory speed; ``linalg``: the solves; ``rules``:
-decodability as closed rules; ``compose``: direct sums and sequences of codes; ``verify``:
-corrupted-worker detection; ``stability``: condition measures and the papers' analytic thresholds).
+contract and the registry, inheriting ``solving``: how decoding coefficients are found,
+``answer_check``: their check against the encoder rows, ``rounds``: who straggled in a round, and
+``immutable``; ``lazy``: encoders built when asked for; ``decoding``: what a decoding is and how a
+decode sums what arrived; ``precision``: the error bound of a decode and when it is refused;
+``cache``: the codes' decoding cache): which partitions each worker stores, the encoding tensors of
+its messages, and the decoder that turns any sufficient set of message prefixes into the exact
+gradient, checking every answer against the real encoder rows. Each family has a module
+(``tandon``: baselines, FRC, CRC, partial; ``clustering``: GC-SC; ``commfr``: CommFR-GC;
+``adaptive``: CGC, AGC, group codes); shared pieces have theirs (``messages``: a message as a
+worker sends it, with the scale its error bound needs, and the compiled sums that decode at memory
+speed; ``linalg``: the solves; ``rules``: decodability as closed rules; ``compose``: direct sums
+and sequences of codes; ``verify``: corrupted-worker detection; ``stability``: condition measures
+and the papers' analytic thresholds).
 
 What it may import: numpy, scipy and ``gradcode.errors`` / ``gradcode._validation`` only. No
 clocks, no engine, no I/O: the layers above (``schemes``, the drivers) import codes, never the

@@ -1,4 +1,4 @@
-"""The linear code contract shared by every gradient code, and the generic decoder.
+"""The linear code contract shared by every gradient code.
 
 One job computes one gradient ``g = sum_j g_j`` over ``k`` data partitions. Worker ``w`` stores
 partitions ``placement[w]`` and computes their partial gradients ``g_j`` (sums of per-sample
@@ -13,51 +13,36 @@ A code is therefore fully described by its placement and its encoding tensors ``
 
     chunk c of g  =  sum_{received rows i} A[c, i] * message_i
 
-where ``A`` solves ``A @ M = T``: ``M`` stacks the received rows of the ``E_w`` scattered over the
-``k * L`` (partition, chunk) coordinates and ``T[c, j * L + c] = 1``. The generic decoder finds the
-minimum-norm ``A`` by SVD, decides decodability by rank and residual (never by counting workers),
-reports the condition number of the solve, refuses a solve whose condition number exceeds
-``max_condition`` (default ``1e10``: a relative error of about ``cond * eps`` is then ~1e-6 for
-float64 messages), and caches ``A`` per pattern in a bounded LRU cache. Codes may supply a faster
-structured solve through the ``_fast_solve`` hook; tests check it agrees with the generic one.
-
-No answer is trusted unchecked. Whichever solve produced ``A``, it is checked against the real
-received rows ``B_F`` of the encoders (``LinearCode._check_answer``): the residual
-``||A B_F - T|| / ||T||`` and the forward-error *amplification* ``max_c sum_i |A[c, i]|
-||B_F[i]||_1 / k``, which bounds the decoded gradient's relative error by about
-``amplification * eps`` and, unlike the condition number of a structured solve, sees the size of
-the encoder rows. A structured answer that fails falls back to the generic solve; a generic
-answer that fails is refused. A structured decoder may always refuse on its own.
+where ``A`` solves ``A @ M = T`` (``M``: the received rows of the ``E_w``; ``T``: the sum over
+partitions). :class:`LinearCode` is this contract (constructor, attributes, encoding, patterns,
+decodability, decoding), here with the registry of code families (:data:`CODES`). It inherits what
+reads apart: how ``A`` is found (:mod:`gradcode.codes.solving`: the generic SVD solve, the
+``_fast_solve`` hook, the per-pattern LRU cache), how every answer is checked against the real
+encoder rows before it is trusted (:mod:`gradcode.codes.answer_check`), who straggled in a round
+(:mod:`gradcode.codes.rounds`) and immutability (:mod:`gradcode.codes.immutable`).
 
 Coefficients are always computed in float64; messages may be float64, float32, float16 or
-bfloat16 (``ml_dtypes.bfloat16`` arrays), and the decoded gradient is float64.
+bfloat16 (``ml_dtypes.bfloat16`` arrays), and the decoded gradient is float64. Each decode is also
+checked against the *data* it sums, its rounding error bounded relative to what was summed
+(:mod:`gradcode.codes.precision`).
 
-Precision of what arrived: each decode is also checked against the *data* it sums, its rounding
-error bounded relative to what was summed (:mod:`gradcode.codes.precision`).
-
-Codes too large to hold (CommFR over an LDPC code of length 10,000: its dense generator, every
-worker's ``E_w`` and the coefficient matrices of its decodings would take gigabytes) give their
-encoders as :class:`LazyEncoders`, built when a worker's is asked for, and decode by an operator of
-their own (peeling) instead of coefficients ``A``: :meth:`LinearCode.decoding` and everything
-built on the dense rows then refuse by name, while :meth:`~LinearCode.encode`,
-:meth:`~LinearCode.decode`, :meth:`~LinearCode.can_decode`, :meth:`~LinearCode.check_decodable`
-and the decode rule work as for any code.
+Codes too large to hold (CommFR over an LDPC code of length 10,000) give their encoders as
+:class:`~gradcode.codes.lazy.LazyEncoders`, built when a worker's is asked for, and decode by an
+operator of their own (peeling) instead of coefficients ``A``: :meth:`LinearCode.decoding` and
+everything built on the dense rows then refuse by name; encode, decode, can_decode,
+check_decodable and the decode rule work as for any code.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import sparse
 
 from gradcode._validation import check_int, check_real
+from gradcode.codes.answer_check import DENSE_ROWS, DENSE_ROWS_MAX, AnswerCheck  # noqa: F401 (their old home)
 from gradcode.codes.cache import DecodingCache
 from gradcode.codes.decoding import (
     Decoding,
@@ -70,62 +55,19 @@ from gradcode.codes.decoding import (
     received_scales,
     unpack,
 )
-from gradcode.codes.linalg import RESIDUAL_TOL, encode_without_padding, lstsq_coefficients
+from gradcode.codes.immutable import Immutable
+from gradcode.codes.lazy import LazyEncoders
+from gradcode.codes.linalg import encode_without_padding
 from gradcode.codes.precision import Decoded, bound_decode, decode_precision
-from gradcode.codes.rules import DecodeRule, GenericRule
+from gradcode.codes.rounds import RoundRules
+from gradcode.codes.solving import Solving
 from gradcode.errors import NotDecodableError
 from gradcode.registry import Registry, package_modules
 
 #: Default refusal threshold on the condition number of a decoding solve.
 DEFAULT_MAX_CONDITION = 1e10
-_EPS = float(np.finfo(np.float64).eps)
-#: encoder rows at least this dense are kept as a dense array for the decoding check's product,
-#: up to this many entries (25M: 200 MB)
-DENSE_ROWS, DENSE_ROWS_MAX = 0.25, 25_000_000
 #: every code family, by name (``gradcode codes`` lists them; ``make_code`` builds them)
 CODES: Registry = Registry("code", modules=package_modules(__file__))
-
-
-class LazyEncoders(Sequence):
-    """Every worker's encoder ``E_w`` (``(R_w, len(placement[w]), L)``), built by ``build(w)`` when
-    asked for instead of held: for codes whose encoders together are too large (module
-    docstring). ``messages[w]`` is ``R_w``. The most recent few are kept; ``build`` must pickle
-    (codes travel), e.g. a module-level function with ``functools.partial``."""
-
-    KEEP = 8
-
-    def __init__(self, messages: Sequence[int], build: Callable[[int], np.ndarray]):
-        self.messages = tuple(int(r) for r in messages)
-        self.build = build
-        self._kept: dict[int, np.ndarray] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.messages)
-
-    def __getitem__(self, w):
-        if isinstance(w, slice):
-            return [self[i] for i in range(*w.indices(len(self)))]
-        w = range(len(self))[w]
-        with self._lock:
-            E = self._kept.pop(w, None)
-        if E is None:
-            E = np.array(self.build(w), dtype=np.float64)
-            if E.ndim != 3 or E.shape[0] != self.messages[w]:
-                raise ValueError(f"the encoder built for worker {w} has shape {E.shape}; expected"
-                                 f" ({self.messages[w]}, partitions, chunks)")
-            E.flags.writeable = False
-        with self._lock:
-            self._kept[w] = E  # most recent last
-            while len(self._kept) > self.KEEP:
-                del self._kept[next(iter(self._kept))]
-        return E
-
-    def __getstate__(self):
-        return {"messages": self.messages, "build": self.build}
-
-    def __setstate__(self, state):
-        self.__init__(state["messages"], state["build"])
 
 
 def check_n_s(n, s) -> tuple[int, int]:
@@ -161,21 +103,16 @@ def code_info(name: str) -> dict[str, Any]:
     return CODES.info(name)
 
 
-class LinearCode:
+class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
     """Base class of every gradient code (see the module docstring for the math).
 
     Subclasses build their placement and encoding tensors, validate their parameters and call
     ``super().__init__``. Instances are immutable: arrays are read-only, and once the outermost
     constructor returns, assigning or deleting an attribute raises ``AttributeError`` (only the
     decoding caches and the ``max_condition`` threshold change; the cache is guarded by a lock,
-    so a code can be shared by threads).
-
-    Stragglers of a round: :meth:`straggling` says, from the number of leading messages each
-    worker had delivered when the round closed, which workers count as stragglers (the drivers'
-    straggler matrix and arrival table use it). By default a worker is a straggler unless it
-    delivered its whole task result (all ``R_w`` messages); codes whose master stops the workers
-    as soon as it can decode (AGC, whose active workers need only ``r_s <= L`` messages) override
-    it, and grouped codes apply their groups' rules.
+    so a code can be shared by threads). Who straggled in a round (:meth:`straggling`) and what an
+    active worker sends (:meth:`comm_cost`): :mod:`gradcode.codes.rounds`; AGC and grouped codes
+    override them.
     """
 
     name: ClassVar[str] = "?"
@@ -274,25 +211,6 @@ class LinearCode:
         own, with no dense coefficients (module docstring)."""
         return isinstance(self._encoders, LazyEncoders)
 
-    # ------------------------------------------------------------------ immutability
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            cls.__init__ = _freezing(cls.__dict__["__init__"])
-
-    def __setattr__(self, name, value):
-        if self.__dict__.get("_frozen") and name not in self._MUTABLE:
-            raise AttributeError(
-                f"{type(self).__name__} is immutable: cannot set {name!r} after construction"
-                " (build a new code with the parameters you want)"
-            )
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name):
-        if self.__dict__.get("_frozen"):
-            raise AttributeError(f"{type(self).__name__} is immutable: cannot delete {name!r}")
-        object.__delattr__(self, name)
-
     # ------------------------------------------------------------------ attributes
     n = property(lambda self: self._n, doc="Number of workers.")
     k = property(lambda self: self._k, doc="Number of data partitions.")
@@ -346,23 +264,6 @@ class LinearCode:
         """R_w: the number of messages worker ``w`` sends."""
         return self._messages[w]
 
-    def straggling(self, counts) -> np.ndarray:
-        """Which workers were stragglers of a round, from ``counts[..., w]``: the number of leading
-        messages worker ``w`` had delivered when the round closed (shape ``(n,)`` or
-        ``(rounds, n)``; returns booleans of the same shape). Default: ``counts < R_w``, a worker
-        that had not delivered its whole task result (for the ``partial`` code: a worker without
-        its second message)."""
-        counts = self._check_counts(counts)
-        return counts < np.asarray(self._messages)
-
-    def _check_counts(self, counts) -> np.ndarray:
-        counts = np.asarray(counts)
-        if counts.ndim not in (1, 2) or counts.shape[-1] != self._n:
-            raise ValueError(f"counts must have shape ({self._n},) or (rounds, {self._n}), got {counts.shape}")
-        if counts.size and not np.issubdtype(counts.dtype, np.integer):
-            raise TypeError(f"counts must hold integer message counts, got dtype {counts.dtype}")
-        return counts
-
     @property
     def worker_loads(self) -> np.ndarray:
         """Fraction of the data each worker computes on per job."""
@@ -376,12 +277,6 @@ class LinearCode:
     def message_length(self, d: int) -> int:
         """m = ceil(d / L): the length of every message for a gradient of dimension d."""
         return math.ceil(check_int("d", d, minimum=1) / self._chunks)
-
-    def comm_cost(self, s: int) -> float | None:
-        """Message length each active worker sends to decode with ``s`` stragglers, as a fraction
-        of d; ``None`` where the code cannot decode with ``s`` stragglers in the worst case."""
-        s = check_int("s", s, minimum=0, maximum=self._n)
-        return self.messages_per_worker / self._chunks if s <= self._tolerance else None
 
     def __repr__(self) -> str:
         shown = " ".join(f"{k}={v}" for k, v in self._params.items() if k != "seed" and v is not None)
@@ -599,201 +494,4 @@ class LinearCode:
         if not 0 <= w < self._n:
             raise ValueError(f"unknown worker id {w}: workers are 0..{self._n - 1}")
         return int(w)
-
-    def _solution(self, pattern: Pattern) -> Decoding | Refusal:
-        sol = self._cache.get(pattern)
-        if sol is not None:
-            return sol
-        try:
-            sol = self._trusted_solve(pattern)
-        except NotDecodableError as exc:
-            sol = Refusal(str(exc))
-        else:
-            sol.coefficients.flags.writeable = False  # shared through the cache
-        self._cache.put(pattern, sol)
-        return sol
-
-    def _trusted_solve(self, pattern: Pattern) -> Decoding:
-        """The structured solve if its answer passes :meth:`_check_answer`, else the generic
-        least-squares solve if *its* answer passes, else :class:`NotDecodableError` naming both
-        reasons. A structured decoder's refusal is final (refusing is always safe)."""
-        if not pattern:
-            raise NotDecodableError("no messages received")
-        fast = self._fast_solve(pattern)
-        if fast is not None:
-            amplification, problem, residual = self._check_answer(fast)
-            if problem is None:
-                return self._accepted(fast, amplification, residual)
-            fast_problem = f"the {fast.method} decoder's answer failed its check: {problem}"
-        try:
-            sol = self._generic_solve(pattern)
-        except NotDecodableError as exc:
-            if fast is None:
-                raise
-            raise NotDecodableError(f"{fast_problem}; the least-squares solve: {exc}") from None
-        amplification, problem, residual = self._check_answer(sol)
-        if problem is not None:
-            reasons = ([fast_problem] if fast is not None else []) + [f"the least-squares solve: {problem}"]
-            raise NotDecodableError("; ".join(reasons))
-        return self._accepted(sol, amplification, residual)
-
-    def _accepted(self, sol: Decoding, amplification: float, residual) -> Decoding:
-        """``sol`` with what its decodes' error bounds need: the amplification, the received rows'
-        indices and numbers of terms, and ``|A B_F - T|``."""
-        _, row_start, _, row_nnz, _ = self._sparse_rows()
-        ids = self._row_ids(sol, row_start)
-        terms = np.maximum(row_nnz[ids], 1).astype(np.float64)
-        return replace(sol, amplification=amplification, row_terms=terms, row_ids=ids, residual=residual)
-
-    @staticmethod
-    def _row_ids(sol: Decoding, row_start: np.ndarray) -> np.ndarray:
-        if sol.row_ids is not None:  # a structured decoder that knows them (single-message codes)
-            return sol.row_ids
-        flat = np.fromiter(itertools.chain.from_iterable(sol.rows), dtype=np.intp, count=2 * len(sol.rows))
-        return row_start[flat[0::2]] + flat[1::2]
-
-    def _check_answer(self, sol: Decoding) -> tuple[float, str | None, np.ndarray | None]:
-        """Check decoding coefficients ``A`` against the real received encoder rows ``B_F``.
-
-        * residual: ``||A B_F - T||_F / ||T||_F <= RESIDUAL_TOL`` (exact codes only; the
-          ``ignore`` baseline is inexact by design), the same measure as the generic solve's;
-        * amplification: ``max_c sum_i |A[c, i]| ||B_F[i]||_1 / k``. A worker's message
-          ``B_i g~`` carries a rounding error of about ``eps ||B_i||_1 max|g~|``; the decode
-          multiplies it by ``A``, so the decoded gradient's error, relative to the ``k`` partial
-          gradients it sums, is at most about ``amplification * eps``. It is ``>= 1`` for an exact
-          decode (``A B_F = T`` puts ``k`` ones in every row) with equality iff nothing cancels
-          (uncoded, FRC), and, unlike the condition number of a structured solve, it sees the
-          size of the encoder rows: the AGC/CGC ``E M`` decoder solves a well-conditioned system
-          in ``E`` while the entries of ``M`` grow geometrically with ``L``. Refused above
-          ``max_condition`` (relative error ~1e-6 in float64 at the default ``1e10``).
-
-        Returns ``(amplification, None, |A B_F - T|)`` when the answer can be trusted (the last is
-        ``(L, k L)``, None for inexact codes), else ``(amplification, reason, None)``. Costs one
-        product over the received rows (sparse, or dense where the rows are)."""
-        BT, row_start, _, _, _ = self._sparse_rows()
-        ids = self._row_ids(sol, row_start)
-        A = sol.coefficients
-        off = None
-        amplification = self._amplification(sol)
-        with np.errstate(over="ignore", invalid="ignore"):
-            if self._exact:
-                L = self._chunks
-                if isinstance(BT, np.ndarray):  # dense rows (_sparse_rows): BLAS on the received ones
-                    AB = (BT[:, ids] @ A.T).T.reshape(L, self._k, L)
-                else:  # A B_F as B^T applied to A scattered over all rows: no sparse row slicing
-                    scattered = np.zeros((BT.shape[1], L))
-                    scattered[ids] = A.T
-                    AB = (BT @ scattered).T.reshape(L, self._k, L)
-                AB -= np.eye(L)[:, None, :]
-                residual = float(np.linalg.norm(AB)) / math.sqrt(self._k * L)
-                if not residual <= RESIDUAL_TOL:
-                    return amplification, (
-                        f"A B_F differs from the target by a relative residual {residual:.2e}"
-                        f" (> {RESIDUAL_TOL:.0e})"
-                    ), None
-                off = np.abs(AB).reshape(L, self._k * L)
-        if not amplification <= self._max_condition:
-            return amplification, (
-                f"its coefficients amplify rounding errors by {amplification:.2e} (> max_condition="
-                f"{self._max_condition:.1e}): relative error up to ~{amplification * _EPS:.0e} in float64"
-            ), None
-        return amplification, None, off
-
-    def _amplification(self, sol: Decoding) -> float:
-        """``max_c sum_i |A[c, i]| ||B_F[i]||_1 / k`` (:meth:`_check_answer`): one small product."""
-        _, row_start, row_l1, _, _ = self._sparse_rows()
-        with np.errstate(over="ignore", invalid="ignore"):
-            return float((np.abs(sol.coefficients) @ row_l1[self._row_ids(sol, row_start)]).max()) / self._k
-
-    def _sparse_rows(self):
-        """Every encoder row, transposed, as a sparse ``(k L, sum_w R_w)`` matrix ``B^T`` (a dense
-        array when at least :data:`DENSE_ROWS` of it is non-zero and it is small enough); the
-        index of each worker's first row; the rows' 1-norms and their numbers of non-zeros; ``B``
-        itself (CSR). Built on first use (fresh patterns and error bounds only)."""
-        if self._rows_cache is None:
-            if self.lazy:
-                raise TypeError(f"{self!r} builds its encoders when asked (too large to hold): it has no dense"
-                                " encoder rows")
-            L = self._chunks
-            indptr, indices, data = [0], [], []
-            for w, E in enumerate(self._encoders):
-                cols = (np.asarray(self._placement[w], dtype=np.intp)[:, None] * L + np.arange(L)).ravel()
-                flat = E.reshape(E.shape[0], -1)
-                for row in flat:
-                    nz = row != 0
-                    indices.append(cols[nz])
-                    data.append(row[nz])
-                    indptr.append(indptr[-1] + int(nz.sum()))
-            B = sparse.csr_array(
-                (np.concatenate(data), np.concatenate(indices), np.asarray(indptr)),
-                shape=(len(indptr) - 1, self._k * L),
-            )
-            row_start = np.concatenate([[0], np.cumsum(self._messages)[:-1]]).astype(np.intp)
-            row_l1 = np.asarray(abs(B).sum(axis=1)).ravel()
-            # mostly non-zero rows (MDS and LDPC generators) are kept dense for the check's product:
-            # a sparse product over them runs 10x slower than BLAS
-            dense = B.nnz >= DENSE_ROWS * B.shape[0] * B.shape[1] and B.shape[0] * B.shape[1] <= DENSE_ROWS_MAX
-            BT = B.T.toarray() if dense else B.T.tocsr()
-            self._rows_cache = (BT, row_start, row_l1, np.diff(B.indptr), B)
-        return self._rows_cache
-
-    def decode_rule(self) -> DecodeRule:
-        """The code's decodability as a rule on message prefixes (:mod:`gradcode.codes.rules`):
-        a closed form where the decoder is a simple rule, else :class:`GenericRule` (binary
-        search with :meth:`can_decode`). A subclass with another decoder overrides it."""
-        return GenericRule(self)
-
-    def _fast_solve(self, pattern: Pattern) -> Decoding | None:
-        """Hook for a structured decoder: return a :class:`Decoding`, raise
-        :class:`NotDecodableError`, or return ``None`` to use the generic solve."""
-        return None
-
-    def rows_matrix(self, pattern: Pattern) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
-        """The received rows and their ``(rows, k * L)`` coefficient matrix M."""
-        L = self._chunks
-        rows = tuple((w, r) for w, rw in pattern for r in range(rw))
-        M = np.zeros((len(rows), self._k * L))
-        i = 0
-        for w, rw in pattern:
-            cols = (np.asarray(self._placement[w])[:, None] * L + np.arange(L)).ravel()
-            M[i : i + rw, cols] = self._encoders[w][:rw].reshape(rw, -1)
-            i += rw
-        return rows, M
-
-    def target_matrix(self) -> np.ndarray:
-        """T of shape (L, k * L): chunk c of the gradient sums coordinate c of every partition."""
-        L = self._chunks
-        return np.tile(np.eye(L), (1, self._k))
-
-    def _generic_solve(self, pattern: Pattern) -> Decoding:
-        rows, M = self.rows_matrix(pattern)
-        coefficients, cond = lstsq_coefficients(M, self.target_matrix(), self.max_condition)
-        return Decoding(pattern, rows, coefficients, cond, "lstsq")
-
-    def generic_decoding(self, received) -> Decoding:
-        """The generic least-squares decoding, bypassing any fast path and the cache (for tests
-        and benchmarks that compare the two)."""
-        return self._generic_solve(self.normalize_pattern(received))
-
-
-def _freezing(init):
-    """Wrap a code class's ``__init__`` so that the object is frozen when the outermost
-    constructor returns (subclass constructors run the base's inside their own)."""
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        depth = self.__dict__.get("_init_depth", 0)
-        object.__setattr__(self, "_init_depth", depth + 1)
-        try:
-            init(self, *args, **kwargs)
-        finally:
-            object.__setattr__(self, "_init_depth", depth)
-        if depth == 0:
-            object.__setattr__(self, "_frozen", True)
-
-    return __init__
-
-
-LinearCode.__init__ = _freezing(LinearCode.__init__)
-
 

@@ -1,11 +1,11 @@
 """What a decode is and how it sums what arrived.
 
 :class:`Decoding`: the coefficients ``A`` of one received pattern (``chunk c = sum_i A[c, i]
-message_i``), produced and checked by :class:`~gradcode.codes.base.LinearCode` (the contract and
-the solves). This module unpacks the received messages (plain arrays or
-:class:`~gradcode.codes.messages.Message` objects with their scales), checks them, and sums them
-with the coefficients at memory speed (:func:`combine`); what that sum's rounding may be is
-:mod:`gradcode.codes.precision`'s.
+message_i``), produced by :class:`~gradcode.codes.base.LinearCode`'s solves
+(:mod:`gradcode.codes.solving`) and checked (:mod:`gradcode.codes.answer_check`). This module
+unpacks the received messages (plain arrays or :class:`~gradcode.codes.messages.Message` objects
+with their scales), checks them, and sums them with the coefficients at memory speed
+(:func:`combine`); what that sum's rounding may be is :mod:`gradcode.codes.precision`'s.
 """
 
 from __future__ import annotations
