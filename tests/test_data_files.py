@@ -108,7 +108,7 @@ def test_cli_trains_on_a_csv_file(ray_session, tmp_path):
                                    "--run-dir", str(tmp_path / "run"), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert len(doc["final_params"]) == 6  # 3 numeric + 2 one-hot + intercept
+    assert np.load(doc["files"]["params"]).shape == (1, 6)  # 3 numeric + 2 one-hot + intercept
     assert doc["losses"][-1][0] < doc["losses"][0][0]
 
 

@@ -709,7 +709,7 @@ def test_cli_several_schemes_in_process_with_varying_delays_draw_both_figures(tm
     doc = json.loads(res.stdout)
     assert doc["plots"] == [str(tmp_path / "p" / "loss_auc_vs_time.png"), str(tmp_path / "p" / "round_time_vs_delay.png")]
     crc, uncoded = doc["runs"]
-    np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)
+    np.testing.assert_allclose(np.load(crc["files"]["params"]), np.load(uncoded["files"]["params"]), rtol=1e-9)
     assert set(doc["rows"][0]) >= {"time_s", "round_ms", "stragglers_per_round", "faults", "test_loss", "accuracy",
                                    "roc_auc", "speedup"}
 

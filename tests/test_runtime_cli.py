@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 from typer.testing import CliRunner
 
 from gradcode.cli import app
@@ -19,7 +20,7 @@ def test_train_json_and_plots(ray_session, tmp_path):
     doc = json.loads(res.stdout)
     assert len(doc["round_times"]) == 4 and len(doc["arrivals"]) == 4 and len(doc["arrivals"][0]) == 4
     assert isinstance(doc["final_loss"], float) and len(doc["final_params_checksum"]) == 16
-    assert len(doc["final_params"]) == 6  # 5 features + intercept
+    assert np.load(doc["files"]["params"]).shape == (1, 6) and "final_params" not in doc  # 5 features + intercept
     assert (tmp_path / "plots" / "loss_auc_vs_time.png").stat().st_size > 0
     # one fixed --delay: every round's injected delay is the same, so time against delay is not drawn
     assert not (tmp_path / "plots" / "round_time_vs_delay.png").exists()
@@ -103,8 +104,6 @@ def test_a_delay_model_without_stragglers_injects_nothing(ray_session, tmp_path)
 def test_train_several_schemes_side_by_side(ray_session, tmp_path):
     """--scheme crc,uncoded,ignore: one run each on the same data, seed and injected delays, one
     JSON document holding every run, a subfolder of --run-dir each, and one plot of them all."""
-    import numpy as np
-
     args = ["train", "--scheme", "crc,uncoded,ignore", "--workers", "3", "--stragglers", "1", "--delay", "0.02",
             "--data-params", "n_samples=150", "--data-params", "n_features=3", "--rounds", "3"]
     res = CliRunner().invoke(app, args + ["--run-dir", str(tmp_path / "runs"), "--plot", str(tmp_path / "p.png"),
@@ -116,7 +115,8 @@ def test_train_several_schemes_side_by_side(ray_session, tmp_path):
     assert [crc["exact"], uncoded["exact"], ignore["exact"]] == [True, True, False]
     assert crc["injected"] == uncoded["injected"] == ignore["injected"]  # the same delays
     assert sum(map(sum, crc["injected"])) > 0
-    np.testing.assert_allclose(crc["final_params"], uncoded["final_params"], rtol=1e-9)  # exact: same iterates
+    np.testing.assert_allclose(np.load(crc["files"]["params"]), np.load(uncoded["files"]["params"]),
+                               rtol=1e-9)  # exact: same iterates
     assert all(len(r["round_times"]) == 3 for r in doc["runs"])
     assert [r["gradient"] for r in doc["rows"]] == ["exact", "exact", "estimate"]
     assert doc["rows"][1]["speedup"] == 1.0
@@ -146,8 +146,6 @@ def test_train_closes_rounds_by_the_mu_rule_on_ray(ray_session, tmp_path):
     straggler. Uncoded cannot, so each round is waited out (--waitout all) and lasts past worker
     3's 1.3 s. (The fast workers' 0.3 s keeps kappa well above a loaded machine's jitter: with
     kappa ~ 5 ms a late fast worker made the round a wait-out.)"""
-    import numpy as np
-
     delays = np.full((2, 4), 0.3)
     delays[:, 3] = 1.3
     np.save(tmp_path / "trace.npy", delays)

@@ -169,7 +169,7 @@ def test_cli_prints_the_records_of_a_run_that_stopped_with_its_error(ray_session
     doc = strict_json(res.stdout)
     assert doc["rounds"] == 2 and len(doc["round_times"]) == 2 and len(doc["arrivals"]) == 2
     assert doc["error_type"] == "RoundTimeoutError" and "held up by workers [1]" in doc["error"]
-    assert rel(np.array(doc["final_params"]), reference(2)) < 1e-9
+    assert rel(np.load(doc["files"]["params"])[0], reference(2)) < 1e-9
     assert "error:" in res.stderr and "2 completed round(s) kept in" in res.stderr
 
 
@@ -260,7 +260,7 @@ def test_a_diverging_step_stops_with_a_clear_error_and_json_that_parses(ray_sess
     doc = strict_json(res.stdout)
     assert "training diverged" in doc["error"] and "lr=1e+300" in doc["error"] and "Lower the learning rate" in doc["error"]
     assert doc["rounds"] < 6 and all(np.isfinite(doc["losses"]).ravel())
-    assert np.isfinite(doc["final_params"]).all()
+    assert np.isfinite(np.load(doc["files"]["params"])).all()
     assert strict_json((tmp_path / "r" / "result.json").read_text())["error"] == doc["error"]
 
 

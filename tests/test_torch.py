@@ -345,7 +345,9 @@ def test_cli_trains_a_model_file_side_by_side(tmp_path):
     doc = json.loads(res.stdout)
     crc, plain = doc["runs"]
     assert crc["config"]["scheme"] == "crc" and crc["config"]["data"]["batch_size"] == 60
-    assert np.allclose(crc["final_params"], plain["final_params"], rtol=1e-4, atol=1e-5)
+    # the JSON names the files holding the weights (params.npy; model.pt, optimizer.pt for torch code)
+    assert np.allclose(np.load(crc["files"]["params"]), np.load(plain["files"]["params"]), rtol=1e-4, atol=1e-5)
+    assert Path(crc["files"]["model"]) == tmp_path / "crc" / "model.pt" and Path(crc["files"]["optimizer"]).is_file()
     assert doc["rows"][0]["speedup"] > 1
 
 

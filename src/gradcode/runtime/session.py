@@ -194,6 +194,23 @@ class RunSession:
             raise TrainingStopped(f"the run has done its {self.run.rounds} rounds (RunConfig.rounds)")
         return self.driver.step(self.run, log=self.log, checkpoint=self.save, callback=callback)
 
+    def _save_model_files(self, result: TrainResult) -> None:
+        """Each model's files for other code, written by its optimizer object when it has
+        ``save_files`` (a torch model's ``model.pt`` and ``optimizer.pt``:
+        :mod:`gradcode.torch.saved`), from the run's last parameters and optimizer states; their
+        paths go into ``result.files`` (one path per kind, a list of them with several models)."""
+        optimizers = self.setup.optimizers
+        if not any(hasattr(o, "save_files") for o in optimizers):
+            return
+        models = len(optimizers)
+        for m, opt in enumerate(optimizers):
+            written = opt.save_files(self.state.params[m], self.state.opt_states[m], self.run_dir, models=models, m=m)
+            for kind, path in written.items():
+                if models == 1:
+                    result.files[kind] = path
+                else:
+                    result.files.setdefault(kind, []).append(path)
+
     def _clock(self) -> dict | None:
         return self.engine.clock_info() if isinstance(self.engine, Engine) else None
 
@@ -206,6 +223,10 @@ class RunSession:
                     self.driver.stopped()
                 partial = self.state.result(config, self.run_dir, self.resumed_from, error=exc, clock=self._clock())
                 try:
+                    self._save_model_files(partial)
+                except Exception:  # noqa: BLE001 - nor a model file that cannot be written
+                    pass
+                try:
                     partial.save(self.run_dir)
                 except OSError:  # a full disk must not hide the error that stopped the run
                     pass
@@ -217,6 +238,7 @@ class RunSession:
                 self.driver.unfired()
             self.log.close()
             self.result = self.state.result(config, self.run_dir, self.resumed_from, clock=self._clock())
+            self._save_model_files(self.result)
             self.result.save(self.run_dir)
             return exc is not None  # StopTraining: the run ends there, as a finished one
         finally:
@@ -263,6 +285,9 @@ def _open_run_dir(run: RunConfig, config: dict, n: int) -> Path:
             (run_dir / name).unlink()
         for blob in run_dir.glob("checkpoint-*.npz"):  # the checkpoint's arrays
             blob.unlink()
+        for kind in ("model", "optimizer", "scheduler"):  # a torch run's files (gradcode.torch.saved)
+            for old in (*run_dir.glob(f"{kind}.pt"), *run_dir.glob(f"{kind}-*.pt")):
+                old.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 

@@ -12,7 +12,9 @@
 :class:`Workers` (:mod:`gradcode.torch.workers`) gives your own loop the coded gradient; what the
 workers compute and how the master steps is in :mod:`gradcode.torch.problem`; built-in models in
 :mod:`gradcode.torch.models`; readers for the data files the papers' data sets come in (MNIST idx,
-CIFAR-10/100 python batches) and the bundled digits in :mod:`gradcode.torch.data`.
+CIFAR-10/100 python batches) and the bundled digits in :mod:`gradcode.torch.data`. A run's
+``model.pt`` and ``optimizer.pt`` (plain ``state_dict`` files for other torch code) and
+:func:`load_run`, which reads them: :mod:`gradcode.torch.saved`.
 """
 
 from gradcode._lazy import lazy_names
@@ -22,7 +24,8 @@ from gradcode._lazy import lazy_names
 _HOMES = {
     "FitResult": ".training", "fit": ".training", "TorchConfig": ".config", "MLP": ".models", "ResNet18": ".models",
     "SmallCNN": ".models", "make_model": ".models", "digits": ".data", "load_data": ".data", "read_cifar": ".data",
-    "read_mnist": ".data", "TensorBoard": ".tensorboard", "Workers": ".workers",
+    "read_mnist": ".data", "TensorBoard": ".tensorboard", "Workers": ".workers", "load_run": ".saved",
+    "SavedRun": ".saved",
 }
 
 __all__ = sorted(_HOMES)

@@ -431,6 +431,29 @@ class TorchOptimizer:
             for (_, c), v in zip(self.layout.counters, state.get("counters", ())):
                 c.fill_(int(v))
 
+    def save_files(self, x, state, run_dir, *, models: int = 1, m: int = 0) -> dict[str, str]:
+        """Write model ``m``'s ``model.pt`` (the module's ``state_dict`` at ``x``, with the batch
+        counters of ``state``), ``optimizer.pt`` (the torch optimizer's ``state_dict`` in ``state``)
+        and, with a scheduler, ``scheduler.pt`` into ``run_dir`` (``model-<m>.pt``... when the run
+        trains ``models`` > 1: :mod:`gradcode.torch.saved`); returns the paths by kind. What the
+        session calls when a run ends, with the run's last parameters and optimizer state (on the
+        collective path those a worker's replica reached)."""
+        from gradcode.torch.saved import model_files, save_plain
+
+        if state is not None and state is not self._state:
+            self._restore(state)
+            self._state = state
+        self.layout.load(self.module, x)
+        self._current = None  # the next step (none, after a run) loads its x again
+        paths = model_files(run_dir, models, m)
+        save_plain(self.module.state_dict(), paths["model"])
+        save_plain(self.optimizer.state_dict(), paths["optimizer"])
+        written = {"model": str(paths["model"]), "optimizer": str(paths["optimizer"])}
+        if self.scheduler is not None:
+            save_plain(self.scheduler.state_dict(), paths["scheduler"])
+            written["scheduler"] = str(paths["scheduler"])
+        return written
+
     def step(self, x, g, state, t):
         layout, module = self.layout, self.module
         if state is not None and state is not self._state:  # a resumed run's checkpointed state
