@@ -137,6 +137,31 @@ def test_the_users_module_keeps_its_own_initialisation(digits):
     assert res.model is not net
 
 
+def test_fit_draws_a_progress_bar_on_a_terminal_or_when_asked_and_records_the_batch_size(digits, capsys,
+                                                                                       monkeypatch):
+    """fit showed no progress (only the command line drew a bar) and its history did not say the
+    batch size. Now the command line's bar goes to stderr when it is a terminal, or when
+    TorchConfig.progress says so (False: never); each record holds batch_size."""
+    import sys
+
+    def bar_of(**kw):
+        res = fit(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), digits[0], rounds=3, workers=4, stragglers=1,
+                  **kw)
+        return res, capsys.readouterr().err
+
+    res, err = bar_of(progress=True)
+    assert "training" in err and "3/3 rounds" in err and "loss" in err
+    assert [h["batch_size"] for h in res.history] == [60, 60, 60]
+    assert bar_of()[1] == ""  # stderr is no terminal here
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert "3/3 rounds" in bar_of()[1]
+    assert bar_of(progress=False)[1] == ""
+    with pytest.raises(TypeError, match="progress must be True, False or None"):
+        gt.TorchConfig(progress="yes")
+    with pytest.raises(ValueError, match="progress belong to your loop"):
+        gt.Workers(nn.Linear(64, 10), digits[0], torch_config=gt.TorchConfig(progress=True))
+
+
 def test_loss_reduction_sum_is_the_same_training(digits):
     torch.manual_seed(2)
     net = LNBNNet()

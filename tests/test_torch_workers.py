@@ -130,6 +130,74 @@ def test_an_error_in_the_loop_keeps_the_rounds_done(digits, tmp_path):
     assert workers.result.round_times.size == 1 and workers.result.error_type == "KeyError"
 
 
+def test_workers_without_rounds_run_as_many_rounds_as_the_loop_makes(digits, tmp_path):
+    """Workers once had a round budget: one epoch by default (10 rounds of 48 here), so a loop of
+    more steps stopped with TrainingStopped unless it knew to pass RunConfig(rounds=...). Without
+    rounds a static code runs every backward() the loop makes, past the first tables (64 rounds)
+    too, one injected straggler a round throughout; each record holds its batch size; workers.rounds
+    is a length for the loop (one epoch), not a limit."""
+    torch.manual_seed(4)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.2)
+    with gt.Workers(net, digits, SPEC, torch_config=gt.TorchConfig(batch_size=48), engine="inprocess",
+                    run=RunConfig(run_dir=tmp_path)) as workers:
+        assert workers.rounds == 10 and workers.limit is None
+        for _ in range(70):
+            opt.zero_grad()
+            workers.backward()
+            opt.step()
+    assert len(workers.history) == 70 and [h["round"] for h in workers.history] == list(range(70))
+    assert {h["batch_size"] for h in workers.history} == {48}
+    assert workers.result.round_times.size == 70 and (workers.result.round_times > 0).all()
+    assert [h["stragglers"] for h in workers.history] == [1] * 70
+    assert workers.result.config["rounds"] is None
+
+
+def test_schemes_that_plan_jobs_ahead_need_rounds_under_workers(digits, tmp_path):
+    """SR-SGC's jobs span rounds, and auto chooses its code for the rounds after its probe: both say
+    why they need the run's length; with RunConfig.rounds SR-SGC runs and the rounds are a limit."""
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    sgc = TrainSpec("sr-sgc", workers=4, stragglers=1, scheme_params={"B": 1, "W": 2, "lam": 1})
+    with pytest.raises(ValueError, match="sr-sgc plans its jobs ahead .* give run=RunConfig\\(rounds=...\\)"):
+        gt.Workers(net, digits, sgc, engine="inprocess")
+    with pytest.raises(ValueError, match="scheme='auto' plans its run ahead"):
+        gt.Workers(net, digits, TrainSpec("auto", workers=4), engine="inprocess")
+    with gt.Workers(net, digits, sgc, torch_config=gt.TorchConfig(batch_size=48), engine="inprocess",
+                    run=RunConfig(rounds=3, run_dir=tmp_path)) as workers:
+        for _ in range(3):
+            workers.backward()
+        with pytest.raises(TrainingStopped, match="has done its 3 rounds"):
+            workers.backward()
+
+
+def test_an_open_ended_run_grows_its_delays_keeping_those_drawn():
+    """The runtime under Workers: prepare(rounds=None) holds 64 rounds of tables and injected delays,
+    refuses a scheme whose jobs span rounds, takes a failure in any round; grow_setup keeps the rows
+    drawn and adds the longer draw's; a session of rounds=None refuses checkpoints."""
+    from gradcode.runtime import FaultConfig
+    from gradcode.runtime.session import open_session
+    from gradcode.runtime.setup import OPEN_ROUNDS, grow_setup, prepare
+
+    data = {"n_samples": 90, "n_features": 3}
+    setup = prepare(TrainSpec("crc", workers=4, stragglers=1, delay=0.1, data_params=data), rounds=None,
+                    faults=FaultConfig(fail=["1@500"]))
+    assert setup.open_ended and setup.rounds == OPEN_ROUNDS and setup.config["rounds"] is None
+    assert setup.failures == {(1, 500)}
+    first = setup.draw.intercept.copy()
+    grow_setup(setup, 2 * OPEN_ROUNDS)
+    assert setup.rounds == 2 * OPEN_ROUNDS and setup.draw.intercept.shape == (2 * OPEN_ROUNDS, 4)
+    assert np.array_equal(setup.draw.intercept[:OPEN_ROUNDS], first)
+    assert ((setup.draw.intercept > 0).sum(axis=1) == 1).all()  # one slowed worker a round, after too
+    with pytest.raises(ValueError, match="fail round"):
+        prepare(TrainSpec("crc", workers=4, data_params=data), rounds=10, faults=FaultConfig(fail=["1@500"]))
+    with pytest.raises(ValueError, match="m-sgc plans its jobs ahead"):
+        prepare(TrainSpec("m-sgc", workers=4, stragglers=1, data_params=data,
+                          scheme_params={"B": 1, "W": 2, "lam": 1}), rounds=None)
+    with pytest.raises(ValueError, match="writes no checkpoint"):
+        open_session(TrainSpec("crc", workers=4, data_params=data), cluster=ClusterConfig(), faults=FaultConfig(),
+                     run=RunConfig(checkpoint_every=5), engine="inprocess")
+
+
 @pytest.mark.ray
 def test_workers_on_ray(digits, ray_session, tmp_path):
     torch.manual_seed(2)

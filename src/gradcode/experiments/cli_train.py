@@ -56,7 +56,6 @@ from pathlib import Path
 import numpy as np
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gradcode._options import described
 from gradcode._validation import check_choice
@@ -68,6 +67,7 @@ from gradcode.experiments.cli_output import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT
 from gradcode.problems.files import data_source
 from gradcode.runtime import ENGINES, ClusterConfig, FaultConfig, RunConfig, TrainSpec, build_scheme, train
 from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
+from gradcode.runtime.progress import RoundBar
 from gradcode.runtime.setup import DEFAULT_DATA, DEFAULT_ROUNDS, DEFAULT_WORKERS
 from gradcode.torch.config import TorchConfig
 
@@ -331,8 +331,9 @@ def torch_configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None) 
     spec = TrainSpec(**{k: v for k, v in o.fields_of(TrainSpec, scheme=scheme, scheme_params=scheme_params or None)
                         .items() if k not in NOT_FIT})
     auto = {k: getattr(o, k) if scheme == "auto" else None for k in _AUTO_ONLY}
+    # progress=False: the command draws the same bar itself, for every run (train_one, _run_each)
     torch_config = TorchConfig(**o.fields_of(TorchConfig, optimizer=name, eval_data=test_data, **auto,
-                                             optimizer_params=_torch_optimizer_params(o, name)))
+                                             optimizer_params=_torch_optimizer_params(o, name), progress=False))
     board = None
     if o.tensorboard is not None:
         label = re.sub(r"[^\w.=,-]+", "_", scheme + ("-" + ",".join(f"{k}={v}" for k, v in
@@ -398,25 +399,13 @@ def summary_rows(result) -> list[dict]:
 
 
 def _progress(rounds: int | None, console, *, enabled: bool):
-    """A rich progress bar on stderr fed by train()'s per-round callback (``rounds`` None: a count
-    without a total, for a torch run whose epochs decide)."""
+    """``(callback, finish)``: the run's progress bar on stderr fed by its per-round callback
+    (:class:`~gradcode.runtime.progress.RoundBar`, the bar :func:`gradcode.torch.fit` draws too;
+    ``rounds`` None: a count without a total, for a torch run whose epochs decide)."""
     if not enabled:
         return None, lambda: None
-    progress = Progress(
-        TextColumn("training"), BarColumn(),
-        TextColumn("{task.completed}/{task.total} rounds" if rounds is not None else "{task.completed} rounds"),
-        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=False,
-    )
-    task = progress.add_task("train", total=rounds, info="")
-    progress.start()
-
-    def callback(record):
-        loss = record["loss"]
-        loss = loss if isinstance(loss, float) else min(loss)
-        progress.update(task, completed=record["round"] + 1,
-                        info=f"loss {loss:.4g}  round {record['time'] * 1e3:.0f} ms")
-
-    return callback, progress.stop
+    bar = RoundBar(rounds, console)
+    return bar, bar.close
 
 
 def write_plots(result, plot: Path) -> list[Path]:

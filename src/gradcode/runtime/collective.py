@@ -395,7 +395,7 @@ class CollectiveDriver(RoundDriver):
     def round(self, t: int) -> dict[int, float]:
         losses = super().round(t)
         run = self._run
-        if run is not None and ((run.eval_every and (t + 1) % run.eval_every == 0) or t == run.rounds - 1
+        if run is not None and ((run.eval_every and (t + 1) % run.eval_every == 0) or t == (run.rounds or 0) - 1
                                 or (run.checkpoint_every and (t + 1) % run.checkpoint_every == 0)):
             self.refresh_params()
         return losses

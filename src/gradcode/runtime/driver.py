@@ -174,6 +174,9 @@ class RunSetup:
     comm: float
     failures: frozenset
     rounds: int
+    #: as many rounds as the loop makes (``RunConfig.rounds=None`` under
+    #: :class:`gradcode.torch.Workers`): ``rounds`` is what the tables and ``draw`` hold so far
+    open_ended: bool = False
 
     @property
     def models(self) -> int:
@@ -287,7 +290,8 @@ class RoundDriver:
             "stragglers": int((state.arrivals[t] < 0).sum()),
             "jobs": list(self.finished_jobs),  # the jobs this round finished (their models stepped)
         }
-        evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == rounds - 1  # 0: at the end only
+        # 0: at the end only (an open-ended run, rounds None, has no last round to evaluate)
+        evaluate = (run.eval_every and (t + 1) % run.eval_every == 0) or t == (rounds or 0) - 1
         if evaluate and hasattr(problem, "metrics"):  # a spec's problem may have none
             for m in range(models):
                 met = problem.metrics(state.params[m])

@@ -86,8 +86,14 @@ def open_session(spec: TrainSpec, *, cluster: ClusterConfig, faults: FaultConfig
                  engine: Engine | str | None = None, checkpoint: dict | None = None,
                  initial_params: list | None = None) -> RunSession:
     """The :class:`RunSession` of a run, not yet entered: the run prepared, its folder opened
-    (:func:`_open_run_dir`) and its state made (fresh or from the checkpoint: :func:`_start_state`)."""
+    (:func:`_open_run_dir`) and its state made (fresh or from the checkpoint: :func:`_start_state`).
+    ``run.rounds`` None: an open-ended run, stepped as long as its caller goes on
+    (:class:`gradcode.torch.Workers`; :func:`~gradcode.runtime.setup.prepare` says which schemes
+    can run so)."""
     _check_engine(engine, cluster)  # a bad engine is refused before the run dir holds anything
+    if run.rounds is None and (run.resume or run.checkpoint_every):
+        raise ValueError("a run of as many rounds as its loop makes (rounds=None) writes no checkpoint and resumes"
+                         " none: give RunConfig(rounds=...)")
     held = None if checkpoint is None else checkpoint["state"].get("params")
     if checkpoint is not None and (not isinstance(held, list) or len(held) != spec.models):
         # a state that cannot be this spec's is refused before anything is built (its tables are
@@ -189,10 +195,25 @@ class RunSession:
         self.driver.run(self.run, log=self.log, checkpoint=self.save, callback=callback)
 
     def step(self, callback: Callable[[dict], None] | None = None) -> dict:
-        """Run and record the next round (:meth:`RoundDriver.step`); returns its record."""
-        if self.state.next_round >= self.run.rounds:
-            raise TrainingStopped(f"the run has done its {self.run.rounds} rounds (RunConfig.rounds)")
+        """Run and record the next round (:meth:`RoundDriver.step`); returns its record. Past
+        ``RunConfig.rounds`` it raises :class:`TrainingStopped`; an open-ended run (``rounds``
+        None) first doubles its tables and injected delays when the next round is past them."""
+        limit, t = self.run.rounds, self.state.next_round
+        if limit is not None and t >= limit:
+            raise TrainingStopped(f"the run has done its {limit} rounds (RunConfig.rounds)")
+        if t >= self.state.rounds:
+            self._grow(2 * self.state.rounds)
         return self.driver.step(self.run, log=self.log, checkpoint=self.save, callback=callback)
+
+    def _grow(self, rounds: int) -> None:
+        """An open-ended run's tables and injected delays, grown to ``rounds`` rounds."""
+        from gradcode.runtime.setup import grow_setup
+
+        if not self.setup.open_ended:
+            raise TrainingStopped(f"the run's tables hold {self.state.rounds} rounds")
+        grow_setup(self.setup, rounds)
+        self.state.grow(rounds)
+        self.driver.draw = self.setup.draw
 
     def _save_model_files(self, result: TrainResult) -> None:
         """Each model's files for other code, written by its optimizer object when it has

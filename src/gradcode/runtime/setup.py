@@ -16,8 +16,8 @@ from gradcode.runtime.driver import RunSetup
 from gradcode.runtime.records import TrainState, plain
 from gradcode.runtime.worker import ProblemSpec
 
-__all__ = ["DEFAULT_DATA", "DEFAULT_ROUNDS", "DEFAULT_WORKERS", "build_scheme", "initial_state", "injected_load_fit",
-           "parse_failures", "prepare"]
+__all__ = ["DEFAULT_DATA", "DEFAULT_ROUNDS", "DEFAULT_WORKERS", "OPEN_ROUNDS", "build_scheme", "grow_setup",
+           "initial_state", "injected_load_fit", "parse_failures", "prepare"]
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -26,10 +26,15 @@ __all__ = ["DEFAULT_DATA", "DEFAULT_ROUNDS", "DEFAULT_WORKERS", "build_scheme", 
 DEFAULT_WORKERS = 4
 #: rounds of a run whose RunConfig leaves them unset
 DEFAULT_ROUNDS = 100
+#: rounds an open-ended run (``rounds=None``: as many as its loop makes) first holds tables and
+#: injected delays for; each time the loop passes them they double (:func:`grow_setup`)
+OPEN_ROUNDS = 64
 
 
-def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: int) -> frozenset[tuple[int, int]]:
-    """``["W@R", ...]`` (or ``(W, R)`` pairs): worker ``W``'s process exits during round ``R``."""
+def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int,
+                   rounds: int | None) -> frozenset[tuple[int, int]]:
+    """``["W@R", ...]`` (or ``(W, R)`` pairs): worker ``W``'s process exits during round ``R``
+    (below ``rounds``; any round of an open-ended run, ``rounds=None``)."""
     out = set()
     for spec in specs:
         if isinstance(spec, str):
@@ -41,7 +46,7 @@ def parse_failures(specs: Iterable[str | tuple[int, int]], *, n: int, rounds: in
         else:
             w, r = spec
         w = check_int("fail worker", w, minimum=0, maximum=n - 1)
-        r = check_int("fail round", r, minimum=0, maximum=max(rounds - 1, 0))
+        r = check_int("fail round", r, minimum=0, maximum=None if rounds is None else max(rounds - 1, 0))
         out.add((w, r))
     return frozenset(out)
 
@@ -156,21 +161,31 @@ def _delay_model(spec: TrainSpec):
 # ----------------------------------------------------------------------------------------- setup
 
 
-def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) -> RunSetup:
+def prepare(spec: TrainSpec, *, rounds: int | None, faults: FaultConfig | None = None) -> RunSetup:
     """Build what a run of ``rounds`` rounds of ``spec`` works with: the master's problem and the
     workers' problem spec, the scheme, one optimizer per model (``lr = 1/L`` by default), the
     injected delays (the simulator's convention: one draw for the run from
     ``default_rng(seed)``), the failures to inject (``faults.fail``, checked against the workers
     and rounds) and the JSON config record. Raises ``ValueError``/``TypeError`` for anything
-    wrong, before any worker starts."""
+    wrong, before any worker starts.
+
+    ``rounds=None``: an open-ended run, as many rounds as its loop makes
+    (:class:`gradcode.torch.Workers`): its tables and delays hold :data:`OPEN_ROUNDS` rounds and
+    grow as the loop goes on (:func:`grow_setup`); its config records ``"rounds": null``. Only a
+    scheme that plans no job ahead can run so (static codes, ``ignore``, GC-DC: each round's job
+    finishes in that round); SR-SGC and M-SGC, whose jobs span rounds, are refused."""
     faults = faults or FaultConfig()
-    rounds = check_int("rounds", rounds, minimum=1)
+    open_ended = rounds is None
+    rounds = OPEN_ROUNDS if open_ended else check_int("rounds", rounds, minimum=1)
     pspec, master_problem, data_record = _problem(spec)
     code = spec.scheme
     scheme = build_scheme(code, workers=spec.workers, stragglers=spec.stragglers, tolerance=spec.tolerance,
                           seed=spec.seed, scheme_params=spec.scheme_params, dim=int(master_problem.dim),
                           verify=spec.verify)
     n = scheme.n
+    if open_ended and scheme.delay > 0:
+        raise ValueError(f"{_scheme_name(code)} plans its jobs ahead (a job spans up to {scheme.delay + 1} rounds),"
+                         " so a run of it needs its length: give RunConfig(rounds=...)")
     if not isinstance(code, str) and spec.workers is not None and spec.workers != n:
         raise ValueError(f"workers={spec.workers} but the code {code!r} has n={n} workers: leave workers out (a code"
                          " object brings its own n) or build the code for that many")
@@ -184,7 +199,7 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
     optimizers, opt_names, opt_params = _optimizers(spec, master_problem)
     dmodel = _delay_model(spec)
     draw, comm = _injected(spec, dmodel, scheme.n, scheme.chunks, rounds)
-    failures = parse_failures(faults.fail, n=n, rounds=rounds)
+    failures = parse_failures(faults.fail, n=n, rounds=None if open_ended else rounds)
     config = {
         "scheme": _scheme_name(code), "scheme_params": plain(dict(spec.scheme_params or {})),
         "verify": bool(spec.verify), "workers": n, "stragglers": spec.stragglers, "tolerance": spec.tolerance,
@@ -194,13 +209,32 @@ def prepare(spec: TrainSpec, *, rounds: int, faults: FaultConfig | None = None) 
         "waitout": spec.waitout, **data_record, "problem": getattr(pspec, "problem", None),
         "problem_params": dict(spec.problem_params or {}),
         "optimizer": spec.optimizer if isinstance(spec.optimizer, str) else opt_names,
-        "optimizer_params": opt_params, "rounds": rounds, "models": spec.models, "seed": spec.seed,
+        "optimizer_params": opt_params, "rounds": None if open_ended else rounds, "models": spec.models,
+        "seed": spec.seed,
         "fail": sorted(f"{w}@{r}" for w, r in failures), "dim": int(master_problem.dim),
         "n_train": int(master_problem.n_train),
     }
     return RunSetup(spec=spec, config=config, problem_spec=pspec, problem=master_problem, scheme=scheme,
                     optimizers=optimizers, opt_names=opt_names, draw=draw, comm=comm, failures=failures,
-                    rounds=rounds)
+                    rounds=rounds, open_ended=open_ended)
+
+
+def grow_setup(setup: RunSetup, rounds: int) -> None:
+    """Let an open-ended run's setup hold ``rounds`` rounds: the injected delays of the rounds past
+    ``setup.rounds`` are those rows of the delay model's draw for ``rounds`` rounds from
+    ``default_rng(seed)`` (the rounds already run keep theirs)."""
+    old = setup.rounds
+    if rounds <= old:
+        return
+    if setup.draw is not None:
+        from gradcode.stragglers.models import Draw
+
+        new, _ = _injected(setup.spec, _delay_model(setup.spec), setup.n, setup.scheme.chunks, rounds)
+        d = setup.draw
+        setup.draw = Draw(*(None if a is None else np.concatenate([a, b[old:]])
+                            for a, b in ((d.intercept, new.intercept), (d.slope, new.slope),
+                                         (d.straggling, new.straggling), (d.rates, new.rates))))
+    setup.rounds = rounds
 
 
 #: the data set of a run whose spec names none (Tandon et al. Sec. 5's synthetic logistic data)

@@ -51,6 +51,10 @@ class TorchConfig:
     factory); a CUDA device on a machine without one is a one-line error. On Ray each worker
     reserves a share of the cluster's GPUs (``ClusterConfig.worker_gpus``).
 
+    ``progress``: :func:`fit` draws a progress bar on stderr (rounds done, the last loss and round
+    time: :class:`~gradcode.runtime.progress.RoundBar`, the command line's bar): ``True``, ``False``,
+    or None (default) for only when stderr is a terminal (a notebook, a log file, CI: none).
+
     ``scheme="auto"`` (the spec's scheme): train uncoded for ``probe`` rounds (default 20), measure
     the workers, then switch, without restarting them or losing a job, to the GC, SR-SGC or M-SGC
     parameters that the paper's search predicts fastest for the rounds left (SGC App. K;
@@ -95,6 +99,8 @@ class TorchConfig:
     device: str | None = described(None, "Where the workers compute and the master steps: cpu, cuda or cuda:N"
                                          " (default: the model's; on Ray each worker reserves a share of the"
                                          " cluster's GPUs).", torch_only=True)
+    progress: bool | None = described(None, "fit's progress bar on stderr: True, False, or None (default) for only"
+                                            " when stderr is a terminal.", cli=False)
 
     def __post_init__(self):
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
@@ -112,3 +118,5 @@ class TorchConfig:
                                                                   strict_min=True))
         if self.device is not None:
             object.__setattr__(self, "device", str(self.device))
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise TypeError(f"progress must be True, False or None (when stderr is a terminal), got {self.progress!r}")

@@ -31,6 +31,7 @@ from torch import nn
 
 from gradcode._validation import check_choice, check_int
 from gradcode.errors import GradcodeError
+from gradcode.runtime.progress import RoundBar, show_progress
 from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource, set_decode_rtol
 from gradcode.torch.data import from_path
 from gradcode.torch.config import TorchConfig
@@ -59,7 +60,10 @@ class FitResult:
     """What :func:`fit` returns. ``model``: the trained module (the user's class, weights and
     buffers loaded; ``models`` all of them with ``models=M``); ``history``: one dict per round
     (``round``, ``time``: the round's duration in seconds, ``elapsed``, ``loss``: the mean batch
-    loss of the job the round finished, ``stragglers``, and ``metrics`` on evaluation rounds; a
+    loss of the job the round finished, ``batch_size``: the samples that loss and the step's
+    gradient average over, ``TorchConfig.batch_size`` as split over the code's partitions
+    (:attr:`~gradcode.torch.problem.TorchSpec.samples_per_job`), ``stragglers``, and ``metrics`` on
+    evaluation rounds; a
     resumed run's history holds every round, those before the resume rebuilt from its checkpoint);
     ``result``: the runtime's :class:`~gradcode.runtime.TrainResult` (arrivals, faults, records
     under ``run_dir``); ``spec``: the run's :class:`~gradcode.torch.problem.TorchSpec` (which
@@ -126,7 +130,8 @@ def fit(
     (the workers in this process on a virtual clock: each message takes the time its computation
     took here, plus the injected delays; which workers a round decodes from can therefore vary
     between two runs, and the weights with it, by float32 rounding). ``callback(record)`` after
-    every round.
+    every round. A progress bar goes to stderr when it is a terminal (``TorchConfig.progress``:
+    always, or never).
 
     """
     spec, tconf, run, faults, cluster = _fit_configs(spec, torch_config, run, faults, cluster)
@@ -148,8 +153,9 @@ def fit(
     run_engine, shipping = _engine(engine, tspec)
     spec = _run_spec(spec, scheme, tspec, optimizers)
     run = replace(run, rounds=rounds)
+    bar = RoundBar(rounds) if show_progress(tconf.progress) else None
     return _train(spec, optimizers, scheme if auto else None, tspec,
-                  (cluster, faults, run, run_engine, shipping, callback))
+                  (cluster, faults, run, run_engine, shipping, callback, bar))
 
 
 def _injected_slope(spec, n: int, rounds: int) -> tuple[float, str]:
@@ -311,20 +317,28 @@ def _train(spec, optimizers: list, switch, tspec: TorchSpec, options: tuple) -> 
     weights; load the trained weights back into them."""
     from gradcode.runtime.training import run_training
 
-    cluster, faults, run, engine, shipping, callback = options
+    cluster, faults, run, engine, shipping, callback, bar = options
     history: list[dict] = []
+    batch = tspec.samples_per_job
 
     def record(rec: dict) -> None:
+        rec["batch_size"] = batch
         history.append(rec)
+        if bar is not None:
+            bar(rec)
         if callback is not None:
             callback(rec)
 
     initial = [opt.layout.flatten(opt.module) for opt in optimizers]
-    with shipping:
-        result = run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=record,
-                              initial_params=initial)
+    try:
+        with shipping:
+            result = run_training(spec, cluster=cluster, faults=faults, run=run, engine=engine, callback=record,
+                                  initial_params=initial)
+    finally:
+        if bar is not None:
+            bar.close()
     if result.resumed_from:  # the rounds run before the resume, from the checkpoint's tables
-        history[:0] = _earlier_records(result, result.resumed_from)
+        history[:0] = _earlier_records(result, result.resumed_from, batch)
     if switch is not None:  # what was chosen and why, and how the prediction fared, in the records too
         _compare_prediction(switch, result)
         result.config["auto"] = switch.report
@@ -357,7 +371,7 @@ def _compare_prediction(switch: ProbeThenSwitch, result) -> None:
             f" ({report['alpha_from']}); the rounds after the switch are the run's, not a repetition of the probe")
 
 
-def _earlier_records(result, rounds: int) -> list[dict]:
+def _earlier_records(result, rounds: int, batch_size: int) -> list[dict]:
     """The history records of a resumed run's first ``rounds`` rounds, as the callback gave them
     then, rebuilt from the checkpoint's tables (all but ``jobs``, which the tables do not hold)."""
     models = result.losses.shape[1] if result.losses.ndim == 2 else 1
@@ -366,7 +380,8 @@ def _earlier_records(result, rounds: int) -> list[dict]:
     for t in range(rounds):
         losses = [float(v) for v in np.atleast_1d(result.losses[t])]
         rec = {"round": t, "time": float(result.round_times[t]), "elapsed": float(elapsed[t]),
-               "loss": losses[0] if models == 1 else losses, "stragglers": int((result.arrivals[t] < 0).sum())}
+               "loss": losses[0] if models == 1 else losses, "stragglers": int((result.arrivals[t] < 0).sum()),
+               "batch_size": batch_size}
         metrics = [m for m in result.metrics if m.get("round") == t]
         if metrics:
             rec["metrics"] = metrics

@@ -24,7 +24,6 @@ scheduler, clipping) reaches ``fit``'s weights (``tests/test_torch_workers.py``)
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 from torch import nn
@@ -37,7 +36,7 @@ __all__ = ["Workers"]
 
 #: TorchConfig fields that belong to the user's loop under Workers
 _LOOP_FIELDS = ("optimizer", "optimizer_params", "scheduler", "clip_grad_norm", "eval_data", "metrics", "probe",
-                "load_slope", "families")
+                "load_slope", "families", "progress")
 
 
 class Workers:
@@ -49,13 +48,19 @@ class Workers:
     closing rule), ``engine``, ``cluster``, ``faults``: as :func:`~gradcode.torch.fit`.
     ``torch_config``: the loss, batch size, wire type and device
     (:class:`~gradcode.torch.TorchConfig`; its optimizer, scheduler, clipping and evaluation fields
-    are the loop's and are refused here). ``run``: the rounds the workers are
-    opened for (``RunConfig.rounds``; default ``torch_config.epochs``, one epoch: ``N /
-    batch_size`` rounds, :attr:`rounds`) and the run dir of the records; checkpoints are the
-    loop's (``torch.save`` of the model and the optimizer).
+    are the loop's and are refused here). ``run``: the run dir of the records and the rounds:
+    without ``RunConfig.rounds`` (the default) :meth:`backward` runs as many rounds as the loop
+    calls it, for a scheme whose jobs each finish in their round (static codes, ``ignore``,
+    ``gc-dc``); SR-SGC and M-SGC plan their jobs rounds ahead and need ``RunConfig.rounds``, which
+    is then a limit (:class:`~gradcode.runtime.TrainingStopped` past it) for any scheme.
+    :attr:`rounds` is a length for the loop to use (``range(workers.rounds)``, a scheduler's
+    ``T_max``): ``RunConfig.rounds``, else ``TorchConfig.epochs``' worth (one epoch by default:
+    ``N / batch_size`` rounds); :attr:`limit` is ``RunConfig.rounds`` (None: no limit).
+    Checkpoints are the loop's (``torch.save`` of the model and the optimizer).
 
-    After the block: :attr:`history` (one record per round, as ``fit``'s), :attr:`result` (the
-    runtime's :class:`~gradcode.runtime.TrainResult`, also saved under :attr:`run_dir`).
+    After the block: :attr:`history` (one record per round, as ``fit``'s: ``loss``,
+    ``batch_size``, ``time``, ``stragglers``...), :attr:`result` (the runtime's
+    :class:`~gradcode.runtime.TrainResult`, also saved under :attr:`run_dir`).
     """
 
     def __init__(self, model: nn.Module, data, spec=None, *, torch_config=None, run=None, faults=None, cluster=None,
@@ -70,9 +75,13 @@ class Workers:
         if owned:
             raise ValueError(f"TorchConfig.{', '.join(owned)} belong to your loop under Workers (step your optimizer,"
                              " scheduler and clipping yourself, or use fit)")
-        if spec.models != 1 or (isinstance(spec.scheme, str) and spec.scheme == "auto"):
-            raise ValueError("Workers trains one model with a named code or scheme (models=1, not scheme='auto');"
-                             " use fit for several models or the probe-then-switch run")
+        if isinstance(spec.scheme, str) and spec.scheme == "auto":
+            raise ValueError("scheme='auto' plans its run ahead (it probes uncoded, then switches to the code"
+                             " predicted fastest for the rounds left), which a loop of your own does not declare:"
+                             " use fit for it, or name a code or scheme")
+        if spec.models != 1:
+            raise ValueError("Workers trains one model with a named code or scheme (models=1); use fit for several"
+                             " models")
         if run.checkpoint_every:
             raise ValueError("Workers writes no checkpoints: the loop owns the optimizer; save the model and the"
                              " optimizer with torch.save in your loop (RunConfig.checkpoint_every=0)")
@@ -92,11 +101,19 @@ class Workers:
         from gradcode.torch.training import _engine, _rounds, _run_spec, _samples, _scheme, _torch_spec
 
         scheme = _scheme(spec, tconf, False)
+        if run.rounds is None and scheme.delay > 0:  # before the data are read
+            name = spec.scheme if isinstance(spec.scheme, str) else type(scheme).__name__
+            raise ValueError(f"{name} plans its jobs ahead (a job spans up to {scheme.delay + 1} rounds and the last"
+                             " rounds finish the jobs in flight), so Workers needs the run's length: give"
+                             " run=RunConfig(rounds=...); static codes, ignore and gc-dc run as many rounds as your"
+                             " loop makes")
         tspec, _ = _torch_spec(self.model, _samples(data, tconf, spec.seed), spec, tconf, scheme)
         self._capture = _Capture()
         self.spec = tspec
-        self.rounds = _rounds(tspec, run.rounds, tconf.epochs, 1)
-        self._run = replace(run, rounds=self.rounds)
+        #: RunConfig.rounds: backward() stops past it (None: as many rounds as the loop makes)
+        self.limit = run.rounds
+        self.rounds = run.rounds if run.rounds is not None else _rounds(tspec, None, tconf.epochs, 1)
+        self._run = run  # rounds None: an open-ended session, its tables grown as the loop goes on
         self._engine, self._shipping = _engine(self.engine, tspec)
         self._train_spec = _run_spec(spec, scheme, tspec, [self._capture])
         self._faults, self._cluster = faults, cluster
@@ -145,8 +162,8 @@ class Workers:
         as ``loss.backward()`` adds: call ``optimizer.zero_grad()`` first), floating buffers take
         the batch's update (BatchNorm's running statistics, as a forward pass would) and BatchNorm
         counts the batch. Returns the batch's mean loss. Raises
-        :class:`~gradcode.runtime.TrainingStopped` past the :attr:`rounds` the workers were opened
-        for, or when a round cannot be decoded in time (the records so far are kept)."""
+        :class:`~gradcode.runtime.TrainingStopped` past ``RunConfig.rounds`` when it was given
+        (:attr:`limit`), or when a round cannot be decoded in time (the records so far are kept)."""
         session = self._session
         if session is None:
             raise GradcodeError("Workers.backward() runs inside `with Workers(...) as workers:`")
@@ -157,12 +174,14 @@ class Workers:
         session.state.params[0] = x
         record = session.step()
         loss = apply_decoded(self.model, self.layout, self._capture.g, accumulate=True)
+        record["batch_size"] = self.spec.samples_per_job
         self.history.append(record)
         return loss
 
     def __repr__(self) -> str:
         state = "open" if self._session is not None else "closed"
-        return f"Workers({self.spec.model!r}, {state}, round {self.round} of {self.rounds})"
+        of = f"of {self.limit}" if self.limit is not None else "(no limit)"
+        return f"Workers({self.spec.model!r}, {state}, round {self.round} {of})"
 
 
 class _Capture:
