@@ -59,7 +59,7 @@ def test_the_calibration_beside_two_busy_loops_is_the_quiet_one(tmp_path, monkey
     assert cal["samples"] == 16 and 3 <= cal["repeats"] <= 20  # a batch of 64 over CRC n = 4's 4 partitions
     assert cal["median_per_sample"] >= cal["per_sample"]
     line = describe_clock(busy)
-    assert "calibrated: the minimum of" in line and "thread_time on 1 thread" in line, line
+    assert "us/sample, calibrated on" in line and "(minimum thread_time, 1 thread; median" in line, line
 
 
 def test_the_calibration_record_and_its_line():
@@ -68,10 +68,11 @@ def test_the_calibration_record_and_its_line():
     assert cal.repeats == 3 and Calibration.of(0, []).per_sample == 0.0
     clock = {"clock": "virtual", "compute": "declared", "per_sample": 1e-4, "per_message": 0.0,
              "calibration": cal.to_dict()}
-    assert describe_clock(clock) == ("clock: virtual; compute: 100 us a sample, calibrated: the minimum of 3"
-                                     " gradients of 10 samples in thread_time on 1 thread (median 200 us a sample)")
-    assert describe_clock({**clock, "calibration": None} | {"per_message": 0.5}).endswith("0.5 s a message (declared)")
+    assert describe_clock(clock) == ("virtual clock: 100 us/sample, calibrated on 3 gradients of 10 samples"
+                                     " (minimum thread_time, 1 thread; median 200)")
+    assert describe_clock({**clock, "calibration": None} | {"per_message": 0.5}) == (
+        "virtual clock: 100 us/sample + 0.5 s/message (declared)")
     assert describe_clock({"clock": "virtual", "compute": "measured"}).endswith("(the host's load included)")
-    assert describe_clock({"clock": "wall", "compute": "measured"}) == "clock: wall time, compute measured"
+    assert describe_clock({"clock": "wall", "compute": "measured"}) == "wall clock, compute measured"
     assert describe_clock(None) == "clock: not recorded"
     assert np.isfinite(cal.to_dict()["per_sample"])

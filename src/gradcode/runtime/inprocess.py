@@ -128,18 +128,18 @@ def describe_clock(clock: dict | None) -> str:
     if not clock:
         return "clock: not recorded"
     if clock.get("clock") != "virtual":
-        return f"clock: {clock.get('clock', '?')} time, compute {clock.get('compute', '?')}"
+        return f"{clock.get('clock', '?')} clock, compute {clock.get('compute', '?')}"
     if clock.get("compute") == "measured":
-        return "clock: virtual; compute: each gradient's wall time here (the host's load included)"
-    line = f"clock: virtual; compute: {clock.get('per_sample', 0.0) * 1e6:.4g} us a sample"
+        return "virtual clock: each gradient's measured wall time (the host's load included)"
+    line = f"virtual clock: {clock.get('per_sample', 0.0) * 1e6:.3g} us/sample"
     if clock.get("per_message"):
-        line += f" + {clock['per_message']:.4g} s a message"
+        line += f" + {clock['per_message']:.3g} s/message"
     cal = clock.get("calibration")
     if cal is None:
         return line + " (declared)"
-    return (line + f", calibrated: the {cal['statistic']} of {cal['repeats']} gradients of {cal['samples']} samples"
-            f" in {cal['timer']} on {cal['threads']} thread{'s' if cal['threads'] != 1 else ''}"
-            f" (median {cal['median_per_sample'] * 1e6:.4g} us a sample)")
+    threads = f"{cal['threads']} thread{'s' if cal['threads'] != 1 else ''}"
+    return (line + f", calibrated on {cal['repeats']} gradients of {cal['samples']} samples ({cal['statistic']}"
+            f" {cal['timer']}, {threads}; median {cal['median_per_sample'] * 1e6:.3g})")
 
 
 @dataclass(frozen=True)
