@@ -321,3 +321,47 @@ def test_simulate_and_compare_on_the_collective_transport():
     doc = json.loads(res.stdout)
     assert res.exit_code == 0 and doc["master_link"] == "shared"
     assert next(r for r in doc["rows"] if r["scheme"].startswith("CRC"))["mean"] == want.summary()["mean"]
+
+
+def test_every_mapping_option_takes_commas_and_repeats_alike(tmp_path):
+    """One reading of key=value options: ``--optimizer-params lr=0.1,momentum=0.9`` once gave the
+    string "0.1,momentum=0.9" for lr (and a torch error about '<' after the progress bar), while
+    ``--scheduler step:step_size=10,gamma=0.5`` split at the commas. Now every mapping option and
+    inline scheme parameters split where a key= follows, JSON values keep their commas, numbers are
+    numbers, and a malformed item names its option."""
+    import json
+
+    from gradcode._options import parse_kv
+    from gradcode.experiments.cli_options import parse_scheme
+
+    assert parse_kv(["lr=0.1,momentum=0.9"], "x") == parse_kv(["lr=0.1", "momentum=0.9"], "x") == {
+        "lr": 0.1, "momentum": 0.9}
+    assert parse_kv(["assignment=[[0,1],[2,3]],clusters=2", "categorical=colour,city,target=label"], "x") == {
+        "assignment": [[0, 1], [2, 3]], "clusters": 2, "categorical": "colour,city", "target": "label"}
+    assert parse_kv(['order={"a": 1, "b": 2},seed=3'], "x") == {"order": {"a": 1, "b": 2}, "seed": 3}
+    assert parse_scheme("gc-sc:clusters=2,assignment=[[0,1],[2,3]]") == (
+        "gc-sc", {"clusters": 2, "assignment": [[0, 1], [2, 3]]})
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "--engine", "inprocess", "--rounds", "1", "--workers", "3",
+                              "--data-params", "n_samples=90,n_features=3", "--optimizer-params", "lr=0.5",
+                              "--run-dir", str(tmp_path / "r"), "--json"])
+    assert res.exit_code == 0, res.output
+    config = json.loads(res.stdout)["config"]
+    assert config["data_params"] == {"n_samples": 90, "n_features": 3} and config["optimizer_params"][0]["lr"] == 0.5
+    for option in ("--data-params", "--optimizer-params", "--scheme-params"):
+        res = runner.invoke(app, ["train", option, "oops,n_samples=90", "--run-dir", str(tmp_path / "bad")])
+        assert res.exit_code == 2 and f"{option} must look like key=value" in _said(res), (option, res.output)
+
+
+def test_messages_print_markup_and_emoji_codes_as_written(capsys):
+    """``--loss nofile.py:x`` printed an emoji: rich turned ``:x:`` into one. Errors, notes and
+    table cells are printed as written: no emoji, no markup (``[bold]`` stays text)."""
+    from gradcode.experiments.cli_output import emit
+
+    res = CliRunner().invoke(app, ["train", "--scheme", "crc:x:"])
+    assert res.exit_code == 2 and "'crc:x:'" in res.output and "\u274c" not in res.output, res.output
+    res = CliRunner().invoke(app, ["train", "--scheme", "[bold]crc:x:"])
+    assert res.exit_code == 2 and "'[bold]crc:x:'" in res.output, res.output
+    emit({"rows": [{"scheme": "[bold]gc:x:", "time_s": 1.0}]}, as_json=False, title="[red]runs :x:")
+    shown = capsys.readouterr().out
+    assert "[bold]gc:x:" in shown and "[red]runs :x:" in shown and "\u274c" not in shown

@@ -356,6 +356,104 @@ def test_cli_torch_option_refusals(tmp_path):
         assert len([line for line in res.output.splitlines() if line.strip()]) == 1, res.output
 
 
+def test_cli_optimizer_is_any_torch_optim_class_and_its_params_take_commas(tmp_path):
+    """--optimizer took only sgd, adam and adamw, and --optimizer-params lr=0.1,momentum=0.9 gave lr
+    the string "0.1,momentum=0.9". Now any torch.optim class by name in any case, or FILE.py:NAME;
+    an unknown name lists them, LBFGS (a closure) and parameters the class refuses are named."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    runner = CliRunner()
+    (tmp_path / "opt.py").write_text("import torch\n\nclass Mine(torch.optim.SGD):\n    pass\n")
+
+    def train(*args, name="r"):
+        return runner.invoke(app, ["train", "--model", "mlp", "--engine", "inprocess", "--rounds", "1",
+                                   "--batch-size", "48", *args, "--run-dir", str(tmp_path / name), "--json"])
+
+    for args, expected in (
+            (["--optimizer-params", "lr=0.1,momentum=0.9"], {"class": "SGD", "lr": 0.1, "momentum": 0.9}),
+            (["--optimizer", "RMSprop", "--optimizer-params", "lr=0.01,alpha=0.9"],
+             {"class": "RMSprop", "lr": 0.01, "alpha": 0.9}),
+            (["--optimizer", "adagrad"], {"class": "Adagrad", "lr": 0.01}),  # the class's own lr
+            (["--optimizer", f"{tmp_path / 'opt.py'}:Mine", "--optimizer-params", "lr=0.3"],
+             {"class": "Mine", "lr": 0.3})):
+        res = train(*args, name=expected["class"])
+        assert res.exit_code == 0, (args, res.output)
+        params = json.loads(res.stdout)["config"]["optimizer_params"][0]
+        assert {k: params[k] for k in expected} == expected, params
+    for args, text in ((["--optimizer", "nope"], "'nope' is not a torch.optim optimizer; give one of"),
+                       (["--optimizer", "nope"], "RMSprop, Rprop, SGD"),
+                       (["--optimizer", "lbfgs"], "LBFGS cannot step here"),
+                       (["--optimizer", "adam", "--optimizer-params", "momentum=0.9"],
+                        "optimizer_params {'momentum': 0.9}: Adam refuses them"),
+                       (["--optimizer-params", "lr=fast"], "optimizer_params {'lr': 'fast'}: SGD refuses them")):
+        res = train(*args, name="bad")
+        assert res.exit_code == 2, (args, res.output)
+        said = " ".join(res.output.split())
+        assert text in said and "Traceback" not in said, (args, res.output)
+
+
+def test_an_exception_in_the_users_model_or_loss_is_one_line_naming_the_file(tmp_path):
+    """A --model whose constructor raises (a module moving itself to CUDA on a CPU-only torch)
+    printed a 78-line traceback. An exception raised by the user's model (constructor, forward) or
+    loss at set-up is one line naming the user's file and line and the exception, exit status 2;
+    --debug prints the traceback first."""
+    from typer.testing import CliRunner
+
+    from gradcode.cli import app
+
+    path = tmp_path / "mynet.py"
+    path.write_text(
+        "from torch import nn\n"
+        "\n"
+        "class OnCuda(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        raise RuntimeError('Torch not compiled with CUDA enabled')\n"
+        "\n"
+        "class Flat(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)  # not flattened\n"
+        "\n"
+        "def loss(out, y):\n"
+        "    return out.sum() / undefined\n")
+    runner = CliRunner()
+    for args, where, what in (
+            ([f"{path}:OnCuda"], f"{path}:6", "RuntimeError: Torch not compiled with CUDA enabled (model: building"),
+            ([f"{path}:Flat"], f"{path}:13", "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+            (["mlp", "--loss", f"{path}:loss"], f"{path}:16", "NameError: name 'undefined' is not defined")):
+        res = runner.invoke(app, ["train", "--model", *args, "--engine", "inprocess", "--rounds", "1",
+                                  "--run-dir", str(tmp_path / "r")])
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert lines[0].startswith(f"error: {where}: {what}"), res.output
+    res = runner.invoke(app, ["train", "--model", f"{path}:OnCuda", "--engine", "inprocess", "--rounds", "1",
+                              "--run-dir", str(tmp_path / "r"), "--debug"])
+    assert res.exit_code == 2 and "Traceback (most recent call last)" in res.output, res.output
+    assert "raise RuntimeError('Torch not compiled with CUDA enabled')" in res.output
+    assert res.output.strip().splitlines()[-1].startswith(f"error: {path}:6: RuntimeError")
+
+
+def test_an_exception_in_the_users_data_reader_is_named_with_its_file(tmp_path):
+    """fit(data=factory): the user's reader raising at set-up is a UserCodeError (a ValueError)
+    naming this file and line, the reader's exception as its cause."""
+    from gradcode.errors import UserCodeError
+
+    def reader():
+        raise OSError("the share is not mounted")
+
+    with pytest.raises(UserCodeError, match=r"test_torch_workers\.py:\d+: OSError: the share is not mounted "
+                                             r"\(data: reading the samples of") as info:
+        gt.fit(nn.Linear(64, 10), reader, SPEC, engine="inprocess", run=RunConfig(rounds=1, run_dir=tmp_path))
+    assert isinstance(info.value, ValueError) and isinstance(info.value.__cause__, OSError)
+
+
 def test_an_output_size_below_the_classes_is_named(digits):
     class Small(nn.Module):
         def __init__(self):

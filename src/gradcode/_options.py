@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["close_option", "described", "flag_of", "help_of", "parse_kv", "waitout_option"]
+__all__ = ["close_option", "described", "flag_of", "help_of", "parse_kv", "split_kv", "waitout_option"]
 
 
 def described(default: Any, help: str, *, short: str | None = None, cli: bool = True, torch_only: bool = False,
@@ -52,21 +52,43 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def split_kv(text: str) -> list[str]:
+    """``"lr=0.1,momentum=0.9"`` -> ``["lr=0.1", "momentum=0.9"]``: a comma starts a new item only
+    where a ``key=`` follows it and it sits outside brackets, so values keep theirs: a list of
+    names (``categorical=colour,city``) or JSON (``assignment=[[0,1],[2,3]]``)."""
+    import re
+
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0 and re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
 def parse_kv(items, what: str) -> dict:
-    """``["k=v", ...]`` -> dict, values parsed as JSON when possible (``"2"`` -> 2,
-    ``"[[0,1]]"`` -> a list, ``"red"`` stays text); ``what`` names the option in errors. The one
-    reading of ``key=value`` parameters: the command line's mapping options, inline scheme
-    parameters, a schedule's ``step:gamma=0.5``."""
+    """``["k=v", "k2=v2,k3=v3", ...]`` -> dict: each item holds one ``key=value`` or several
+    separated by commas (:func:`split_kv`: repeating the option and listing with commas are the
+    same), values parsed as JSON when possible (``"2"`` -> 2, ``"0.1"`` -> 0.1, ``"[[0,1]]"`` -> a
+    list, ``"red"`` stays text); ``what`` names the option in errors. The one reading of
+    ``key=value`` parameters: the command line's mapping options, inline scheme parameters
+    (``crc:s=2,seed=1``), a schedule's ``step:step_size=10,gamma=0.5``."""
     import json
 
     out = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"{what} must look like key=value, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
+        for part in split_kv(item):
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ValueError(f"{what} must look like key=value (several: k=v,k2=v2), got {part!r}")
+            try:
+                out[key] = json.loads(value)
+            except json.JSONDecodeError:
+                out[key] = value
     return out

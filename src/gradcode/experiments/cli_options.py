@@ -8,7 +8,9 @@ of ``config.json`` is the field's name again.
 
 Field types become typer's: ``int``, ``float``, ``str``, ``bool`` (a ``--flag``), a path, a list
 for a repeatable option (sequences), and a repeatable ``key=value`` option for a mapping, parsed to
-a dict (JSON values where they parse: ``-p n=8 -p assignment=[[0,1],[2,3]]``). A name declared by
+a dict by :func:`~gradcode._options.parse_kv` (JSON values where they parse; several in one item
+with commas, or the option repeated: ``-p n=8,assignment=[[0,1],[2,3]]`` is ``-p n=8 -p
+assignment=[[0,1],[2,3]]``). A name declared by
 two classes (``optimizer`` of the built-in problems and of a torch model) is offered once, by the
 first; the handler gets every option's value by name (:class:`Values`).
 """
@@ -194,11 +196,11 @@ def split_schemes(text: str) -> list[str]:
 
 
 def parse_scheme(spec: str) -> tuple[str, dict]:
-    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params). Commas split parameters only where a
-    ``key=`` follows, so JSON values keep theirs (``"gc-sc:clusters=2,assignment=[[0,1],[2,3]]"``)."""
+    """``"crc"`` or ``"crc:s=2,seed=1"`` -> (name, params), read by :func:`parse_kv` as every
+    mapping option is: commas split parameters only where a ``key=`` follows, so JSON values keep
+    theirs (``"gc-sc:clusters=2,assignment=[[0,1],[2,3]]"``)."""
     name, _, rest = spec.partition(":")
-    items = [p for p in re.split(r",(?=\s*[A-Za-z_][\w-]*\s*=)", rest) if p.strip()] if rest else []
-    return name.strip(), parse_kv(items, f"scheme parameter in {spec!r}")
+    return name.strip(), parse_kv([rest] if rest.strip() else [], f"scheme parameter in {spec!r}")
 
 
 def accepted_params(name: str) -> dict:

@@ -1,7 +1,9 @@
 """What the commands share for people's outputs: the consoles (``err`` on stderr, ``out`` on
 stdout) and :func:`emit` (a JSON document or a table), where ``--plot`` writes, the progress bar
 of long simulations, and errors, warnings and notes on stderr (:func:`error`, :func:`warn`,
-:func:`note`).
+:func:`note`). Text printed through them and table cells are printed as written: rich markup
+(``[red]``) is escaped there, once, and the consoles make no emoji of ``:x:`` (a ``FILE.py:NAME``
+spec), so no caller escapes its message.
 
 ``--plot PATH`` (``simulate``, ``compare``, ``train``) follows one rule, :func:`plot_files`: a path
 ending in ``.png`` is the file the (main) figure is written to, and a command that draws more than
@@ -25,12 +27,14 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-#: stderr console for people; stdout is reserved for --json documents and plain tables
-err = Console(stderr=True)
+#: stderr console for people; stdout is reserved for --json documents and plain tables. Neither
+#: turns ``:name:`` into an emoji: messages hold paths and ``FILE.py:NAME`` specs (``nofile.py:x:``)
+err = Console(stderr=True, emoji=False)
 # piped output (files, CI logs, README examples) gets a fixed width wide enough for our tables
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 
 
 def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | None = None) -> None:
@@ -46,7 +50,7 @@ def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | N
         out.print_json(json.dumps(doc, default=_jsonable))
         return
     columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    table = Table(title=title)
+    table = Table(title=None if title is None else escape(title))
     numeric = {c for c in columns if all(isinstance(r.get(c), (int, float, type(None))) for r in rows)}
     for c in columns:
         # a key's words as the header (time_s: "time s"), which a narrow terminal wraps at the
@@ -60,11 +64,12 @@ def emit(doc, *, as_json: bool, title: str | None = None, columns: list[str] | N
 
 
 def _fmt(v) -> str:
+    """A table cell: numbers to 4 significant digits, text as it is (rich markup escaped)."""
     if v is None:
         return "—"
     if isinstance(v, float):
         return f"{v:.4g}"
-    return str(v)
+    return escape(str(v))
 
 
 def _jsonable(obj):
@@ -180,8 +185,6 @@ class RunProgress:
 
 def error(message: str) -> None:
     """``error: message`` on stderr (rich markup in ``message`` is printed as text)."""
-    from rich.markup import escape
-
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
@@ -222,8 +225,6 @@ def fail(exc: BaseException | str, code: int, *, as_json: bool, doc: dict | None
 
 def warn(message: str) -> None:
     """``warning: message`` on stderr (rich markup in ``message`` is printed as text)."""
-    from rich.markup import escape
-
     err.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
@@ -245,7 +246,5 @@ def plain_warnings() -> None:
 
 
 def note(message: str) -> None:
-    """``message`` on stderr, as is."""
-    from rich.markup import escape
-
+    """``message`` on stderr, as is (rich markup in it is printed as text)."""
     err.print(escape(message), highlight=False, soft_wrap=True)

@@ -28,7 +28,9 @@ any registered name) with ``--data-params key=value``, or your own file (``--dat
 --data-params target=label [--data-params categorical=colour,city]``, ``--data my.npz`` with
 arrays ``X`` and ``y``, ``--data my.svm`` in LibSVM format); ``--problem`` defaults to the data's
 task (logistic, linear, softmax). Optimizer: ``--optimizer gd|nesterov|sgd`` with
-``--optimizer-params lr=0.1`` (default step ``1/L``). Chaos: ``--fail W@R`` (repeatable)
+``--optimizer-params lr=0.1`` (default step ``1/L``); with ``--model`` any ``torch.optim`` optimizer
+by name (``--optimizer RMSprop --optimizer-params lr=0.01,alpha=0.9``) or ``FILE.py:NAME``. Every
+``key=value`` option takes several items with commas or repeated. Chaos: ``--fail W@R`` (repeatable)
 makes worker W's process exit in round R; the run then says after its table which deaths were
 planned, instead of Ray's notice that reads as a crash (:func:`ray_output`). ``--checkpoint-every K`` and ``--resume`` (same
 ``--run-dir``) continue an interrupted run. ``--address`` joins an existing Ray cluster (an address
@@ -55,7 +57,6 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from rich.markup import escape
 
 from gradcode._options import described
 from gradcode._validation import check_choice
@@ -100,6 +101,8 @@ class CommandLine:
     plot: Path | None = described(
         None, "Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against"
               " the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)
+    debug: bool = described(False, "On an error, print its whole traceback before the one-line message (an"
+                                   " exception your model, loss or data code raised: where in your code).")
 
 
 def train_options() -> list:
@@ -119,7 +122,7 @@ def train_command(o: Values):
     try:
         several = len(split_schemes(o.scheme)) > 1
     except ValueError as exc:  # a list with an empty name: bad input, before anything runs
-        _exit_for(exc, o.json)
+        _exit_for(exc, o.json, o.debug)
         raise
     return train_several(o) if several else train_one(o)
 
@@ -148,7 +151,7 @@ def train_one(o: Values) -> None:
         finally:
             finish()
     except (Exception, KeyboardInterrupt) as exc:
-        _exit_for(exc, o.json)
+        _exit_for(exc, o.json, o.debug)
         raise
     # the result first: a finished run is never lost to an error while plotting
     if o.json:
@@ -156,28 +159,30 @@ def train_one(o: Values) -> None:
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
     if o.fail:
-        report_deaths(result, err)
+        report_deaths(result)
     if o.plot is not None:
         try:
             for path in write_plots(result, o.plot):
-                err.print(f"wrote {path}")
+                note(f"wrote {path}")
         except OSError as exc:
             error(f"plots not written to {o.plot}: {exc} (the run's records are in {result.run_dir})")
             raise typer.Exit(1) from None
 
 
-def _exit_for(exc: BaseException, as_json: bool) -> None:
+def _exit_for(exc: BaseException, as_json: bool, debug: bool = False) -> None:
     """Exit as a run that failed should (returns for a bug, which the caller re-raises): 130
-    after SIGINT, 2 for bad arguments refused before the run started (or a missing extra), 1 for
-    a run that stopped (a round timeout, divergence, the cluster, a checkpoint), each after saying
-    why; with ``--json`` the document holds the completed rounds."""
+    after SIGINT, 2 for bad arguments refused before the run started (a missing extra, or an
+    exception the user's model, loss or data code raised at set-up:
+    :class:`~gradcode.errors.UserCodeError`), 1 for a run that stopped (a round timeout,
+    divergence, the cluster, a checkpoint), each after saying why in one line (``debug``: after the
+    traceback); with ``--json`` the document holds the completed rounds."""
     started = getattr(exc, "result", None) is not None  # train() attaches the completed rounds
     if isinstance(exc, KeyboardInterrupt):
-        _fail(exc, EXIT_INTERRUPTED, as_json, err)
+        _fail(exc, EXIT_INTERRUPTED, as_json, debug)
     if isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError)) and not started:
-        _fail(exc, EXIT_USAGE, as_json, err)
+        _fail(exc, EXIT_USAGE, as_json, debug)
     if isinstance(exc, GradcodeError):
-        _fail(exc, EXIT_FAILED, as_json, err)
+        _fail(exc, EXIT_FAILED, as_json, debug)
     if as_json and started:  # a bug: its traceback, after the run's records
         emit(exc.result.to_json(), as_json=True)
 
@@ -311,8 +316,9 @@ _AUTO_ONLY = ("probe", "load_slope", "families")
 def torch_configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None) -> TorchRun:
     """``gradcode train --model M``: :func:`gradcode.torch.fit`'s arguments. ``--data`` is
     ``digits`` (default), ``mnist:DIR``, ``cifar10:DIR``, ``cifar100:DIR`` or an ``.npz`` of ``X``
-    and ``y``; ``--optimizer`` ``sgd`` (``gd`` is plain SGD, ``nesterov`` SGD with Nesterov
-    momentum 0.9), ``adam`` or ``adamw``."""
+    and ``y``; ``--optimizer`` any ``torch.optim`` optimizer by name in any case (``sgd``,
+    ``adam``, ``RMSprop``, ...; the built-in problems' ``gd`` is plain SGD, ``nesterov`` SGD with
+    Nesterov momentum 0.9) or ``FILE.py:NAME`` (:func:`~gradcode.torch.loading.optimizer_class`)."""
     from gradcode.torch.data import from_path, load_data
     from gradcode.torch.training import NOT_FIT
     from gradcode.torch.loading import model_factory
@@ -346,25 +352,38 @@ def torch_configs(o: Values, scheme: str, scheme_params: dict, *, run_dir=None) 
 
 
 def _torch_optimizer_params(o: Values, name: str) -> dict:
-    """The torch optimizer's parameters from ``--optimizer-params`` (``lr`` 0.1 for SGD, 1e-3
-    for Adam by default; ``--optimizer nesterov``: SGD with Nesterov momentum 0.9)."""
+    """The torch optimizer's parameters from ``--optimizer-params`` (``lr`` 0.1 for SGD by
+    default, the class's own default for the others; ``--optimizer nesterov``: SGD with Nesterov
+    momentum 0.9)."""
     params = dict(o.optimizer_params or {})
-    params.setdefault("lr", 0.1 if name == "sgd" else 1e-3)
+    if name.lower() == "sgd":
+        params.setdefault("lr", 0.1)
     if o.optimizer == "nesterov":
         params.setdefault("momentum", 0.9)
         params["nesterov"] = True
     return params
 
 
-def _fail(exc: BaseException, code: int, as_json: bool, err) -> None:
+def _fail(exc: BaseException, code: int, as_json: bool, debug: bool = False) -> None:
     """Report a run that could not start, stopped or was interrupted, and exit with ``code``
     (:func:`~gradcode.experiments.cli_output.fail`): with ``--json`` the document holds the records
-    of the completed rounds when the run started, else just the error."""
+    of the completed rounds when the run started, else just the error; ``debug`` (``--debug``)
+    prints the exception's whole traceback (the user's exception behind a
+    :class:`~gradcode.errors.UserCodeError` first) on stderr before the one-line message."""
+    if debug:
+        _print_traceback(exc)
     result = getattr(exc, "result", None)
     if result is not None:
-        err.print(f"{result.round_times.size} completed round(s) kept in {escape(str(result.run_dir))}",
-                  highlight=False)
+        note(f"{result.round_times.size} completed round(s) kept in {result.run_dir}")
     fail(exc, code, as_json=as_json, doc=result.to_json() if result is not None else None)
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """``--debug``: ``exc``'s whole traceback, its causes first (as Python prints them), on stderr."""
+    import traceback
+
+    sys.stderr.write("".join(traceback.format_exception(exc)))
+    sys.stderr.flush()
 
 
 def summary_rows(result) -> list[dict]:
@@ -462,14 +481,13 @@ def ray_output(*, planned_failures: bool):
     return _WithoutDeathNotices(sys.stderr) if planned_failures else sys.stderr
 
 
-def report_deaths(result, err, prefix: str = "") -> None:
+def report_deaths(result, prefix: str = "") -> None:
     """One stderr line per worker death of a run with ``--fail``: planned, or not (with Ray's error)."""
     for f in result.faults:
         if f.get("kind") != "died":
             continue
         why = "planned by --fail" if f.get("injected") else f"not planned: {f.get('error')}"
-        err.print(escape(f"{prefix}worker {f['worker']} died in round {f['round']} ({why}); recovery:"
-                         f" {f.get('recovery')}"), highlight=False, soft_wrap=True)
+        note(f"{prefix}worker {f['worker']} died in round {f['round']} ({why}); recovery: {f.get('recovery')}")
 
 
 # ------------------------------------------------------------------------- several schemes side by side
@@ -503,14 +521,14 @@ def train_several(o: Values) -> None:
         o, runs, pngs = _plan_runs(o)
         session = _session(o)
     except (ValueError, TypeError, FileNotFoundError, ImportError, GradcodeError) as exc:
-        _fail(exc, EXIT_USAGE, o.json, err)
+        _fail(exc, EXIT_USAGE, o.json, o.debug)
     # Ray prints its notices (a worker's death) to sys.stdout whenever they come, also between
     # two runs: stdout is kept for the table or the JSON document while the session lasts
     with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))), contextlib.ExitStack() as stack:
         try:
             stack.enter_context(session)
         except GradcodeError as exc:  # no cluster at --address, Ray could not start: nothing ran
-            _fail(exc, EXIT_FAILED, o.json, err)
+            _fail(exc, EXIT_FAILED, o.json, o.debug)
         results, errors = _run_each(runs, o)
     _report_several(runs, results, errors, pngs, o)
 
@@ -570,7 +588,7 @@ def _run_each(runs: list[dict], o: Values) -> tuple[list, list]:
 
     results, errors = [], [None] * len(runs)
     for i, r in enumerate(runs):
-        err.print(f"[{i + 1}/{len(runs)}] {escape(r['spec'])}", highlight=False)
+        note(f"[{i + 1}/{len(runs)}] {r['spec']}")
         callback, finish = _progress(_rounds_of(r["configs"]), err, enabled=True)
         try:
             with contextlib.redirect_stdout(ray_output(planned_failures=bool(o.fail))):
@@ -579,16 +597,18 @@ def _run_each(runs: list[dict], o: Values) -> tuple[list, list]:
             result = getattr(exc, "result", None)  # the rounds a stopped run completed
             bad_args = isinstance(exc, (ValueError, TypeError, FileNotFoundError, ImportError))
             if not results and result is None and (bad_args or isinstance(exc, GradcodeError)):
-                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o.json, err)  # nothing ran: as a single run would
+                _fail(exc, EXIT_USAGE if bad_args else EXIT_FAILED, o.json, o.debug)  # nothing ran: as one run
             if not isinstance(exc, (GradcodeError, ValueError, TypeError, FileNotFoundError, ImportError)):
                 raise  # a bug: its traceback (the finished runs' records are in their run dirs)
+            if o.debug:
+                _print_traceback(exc)
             error(f"{r['spec']}: {exc}")
             errors[i] = f"{type(exc).__name__}: {exc}"
         finally:
             finish()
         results.append(result)
         if result is not None:
-            err.print(f"records in {escape(str(result.run_dir))}", highlight=False)
+            note(f"records in {result.run_dir}")
     return results, errors
 
 
@@ -615,9 +635,9 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
     if o.fail:
         for r, res in zip(runs, results):
             if res is not None:
-                report_deaths(res, err, prefix=f"{r['spec']}: ")
+                report_deaths(res, prefix=f"{r['spec']}: ")
     for p in written:
-        err.print(f"wrote {p}", highlight=False)
+        note(f"wrote {p}")
     if plot_error is not None:
         error(plot_error)
     if any(errors) or plot_error is not None:

@@ -240,9 +240,11 @@ class TrainSpec:
     test_fraction: float = described(0.2, "Share of the data held out for the held-out metrics.")
     problem: str | None = described(None, "logistic, linear, softmax, mlp, cnn (default: by the data's task).")
     problem_params: Mapping | None = described(None, "key=value problem parameter (repeatable).")
-    optimizer: Any = described("gd", "gd, nesterov or sgd; with --model sgd, adam or adamw.")
+    optimizer: Any = described("gd", "gd, nesterov or sgd; with --model any torch.optim optimizer by name (sgd, adam,"
+                                     " adamw, RMSprop, adagrad, ...; any case) or FILE.py:NAME.")
     optimizer_params: Mapping | Sequence[Mapping] | None = described(
-        None, "key=value optimizer parameter (repeatable), e.g. lr=0.1 (default step of gd and nesterov: 1/L).")
+        None, "key=value optimizer parameters (repeatable, or several with commas: lr=0.1,momentum=0.9; default step"
+              " of gd and nesterov: 1/L).")
     models: int = described(1, "Models trained at once (round j serves model j mod M).")
     seed: int = described(0, "Seed of the data, the code and the injected delays.")
     verify: bool = described(False, "Wait for two results more than decoding needs and check them against each"

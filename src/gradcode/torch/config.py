@@ -25,10 +25,13 @@ class TorchConfig:
     ``"FILE.py:NAME"``: :func:`~gradcode.torch.loading.loss_function`); default cross-entropy for integer targets, mean squared
     error for float ones; ``loss_reduction``: whether it is the ``"mean"`` (torch's default) or the
     ``"sum"`` over the samples given, so that the decoded gradient is the batch's mean gradient.
-    ``optimizer``: ``"sgd"``/``"adam"``/``"adamw"``, a ``torch.optim`` class (built with
-    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``; plain ``"sgd"`` defaults to
+    ``optimizer``: any ``torch.optim`` class by name in any case (``"sgd"``, ``"adam"``,
+    ``"adamw"``, ``"RMSprop"``, ``"adagrad"``: :func:`~gradcode.torch.loading.optimizer_class`), your
+    own as ``"FILE.py:NAME"`` / ``"package.module:NAME"``, a ``torch.optim`` class (built with
+    ``optimizer_params``, e.g. ``{"lr": 0.1, "momentum": 0.9}``; ``"sgd"`` by name defaults to
     ``lr=0.01``) or a factory ``params -> Optimizer``; it steps on the master with the decoded
-    gradient. ``scheduler``: a factory ``optimizer -> LR scheduler``, or a schedule by name
+    gradient, once a round (an optimizer that needs a closure, as LBFGS, is refused).
+    ``scheduler``: a factory ``optimizer -> LR scheduler``, or a schedule by name
     (``"step"``, ``"cosine"``, with parameters as ``"step:gamma=0.5"``:
     :func:`~gradcode.torch.loading.scheduler_factory`), stepped after every optimizer step. ``batch_size``: samples per job (None: full batch, or a ``DataLoader``'s).
     ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
@@ -68,8 +71,9 @@ class TorchConfig:
               " target) returning the batch's mean (default: by the targets' type).", torch_only=True)
     loss_reduction: str = described("mean", "Whether the loss is the mean (torch's default) or the sum over its"
                                             " samples.", torch_only=True)
-    optimizer: Any = described("sgd", "sgd, adam or adamw (or a torch.optim class, or a factory params ->"
-                                      " optimizer).")
+    optimizer: Any = described("sgd", "Any torch.optim optimizer by name (sgd, adam, adamw, RMSprop, adagrad, ...;"
+                                      " any case) or FILE.py:NAME / package.module:NAME (a class or a factory"
+                                      " params -> optimizer).")
     optimizer_params: Mapping | None = described(None, "The torch optimizer's parameters, e.g. lr=0.1.")
     scheduler: Callable | str | None = described(
         None, "The learning rate's schedule, stepped every round: step (x gamma every step_size rounds; default a"
@@ -107,9 +111,10 @@ class TorchConfig:
         check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
         if self.batch_size is not None:
             object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
-        from gradcode.torch.loading import check_scheduler, loss_function
+        from gradcode.torch.loading import check_scheduler, loss_function, optimizer_class
 
         object.__setattr__(self, "loss", loss_function(self.loss))
+        optimizer_class(self.optimizer)  # an unknown name or a file that does not import, now
         check_scheduler(self.scheduler)
         if self.optimizer_params is not None:
             object.__setattr__(self, "optimizer_params", dict(self.optimizer_params))

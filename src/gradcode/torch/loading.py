@@ -1,7 +1,8 @@
 """Names for a torch run's pieces, so that the command line and :class:`~gradcode.torch.TorchConfig`
-take the same strings: a loss (``"cross-entropy"``, ``"mse"``), a learning-rate schedule
-(``"step:step_size=10,gamma=0.5"``, ``"cosine"``), a model (``"cnn"``, ``"resnet18"``), or the
-user's own object as ``FILE.py:NAME`` / ``package.module:NAME`` (:func:`load_object`).
+take the same strings: a loss (``"cross-entropy"``, ``"mse"``), an optimizer (any ``torch.optim``
+class by name: ``"sgd"``, ``"RMSprop"``), a learning-rate schedule (``"step:step_size=10,gamma=0.5"``,
+``"cosine"``), a model (``"cnn"``, ``"resnet18"``), or the user's own object as ``FILE.py:NAME`` /
+``package.module:NAME`` (:func:`load_object`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gradcode._options import parse_kv
 from gradcode._validation import check_choice, check_int, check_real, unreadable_file
 
 __all__ = ["LOSSES", "SCHEDULERS", "is_object_path", "load_object", "loss_function", "model_factory",
-           "scheduler_factory"]
+           "optimizer_class", "scheduler_factory", "torch_optimizers"]
 
 #: the losses by name
 LOSSES = ("cross-entropy", "mse")
@@ -47,11 +48,39 @@ def loss_function(spec: str | Callable | None, what: str = "loss") -> Callable |
     return F.cross_entropy if spec == "cross-entropy" else F.mse_loss
 
 
+def torch_optimizers() -> dict:
+    """``torch.optim``'s optimizer classes by lower-case name (``"sgd"``, ``"adam"``, ``"rmsprop"``,
+    ...), read from the installed torch so that its new optimizers are names here too."""
+    import torch
+
+    return {name.lower(): cls for name, cls in vars(torch.optim).items()
+            if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer}
+
+
+def optimizer_class(spec, what: str = "optimizer"):
+    """The optimizer ``spec`` names: a ``torch.optim`` class by its name in any case (``"sgd"``,
+    ``"adamw"``, ``"RMSprop"``: :func:`torch_optimizers`), or the user's own class or factory
+    ``params -> Optimizer`` as ``FILE.py:NAME`` / ``package.module:NAME``; anything else is
+    returned as given (a class or factory passed from Python). An unknown name is refused,
+    listing the names."""
+    if not isinstance(spec, str):
+        return spec
+    if is_object_path(spec):
+        return load_object(spec, what)
+    classes = torch_optimizers()
+    cls = classes.get(spec.strip().lower())
+    if cls is None:
+        names = ", ".join(sorted((c.__name__ for c in classes.values()), key=str.lower))
+        raise ValueError(f"{what} {spec!r} is not a torch.optim optimizer; give one of {names} (any case), or your"
+                         " own as FILE.py:NAME or package.module:NAME")
+    return cls
+
+
 def _schedule_params(spec: str, what: str) -> tuple[str, dict]:
     """``"step:step_size=10,gamma=0.5"`` -> ``("step", {...})``, numbers checked."""
     head, _, rest = spec.partition(":")
     check_choice(what, head, SCHEDULERS)
-    params = parse_kv([p for p in rest.split(",") if p.strip()], f"{what} {spec}: a parameter")
+    params = parse_kv([rest] if rest.strip() else [], f"{what} {spec}: a parameter")
     try:
         for key, value in params.items():
             if key in ("step_size", "T_max"):
@@ -136,9 +165,9 @@ def load_object(spec: str, what: str) -> Callable:
             sys.modules[mod_name] = module  # Ray's workers get it by value (gradcode.torch.fit)
             try:
                 loader.loader.exec_module(module)
-            except Exception as exc:  # the user's file: its error, named, not our traceback
-                del sys.modules[mod_name]
-                raise ValueError(f"{what} {spec}: importing {where} raised {type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # the user's file: its error, named, not our traceback (gradcode
+                del sys.modules[mod_name]  # train --debug shows the file's own, its cause)
+                raise ValueError(f"{what} {spec}: importing {where} raised {type(exc).__name__}: {exc}") from exc
     else:
         try:
             module = importlib.import_module(where)

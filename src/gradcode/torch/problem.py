@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from gradcode.codes.precision import wire_dtype
-from gradcode.errors import GradcodeError
+from gradcode.errors import GradcodeError, UserCodeError
 
 __all__ = ["Batch", "DeviceError", "ModelLayout", "TorchMaster", "TorchOptimizer", "TorchSpec", "TorchWorkerProblem",
            "apply_decoded", "as_samples", "check_device", "read_source"]
@@ -573,9 +573,17 @@ def fetch(samples, index: np.ndarray, seed: int = 0, *, epoch: int | None = None
 
 
 def read_source(source: Callable):
-    """The samples a ``source`` factory returns, as :func:`as_samples` reads data."""
+    """The samples a ``source`` factory returns, as :func:`as_samples` reads data. An exception
+    the user's own factory raises is a :class:`~gradcode.errors.UserCodeError` naming where it
+    raised; gradcode's readers (:class:`~gradcode.torch.data.from_path`) say themselves what is wrong."""
     try:
-        return as_samples(source(), "the data source")[0]
+        data = source()
+    except Exception as exc:
+        if type(source).__module__.startswith("gradcode."):
+            raise
+        raise UserCodeError.of(exc, f"data: reading the samples of {source!r}") from exc
+    try:
+        return as_samples(data, "the data source")[0]
     except TypeError as exc:
         raise GradcodeError(f"{source!r}: {exc}") from None
 
@@ -733,12 +741,19 @@ class _Copier:
         return type(self.module).__name__
 
 
+def _callable_name(obj) -> str:
+    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+
+
 def seeded_factory(factory: Callable[[], Any], seed: int) -> Callable[[], nn.Module]:
     """``factory`` called once under ``torch.manual_seed(seed)`` (so its initialisation is seeded),
     its module then copied wherever it is needed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = factory()
+        try:
+            module = factory()
+        except Exception as exc:  # the user's class or factory: where it raised, in one line
+            raise UserCodeError.of(exc, f"model: building {_callable_name(factory)}()") from exc
     if not isinstance(module, nn.Module):
         raise TypeError(f"model factory must return an nn.Module, got {type(module).__name__}")
     return copy_factory(module)

@@ -30,12 +30,12 @@ import torch
 from torch import nn
 
 from gradcode._validation import check_choice, check_int
-from gradcode.errors import GradcodeError
+from gradcode.errors import GradcodeError, UserCodeError
 from gradcode.runtime.progress import RoundBar, show_progress
 from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource, set_decode_rtol
 from gradcode.torch.data import from_path
 from gradcode.torch.config import TorchConfig
-from gradcode.torch.loading import scheduler_factory
+from gradcode.torch.loading import optimizer_class, scheduler_factory
 from gradcode.torch.problem import (
     ModelLayout,
     TorchOptimizer,
@@ -51,8 +51,6 @@ from gradcode.torch.problem import (
 )
 
 __all__ = ["FitResult", "TorchConfig", "fit"]
-
-OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
 @dataclass
@@ -308,6 +306,7 @@ def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
 def _optimizers(model_specs: list, tconf: TorchConfig, rounds: int) -> list:
     """One :class:`TorchOptimizer` per model, its schedule sized to the run's ``rounds``."""
     opt_factory = _optimizer_factory(tconf.optimizer, tconf.optimizer_params)
+    _check_optimizer(model_specs[0], opt_factory)
     schedule = scheduler_factory(tconf.scheduler, rounds)
     return [TorchOptimizer(m, opt_factory, schedule, tconf.clip_grad_norm) for m in model_specs]
 
@@ -457,22 +456,59 @@ def _model_factories(model, models: int, seed: int) -> list:
 
 
 def _optimizer_factory(optimizer, params: Mapping | None) -> Callable:
+    """A factory ``parameters -> torch optimizer`` of ``TorchConfig.optimizer``: a class (by name,
+    :func:`~gradcode.torch.loading.optimizer_class`, or given) built with ``optimizer_params``
+    (``"sgd"`` by name defaults to ``lr=0.01``), or the user's factory as it is. Parameters the
+    class refuses (an unknown keyword, a value of the wrong kind) are a ``ValueError`` naming
+    ``optimizer_params`` when the factory is first called."""
     params = dict(params or {})
-    if isinstance(optimizer, str):
-        check_choice("optimizer", optimizer, tuple(OPTIMIZERS))
-        optimizer = OPTIMIZERS[optimizer]
-        if optimizer is torch.optim.SGD:
-            params.setdefault("lr", 0.01)
+    named = isinstance(optimizer, str)
+    optimizer = optimizer_class(optimizer)
+    if named and optimizer is torch.optim.SGD:
+        params.setdefault("lr", 0.01)
     if isinstance(optimizer, type):
         if not issubclass(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer class, got {optimizer.__name__}")
-        cls = optimizer
-        return lambda p: cls(p, **params)
+        return _ClassOptimizer(optimizer, params)
     if callable(optimizer):
         if params:
             raise TypeError("optimizer_params go with an optimizer class or name, not with a factory")
         return optimizer
-    raise TypeError(f"optimizer must be 'sgd', 'adam', 'adamw', a torch.optim class or a factory; got {optimizer!r}")
+    raise TypeError(f"optimizer must be a torch.optim class (or its name: sgd, adam, RMSprop, ...) or a factory;"
+                    f" got {optimizer!r}")
+
+
+@dataclass(frozen=True)
+class _ClassOptimizer:
+    """``cls(parameters, **params)``, its refusal of ``params`` said in terms of the option."""
+
+    cls: type
+    params: dict
+
+    def __call__(self, parameters):
+        try:
+            return self.cls(parameters, **self.params)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"optimizer_params {self.params}: {self.cls.__name__} refuses them: {exc}") from None
+
+
+def _check_optimizer(spec: TorchSpec, factory: Callable) -> None:
+    """One step of the optimizer on a copy of the model with zero gradients, before any worker
+    starts: an optimizer gradcode cannot step (one that needs a closure, as LBFGS; one for sparse
+    gradients only) is a clear error now, not a run that fails in its first round."""
+    module = spec.model()
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = factory(params)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim class or a factory params -> Optimizer; it made"
+                        f" {type(opt).__name__}")
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    try:
+        opt.step()
+    except Exception as exc:
+        raise ValueError(f"optimizer {type(opt).__name__} cannot step here (gradcode steps it once a round with the"
+                         f" decoded gradient, without a closure): {type(exc).__name__}: {exc}") from None
 
 
 def _probe(spec: TorchSpec) -> None:
@@ -480,7 +516,12 @@ def _probe(spec: TorchSpec) -> None:
     the model, before any worker starts: a model, loss or target that does not work is a clear
     error naming the argument, not a worker that raises in round 0."""
     b = int(max(1, spec.per_job.min()))
-    X, y = fetch(spec.samples, spec.order[:b], seed=spec.seed)
+    try:
+        X, y = fetch(spec.samples, spec.order[:b], seed=spec.seed, collate=spec.collate)
+    except GradcodeError:
+        raise
+    except Exception as exc:  # the user's Dataset or collate_fn
+        raise UserCodeError.of(exc, f"data: reading {b} samples") from exc
     X, y = X.to(spec.device), y.to(spec.device)
     module = spec.model().to(spec.device)
     module.train()
@@ -497,8 +538,8 @@ def _probe(spec: TorchSpec) -> None:
     try:
         out = module(X)
     except Exception as exc:
-        raise GradcodeError(f"model: the forward pass failed on {b} samples of data (inputs {tuple(X.shape)},"
-                            f" {X.dtype}): {type(exc).__name__}: {exc}") from exc
+        raise UserCodeError.of(exc, f"model: the forward pass on {b} samples of data (inputs {tuple(X.shape)},"
+                                    f" {X.dtype})") from exc
     classes = _classes(spec.samples, y)
     too_few = classes is not None and out.ndim == 2 and out.shape[1] < classes
     outputs = (f"model: it outputs {out.shape[1] if out.ndim == 2 else '?'} values per sample, but the targets hold"
@@ -510,9 +551,9 @@ def _probe(spec: TorchSpec) -> None:
     except Exception as exc:
         if too_few:  # a loss of one's own that failed: most likely for that reason
             raise GradcodeError(f"{outputs} (loss: {type(exc).__name__}: {exc})") from exc
-        raise GradcodeError(f"loss(output, target) failed on the model's output {tuple(out.shape)} and targets"
-                            f" {tuple(y.shape)} ({y.dtype}): {type(exc).__name__}: {exc}; check the targets' dtype"
-                            " (class indices: int64; regression: float)") from exc
+        raise UserCodeError.of(exc, f"loss(output, target) on the model's output {tuple(out.shape)} and targets"
+                                    f" {tuple(y.shape)} ({y.dtype}); check the targets' dtype (class indices:"
+                                    " int64; regression: float)") from exc
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise GradcodeError(f"loss must return a scalar (reduction 'mean' or 'sum'), got {shape}")
