@@ -36,7 +36,7 @@ from gradcode.runtime import (
     train,
     trust_modules,
 )
-from gradcode.runtime.records import read_checkpoint
+from gradcode.runtime.records import json_safe, read_checkpoint
 from gradcode.stragglers import make_delay_model
 from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
                           _Poison, gd_reference, rel, train_options)
@@ -481,7 +481,7 @@ def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
     body = inner["body"]
     assert body["version"] == 3 and body["scheme"]["__object"] == "gradcode.schemes.static:StaticScheme"
     assert set(body["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
-                                  "messages", "injected", "losses", "waitouts", "metrics", "failures"}
+                                  "messages", "injected", "losses", "waitouts", "loose", "metrics", "failures"}
     assert [p.name for p in folder.glob("checkpoint-*.npz")] == [inner["arrays"]]
     doc = read_checkpoint(folder / "checkpoint.json")
     assert isinstance(doc["spec"], TrainSpec) and doc["run"].rounds == 2
@@ -735,7 +735,7 @@ def test_every_result_json_field_is_an_attribute_of_the_result_of_the_same_name(
     for key, value in doc.items():
         assert hasattr(res, key), key
         attr = getattr(res, key)
-        attr = attr.tolist() if isinstance(attr, np.ndarray) else attr
+        attr = json_safe(attr.tolist() if isinstance(attr, np.ndarray) else attr)  # NaN: null, as written
         if key not in ("run_dir", "config", "metrics", "failures", "faults"):
             assert json.loads(json.dumps(attr, default=str)) == value, key
 

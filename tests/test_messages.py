@@ -231,8 +231,9 @@ def test_cancelling_float32_gradients_through_real_rounds_stay_within_their_boun
 
     checked, cancelled, bounded, on_result = [], [], LinearCode._bounded, StaticScheme.on_result
 
-    def recording(self, sol, gradient, *args):
-        rep = bounded(self, sol, gradient, *args)
+    def recording(self, sol, gradient, *args, **kwargs):
+        rep = bounded(self, sol, gradient, *args, **kwargs)
+        assert rep.guaranteed  # the workers sent their scales
         params = {key for key, _ in CancellingFloat32.computed}
         held = [CancellingFloat32.computed[(p, j)] for p in params for j in range(4)
                 if all((p, i) in CancellingFloat32.computed for i in range(4))]

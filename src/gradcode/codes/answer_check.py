@@ -30,6 +30,7 @@ from scipy import sparse
 
 from gradcode.codes.decoding import Decoding
 from gradcode.codes.linalg import RESIDUAL_TOL
+from gradcode.codes.precision import Decoded, bound_decode, decode_precision
 
 __all__ = ["DENSE_ROWS", "DENSE_ROWS_MAX", "AnswerCheck"]
 
@@ -143,3 +144,20 @@ class AnswerCheck:
             BT = B.T.toarray() if dense else B.T.tocsr()
             self._rows_cache = (BT, row_start, row_l1, np.diff(B.indptr), B)
         return self._rows_cache
+
+    # ------------------------------------------------------------------ the data's precision
+    def _precision(self, dtypes, precision, rtol) -> tuple[str, float]:
+        """``(precision, tolerance)`` of a decode of messages of ``dtypes``, this code's
+        ``decode_rtol`` the default tolerance (:func:`~gradcode.codes.precision.decode_precision`)."""
+        return decode_precision(dtypes, precision, rtol, self.decode_rtol)
+
+    def _bounded(self, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int, *,
+                 measured=None, strict: bool | None = None) -> Decoded:
+        """The error bound of a decode and its acceptance (:func:`~gradcode.codes.precision.bound_decode`).
+        ``measured``: the rows whose ``S_i`` is their own norm, not given: the bound is guaranteed
+        only if none of them sums several terms (a one-term message cannot cancel); ``strict``
+        (default ``decode_strict``) refuses an estimate and a decode beyond ``tol``."""
+        guaranteed = measured is None or not bool(np.any(np.asarray(measured) & (sol.row_terms > 1)))
+        strict = self.decode_strict if strict is None else bool(strict)
+        return bound_decode(self, sol, gradient, size, sums, prec, tol, factors, m, guaranteed=guaranteed,
+                            strict=strict)

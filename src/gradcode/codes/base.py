@@ -58,7 +58,7 @@ from gradcode.codes.decoding import (
 from gradcode.codes.immutable import Immutable
 from gradcode.codes.lazy import LazyEncoders
 from gradcode.codes.linalg import encode_without_padding
-from gradcode.codes.precision import Decoded, bound_decode, decode_precision
+from gradcode.codes.precision import Decoded
 from gradcode.codes.rounds import RoundRules
 from gradcode.codes.solving import Solving
 from gradcode.errors import NotDecodableError
@@ -119,8 +119,12 @@ class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
     #: what may change after construction: the decoding caches, their counters, lazily built
     #: solvers, and the ``max_condition`` threshold (whose setter clears the cache)
     _MUTABLE: ClassVar[frozenset] = frozenset(
-        {"_cache", "_rows_cache", "_solver", "max_condition", "_max_condition", "decode_rtol", "_decode_rtol"}
+        {"_cache", "_rows_cache", "_solver", "max_condition", "_max_condition", "decode_rtol", "_decode_rtol",
+         "decode_strict"}
     )
+    #: the ``strict`` a decode applies when called without it: refuse a bound that is only an
+    #: estimate or beyond ``rtol`` (:func:`~gradcode.codes.precision.accept_bound`); a run sets it
+    decode_strict: bool = False
     #: one line for listings (``gradcode codes``)
     summary: ClassVar[str] = ""
     #: small valid parameter sets of a registered code, the first with n = 4 where the family
@@ -377,15 +381,17 @@ class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
         compares them)."""
         return None
 
-    def decode(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> np.ndarray:
+    def decode(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None,
+               strict: bool | None = None) -> np.ndarray:
         """The full gradient ``sum_j g_j`` (length ``dim``) from ``{w: msgs_w}``, ``msgs_w`` of shape
         ``(r_w, m)`` holding the leading ``r_w`` messages of worker ``w``. Refuses
         (:class:`~gradcode.codes.precision.ImpreciseDecodeError`) a decode whose rounding-error
-        bound exceeds ``rtol`` of the result; see :meth:`decode_report` for ``precision`` and
-        ``rtol``."""
-        return self.decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales).gradient
+        bound exceeds ``rtol`` of the result; see :meth:`decode_report` for the keywords."""
+        return self.decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales,
+                                  strict=strict).gradient
 
-    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> Decoded:
+    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None,
+                      strict: bool | None = None) -> Decoded:
         """:meth:`decode` with its checked error bound (:class:`~gradcode.codes.precision.Decoded`;
         the bound is :mod:`gradcode.codes.precision`'s).
 
@@ -397,7 +403,9 @@ class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
         the precision). ``scales``: ``{w: (r_w,)}``, what each message summed at its worker
         (:meth:`message_scales`), for the workers whose messages are plain arrays (a
         :class:`~gradcode.codes.messages.Message` carries its own); without them a message's own
-        norm stands for it, which assumes a worker's terms do not cancel among themselves.
+        norm stands for it, which assumes a worker's terms do not cancel among themselves: the bound
+        is then an estimate (``Decoded.guaranteed``). ``strict`` (default :attr:`decode_strict`):
+        refuse an estimate, and a decode beyond ``rtol`` that the plain-sum rule would accept.
         ``messages[w]`` may be an ``(r_w, m)`` array, a Message or a list of Messages."""
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
@@ -438,16 +446,7 @@ class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
         gradient = out[:d]
         # the output's norm from its own pass, unless its squares overflowed (values past ~1e154)
         size = math.sqrt(out_sq) if math.isfinite(out_sq) and len(out) == d else float(np.linalg.norm(gradient))
-        return self._bounded(sol, gradient, size, sums, prec, tol, factors, m)
-
-    def _precision(self, dtypes, precision, rtol) -> tuple[str, float]:
-        """``(precision, tolerance)`` of a decode of messages of ``dtypes``, this code's
-        :attr:`decode_rtol` the default tolerance (:func:`~gradcode.codes.precision.decode_precision`)."""
-        return decode_precision(dtypes, precision, rtol, self.decode_rtol)
-
-    def _bounded(self, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
-        """The error bound of a decode and its acceptance (:func:`~gradcode.codes.precision.bound_decode`)."""
-        return bound_decode(self, sol, gradient, size, sums, prec, tol, factors, m)
+        return self._bounded(sol, gradient, size, sums, prec, tol, factors, m, measured=measure, strict=strict)
 
     def message_scales(self, w: int, partials) -> np.ndarray:
         """What each message of worker ``w`` sums: ``sum_j sum_c |E_w[r, j, c]| ||g_j[c]||_2``,

@@ -384,7 +384,8 @@ class CommFR(DirectSumCode):
         if reason is not None:
             raise NotDecodableError(reason)
 
-    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None) -> Decoded:
+    def decode_report(self, messages, *, dim: int, precision=None, rtol: float | None = None, scales=None,
+                      strict: bool | None = None) -> Decoded:
         """:meth:`LinearCode.decode_report`; an operator code peels the received messages of each
         group (Prop. 2) instead of applying coefficients, and bounds the result with the peeling's
         own first-order bound (:meth:`SparseLDPC.decode_report
@@ -392,9 +393,11 @@ class CommFR(DirectSumCode):
         the wire type (``u ||m_j||``) plus its worker's sum of ``nnz(G_j)`` terms (1 at an
         information position, ``K`` elsewhere: a parity column is dense through the gap) in
         ``u_c`` of ``S_j`` (:mod:`gradcode.codes.precision`), and the master's float64 sum of the
-        groups. The result's ``decoding`` is None (there are no coefficients)."""
+        groups. The result's ``decoding`` is None (there are no coefficients). Its acceptance has no
+        plain-sum allowance (there is no plain sum to compare with): beyond ``rtol`` is refused."""
         if not self.operator:
-            return super().decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales)
+            return super().decode_report(messages, dim=dim, precision=precision, rtol=rtol, scales=scales,
+                                         strict=strict)
         d = check_int("dim", dim, minimum=1)
         m = self.message_length(d)
         values, factor, scale, dtypes = {}, {}, {}, set()
@@ -421,6 +424,13 @@ class CommFR(DirectSumCode):
                 raise ValueError(f"scales must cover every worker whose messages are decoded; missing {missing}")
         prec, tol = self._precision(dtypes, precision, rtol)
         self.check_decodable({w: 1 for w in values})
+        guaranteed = all(w in scale for w in values)
+        if not guaranteed and (self.decode_strict if strict is None else strict):
+            raise ImpreciseDecodeError(
+                f"the peeling decode's error bound is an estimate, not a guarantee: workers"
+                f" {sorted(set(values) - set(scale))} sent no scales (what their messages summed), so their own"
+                " norms stood in; strict decoding refuses it. Send the scales or decode without strict",
+                relative_bound=math.nan, precision=prec, rtol=tol)
         out = np.zeros(self.K * m)
         bound, sizes = 0.0, []
         for i in range(self.p):
@@ -437,7 +447,7 @@ class CommFR(DirectSumCode):
                 f"the peeling decode's error bound is {rel:.1e} of the gradient (> rtol={tol:g}) for {prec} messages:"
                 " its chains add up the received messages' rounding; more received workers (shorter chains) or a"
                 " wider wire type decode it", relative_bound=rel, precision=prec, rtol=tol)
-        return Decoded(gradient, bound, rel, float(np.linalg.norm(sizes)), math.nan, prec, None, tol)
+        return Decoded(gradient, bound, rel, float(np.linalg.norm(sizes)), math.nan, prec, None, tol, guaranteed)
 
     def _peel_group(self, i: int, values, factor, scale, prec: str, m: int) -> tuple[np.ndarray, float, float]:
         """Group ``i``'s ``g^(i)`` as ``(K, m)`` chunks peeled from its members' messages, the

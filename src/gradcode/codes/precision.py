@@ -21,16 +21,30 @@ coordinate ``jc``. The decoded chunk ``c`` is ``sum_i A[c, i] m_i``, so its erro
 is relative to *what was summed* (the received messages, weighted by the decoding coefficients),
 not to the answer. Near an optimum the partial gradients cancel: the answer is far smaller than
 what was summed, and ``error_bound / ||decoded||`` grows although the pattern is well
-conditioned. A decode is refused (:class:`ImpreciseDecodeError`) when its bound exceeds both
+conditioned.
+
+The acceptance rule, one for every path (:func:`accept_bound`): a decode whose bound is within
 ``rtol`` of the result (default :data:`DEFAULT_RTOL` by precision: 1e-5 for float64, 1e-3 for
-float32, 5e-2 for float16, 2e-1 for bfloat16) and :data:`PLAIN_SUM_SLACK` times the error of a
-plain sum of the same partial gradients in that precision: what no method could beat is accepted
-(an uncoded sum near an optimum), what the code's coefficients add beyond it is not. More received
-rows give smaller coefficients (a runtime driver waits for more workers and tries again).
+float32, 5e-2 for float16, 2e-1 for bfloat16) is accepted; one beyond ``rtol`` but within
+:data:`PLAIN_SUM_SLACK` times the error of a plain sum of the same partial gradients in that
+precision is accepted *and flagged*: what no method could beat (an uncoded sum near an optimum)
+is not refused, but :class:`Decoded` says ``within_rtol=False`` and a training run counts such
+rounds (``TrainResult.loose_decodes``, in its summary), through :func:`loose_decodes`; anything
+else is refused (:class:`ImpreciseDecodeError`). With ``strict=True`` every decode beyond
+``rtol`` is refused, and so is a bound that is only an estimate. More received rows give smaller
+coefficients (a runtime driver waits for more workers and tries again).
+
+A bound that always holds, or says it is not one: with each message's scale ``S_i`` (sent with a
+:class:`~gradcode.codes.messages.Message`, as every runtime worker does, or passed as ``scales=``)
+the bound holds whatever the data. Without it the message's own norm stands in, which is only an
+estimate when a worker's terms cancel (their rounding is of the terms, not of their small sum):
+:class:`Decoded` then says ``guaranteed=False``, and ``strict=True`` refuses such a decode.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 
@@ -40,8 +54,9 @@ from gradcode._validation import check_real
 from gradcode.codes.decoding import Decoding
 from gradcode.errors import NotDecodableError
 
-__all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "Decoded", "ImpreciseDecodeError",
-           "accept_bound", "bound_decode", "decode_precision", "error_bound", "partial_bounds", "wire_precision"]
+__all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "WIRE_DTYPES", "Decoded",
+           "ImpreciseDecodeError", "LooseDecode", "accept_bound", "bound_decode", "decode_precision", "error_bound",
+           "loose_decodes", "note_loose", "partial_bounds", "wire_dtype", "wire_precision"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: unit roundoff of each wire precision messages may arrive in
@@ -120,7 +135,15 @@ class Decoded:
     partial gradients themselves in ``precision`` (the floor any method has; NaN for an operator
     code's decode); ``decoding``, the coefficients used (None for an operator code, which has
     none: :mod:`gradcode.codes.base`); ``rtol``, the tolerance on ``relative_bound`` it was
-    accepted under."""
+    accepted under.
+
+    ``guaranteed``: whether ``error_bound`` holds whatever the data, i.e. every message used came
+    with what it summed (a :class:`~gradcode.codes.messages.Message`'s scale, or ``scales=``);
+    False when some message's own norm stood in for it, which assumes that worker's terms did not
+    cancel among themselves: the bound is then an estimate (a worker whose terms cancel can err by
+    far more). ``within_rtol``: whether ``relative_bound <= rtol``; False for a decode accepted
+    only because it is no worse than :data:`PLAIN_SUM_SLACK` times a plain sum of the partial
+    gradients (the acceptance rule, module docstring; ``strict=True`` refuses those instead)."""
 
     gradient: np.ndarray
     error_bound: float
@@ -130,6 +153,8 @@ class Decoded:
     precision: str
     decoding: Decoding | None
     rtol: float = math.nan
+    guaranteed: bool = True
+    within_rtol: bool = True
 
 
 def decode_precision(dtypes, precision, rtol, code_rtol=None) -> tuple[str, float]:
@@ -163,7 +188,8 @@ def partial_bounds(code, ids: np.ndarray, sums: np.ndarray) -> np.ndarray:
     return out
 
 
-def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int) -> Decoded:
+def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, tol: float, factors, m: int, *,
+                 guaranteed: bool = True, strict: bool = False) -> Decoded:
     """The error bound of a decode (module docstring) and its acceptance: row ``i`` errs by at
     most ``u S_i + sqrt(m) eta / f_i + (nnz_i + 1) (u_c S_i + sqrt(m) eta_c)`` (the cast to
     the wire type of the values scaled by ``f_i``, whose elements below its normal range err by
@@ -175,10 +201,12 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
     ``plain_bound``, the same bound for adding the partial gradients themselves in this
     precision (from the same bounded norms ``||g_j||``): a decode is never refused for being as
     good as a plain sum, which every trainer's gradient is (near an optimum such a sum cancels
-    too, and its relative error grows for any method)."""
+    too, and its relative error grows for any method). ``guaranteed``: whether every row's
+    ``S_i`` was given rather than measured (:class:`Decoded`); ``strict``: refuse a bound that is
+    not guaranteed or not within ``tol`` (:func:`accept_bound`)."""
     bound, plain, summed = error_bound(code, sol, sums, prec, factors, m)
-    rel = accept_bound(sol, bound, plain, summed, size, prec, tol)
-    return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol)
+    rel = accept_bound(sol, bound, plain, summed, size, prec, tol, strict=strict, guaranteed=guaranteed)
+    return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol, guaranteed, rel <= tol)
 
 
 def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduced_by: int = 0,
@@ -225,23 +253,74 @@ def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduce
     return bound, plain, summed
 
 
+@dataclass(frozen=True)
+class LooseDecode:
+    """A decode accepted beyond its tolerance, as no worse than a plain sum (:func:`accept_bound`):
+    its ``relative_bound`` and the ``rtol`` it exceeds."""
+
+    relative_bound: float
+    rtol: float
+
+
+_LOOSE: contextvars.ContextVar[list | None] = contextvars.ContextVar("gradcode_loose_decodes", default=None)
+
+
+@contextlib.contextmanager
+def loose_decodes():
+    """Collect the decodes accepted beyond their tolerance while the block runs (in this thread):
+    yields a list that :func:`accept_bound` (and :func:`note_loose`) append a :class:`LooseDecode`
+    to. A training driver wraps each round's close in it and records what it caught, so a
+    gradient no better than a plain sum is counted, never silent."""
+    token = _LOOSE.set([])
+    try:
+        yield _LOOSE.get()
+    finally:
+        _LOOSE.reset(token)
+
+
+def note_loose(relative_bound: float, rtol: float) -> None:
+    """Record a decode accepted beyond ``rtol`` in the enclosing :func:`loose_decodes` (if any):
+    for acceptances judged elsewhere (a collective reduction's members) and reported back."""
+    caught = _LOOSE.get()
+    if caught is not None:
+        caught.append(LooseDecode(float(relative_bound), float(rtol)))
+
+
 def accept_bound(sol: Decoding, bound: float, plain: float, summed: float, size: float, prec: str,
-                 tol: float) -> float:
-    """The acceptance rule of :func:`bound_decode` for a decoded gradient of norm ``size``: returns
-    ``bound / size``, or raises :class:`ImpreciseDecodeError` when that exceeds ``tol`` and the
-    bound is more than :data:`PLAIN_SUM_SLACK` times ``plain``."""
+                 tol: float, *, strict: bool = False, guaranteed: bool = True) -> float:
+    """The acceptance rule, stated once, for a decoded gradient of norm ``size``: returns ``bound /
+    size`` when it is at most ``tol``; a decode beyond ``tol`` whose bound is at most
+    :data:`PLAIN_SUM_SLACK` times ``plain`` (no worse than adding the partial gradients themselves
+    in this precision, which near an optimum no method beats) is accepted too, but flagged: it is
+    noted in the enclosing :func:`loose_decodes` and :class:`Decoded` says ``within_rtol=False``.
+    Anything else raises :class:`ImpreciseDecodeError`. ``strict``: refuse every decode beyond
+    ``tol``, and a bound that is not ``guaranteed`` (some message's scale was measured from its own
+    norm, an estimate), whatever its size."""
     u = UNIT_ROUNDOFF[prec]
     if size > 0:
         rel = bound / size
     else:
         rel = 0.0 if bound == 0 else math.inf
-    if not (rel <= tol or bound <= PLAIN_SUM_SLACK * plain):
+    if strict and not guaranteed:
+        raise ImpreciseDecodeError(
+            f"decoded gradient's error bound ({rel:.1e} of its norm) is an estimate, not a guarantee: some messages"
+            " came without what their worker summed (no Message scale, no scales=), so their own norm stood in,"
+            " which assumes a worker's terms did not cancel; strict decoding refuses it. Send the scales"
+            " (LinearCode.message_scales, or Messages as the runtime's workers do) or decode without strict",
+            relative_bound=rel, precision=prec, rtol=tol)
+    within = rel <= tol
+    if not within and not strict and bound <= PLAIN_SUM_SLACK * plain:
+        note_loose(rel, tol)
+        return rel
+    if not within:
         cancel = summed / size if size > 0 else math.inf
         wider = [p for p in ("float32", "float64") if UNIT_ROUNDOFF[p] < u]
+        plain_note = (f" and {bound / plain if plain else math.inf:.2g}x the error of adding the partial"
+                      f" gradients themselves in {prec}")
         raise ImpreciseDecodeError(
             f"decoded gradient not trusted in {prec}: its rounding-error bound is {rel:.1e} of its norm"
-            f" (> rtol={tol:g}) and {bound / plain if plain else math.inf:.2g}x the error of adding the"
-            f" partial gradients themselves in {prec}; the decoding coefficients amplify the messages'"
+            f" (> rtol={tol:g}){plain_note if not strict else ' (strict: no plain-sum allowance)'};"
+            f" the decoding coefficients amplify the messages'"
             f" rounding {sol.amplification:.2g}x and the summed terms cancel {cancel:.2g}x (what was"
             f" summed over the result's norm). Decode with more workers' messages (smaller"
             f" coefficients)" + (f", send messages as {' or '.join(wider)}" if wider else "")

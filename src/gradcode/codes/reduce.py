@@ -52,7 +52,8 @@ class ReducePlan:
     (no check after the reduction); ``reduce_precision``: the type the parts are all-reduced in;
     ``rows``: which messages each worker's weight rows read, ``{w: ((round, index), ...)}`` (a
     sequential scheme's job reads messages of several rounds), or None: the leading ``r_w``
-    messages of the round being reduced (a static code's)."""
+    messages of the round being reduced (a static code's); ``strict``: the acceptance without the
+    plain-sum allowance (:func:`~gradcode.codes.precision.accept_bound`; never ``checked``)."""
 
     decoding: Decoding
     weights: Mapping[int, np.ndarray]
@@ -67,6 +68,7 @@ class ReducePlan:
     reduce_precision: str
     checked: bool
     rows: Mapping[int, tuple[tuple[int, int], ...]] | None = None
+    strict: bool = False
 
     @property
     def workers(self) -> tuple[int, ...]:
@@ -77,14 +79,19 @@ class ReducePlan:
         """The held decode's acceptance rule on the reduced gradient of norm ``norm``: its relative
         bound, or :class:`~gradcode.codes.precision.ImpreciseDecodeError`."""
         return accept_bound(self.decoding, self.error_bound, self.plain_bound, self.summed, float(norm),
-                            self.precision, self.rtol)
+                            self.precision, self.rtol, strict=self.strict)
+
+    def relative_bound(self, norm: float) -> float:
+        """``error_bound / norm``: a checked plan's relative bound once the reduced gradient's norm
+        is known (above ``rtol``: accepted as no worse than a plain sum, and flagged)."""
+        return self.error_bound / norm if norm > 0 else (0.0 if self.error_bound == 0 else math.inf)
 
 
 def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float32, precision=None,
-                rtol: float | None = None) -> ReducePlan:
+                rtol: float | None = None, strict: bool | None = None) -> ReducePlan:
     """The plan of a decode of the messages described by ``notes`` (``{w: [Note, ...]}``, the
     leading ``r_w`` messages each worker holds) reduced by ``reduced_by`` workers in
-    ``reduce_dtype``; ``precision`` and ``rtol`` as for
+    ``reduce_dtype``; ``precision``, ``rtol`` and ``strict`` as for
     :meth:`~gradcode.codes.base.LinearCode.decode_report`. Raises what a held decode of the same
     pattern raises: :class:`~gradcode.errors.NotDecodableError` for a pattern that does not decode,
     :class:`~gradcode.codes.NonFiniteMessageError` naming the workers whose sums were not finite.
@@ -131,8 +138,9 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
     A = sol.coefficients / factors
     for i, (w, r) in enumerate(sol.rows):
         weights[w][r] = A[:, i]
+    strict = code.decode_strict if strict is None else bool(strict)
     return ReducePlan(sol, weights, int(code.chunks), m, d, bound, plain, summed, prec, tol, reduce_prec,
-                      bool(bound <= PLAIN_SUM_SLACK * plain))
+                      bool(not strict and bound <= PLAIN_SUM_SLACK * plain), strict=strict)
 
 
 def relabel(plan: ReducePlan, holders: Mapping[int, tuple[int, Sequence[tuple[int, int]]]]) -> ReducePlan:

@@ -114,4 +114,4 @@ class RunningDecode:
                 raise NotDecodableError(f"the running sum of the messages of workers"
                                         f" {sorted(set(w for w, _ in sol.rows))} overflowed")
             size = float(np.linalg.norm(gradient))
-        return code._bounded(sol, gradient, size, sums, prec, tol, factors, m)
+        return code._bounded(sol, gradient, size, sums, prec, tol, factors, m, measured=np.isnan(scale))

@@ -391,8 +391,9 @@ def summary_rows(result) -> list[dict]:
     in ``--json``): ``time_s`` (total training time), ``round_ms`` (median round),
     ``stragglers_per_round`` (mean), ``faults`` (each worker death, non-finite or dropped result
     once, however many tasks it failed), ``waitouts`` (rounds waited out, ``--close MU`` only),
-    ``loss`` (final training objective) and the last held-out ``test_loss``, ``accuracy`` and
-    ``roc_auc``."""
+    ``loose_rounds`` (rounds whose gradient was accepted beyond its tolerance as no worse than a
+    plain sum; shown when there were any), ``loss`` (final training objective) and the last
+    held-out ``test_loss``, ``accuracy`` and ``roc_auc``."""
     rows = []
     last = {}
     for m in result.metrics:
@@ -409,6 +410,7 @@ def summary_rows(result) -> list[dict]:
             "faults": len(result.faults),
             **({} if result.config.get("close", "decodable") == "decodable"
                else {"waitouts": int(result.waitouts.sum())}),
+            **({"loose_rounds": result.loose_rounds} if result.loose_rounds else {}),
             "loss": float(result.losses[-1, m]),
             "test_loss": met.get("loss"),
             "accuracy": met.get("accuracy"),

@@ -70,11 +70,12 @@ whose objective needs the whole training set (numpy problems) keep the star path
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import numpy as np
 
-from gradcode.codes.precision import ImpreciseDecodeError
+from gradcode.codes.precision import ImpreciseDecodeError, note_loose
 from gradcode.errors import ResultsLostError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
@@ -312,6 +313,10 @@ class CollectiveDriver(RoundDriver):
                                           f" {job.model} at step {job.step}): their replicas lag")
                 self._check_replicas(t, job.model, by)
                 self.losses[job.job] = by[min(by)].loss
+                rel = max((s.relative_bound for s in by.values() if not math.isnan(s.relative_bound)), default=0.0)
+                tol = min(p.rtol for p in job.plans)
+                if rel > tol:  # accepted as no worse than a plain sum: counted in the run's records
+                    note_loose(rel, tol)
                 update = next((s.update for s in by.values() if s.update is not None), None)
                 if update is not None:
                     self.updates[(job.model, job.step)] = update

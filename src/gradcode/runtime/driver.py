@@ -108,7 +108,7 @@ from typing import Any
 
 import numpy as np
 
-from gradcode.codes.precision import ImpreciseDecodeError
+from gradcode.codes.precision import ImpreciseDecodeError, loose_decodes
 from gradcode.codes.verify import InconsistentMessagesError
 from gradcode.errors import GradcodeError, NotDecodableError
 from gradcode.runtime.base import Engine
@@ -360,11 +360,14 @@ class RoundDriver:
             late = scheme.round_stragglers(counts, planned)
             arrived = frozenset(w for w in sent if counts[w] > 0 and not late[w] and not ledger.of(t, w).discarded)
             try:
-                closed = self._close_once(rnd, arrived, counts)
+                with loose_decodes() as loose:  # decodes accepted beyond rtol (no worse than a plain sum)
+                    closed = self._close_once(rnd, arrived, counts)
             except NotDecodableError as exc:
                 self._refused(rnd, exc)
                 continue
             if closed is not None:
+                if loose:
+                    self.state.loose[t] = max(x.relative_bound for x in loose)
                 return closed
 
     def _close_once(self, rnd: OpenRound, arrived: frozenset, counts: np.ndarray):

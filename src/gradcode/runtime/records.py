@@ -53,7 +53,10 @@ class TrainResult:
     ``injected[t, w]`` the injected time (0 without a delay model); ``losses[t, m]`` training
     objective of model ``m`` after round ``t`` (carried over from the last update of that model);
     ``waitouts[t]``: round ``t`` could not close at the mu-rule's deadline and was waited out
-    (always False under ``close="decodable"``);
+    (always False under ``close="decodable"``); ``loose[t]``: the largest relative error bound of
+    a decode round ``t`` accepted beyond its tolerance, as no worse than a plain sum of the partial
+    gradients (:func:`~gradcode.codes.precision.accept_bound`), NaN when every decode was within it
+    (``loose_rounds`` counts them; a run with ``decode_strict`` refuses such decodes instead);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
 
     ``failures``: one record per *fault* (not per failed task), in the order they happened::
@@ -102,10 +105,13 @@ class TrainResult:
     waitouts: np.ndarray | None = None
     clock: dict | None = None
     files: dict = field(default_factory=dict)
+    loose: np.ndarray | None = None
 
     def __post_init__(self):
         if self.waitouts is None:
             self.waitouts = np.zeros(self.round_times.shape[0], dtype=bool)
+        if self.loose is None:
+            self.loose = np.full(self.round_times.shape[0], np.nan)
 
     @property
     def rounds(self) -> int:
@@ -121,6 +127,12 @@ class TrainResult:
     def waitout_rounds(self) -> int:
         """Rounds waited out under the mu-rule (``result.json``'s ``waitout_rounds``)."""
         return int(self.waitouts.sum())
+
+    @property
+    def loose_rounds(self) -> int:
+        """Rounds whose gradient was accepted beyond its tolerance as no worse than a plain sum
+        (``result.json``'s ``loose_rounds``)."""
+        return int(np.count_nonzero(~np.isnan(self.loose)))
 
     @property
     def final_params(self) -> np.ndarray:
@@ -184,6 +196,8 @@ class TrainResult:
             "injected": self.injected.tolist(),
             "waitouts": self.waitouts.tolist(),
             "waitout_rounds": self.waitout_rounds,
+            "loose": self.loose.tolist(),
+            "loose_rounds": self.loose_rounds,
             "metrics": self.metrics,
             "failures": self.failures,
             "faults": len(self.faults),
@@ -270,7 +284,7 @@ class TrainState:
     row per round of the run (``rounds`` rows, filled up to ``next_round``): ``round_times``,
     ``arrivals`` and ``injected`` (``(rounds, n)`` seconds, ``-1`` for a straggler),
     ``messages`` (``(rounds, n)`` counts), ``losses`` (``(rounds, models)``) and ``waitouts``
-    (``rounds`` booleans). ``metrics`` and
+    (``rounds`` booleans), ``loose`` (``rounds`` relative bounds, NaN: within tolerance). ``metrics`` and
     ``failures`` are the records :class:`TrainResult` documents.
     """
 
@@ -284,12 +298,13 @@ class TrainState:
     injected: np.ndarray
     losses: np.ndarray
     waitouts: np.ndarray
+    loose: np.ndarray
     metrics: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
     #: the per-round tables and the value of a row not yet run
     TABLES = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan,
-              "waitouts": False}
+              "waitouts": False, "loose": np.nan}
 
     @classmethod
     def fresh(cls, params: list, optimizers: Sequence, *, rounds: int, n: int) -> TrainState:
@@ -297,7 +312,7 @@ class TrainState:
         per-round tables are allocated for every round now: a run whose tables exceed this
         machine's memory is refused here, saying how many rounds fit."""
         models = len(params)
-        per_round = 8 + n * (8 + 8 + 8) + models * 8 + 1  # round_times, arrivals/messages/injected, losses, waitouts
+        per_round = 8 + n * (8 + 8 + 8) + models * 8 + 1 + 8  # ..., losses, waitouts, loose
         check_memory(f"rounds={rounds} (the per-round records of {n} workers, {per_round} bytes a round)",
                      float(rounds) * per_round)
         return cls(
@@ -311,6 +326,7 @@ class TrainState:
             injected=np.zeros((rounds, n)),
             losses=np.full((rounds, models), np.nan),
             waitouts=np.zeros(rounds, dtype=bool),
+            loose=np.full(rounds, np.nan),
         )
 
     @property
@@ -334,17 +350,22 @@ class TrainState:
             "next_round": self.next_round, "params": self.params, "opt_states": self.opt_states,
             "steps": self.steps, "round_times": self.round_times, "arrivals": self.arrivals,
             "messages": self.messages, "injected": self.injected, "losses": self.losses,
-            "waitouts": self.waitouts, "metrics": self.metrics, "failures": self.failures,
+            "waitouts": self.waitouts, "loose": self.loose, "metrics": self.metrics, "failures": self.failures,
         }
 
     @classmethod
     def from_dict(cls, state: dict) -> TrainState:
-        """Undo :meth:`to_dict` (also for checkpoints written before this class existed, or before
-        ``waitouts``: their rounds closed when decodable, so none was waited out)."""
+        """Undo :meth:`to_dict` (also for checkpoints written before this class existed, before
+        ``waitouts``: their rounds closed when decodable, so none was waited out, or before
+        ``loose``: no round was recorded as accepted beyond its tolerance)."""
+        rounds = np.shape(state["round_times"])[0]
         waitouts = state.get("waitouts")
         if waitouts is None:
-            waitouts = np.zeros(np.shape(state["round_times"])[0], dtype=bool)
-        out = cls(waitouts=waitouts, **{key: state[key] for key in (
+            waitouts = np.zeros(rounds, dtype=bool)
+        loose = state.get("loose")
+        if loose is None:
+            loose = np.full(rounds, np.nan)
+        out = cls(waitouts=waitouts, loose=loose, **{key: state[key] for key in (
             "next_round", "params", "opt_states", "steps", "round_times", "arrivals", "messages", "injected",
             "losses", "metrics", "failures")})
         out._check()
@@ -363,7 +384,7 @@ class TrainState:
         R = shape("round_times")[0] if len(shape("round_times")) == 1 else -1
         n = shape("arrivals")[1] if len(shape("arrivals")) == 2 else -1
         expected = {"round_times": (R,), "arrivals": (R, n), "messages": (R, n), "injected": (R, n),
-                    "losses": (R, models), "waitouts": (R,)}
+                    "losses": (R, models), "waitouts": (R,), "loose": (R,)}
         bad = [f"{k} {shape(k)}" for k, want in expected.items() if shape(k) != want or -1 in want]
         if models < 1 or not isinstance(self.opt_states, list) or len(self.opt_states) != models or \
                 not isinstance(self.steps, list) or len(self.steps) != models:
@@ -389,6 +410,7 @@ class TrainState:
             injected=self.injected[:k],
             losses=self.losses[:k],
             waitouts=self.waitouts[:k],
+            loose=self.loose[:k],
             metrics=self.metrics,
             failures=self.failures,
             run_dir=None if run_dir is None else str(run_dir),
@@ -436,6 +458,7 @@ class RoundLog:
             "injected": state.injected[t],
             "losses": state.losses[t],
             "waited_out": bool(state.waitouts[t]),
+            "loose_decode": state.loose[t],
             "metrics": record.get("metrics", []),
         }
         if fault_version != self.faults_seen:

@@ -143,7 +143,8 @@ class ReduceOrder:
 @dataclass(frozen=True)
 class JobStep:
     """A member's step of one job: model ``model`` went from ``step`` to ``step + 1`` with training
-    objective ``loss``; ``relative_bound`` the decode's (NaN when accepted before the sum);
+    objective ``loss``; ``relative_bound`` the decode's (a plan accepted before the sum: measured by
+    the job's keeper only, NaN at the other members);
     ``digest`` of the new parameters (a full one when asked, else a :meth:`Replica.fingerprint`);
     ``update``: where the reduced gradient is kept for the lagging workers (:class:`Kept`), when
     this member is the job's keeper."""
@@ -331,6 +332,8 @@ class Replica:
                     except ImpreciseDecodeError as exc:
                         return ReduceReply(**base, job=job.job, relative_bound=exc.relative_bound, error="imprecise",
                                            message=str(exc))
+                elif job.keeper == worker:  # accepted before the sum: one member says by how much, for the records
+                    rel = max(plan.relative_bound(math.sqrt(sum_squares(seg))), 0.0 if math.isnan(rel) else rel)
                 g = seg if g is None else g + seg  # a sequential job's plans summed in the reduce type
             grads.append(g)
             rels.append(rel)

@@ -38,9 +38,11 @@ from gradcode.schemes.base import Scheme
 __all__ = ["ProbeThenSwitch", "SlopeSource", "choose_after_probe", "set_decode_rtol"]
 
 
-def set_decode_rtol(scheme, rtol: float | None) -> None:
-    """Set ``decode_rtol`` on the codes ``scheme`` decodes with (a static code, GC-DC's clusters'
-    code, the sequential codes' base code): the tolerance of their decodes' error bound."""
+def set_decode_rtol(scheme, rtol: float | None, *, strict: bool = False) -> None:
+    """Set ``decode_rtol`` and ``decode_strict`` on the codes ``scheme`` decodes with (a static
+    code, GC-DC's clusters' code, the sequential codes' base code): the tolerance of their
+    decodes' error bound, and whether a decode beyond it (no worse than a plain sum) or with an
+    estimated bound is refused (:func:`~gradcode.codes.precision.accept_bound`)."""
     from gradcode.codes import LinearCode
 
     stack, seen = [scheme], set()
@@ -50,6 +52,7 @@ def set_decode_rtol(scheme, rtol: float | None) -> None:
             sub = getattr(obj, name, None)
             if isinstance(sub, LinearCode):
                 sub.decode_rtol = rtol
+                sub.decode_strict = bool(strict)
             elif sub is not None and id(sub) not in seen:
                 seen.add(id(sub))
                 stack.append(sub)
@@ -132,16 +135,17 @@ class ProbeThenSwitch(Scheme):
     """Uncoded for ``probe`` rounds, then the scheme :func:`choose_after_probe` picks from the
     measured times (module docstring). ``rounds``: the run's rounds (the jobs left are ``rounds -
     probe``, one a round); ``models``, ``close``, ``waitout``, ``seed``, ``families``: as
-    :func:`choose_after_probe` (which searches every ``W`` up to the jobs left); ``decode_rtol``:
-    set on the chosen scheme's codes; ``slope``: the search's load slope, given or estimated
+    :func:`choose_after_probe` (which searches every ``W`` up to the jobs left); ``decode_rtol``,
+    ``decode_strict``: set on the chosen scheme's codes; ``slope``: the search's load slope, given or estimated
     (:class:`SlopeSource`; module docstring). ``report`` holds the choice once made."""
 
     changes_layout = True
     label = "auto"
+    decode_strict = False  # (a class default: schemes checkpointed before the option read False)
 
     def __init__(self, n: int, probe: int, rounds: int, *, models: int = 1, close="decodable",
                  waitout: str = "decodable", seed: int = 0, decode_rtol: float | None = None, families=None,
-                 slope: SlopeSource = SlopeSource()):
+                 slope: SlopeSource = SlopeSource(), decode_strict: bool = False):
         from gradcode.codes import make_code
         from gradcode.schemes.static import StaticScheme
 
@@ -166,7 +170,7 @@ class ProbeThenSwitch(Scheme):
         self.slope = slope
         self._times = np.zeros((self.probe, self.n))
         self._own = np.full((self.probe, self.n), np.nan)  # each worker's time less its injected delay
-        self.decode_rtol = decode_rtol
+        self.decode_rtol, self.decode_strict = decode_rtol, bool(decode_strict)
         self.report: dict | None = None
         self.chunks = 1
 
@@ -216,7 +220,7 @@ class ProbeThenSwitch(Scheme):
                 self.second, self.report = choose_after_probe(self._times, jobs=self.rounds - self.probe,
                                                               load_slope=slope, load_slope_from=source,
                                                               **self._options)
-                set_decode_rtol(self.second, self.decode_rtol)
+                set_decode_rtol(self.second, self.decode_rtol, strict=self.decode_strict)
 
     def _load_slope(self) -> tuple[float, str]:
         """The search's load slope and where it comes from (class docstring)."""

@@ -39,10 +39,13 @@ class TorchConfig:
 
     ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
     ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
-    refuses a decode whose error bound in that precision exceeds ``decode_rtol``
-    (:class:`~gradcode.codes.ImpreciseDecodeError`; default by precision,
-    :data:`gradcode.codes.DEFAULT_RTOL`: 1e-3 for float32, 5e-2 for float16). The bound is a worst
-    case, typically far above the real error; codes with large coefficients (AGC with L >= 6,
+    judges each decode's error bound in that precision against ``decode_rtol`` (default by
+    precision, :data:`gradcode.codes.DEFAULT_RTOL`: 1e-3 for float32, 5e-2 for float16): within
+    it, accepted; beyond it but no worse than a plain sum of the partial gradients (near an
+    optimum), accepted and counted in the run's ``loose_rounds``; otherwise refused
+    (:class:`~gradcode.codes.ImpreciseDecodeError`: the round waits for more workers).
+    ``decode_strict`` refuses every decode beyond ``decode_rtol``. The bound is a worst case,
+    typically far above the real error; codes with large coefficients (AGC with L >= 6,
     Vandermonde CGC) need float64 messages or a looser ``decode_rtol`` in float32.
 
     ``eval_data``: held-out data as :func:`fit`'s ``data``; loss, accuracy and ``metrics`` (``name
@@ -84,8 +87,12 @@ class TorchConfig:
     epochs: float | None = described(None, "The run's length in epochs when --rounds is not given (default 1).",
                                      torch_only=True)
     wire_dtype: str = described("float32", "float32, float64, float16 or bfloat16 messages.", torch_only=True)
-    decode_rtol: float | None = described(None, "Refuse a decode whose error bound exceeds this relative error"
-                                                " (default by the wire's precision).", torch_only=True)
+    decode_rtol: float | None = described(None, "A decode's tolerance on its relative error bound (default by the"
+                                                " wire's precision); beyond it, a decode no worse than a plain sum"
+                                                " is accepted and counted (loose_rounds), any other refused.",
+                                          torch_only=True)
+    decode_strict: bool = described(False, "Refuse every decode beyond --decode-rtol, and any whose bound is an"
+                                           " estimate (messages without scales).", torch_only=True)
     eval_data: Any = described(None, "Held-out data.", cli=False)
     metrics: Mapping[str, Callable] | None = described(None, "Held-out metrics, name -> fn(output, target).",
                                                        cli=False)

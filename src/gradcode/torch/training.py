@@ -146,7 +146,8 @@ def fit(
                              f" got {rounds}")
         slope = SlopeSource(tconf.load_slope, *_injected_slope(spec, scheme.n, rounds))
         scheme = ProbeThenSwitch(scheme.n, probe, rounds, models=spec.models, close=spec.close, waitout=spec.waitout,
-                                 seed=spec.seed, decode_rtol=tconf.decode_rtol, families=tconf.families, slope=slope)
+                                 seed=spec.seed, decode_rtol=tconf.decode_rtol, families=tconf.families, slope=slope,
+                                 decode_strict=tconf.decode_strict)
         tspec.hold_all = True  # the partitions change at the switch: every worker keeps every sample
     run_engine, shipping = _engine(engine, tspec)
     spec = _run_spec(spec, scheme, tspec, optimizers)
@@ -408,7 +409,7 @@ def _scheme(spec, tconf: TorchConfig, auto: bool):
     scheme = build_scheme(code if isinstance(code, str) else copy.deepcopy(code), workers=spec.workers,
                           stragglers=spec.stragglers, tolerance=spec.tolerance, seed=spec.seed,
                           scheme_params=spec.scheme_params)
-    set_decode_rtol(scheme, tconf.decode_rtol)
+    set_decode_rtol(scheme, tconf.decode_rtol, strict=tconf.decode_strict)
     return scheme
 
 
