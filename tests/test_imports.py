@@ -108,3 +108,27 @@ def test_every_error_class_is_a_gradcode_error():
                     and obj is not StopTraining):  # raised by the user's callback to stop a run, not an error
                 loose.append(f"{obj.__module__}.{obj.__qualname__}")
     assert loose == []
+
+
+#: compiled kernels whose one loop plays a whole run (a numba function cannot be split into
+#: calls without losing the inlining the speed relies on)
+LONG_KERNELS = {("schemes/sgc/rounds.py", "srsgc_rounds"), ("schemes/sgc/rounds.py", "msgc_rounds")}
+
+
+def test_functions_classes_and_the_code_contract_read_in_one_sitting():
+    """An AST scan of the package: no function over 80 lines but the compiled kernels, no class
+    with more than 40 methods of its own, and the code contract (``codes/base.py``) under 500
+    lines, its solving and checks in modules of their own."""
+    long_functions, big_classes = [], []
+    for path in sorted((SRC / "gradcode").rglob("*.py")):
+        where = path.relative_to(SRC / "gradcode").as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > 80 and (where, node.name) not in LONG_KERNELS:
+                    long_functions.append(f"{where}:{node.lineno} {node.name}")
+            elif isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) for b in node.body)
+                if methods > 40:
+                    big_classes.append(f"{where}:{node.lineno} {node.name} ({methods} methods)")
+    assert long_functions == [] and big_classes == []
+    assert len((SRC / "gradcode" / "codes" / "base.py").read_text().splitlines()) < 500
