@@ -365,3 +365,23 @@ def test_messages_print_markup_and_emoji_codes_as_written(capsys):
     emit({"rows": [{"scheme": "[bold]gc:x:", "time_s": 1.0}]}, as_json=False, title="[red]runs :x:")
     shown = capsys.readouterr().out
     assert "[bold]gc:x:" in shown and "[red]runs :x:" in shown and "\u274c" not in shown
+
+
+def test_train_json_names_its_files_embeds_parameters_on_request_and_says_its_clock(tmp_path):
+    """``--json`` names the file holding the final parameters (``files``) instead of embedding them;
+    ``--json-params`` embeds them too; an in-process run says on stderr what its virtual clock is
+    (the calibration), since its times mean little without it."""
+    import json
+
+    import numpy as np
+
+    base = ["train", "--engine", "inprocess", "--rounds", "1", "--workers", "3", "--data-params",
+            "n_samples=90,n_features=3", "--json"]
+    res = CliRunner().invoke(app, base + ["--run-dir", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert "final_params" not in doc and np.load(doc["files"]["params"]).shape[0] == 1
+    assert "virtual clock:" in _said(res) and "us/sample" in _said(res)
+    res = CliRunner().invoke(app, base + ["--json-params", "--run-dir", str(tmp_path / "b")])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 0 and len(doc["final_params"]) == np.load(doc["files"]["params"]).shape[1]

@@ -67,7 +67,7 @@ from gradcode.experiments.cli_output import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT
                                              fail, make_parents, note, plot_files)
 from gradcode.problems.files import data_source
 from gradcode.runtime import ENGINES, ClusterConfig, FaultConfig, RunConfig, TrainSpec, build_scheme, train
-from gradcode.runtime.inprocess import ComputeCost, InProcessEngine
+from gradcode.runtime.inprocess import ComputeCost, InProcessEngine, describe_clock
 from gradcode.runtime.progress import RoundBar
 from gradcode.runtime.setup import DEFAULT_DATA, DEFAULT_ROUNDS, DEFAULT_WORKERS
 from gradcode.torch.config import TorchConfig
@@ -92,7 +92,8 @@ class CommandLine:
                                    " this process on a virtual clock, no Ray; their compute as --compute says).")
     compute: str | None = described(
         None, "--engine inprocess: what a gradient costs on the virtual clock: calibrated (default: seconds per"
-              " sample timed once at start, written in result.json's clock), SECONDS per sample (declared: the"
+              " sample, the minimum of up to 20 gradients in one thread's CPU time at start, printed and written in"
+              " result.json's clock), SECONDS per sample (declared: the"
               " same times on any machine), or measured (each gradient's wall time here, the host's load"
               " included).")
     tensorboard: Path | None = described(
@@ -101,6 +102,8 @@ class CommandLine:
     plot: Path | None = described(
         None, "Draw held-out loss and AUC against wall-clock time (loss_auc_vs_time) and time per round against"
               " the injected delay (round_time_vs_delay), every scheme on the same axes. " + PLOT_HELP)
+    json_params: bool = described(False, "With --json: also embed each model's final parameters (final_params);"
+                                         " by default the document names the files that hold them (files).")
     debug: bool = described(False, "On an error, print its whole traceback before the one-line message (an"
                                    " exception your model, loss or data code raised: where in your code).")
 
@@ -155,9 +158,10 @@ def train_one(o: Values) -> None:
         raise
     # the result first: a finished run is never lost to an error while plotting
     if o.json:
-        emit(result.to_json(), as_json=True)
+        emit(result.to_json(params=o.json_params), as_json=True)
     else:
         emit({"rows": summary_rows(result)}, as_json=False, title=f"gradcode train ({result.run_dir})")
+    _note_clock(result)
     if o.fail:
         report_deaths(result)
     if o.plot is not None:
@@ -185,6 +189,13 @@ def _exit_for(exc: BaseException, as_json: bool, debug: bool = False) -> None:
         _fail(exc, EXIT_FAILED, as_json, debug)
     if as_json and started:  # a bug: its traceback, after the run's records
         emit(exc.result.to_json(), as_json=True)
+
+
+def _note_clock(result) -> None:
+    """Say on stderr what timed an in-process run (its virtual clock's calibration): its times mean
+    little without it. Ray runs are timed by the wall clock and say nothing."""
+    if (result.clock or {}).get("clock") == "virtual":
+        note(describe_clock(result.clock))
 
 
 def _note_standardized(configured) -> None:
@@ -626,7 +637,7 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
             plot_error = f"plots not written to {o.plot}: {type(exc).__name__}: {exc}"
     if o.json:
         doc = {"schemes": [r["spec"] for r in runs], "rows": rows, "plots": [str(p) for p in written],
-               "runs": [dict(res.to_json(), scheme=r["spec"], exact=r["exact"]) if res is not None
+               "runs": [dict(res.to_json(params=o.json_params), scheme=r["spec"], exact=r["exact"]) if res is not None
                         else {"scheme": r["spec"], "exact": r["exact"], "error": e}
                         for r, res, e in zip(runs, results, errors)]}
         emit(doc, as_json=True)
@@ -634,6 +645,8 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
         columns = [c for c in rows[0] if any(row.get(c) is not None for row in rows)] if rows else None
         emit({"rows": rows}, as_json=False, columns=columns,
              title=f"gradcode train: {len(runs)} schemes, same data, seed and injected delays")
+    for res in results[:1] if results and results[0] is not None else ():  # the runs share one clock
+        _note_clock(res)
     if o.fail:
         for r, res in zip(runs, results):
             if res is not None:
