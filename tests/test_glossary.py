@@ -144,3 +144,56 @@ def test_source_tests_and_benchmarks_say_what_they_do_not_which_ticket():
                 if tracker.search(line) and "github.com" not in line and path.name != "test_glossary.py":
                     found.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
     assert found == []
+
+
+#: timings in docstrings and comments that are not measurements of this code, by file and a phrase of
+#: the line that holds them: model parameters and paper constants stay where the model is described
+MODEL_TIMINGS = {
+    # the shared-access delay model's latency, linear from one task to capacity (GC-DC Sec. VI-C)
+    ("src/gradcode/stragglers/models/__init__.py", "(20 ms to 200 ms,"),
+    ("src/gradcode/stragglers/models/shared_access.py", "20 ms alone and 200 ms at capacity 10"),
+    # the same model's paper parameters as GC-DC's Fig. 12 uses them, and what follows from them
+    ("src/gradcode/experiments/gcdc_figures.py", "20-200 ms per task"),
+    ("src/gradcode/experiments/gcdc_figures.py", "20-40 ms spread of lightly loaded workers"),
+    # the in-process engine's default ring cost (CollectiveCost), a modelled 10 Gbit/s Ethernet link
+    ("src/gradcode/runtime/inprocess.py", "Defaults: 50 us a"),
+    # an example of the progress line's layout, not a figure
+    ("src/gradcode/runtime/progress.py", "round 24 ms"),
+}
+
+
+def _prose(text: str):
+    """The tokens of every docstring (module, class, function, attribute) and comment of ``text``."""
+    import ast
+    import io
+    import tokenize
+
+    docs = {(n.value.lineno, n.value.col_offset) for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start in docs):
+            yield tok
+
+
+def test_source_prose_points_to_the_benchmarks_instead_of_carrying_timings():
+    """A timing measured on one machine goes stale in a docstring: the docstring says in words what
+    is cheaper and why, and points to BENCHMARKS.md, whose sections hold the numbers with their
+    command, machine and date. Fails naming ``file:line`` for a number of ms, µs or us, or an "Nx
+    faster/slower", in a docstring or comment of ``src/gradcode``, outside :data:`MODEL_TIMINGS`."""
+    root = Path(__file__).resolve().parents[1]
+    timing = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:\s?-\s?\d+(?:\.\d+)?)?\s?(?:ms|µs|us)\b"
+                        r"|(?<![\w.])\d+(?:\.\d+)?\s?[x×]\s+(?:faster|slower|as long|as fast|cheaper)\b")
+    found, allowed = [], set()
+    for path in sorted((root / "src" / "gradcode").rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        text = path.read_text()
+        lines = text.splitlines()
+        for tok in _prose(text):
+            for m in timing.finditer(tok.string):
+                i = tok.start[0] + tok.string.count("\n", 0, m.start())
+                hit = [key for key in MODEL_TIMINGS if key[0] == name and key[1] in lines[i - 1]]
+                allowed.update(hit)
+                if not hit:
+                    found.append(f"{name}:{i}: {m.group(0)!r} in {lines[i - 1].strip()}")
+    assert found == [], "measured timings belong in BENCHMARKS.md:\n" + "\n".join(found)
+    assert allowed == MODEL_TIMINGS, f"allowlist entries that match nothing: {MODEL_TIMINGS - allowed}"

@@ -139,7 +139,8 @@ class AnswerCheck:
             row_start = np.concatenate([[0], np.cumsum(self._messages)[:-1]]).astype(np.intp)
             row_l1 = np.asarray(abs(B).sum(axis=1)).ravel()
             # mostly non-zero rows (MDS and LDPC generators) are kept dense for the check's product:
-            # a sparse product over them runs 10x slower than BLAS
+            # a sparse product over them runs far slower than BLAS's dense one (BENCHMARKS.md,
+            # "LDPC at Remark 3's scale: a sparse H, an O(edges) encoder and peeling")
             dense = B.nnz >= DENSE_ROWS * B.shape[0] * B.shape[1] and B.shape[0] * B.shape[1] <= DENSE_ROWS_MAX
             BT = B.T.toarray() if dense else B.T.tocsr()
             self._rows_cache = (BT, row_start, row_l1, np.diff(B.indptr), B)

@@ -27,7 +27,7 @@ Pattern = tuple[tuple[int, int], ...]
 
 #: Element block of the fused weighted sum: its float64 output (1 MB) stays in a core's L2 (or
 #: L3) cache while every row adds into it; smaller blocks cost more in calls than they save
-#: (measured: 1 << 15 took 1.8x as long at d = 1e6, n = 56)
+#: (BENCHMARKS.md, "Decode at memory speed, the workers' scales, decoding as messages arrive (2026-11-26)")
 _BLOCK = 1 << 17
 
 class NonFiniteMessageError(GradcodeError, ValueError):

@@ -165,9 +165,10 @@ def cyclic_repetition_matrix(n: int, s: int, rng: np.random.Generator) -> np.nda
     dimensional null space ``N`` of ``H``: ``B[i] = N c`` with ``N[o] c = 0`` off the support and
     ``N[i] c = 1``, an ``m x m`` system per row (``n`` of them in one batched solve; the same rows to
     ~1e-12 relative). At n = 256, s = 255 (M-SGC's (n, lambda)-GC with lambda = 255) that is 1 x 1
-    instead of 255 x 255: 10 ms instead of 0.19 s. The crossover (3/4) is where the two measured
-    even at n = 256. Both go by blocks of rows, so that what they hold at once stays near 8 MB
-    (at n = 256, s = 160 it was 53 MB)."""
+    instead of 255 x 255 (BENCHMARKS.md, "Sequential gradient codes", building the schemes at
+    n = 256). The crossover (3/4) is where the two took the same time at n = 256. Both go by
+    blocks of rows, so that what they hold at once stays near 8 MB (at n = 256, s = 160 it was
+    53 MB)."""
     if s == 0:
         return np.eye(n)
     H = rng.standard_normal((s, n))

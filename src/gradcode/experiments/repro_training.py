@@ -598,8 +598,9 @@ class SGCResNet(SGCTraining):
     (minutes on 2 cores), on the same synthetic bursty delays as ``sgc-training`` (the paper's
     Fig. 19(b) profile, with its storage writes, is not available). Their stragglers take 2.5 to
     4 times a normal round, inside mu = 5's deadline of 6 times the fastest: the rule identifies
-    none, so coding has nothing to tolerate and the note says so (measured: M-SGC 0.4 % slower
-    than GC, which chose s = 0); App. L's gain needs its heavier tail, a measured profile
+    none, so coding has nothing to tolerate and the note says so (measured: M-SGC no faster than
+    GC, which chose s = 0; BENCHMARKS.md, "2026-11-27: on a declared clock, the same table on a
+    loaded and an idle machine"); App. L's gain needs its heavier tail, a measured profile
     (``-p trace=FILE``). At the paper's size: ``-p data=cifar100:DIR -p model=resnet18
     -p workers=256 -p jobs=1000`` (CIFAR-100 read from the user's files, never downloaded).
     Parameters as ``sgc-training``."""

@@ -4,7 +4,7 @@ round reaches them is its transport's, :mod:`gradcode.runtime.transports`).
 
 Two kinds, by whether a run injects delays (Ray 2.60, measured on these machines,
 docs/architecture.md "The runtime"): :class:`PlainWorker`, a synchronous actor (a call runs on the
-actor's own thread, 2-3 ms a round cheaper on 2 cores, and cannot be interrupted), and
+actor's own thread, which makes a round cheaper, and cannot be interrupted), and
 :class:`AsyncWorker`, whose injected sleeps are ``await``-ed so that ``abort`` (another coroutine)
 ends them at once (``ray.cancel`` does not stop a task running on a synchronous actor). Both rebuild
 their problem and partitions in ``__init__`` from a
@@ -163,11 +163,11 @@ class WorkerActor:
 @ray.remote
 class PlainWorker(WorkerActor):
     """Synchronous actor around :class:`WorkerCore`, for runs that inject no delays: a call runs
-    on the actor's own thread, 2-3 ms a round cheaper than the async :class:`AsyncWorker` on 2
-    cores (measured: ``ray.put`` + 4 calls + waits, 6.3 ms against 8.8 ms) because no call crosses
-    into an event loop. It cannot be interrupted (``abort`` runs after the task), which only
-    matters for injected sleeps. Calls from one submitter run in order, so a task always finds
-    the data of the :meth:`reset` sent before it."""
+    on the actor's own thread, a round cheaper than on the async :class:`AsyncWorker` because no
+    call crosses into an event loop (BENCHMARKS.md, "2026-11-27: synchronous workers when nothing
+    sleeps, small parameters inside the task"). It cannot be interrupted (``abort`` runs after the
+    task), which only matters for injected sleeps. Calls from one submitter run in order, so a
+    task always finds the data of the :meth:`reset` sent before it."""
 
     def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
         """Become worker ``worker`` (of this run, or of another), holding data ``generation``."""
@@ -198,9 +198,9 @@ class PlainWorker(WorkerActor):
 class AsyncWorker(WorkerActor):
     """Async actor around :class:`WorkerCore`, for runs that inject delays: ``run`` streams the
     messages of a round and sleeps injected delays with ``await``, so ``abort`` (another
-    coroutine) ends them at once. Measured with n = 8, d = 1e5: 20 ms per round, against 18 ms for
-    a synchronous actor (which cannot be interrupted) and 34 ms for a threaded actor with a control
-    concurrency group."""
+    coroutine) ends them at once. Its round costs about a synchronous actor's (which cannot be
+    interrupted) and much less than a threaded actor's with a control concurrency group, the other
+    way to interrupt a task (BENCHMARKS.md, "Runtime on Ray")."""
 
     def __init__(self, threads: int = 1):
         super().__init__(threads)

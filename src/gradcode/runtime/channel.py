@@ -1,15 +1,18 @@
 """Direct channels: each round's tasks and messages over one TCP connection per worker.
 
-Ray's actor calls cost ~1 ms of driver time each and a round of 4 of them 5.7 ms with no work at
-all (2-core VM, ``benchmarks/bench_ray_paths.py``, path b'), against gloo's sub-millisecond
-all-reduce that DDP pays: with no straggler that cost alone made a coded step 1.2-1.7x a DDP step.
-A channel is a persistent loop in the worker process fed through a socket: the driver writes a
-round's request, the worker computes and writes its messages back, the driver waits for all its
-workers with one ``select``. Measured side by side (path e): 0.62 ms a round with no work, 5.0 ms
-with 2 ms of work a worker on 2 cores (the compute's own 4 ms), against 5.7 and 8.3 ms for actor
-calls. Ray stays the engine: it places, starts, restarts and kills the workers, tells the driver
-where each one listens, and carries what does not fit a channel (payloads above
-:data:`CHANNEL_BYTES`, where its shared-memory object store moves bytes faster than a socket).
+Each of Ray's actor calls costs the driver the serialisation of its arguments and Ray's dispatch,
+so a round of them with no work at all costs several times the gloo all-reduce that DDP pays: with
+no straggler that cost alone made a coded step markedly slower than a DDP step
+(``benchmarks/bench_ray_paths.py``, path b'; BENCHMARKS.md, "2026-11-27: synchronous workers when
+nothing sleeps, small parameters inside the task"). A channel is a persistent loop in the worker
+process fed through a socket: the driver writes a round's request, the worker computes and writes
+its messages back, the driver waits for all its workers with one ``select``. Without Ray's
+dispatch, a round with no work costs a fraction of the actor calls' round and one with work comes
+close to the compute's own time (path e; BENCHMARKS.md, "2026-11-27: rounds through direct
+channels, Ray for the rest"). Ray stays the engine: it places, starts, restarts and kills the
+workers, tells the driver where each one listens, and carries what does not fit a channel
+(payloads above :data:`CHANNEL_BYTES`, where its shared-memory object store moves bytes faster
+than a socket).
 
 Wire format: a frame is a header (``!II``: the pickle's length, the number of out-of-band buffers),
 one ``!Q`` length per buffer, the pickle (protocol 5) and the buffers' raw bytes: numpy arrays
@@ -53,9 +56,9 @@ __all__ = ["CHANNEL_BYTES", "ChannelClosed", "DriverChannels", "WorkerChannel", 
 
 #: largest parameter array a round sends through a channel; above it the round goes through Ray's
 #: object store (one ``ray.put`` read by every worker, results returned through shared memory,
-#: where a socket copies every byte twice). Measured on the 2-core VM, n = 4, no work, float32
-#: parameters out and a vector of that size back (``bench_ray_paths.py --compute 0 --d``), channel
-#: against actor calls: 1 MB 3.9 / 7.8 ms, 2 MB 8.0 / 11.0, 4 MB 14.6 / 12.8, 8 MB 43 / 20.
+#: where a socket copies every byte twice and the driver sends the parameters once per worker): a
+#: channel is the faster up to 2 MB and the slower from 4 MB on (``bench_ray_paths.py --compute 0
+#: --d``; BENCHMARKS.md, "2026-11-27: rounds through direct channels, Ray for the rest").
 CHANNEL_BYTES = 2 * 2**20
 
 _HEAD = struct.Struct("!II")

@@ -212,8 +212,8 @@ class CollectiveDriver(RoundDriver):
         # (the decode may read a straggler's prefix), those not needed, and the stragglers still
         # computing: a worker's reductions run beside its computation, so it takes part with
         # nothing to add and need not catch up before its next task (a step and a copy of the
-        # update: measured, a CRC step with a 0.2 s straggler at 11 M parameters 404 -> 252 ms on 2
-        # cores)
+        # update), which shortens a step with a straggler (BENCHMARKS.md, "The collective path, third
+        # part: sequential schemes, stragglers as members, transports as modules (2026-11-28)")
         reached = {w for w in sent if counts[w] > 0 or (
             w not in rnd.unsent and w not in self.down and self.versions[w] is not None)}
         plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(reached), 1))

@@ -57,8 +57,9 @@ class ClusterConfig:
     a fraction shares one); None (default): none, unless the problem computes on a CUDA device
     (``gradcode.torch``'s ``device="cuda"``), whose workers share the cluster's GPUs evenly (at most
     one each). ``transport``: ``"channels"`` (default) sends each round's tasks and messages
-    through a direct socket to each worker (:mod:`gradcode.runtime.channel`: 0.6 ms a round of 4
-    workers with no work against 5.7 ms for Ray's actor calls, 2 cores), and parameters above
+    through a direct socket to each worker (:mod:`gradcode.runtime.channel`: a round costs a
+    fraction of Ray's actor calls; BENCHMARKS.md, "2026-11-27: rounds through direct channels, Ray
+    for the rest"), and parameters above
     2 MiB through Ray's object store; ``"ray"`` sends every round through Ray's actor calls (for a
     cluster whose nodes accept no other connections from the driver; a worker that cannot be
     reached by a channel falls back to them by itself).

@@ -27,7 +27,7 @@ Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The run
   its end), so the runtime never queues work behind an unfinished task (the master skips busy
   workers), and the workers of a run that injects delays are async actors
   (:class:`~gradcode.runtime.actors.AsyncWorker`) whose injected sleeps :meth:`RayEngine.abort`
-  ends at once (measured: within ~4 ms); a run without injected delays gets synchronous actors
+  ends at once (BENCHMARKS.md, "Runtime on Ray"); a run without injected delays gets synchronous actors
   (:class:`~gradcode.runtime.actors.PlainWorker`), whose calls do not cross into an event loop;
 * a job's parameters go to the object store once (``ray.put``) unless they fit what the transport
   carries inside a request (:attr:`~gradcode.runtime.transports.base.Transport.inline_bytes`: a
@@ -291,9 +291,10 @@ class RayEngine(Engine):
     def put(self, array: np.ndarray):
         """Store ``array`` once in the object store, where every worker of the round reads that
         copy; an array the transport carries inside a request
-        (:attr:`~gradcode.runtime.transports.base.Transport.inline_bytes`) goes as it is (no object
-        to create, look up and free; measured 2.8 ms a round less for the small CNN's 82 KB, n =
-        4, 2 cores; above the limit each task would store its own copy)."""
+        (:attr:`~gradcode.runtime.transports.base.Transport.inline_bytes`) goes as it is: no object
+        to create, look up and free, which makes a small model's round cheaper (BENCHMARKS.md,
+        "2026-11-27: synchronous workers when nothing sleeps, small parameters inside the task");
+        above the limit each task would store its own copy."""
         return array if array.nbytes <= self.transport.inline_bytes else ray.put(array)
 
     def busy(self, w: int) -> bool:

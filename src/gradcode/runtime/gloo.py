@@ -5,9 +5,9 @@ long as the run); every worker connects to it (:class:`Groups`). A round's reduc
 process group of exactly its members, created by them alone through the store, without a world
 group around it (each ``ProcessGroupGloo`` is built directly on a ``PrefixStore`` of its own: the
 stragglers, the dead and the restarted take no part), and cached: the same members reduce again
-in the group they built. Measured on 16 cores with gloo (torch 2.x): such a group costs 1.7 ms
-(n = 4), 2.6 ms (n = 8), 6.3 ms (n = 16) once, and its all-reduce is no slower than one over every
-process.
+in the group they built. Such a group is built once, at a small cost that grows with its members,
+and its all-reduce is no slower than one over every process (BENCHMARKS.md, "The collective path:
+the members reduce among themselves (2026-11-27)").
 
 Names. The driver numbers the groups (``ReduceOrder.group``) and keeps the numbers of at most
 :data:`LIVE_GROUPS` of them alive (``ReduceOrder.live``); a worker drops a cached group whose number
@@ -90,8 +90,10 @@ class Groups:
         (``ok``; one that cannot sends zeros), and the flags are summed with the parts, in the same
         all-reduce: when one could not, every member raises :class:`ReductionFailed` naming the
         ranks that could not, at once, instead of waiting for it until the timeout, and the sum is
-        discarded. One all-reduce, not a small one for the flags first: on 2 cores a 4-member
-        gloo all-reduce of 10 numbers costs 3.7 ms, what it costs of 10 000. Returns the sum, less
+        discarded. One all-reduce, not a small one for the flags first: a gloo all-reduce of 10
+        numbers costs what one of 10 000 does, each hop of its ring a wake-up of another process
+        (BENCHMARKS.md, "The collective path, continued: heap reuse, one all-reduce, the crossover
+        (2026-11-27, later)"). Returns the sum, less
         the flags (a view of ``part``)."""
         import torch
 

@@ -197,8 +197,9 @@ def reduce_dtype(plan: ReducePlan) -> np.dtype:
 
 def warm_replica() -> None:
     """What a worker process's first step would load inside a round, loaded now: the reduction's
-    compiled sums, and ``torch._dynamo``, which ``torch.optim`` imports at its first step (measured:
-    2-5 s of the first round on 2 busy cores)."""
+    compiled sums, and ``torch._dynamo``, which ``torch.optim`` imports at its first step: seconds
+    of the first round on busy cores otherwise (BENCHMARKS.md, "The collective path: the members
+    reduce among themselves (2026-11-27)")."""
     import sys
 
     from gradcode.codes.messages import warm_kernels

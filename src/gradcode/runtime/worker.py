@@ -298,7 +298,8 @@ class WorkerCore:
         waits for a core while other processes run is not counted. The caller runs it on one
         intra-op thread: with several, a thread that waits for the others at the end of a parallel
         region spins on its core, and under contention that spinning is CPU time of its own (beside
-        two busy loops on 2 cores, a 0.7 ms gradient measured up to 100 ms). Even so a repeat can
+        two busy loops on 2 cores it made a gradient's timing two orders of magnitude too long:
+        BENCHMARKS.md, "2026-11-28: the in-process clock beside two busy loops"). Even so a repeat can
         be lengthened (cache and branch state lost to the other processes): the minimum is the
         statistic that a busy host does not move."""
         if not self.partitions:
@@ -385,8 +386,9 @@ def limit_threads(threads: int) -> Callable[[], None]:
 
     A worker process computes one partial gradient at a time on the CPUs it was given, and the
     master's work per round (the decode, the optimizer's elementwise step) is memory-bound: more
-    threads than CPUs only contend with the other processes (measured on 2 cores: 200 small-CNN
-    steps took 114.7 s with torch's default threads, 3.75 s with one)."""
+    threads than CPUs only contend with the other processes (on 2 cores torch's default threads
+    made the small CNN's steps many times slower than one thread: BENCHMARKS.md, "2026-11-26: the
+    round after workers send their scales and the decode runs at memory speed")."""
     from threadpoolctl import threadpool_limits
 
     threads = check_int("threads", threads, minimum=1)
@@ -415,10 +417,10 @@ def keep_freed_memory() -> bool:
 
     Why: by default an array above 32 MiB is a fresh ``mmap`` and is returned to the system when
     freed, so every round's gradient, message, reduced part and new parameters are page-faulted in
-    anew, which doubles the cost of each pass over them. Measured at 11.16 M float32 (2-core VM,
-    one thread): a copy 18.2 -> 9.0 ms, ``torch.cat`` 34.4 -> 9.1 ms; a collective round of 4
-    workers in one process 827 -> 488 ms, a CRC star round 1101 -> 874 ms; the process's peak
-    memory +9 % and +7 % (freed arrays are reused, not returned). PyTorch's CPU guides reach the
+    anew, which doubles the cost of each pass over them. Keeping freed memory makes each copy and
+    each round cheaper for a little more peak memory (freed arrays are reused, not returned:
+    BENCHMARKS.md, "The collective path, continued: heap reuse, one all-reduce, the crossover
+    (2026-11-27, later)", "Why the heap"). PyTorch's CPU guides reach the
     same with jemalloc or tcmalloc. Called by the Ray workers (processes gradcode owns), never in
     the user's own process."""
     import ctypes

@@ -4,8 +4,9 @@ the wire), one ``select`` over all of them.
 
 Ray stays the engine: it places, starts, restarts and kills the workers and tells the driver where
 each one listens (:meth:`~gradcode.runtime.actors.WorkerActor.open_channel`, given a token through
-Ray). A round of 4 workers with no work costs 0.6 ms so, against 5.7 ms by actor calls (2 cores,
-``bench_ray_paths.py``). What does not fit a channel goes by actor call (:mod:`.ray`): parameters
+Ray). With no dispatch per call, a round so costs a fraction of what Ray's actor calls cost
+(``bench_ray_paths.py``; BENCHMARKS.md, "2026-11-27: rounds through direct channels, Ray for the
+rest"). What does not fit a channel goes by actor call (:mod:`.ray`): parameters
 above :data:`~gradcode.runtime.channel.CHANNEL_BYTES` (Ray's shared-memory object store moves them
 faster than a socket), a worker whose channel cannot be opened (a :class:`ChannelWarning`), one
 whose channel is being re-opened after its process died (its next task goes by actor call, which

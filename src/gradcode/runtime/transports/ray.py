@@ -15,8 +15,9 @@ Behaviour of Ray 2.60 measured on these machines (docs/architecture.md, "The run
   (:meth:`~gradcode.runtime.actors.PlainWorker.run_one`), which saves the stream's end marker and
   a wait per worker; a message is read zero-copy from the object store (a read-only array the
   master never writes);
-* an actor call costs the driver ~1 ms, a round of 4 of them 5.7 ms with no work (2 cores), which
-  is why :mod:`.channels` is the default.
+* each actor call costs the driver the serialisation of its arguments and Ray's dispatch, so a
+  round of them with no work costs several times a channel's round (BENCHMARKS.md, "2026-11-27:
+  rounds through direct channels, Ray for the rest"), which is why :mod:`.channels` is the default.
 """
 
 from __future__ import annotations

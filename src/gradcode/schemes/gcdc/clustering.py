@@ -67,8 +67,9 @@ is normal), but ``ClusterPlacement.stragglers`` then reads 0 or ``K``.
 
 Cost: each cluster keeps a pointer into its column's candidates of each class, so Phase I is
 ``O(n_c K)`` steps (``O(K)`` with ``n_c = P``, where the clusters share one list), compiled
-(numba) with the classes, candidate lists and turn orders in one kernel: about 35 µs for the
-whole of Algorithm 1 at K = 100, 0.13-0.25 ms at K = 1000. See ``benchmarks/bench_gcdc.py``.
+(numba) with the classes, candidate lists and turn orders in one kernel, so that Algorithm 1 is a
+small part of a planned round even at K = 1000 (``benchmarks/bench_gcdc.py``; BENCHMARKS.md, "GC-DC:
+Algorithm 1 per round and the simulator", Algorithm 1 compiled).
 """
 
 from __future__ import annotations

@@ -504,8 +504,9 @@ def m_receive_chunk(x, w, g, have, missing):
     """Worker ``w``'s ``D_1`` chunk ``g`` of the job in ring slot ``x``, counted once; returns
     whether it was new. With :func:`m_receive_coded`, M-SGC's receipt, which the protocol path
     (``MSGC._receive``, :func:`m_receive_all`) runs; :func:`_m_take` writes the same lines out in
-    its loop, because as calls there they cost the compiled rounds 30 % of their time (measured,
-    n = 16, 20,000 rounds), and the three-path tests hold the two to the same states."""
+    its loop, because as calls there they slow the compiled rounds (BENCHMARKS.md, "2026-11-27: the
+    kernels' arguments as named records, the conformance helpers inlined"), and the three-path
+    tests hold the two to the same states."""
     if have[x, w, g]:
         return False
     have[x, w, g] = True
