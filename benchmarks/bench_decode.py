@@ -125,7 +125,8 @@ def bench_c(repeats):
 
 def bench_d(repeats):
     """Verified decoding (codes/verify.py) against the plain decode on the same messages: CRC
-    n = 64, s = 8, d = 1e6, every worker in (8 checks), honest and with one corrupted worker."""
+    n = 64, s = 8, d = 1e6, every worker in (8 checks), honest and with one corrupted worker; the
+    exact syndrome (the default) and a 2-column random sketch (``probes=2``) side by side."""
     n, s, d = 64, 8, 1_000_000
     code = gradcode.make_code("crc", n=n, s=s, seed=0)
     rng = np.random.default_rng(1)
@@ -134,12 +135,16 @@ def bench_d(repeats):
     bad = dict(msgs)
     bad[7] = msgs[7] * 1000.0
     code.decode(msgs, dim=d)  # warm the cache
-    t_plain, t_ver, t_bad = interleaved(
+    t_plain, t_ver, t_bad, t_sk, t_skbad = interleaved(
         [lambda: code.decode(msgs, dim=d), lambda: code.decode_verified(msgs, dim=d),
-         lambda: code.decode_verified(bad, dim=d)], repeats)
+         lambda: code.decode_verified(bad, dim=d), lambda: code.decode_verified(msgs, dim=d, probes=2),
+         lambda: code.decode_verified(bad, dim=d, probes=2)], repeats)
     return [dict(what="plain decode (64 workers, cached)", ms=t_plain * 1e3, ratio=1.0),
             dict(what="verified, honest", ms=t_ver * 1e3, ratio=t_ver / t_plain),
-            dict(what="verified, worker 7 corrupted (named, re-decoded)", ms=t_bad * 1e3, ratio=t_bad / t_plain)]
+            dict(what="verified, worker 7 corrupted (named, re-decoded)", ms=t_bad * 1e3, ratio=t_bad / t_plain),
+            dict(what="verified on a sketch (probes=2), honest", ms=t_sk * 1e3, ratio=t_sk / t_plain),
+            dict(what="verified on a sketch (probes=2), worker 7 corrupted", ms=t_skbad * 1e3,
+                 ratio=t_skbad / t_plain)]
 
 
 def bench_gagc(repeats):

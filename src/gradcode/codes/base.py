@@ -464,13 +464,14 @@ class LinearCode(Immutable, RoundRules, Solving, AnswerCheck):
         chunk_norms = np.linalg.norm(padded.reshape(p, L, m), axis=2)  # (p, L)
         return np.einsum("rjc,jc->r", np.abs(self._encoders[w]), chunk_norms)
 
-    def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0):
+    def decode_verified(self, messages, *, dim: int, tol: float | None = None, probes: int = 2, seed=0,
+                        locate: int | None = None):
         """Decode after checking the received messages' consistency with the code's spare
-        redundancy; names and excludes a single corrupted worker. Returns ``(gradient,
+        redundancy; names and excludes up to ``locate`` corrupted workers. Returns ``(gradient,
         Verification)``; see :mod:`gradcode.codes.verify`."""
         from gradcode.codes.verify import verified_decode
 
-        return verified_decode(self, messages, dim=dim, tol=tol, probes=probes, seed=seed)
+        return verified_decode(self, messages, dim=dim, tol=tol, probes=probes, seed=seed, locate=locate)
 
     def __getstate__(self):
         # codes travel (checkpoints, Ray): the caches are rebuilt where they are needed

@@ -56,7 +56,7 @@ from gradcode.errors import NotDecodableError
 
 __all__ = ["DEFAULT_RTOL", "PLAIN_SUM_SLACK", "UNDERFLOW", "UNIT_ROUNDOFF", "WIRE_DTYPES", "Decoded",
            "ImpreciseDecodeError", "LooseDecode", "accept_bound", "bound_decode", "decode_precision", "error_bound",
-           "loose_decodes", "note_loose", "partial_bounds", "wire_dtype", "wire_precision"]
+           "loose_decodes", "note_loose", "partial_bounds", "row_errors", "wire_dtype", "wire_precision"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: unit roundoff of each wire precision messages may arrive in
@@ -209,6 +209,21 @@ def bound_decode(code, sol: Decoding, gradient, size: float, sums, prec: str, to
     return Decoded(gradient, bound, rel, summed, plain, prec, sol, tol, guaranteed, rel <= tol)
 
 
+def row_errors(sums, terms, factors, prec: str, m: int, rows: int) -> np.ndarray:
+    """A bound on each received message's own rounding error, ``||m_i~ - m_i||`` (module
+    docstring): its cast to the wire type ``u S_i`` (plus the master's float64 sum over ``rows``
+    rows), values scaled by ``f_i`` below the wire type's normal range ``sqrt(m) eta / f_i``, and
+    the worker's sum of ``terms_i`` terms with its coefficients rounded, ``(terms_i + 1) (u_c S_i
+    + sqrt(m) eta_c)`` in the precision it computed in. What :func:`error_bound` weights by the
+    decoding coefficients, and :mod:`gradcode.codes.verify` by the checks."""
+    u = UNIT_ROUNDOFF[prec]
+    computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
+    root_m = math.sqrt(m)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ((u + rows * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
+                + (np.asarray(terms) + 1) * (UNIT_ROUNDOFF[computed] * sums + root_m * UNDERFLOW[computed]))
+
+
 def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduced_by: int = 0,
                 reduce_precision: str = "float64") -> tuple[float, float, float]:
     """``(error bound, plain-sum bound, summed)`` of a decode with coefficients ``sol`` of rows
@@ -225,15 +240,12 @@ def error_bound(code, sol: Decoding, sums, prec: str, factors, m: int, *, reduce
     the same way (DDP's float32 ring), so an uncoded reduction is never refused for the ring's own
     rounding."""
     u = UNIT_ROUNDOFF[prec]
-    computed = "float32" if u > UNIT_ROUNDOFF["float32"] else prec
-    u_c = UNIT_ROUNDOFF[computed]
-    root_m = math.sqrt(m)
+    u_c = min(u, UNIT_ROUNDOFF["float32"])
     absA = np.abs(sol.coefficients)
     terms = sol.row_terms if sol.row_terms is not None else np.ones(absA.shape[1])
     L = code.chunks
     with np.errstate(over="ignore", invalid="ignore"):
-        row_error = ((u + absA.shape[1] * _EPS) * sums + root_m * UNDERFLOW[prec] / factors
-                     + (terms + 1) * (u_c * sums + root_m * UNDERFLOW[computed]))
+        row_error = row_errors(sums, terms, factors, prec, m, absA.shape[1])
         if reduced_by:
             row_error = row_error + (reduced_by + 1) * UNIT_ROUNDOFF[reduce_precision] * sums
         per_chunk = absA @ row_error

@@ -22,29 +22,51 @@ rows explain the whole syndrome, and without whom the rest still decodes, is the
 * none, or several sets of that size: :class:`InconsistentMessagesError`.
 
 What a code can do, with ``c`` checks (spare results beyond what decoding needs: for a code of
-``n`` workers tolerating ``s`` stragglers, ``c`` is up to ``s`` when every result is in). It
-*detects* up to ``c`` corrupted workers (an error escapes only if it lies in the column space of
-the honest rows, which a finite corruption of fewer than ``c + 1`` workers' rows does not, for the
-codes' generic coefficients) and *locates* up to ``floor(c / 2)`` of them: two sets of ``e``
-workers explaining the same syndrome need ``2e`` checks to be told apart. That is DRACO's
-guarantee (Chen et al. 2018: ``2e + 1`` copies of each gradient locate and remove ``e``
-adversarial workers), stated for gradient codes: a round must hold ``2e`` results beyond what
-decoding needs, so a verified round waits for them (the runtime waits for ``need + 2``, enough to
-locate one, and for more if what arrived is inconsistent but cannot be located yet), and a code
-tolerating ``s`` stragglers locates at most ``floor(s / 2)`` corrupted workers, and only when no
-worker straggles. One spare result (``c = 1``) detects a fault but never locates it.
+``n`` workers tolerating ``s`` stragglers, ``c`` is up to ``s`` when every result is in): its
+capacity is set by the round's *distance* ``D``, the fewest workers whose rows' checks are
+linearly dependent (:func:`_distance`; ``c + 1`` for CRC's generic coefficients, the group's
+``s + 1`` for FRC, whose copies of a result sum to zero in every check). Two disjoint sets of
+corrupted workers leave the same syndrome only if together they are ``D`` or more, so locating up
+to ``t`` corrupted workers and, at the same time, never blaming an honest one holds for up to
+``D - 1 - t`` corrupted workers, no more. ``locate=t`` (default ``floor((D - 1) / 2)``, the most
+that can be located) sets the trade: with at most ``t`` corrupted workers, they are named and the
+gradient decoded without them; with ``t < e <= D - 1 - t``, the round raises
+(:class:`InconsistentMessagesError`); beyond that no decoder can tell a few honest workers from
+more corrupted ones that agree (three copies of a result, two of them corrupted the same way, look
+like one corrupted copy), so what comes back may be wrong: that is outside the capacity
+(``Verification.locates`` and ``detects`` say it for the round), and ``locate=0`` (detect only:
+any inconsistency raises) extends detection to ``D - 1`` corrupted workers. The distance is
+judged against the syndrome at hand (:func:`_distance`): workers whose checks are nearly dependent
+count as dependent when the syndrome is close to the rounding, so a corruption barely above it is
+refused rather than attributed to someone. The threshold trusts each worker's reported scale ``S_i`` (as the decode's
+bound does): verification guards against faults (bit flips, bad hardware, a broken node), not
+against a worker that forges its scale to widen the threshold. DRACO (Chen et al. 2018)
+states the same for repetition: ``2e + 1`` copies locate ``e``. A round must hold ``2t`` results
+beyond what decoding needs to locate ``t``, so a verified round waits for them (the runtime waits
+for ``need + 2``, enough to locate one, and for more if what arrived is inconsistent but cannot
+be located yet), and a code tolerating ``s`` stragglers locates at most ``floor(s / 2)``
+corrupted workers, and only when no worker straggles. One spare result (``c = 1``) detects a
+fault but never locates it.
 
-What it does not investigate: a syndrome within ``tol`` of the messages' size, by default what the
-decode itself accepts (``rtol / amplification``: 1e-5 of the gradient for float64 messages, 1e-3
-for float32, divided by the decode's amplification; never below ``1e4 eps``). Such a discrepancy
-changes the decoded gradient by less than the decode's accepted error: it is agreement. (With a
-threshold at ``1e4 eps``, one worker's float64 result off by 1e-9 stopped a run: no culprit
-located, relative syndrome 1.2e-11.) Pass ``tol`` to look for smaller ones.
+What counts as inconsistent: a syndrome larger than honest rounding can make it. Each received
+message's own rounding error is bounded, ``||delta_i|| <= r_i``
+(:func:`~gradcode.codes.precision.row_errors`, from what it summed, ``S_i``: a
+:class:`~gradcode.codes.messages.Message`'s scale, or for a plain array its own norm, an
+estimate), so honest messages' syndrome ``N^T Y`` is at most ``sum_i ||N_i|| r_i`` in norm
+(``N_i``: row ``i`` of the checks), plus the float64 solve's own residual. Anything above it is a
+fault, investigated; anything below is what the messages' precision allows, which the decode's
+error bound already covers: a corruption of worker ``w``'s rows is caught once its norm exceeds
+that bound over ``sigma_min(N_w)`` (a few times its type's rounding; a 16-bit worker's too), and
+an honest worker is never called inconsistent. Pass ``tol`` (relative to the messages' norm) to
+use a threshold of your own.
 
-Cost: the syndrome is computed on a random sketch ``Y Z`` (``Z``: ``m x probes``, uniform), one
-pass over the messages like the decode itself; an error escapes the sketch with probability zero.
-The null space comes from an SVD of ``B_F`` (cached per pattern by nothing: verification is
-opt-in), small next to a pass over messages of length ``m`` in the millions.
+Cost: the syndrome is ``checks x m``, one pass over the messages adding each into it (``checks``
+multiply-adds an element; no stacked copy of the messages). ``probes=P`` with ``P < checks``
+computes it on a random sketch ``Y Z`` instead (``Z``: ``m x P``, uniform), ``P`` multiply-adds
+an element, whose honest bound is ``||Z||_2`` times the above: cheaper for many checks, and
+blind to corruptions below that looser bound. The null space comes from an SVD of ``B_F`` (cached
+per pattern by nothing: verification is opt-in), small next to a pass over messages of length
+``m`` in the millions.
 """
 
 from __future__ import annotations
@@ -56,10 +78,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradcode._validation import as_generator, check_int, check_real
-from gradcode.codes.messages import as_rows
+from gradcode.codes.messages import Message, as_rows
+from gradcode.codes.precision import row_errors
 from gradcode.errors import NotDecodableError
 
 __all__ = ["InconsistentMessagesError", "Verification", "verified_decode"]
+
+_EPS = float(np.finfo(np.float64).eps)
 
 #: most sets of workers tried when locating several corrupted ones
 MAX_SUBSETS = 20_000
@@ -90,74 +115,100 @@ class Verification:
     #: workers with a received message that enters no check (its row is needed to span the
     #: gradient and nothing else spans it): an error there cannot be seen
     unchecked: tuple[int, ...] = ()
+    #: the most corrupted workers this round could name (``locate``), and up to how many it is
+    #: guaranteed to name or refuse, never blaming an honest worker (``distance - 1 - locate``)
+    locates: int = 0
+    detects: int = 0
 
     @property
     def verified(self) -> bool:
         return self.checks > 0
 
 
-def _default_tol(dtype, rtol: float, amplification: float) -> float:
-    """The relative syndrome below which the messages agree: the larger of honest rounding (a few
-    eps of the messages' size: 1e4 eps, 2.2e-12 in float64, 1.2e-3 in float32) and what the decode
-    itself accepts. A discrepancy of relative size ``x`` in the messages moves the decoded
-    gradient by at most about ``amplification * x`` of what was summed, so below ``rtol /
-    amplification`` (``rtol``: the decode's tolerance for the precision, 1e-5 in float64) it
-    changes the gradient by less than the decode's own accepted error: that is agreement, not a
-    fault to investigate (a worker's result off by 1e-9 stopped a float64 run, none located)."""
-    eps = float(np.finfo(dtype if np.issubdtype(dtype, np.floating) else np.float64).eps)
-    return max(1e4 * eps, rtol / max(amplification, 1.0))
+def _honest_syndrome(code, messages, arrays, rows, N, m: int, prec: str) -> float:
+    """The largest syndrome honest messages of length ``m`` can have (module docstring): ``sum_i
+    ||N_i|| r_i`` with ``r_i`` each row's rounding bound, plus the float64 solve's residual
+    (``N^T B`` is zero only to rounding) on what the rows summed."""
+    S, factors = np.empty(len(rows)), np.ones(len(rows))
+    for i, (w, r) in enumerate(rows):
+        msg = messages[w]
+        one = msg[r] if isinstance(msg, (list, tuple)) else msg if isinstance(msg, Message) else None
+        if isinstance(one, Message):
+            S[i], factors[i] = one.scale, one.factor
+        else:  # a plain array: its own norm stands in (an estimate if its worker's terms cancel)
+            S[i] = float(np.linalg.norm(arrays[w][r].astype(np.float64, copy=False)))
+    ids = code._sparse_rows()[1][[w for w, _ in rows]] + np.array([r for _, r in rows], dtype=np.intp)
+    terms = np.maximum(code._sparse_rows()[3][ids], 1)
+    r_i = row_errors(S, terms, factors, prec, m, len(rows))
+    return float(np.linalg.norm(N, axis=1) @ r_i) + 64 * len(rows) * _EPS * float(S.sum())
 
 
-def verified_decode(code, messages, *, dim: int, tol: float | None = None, probes: int = 2,
-                    seed=0) -> tuple[np.ndarray, Verification]:
+def verified_decode(code, messages, *, dim: int, tol: float | None = None, probes: int | None = None,
+                    seed=0, locate: int | None = None) -> tuple[np.ndarray, Verification]:
     """Decode ``messages`` (``{w: (r_w, m)}``, as for ``code.decode``) after checking their
     consistency; see the module docstring. Returns ``(gradient, Verification)``.
 
-    ``tol``: relative syndrome above which messages are inconsistent (default ``1e4 * eps`` of the
-    messages' float type); ``probes``: columns of the random sketch. Raises
-    :class:`InconsistentMessagesError` when the messages disagree and no single worker explains it,
-    and :class:`NotDecodableError` when they do not determine the gradient at all."""
+    ``tol``: relative syndrome above which messages are inconsistent (default: what honest
+    rounding can make, module docstring); ``probes``: columns of a random sketch to check on
+    instead of the exact syndrome, when fewer than the checks (module docstring, "Cost"); ``locate``:
+    the most corrupted workers to name and decode without (default ``checks // 2``; 0: detect
+    only). Raises :class:`InconsistentMessagesError` when the messages disagree and no set of at
+    most ``locate`` workers alone explains it, and :class:`NotDecodableError` when they do not
+    determine the gradient at all."""
     d = check_int("dim", dim, minimum=1)
-    probes = check_int("probes", probes, minimum=1)
+    if probes is not None:
+        probes = check_int("probes", probes, minimum=1)
+    if locate is not None:
+        locate = check_int("locate", locate, minimum=0)
     messages = dict(messages)
     arrays = {w: as_rows(a) for w, a in messages.items()}
     arrays = {w: a for w, a in arrays.items() if a.shape[0]}
     messages = {w: messages[w] for w in arrays}
     report = code.decode_report(messages, dim=d)  # validates shapes, decodability and finiteness
     gradient = report.gradient
-    dtype = np.result_type(*[a.dtype for a in arrays.values()])
-    if tol is None:
-        tol = _default_tol(dtype, report.rtol, report.decoding.amplification)
-    else:
+    if tol is not None:
         tol = check_real("tol", tol, minimum=0.0, strict_min=True)
     pattern = code.normalize_pattern({w: a.shape[0] for w, a in arrays.items()})
     rows, B = code.rows_matrix(pattern)
     U, sv, _ = np.linalg.svd(B, full_matrices=True)
     rank = int((sv > sv[0] * max(B.shape) * np.finfo(np.float64).eps).sum()) if sv.size else 0
     N = U[:, rank:]  # rows x checks
-    if N.shape[1] == 0:
+    checks = N.shape[1]
+    if checks == 0:
         return gradient, Verification(0, 0.0, unchecked=tuple(w for w, _ in pattern))
     seen = np.linalg.norm(N, axis=1) > 1e-8
     unchecked = tuple(sorted({w for (w, _), ok in zip(rows, seen) if not ok}))
-    # any continuous distribution detects an error with probability one; uniform draws are 4x
-    # cheaper than Gaussian ones at m = 1e6, and no stacked copy of the messages is made
-    Zt = as_generator(seed).random((probes, code.message_length(d))) - 0.5
-    sketch = np.stack([Zt @ arrays[w][r].astype(np.float64, copy=False) for w, r in rows])
-    scale = float(np.linalg.norm(sketch)) or 1.0
-    syndrome = N.T @ sketch
+    distance = _distance(N, rows, [w for w, _ in pattern if w not in unchecked])
+    explicit = locate
+    locate = (distance - 1) // 2 if locate is None else min(locate, distance - 1)
+    m = code.message_length(d)
+    syndrome, widen, scale = _syndrome(arrays, rows, N, m, probes, seed)
     inconsistency = float(np.linalg.norm(syndrome)) / scale
-    if inconsistency <= tol:
-        return gradient, Verification(N.shape[1], inconsistency, (), unchecked)
-    candidates = _locate(code, pattern, rows, N, syndrome, scale, tol)
-    if len(candidates) != 1:
-        checks = N.shape[1]
+    limit = tol * scale if tol is not None else widen * _honest_syndrome(code, messages, arrays, rows, N, m,
+                                                                           report.precision)
+    capacity = dict(locates=locate, detects=distance - 1 - locate)
+    size = float(np.linalg.norm(syndrome))
+    if size <= limit:
+        return gradient, Verification(checks, inconsistency, (), unchecked, **capacity)
+    near = _distance(N, rows, [w for w, _ in pattern if w not in unchecked], tau=min(1.0, 2 * limit / size))
+    if near < distance:  # a syndrome close to the rounding: what it can promise is less
+        locate = min(locate, (near - 1) // 2) if explicit is None else min(locate, near - 1)
+        capacity = dict(locates=locate, detects=near - 1 - locate)
+    # with nothing to name (locate=0, or one check) the single workers that would explain it are
+    # still looked for, to say who they are
+    candidates = _locate(code, pattern, rows, N, syndrome, limit, max(locate, 1))
+    if len(candidates) != 1 or locate == 0:
         shown = "; ".join(str(list(c)) for c in candidates[:6]) + (f"; ... ({len(candidates)} in all)"
                                                                   if len(candidates) > 6 else "")
-        if candidates:
+        if len(candidates) > 1:
             why = f"each of the sets of workers {shown} alone would explain it: more redundancy is needed to tell"
+        elif locate == 0:
+            named = f"workers {shown} alone would explain it, but " if candidates else ""
+            why = named + (f"{checks} check(s) name no worker (naming one takes 2)" if checks < 2 else
+                           "locate=0 detects only")
         else:
-            why = (f"no set of up to {max(1, checks // 2)} worker(s) explains it ({checks} check(s) locate at most"
-                   f" {checks // 2} corrupted worker(s) and detect up to {checks})")
+            why = (f"no set of up to {locate} worker(s) explains it (these results name up to {locate}"
+                   f" corrupted worker(s) and refuse up to {distance - 1 - locate}, never blaming an honest one)")
         raise InconsistentMessagesError(
             f"the received messages are inconsistent (relative syndrome {inconsistency:.1e} over"
             f" {checks} check(s)); {why}",
@@ -165,24 +216,67 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
         )
     (bad,) = candidates
     gradient = code.decode({w: a for w, a in messages.items() if w not in bad}, dim=d)
-    return gradient, Verification(N.shape[1], inconsistency, tuple(bad), unchecked)
+    return gradient, Verification(checks, inconsistency, tuple(bad), unchecked, **capacity)
 
 
-def _locate(code, pattern, rows, N, syndrome, scale: float, tol: float) -> list[tuple[int, ...]]:
-    """The sets of ``e`` workers whose rows explain the syndrome and without whom the rest still
-    decodes, for the smallest ``e`` (1, then up to ``checks // 2``) at which any set does."""
+def _syndrome(arrays, rows, N, m: int, probes: int | None, seed) -> tuple[np.ndarray, float, float]:
+    """``(syndrome, widen, scale)``: ``N^T Y`` (``checks x m``), or with ``probes`` fewer than the
+    checks ``N^T Y Z`` on a random sketch, ``widen`` its honest bound's factor ``||Z||_2``; and the
+    norm of what it was computed from (module docstring, "Cost")."""
+    if probes is not None and probes < N.shape[1]:
+        # any continuous distribution detects an error with probability one; uniform draws are
+        # cheaper than Gaussian ones at m = 1e6
+        Zt = as_generator(seed).random((probes, m)) - 0.5
+        sketch = np.stack([Zt @ arrays[w][r].astype(np.float64, copy=False) for w, r in rows])
+        return N.T @ sketch, float(np.linalg.norm(Zt, 2)), float(np.linalg.norm(sketch)) or 1.0
+    syndrome, square = np.zeros((N.shape[1], m)), 0.0
+    for i, (w, r) in enumerate(rows):  # added in row by row: no stacked copy of the messages
+        y = arrays[w][r].astype(np.float64, copy=False)
+        syndrome += N[i][:, None] * y
+        square += float(y @ y)
+    return syndrome, 1.0, math.sqrt(square) or 1.0
+
+
+def _distance(N, rows, workers, tau: float = 1e-8) -> int:
+    """The fewest workers whose rows' checks (``N[rows_w]``; ``N`` has orthonormal columns) are
+    linearly dependent, or nearly: their smallest singular value below ``tau``. That is the round's
+    distance: errors ``E_A`` of a set ``A`` leave a syndrome of norm at most ``||E_A||``, and
+    another set ``S`` explains it to within the honest bound ``L`` only if ``sigma_min(N[A u S])
+    ||E_A|| <= 2 L``; judged with ``tau = 2 L / ||syndrome||``, a union of fewer workers than the
+    distance never does, so ``locate + detect < distance`` is what can be promised for the
+    syndrome at hand (module docstring): a gross corruption gets the code's full capacity, one
+    barely above the rounding a smaller one. Searched by size while the sets of a size are at most :data:`MAX_SUBSETS`; past
+    that, the size reached is returned, a lower bound: the promise made is then the smaller,
+    safe one. For CRC's generic coefficients it is ``checks + 1``; for FRC, whose copies within a
+    group sum to zero in every check, the group's size."""
+    index = {w: [i for i, (v, _) in enumerate(rows) if v == w] for w in workers}
+    checks = N.shape[1]
+    for size in range(1, len(workers) + 1):
+        if math.comb(len(workers), size) > MAX_SUBSETS:
+            return size
+        for subset in itertools.combinations(workers, size):
+            M = N[sum((index[w] for w in subset), [])]
+            if M.shape[0] > checks or np.linalg.svd(M, compute_uv=False)[-1] < tau:
+                return size
+    return len(workers) + 1
+
+
+def _locate(code, pattern, rows, N, syndrome, limit: float, locate: int) -> list[tuple[int, ...]]:
+    """The sets of ``e`` workers whose rows explain the syndrome to within ``limit`` (what honest
+    rounding leaves) and without whom the rest still decodes, for the smallest ``e`` (1, then up
+    to ``locate``) at which any set does."""
     workers = [w for w, _ in pattern]
     index = {w: [i for i, (v, _) in enumerate(rows) if v == w] for w in workers}
     counts = dict(pattern)
-    for e in range(1, max(1, N.shape[1] // 2) + 1):
+    for e in range(1, locate + 1):
         if math.comb(len(workers), e) > MAX_SUBSETS:
             break
         found = []
         for subset in itertools.combinations(workers, e):
             C = N[sum((index[w] for w in subset), [])].T  # checks x rows: how the subset enters the syndrome
             coef, *_ = np.linalg.lstsq(C, syndrome, rcond=None)
-            left = float(np.linalg.norm(syndrome - C @ coef)) / scale
-            if left <= tol and code.can_decode({w: r for w, r in counts.items() if w not in subset}):
+            left = float(np.linalg.norm(syndrome - C @ coef))
+            if left <= limit and code.can_decode({w: r for w, r in counts.items() if w not in subset}):
                 found.append(subset)
         if found:
             return found
