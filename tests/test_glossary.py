@@ -197,3 +197,17 @@ def test_source_prose_points_to_the_benchmarks_instead_of_carrying_timings():
                     found.append(f"{name}:{i}: {m.group(0)!r} in {lines[i - 1].strip()}")
     assert found == [], "measured timings belong in BENCHMARKS.md:\n" + "\n".join(found)
     assert allowed == MODEL_TIMINGS, f"allowlist entries that match nothing: {MODEL_TIMINGS - allowed}"
+
+
+def test_the_bad_input_table_names_tests_that_exist():
+    """docs/architecture.md's table of bad input and faults says which test holds each row: every
+    file and test function it names exists, so the table cannot drift from the suite."""
+    text = ARCHITECTURE.read_text()
+    table = text[text.index("## Bad input and faults"):].split("\n## ")[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", table)
+    assert len(named) >= 12
+    root = ARCHITECTURE.parents[1]
+    for path, test in named:
+        assert (root / path).is_file(), path
+        if test:
+            assert f"def {test}(" in (root / path).read_text(), (path, test)
