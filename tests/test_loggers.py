@@ -54,3 +54,30 @@ def test_a_json_lines_log_has_one_object_a_round_and_strict_json(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "crc.jsonl").read_text().splitlines()]
     assert seen == [1, 2, 3, 4] and [line["round"] for line in lines] == [0, 1, 2, 3]
     assert [line["model1/train/loss"] for line in lines] == pytest.approx(list(result.losses[:, 1]))
+
+
+def test_an_mlflow_log_holds_every_rounds_scalars_at_its_step(tmp_path, monkeypatch):
+    """MLflowLog, on a local tracking store: one MLflow run per training run, each scalar's history
+    at steps = the rounds, the configuration as parameters, FINISHED when the block ends and
+    FAILED when it raises; no global MLflow state (no active run) is touched."""
+    mlflow = pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from gradcode.runtime import MLflowLog
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a folder, as a user's local store
+    uri = (tmp_path / "mlruns").as_uri()
+    with MLflowLog(uri, experiment="tests", run_name="crc", params={"scheme": "crc", "workers": 4}) as log:
+        result = _train(log, tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(log.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"scheme": "crc", "workers": "4"}
+    history = client.get_metric_history(log.run_id, "train/loss")
+    assert [m.step for m in history] == [0, 1, 2, 3]
+    assert [m.value for m in history] == pytest.approx(list(result.losses[:, 0]))
+    assert sorted(m.step for m in client.get_metric_history(log.run_id, "eval/accuracy")) == [1, 3]
+    assert mlflow.active_run() is None
+    with pytest.raises(RuntimeError):
+        with MLflowLog(uri, experiment="tests") as failed:
+            raise RuntimeError("the loop broke")
+    assert client.get_run(failed.run_id).info.status == "FAILED"

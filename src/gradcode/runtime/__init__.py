@@ -23,7 +23,7 @@ _HOMES = {
     "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
     "TrainingStopped": ".driver",
     "InProcessEngine": ".inprocess", "describe_clock": ".inprocess",
-    "ScalarLog": ".loggers",
+    "ScalarLog": ".loggers", "MLflowLog": ".loggers",
     "RoundBar": ".progress",
     "ENGINES": ".session", "make_engine": ".session", "runs_home": ".session",
     "build_scheme": ".setup", "parse_failures": ".setup", "prepare": ".setup",

@@ -17,6 +17,10 @@ A ``.csv`` file is in long form, one row a scalar (``round,name,value``: the col
 on which metrics a run has; ``pandas.read_csv(...).pivot(index="round", columns="name")`` gives the
 wide table); any other file gets JSON lines, one object a round (``{"round": t, "train/loss": ...}``).
 Each round is flushed as it is written, so a run that is killed leaves every round it completed.
+
+:class:`MLflowLog` logs the same scalars to an MLflow tracking store (the optional extra
+``gradcode[mlflow]``, MLflow's client without its server), one MLflow run per gradcode run, with the
+run's configuration as its parameters when the records carry it.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import csv
 import json
 import math
 import os
+import time
 from pathlib import Path
 
-__all__ = ["ScalarLog", "scalars"]
+__all__ = ["MLflowLog", "ScalarLog", "scalars"]
 
 
 def scalars(record: dict) -> dict[str, float]:
@@ -82,3 +87,47 @@ class ScalarLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class MLflowLog:
+    """A training callback logging each round's :func:`scalars` to MLflow, at step = the round:
+    ``tracking_uri`` (default: MLflow's own, ``$MLFLOW_TRACKING_URI``; e.g. ``"sqlite:///mlflow.db"``
+    or a local folder's ``file://`` URI), ``experiment`` (made if missing), ``run_name``, and
+    ``params`` logged once (e.g. the run's ``config``: nested values as JSON text). Uses an
+    ``MlflowClient`` of its own, so it changes no global MLflow state (no active run); the MLflow
+    run is ended (FINISHED) by :meth:`close`, or FAILED when the block it is the context manager of
+    raises. Needs ``pip install gradcode[mlflow]``."""
+
+    def __init__(self, tracking_uri: str | None = None, *, experiment: str = "gradcode", run_name: str | None = None,
+                 params: dict | None = None):
+        try:
+            from mlflow.entities import Param
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise ImportError("MLflowLog needs MLflow's client: pip install 'gradcode[mlflow]'") from None
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        if params:
+            self.client.log_batch(self.run_id, params=[
+                Param(str(k), v if isinstance(v, str) else json.dumps(v, default=str)) for k, v in params.items()])
+        self._closed = False
+
+    def __call__(self, record: dict) -> None:
+        from mlflow.entities import Metric
+
+        t, now = int(record["round"]), int(time.time() * 1000)  # MLflow's timestamps: wall-clock ms
+        metrics = [Metric(name, value, now, t) for name, value in scalars(record).items()]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def close(self, status: str = "FINISHED") -> None:
+        if not self._closed:
+            self.client.set_terminated(self.run_id, status=status)
+            self._closed = True
+
+    def __enter__(self) -> MLflowLog:
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        self.close("FAILED" if kind is not None else "FINISHED")
