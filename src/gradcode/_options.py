@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["close_option", "described", "flag_of", "help_of", "parse_kv", "split_kv", "waitout_option"]
+__all__ = ["close_option", "described", "flag_of", "help_of", "parse_kv", "split_commas", "split_kv", "waitout_option"]
 
 
 def described(default: Any, help: str, *, short: str | None = None, cli: bool = True, torch_only: bool = False,
@@ -52,10 +52,11 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def split_kv(text: str) -> list[str]:
-    """``"lr=0.1,momentum=0.9"`` -> ``["lr=0.1", "momentum=0.9"]``: a comma starts a new item only
-    where a ``key=`` follows it and it sits outside brackets, so values keep theirs: a list of
-    names (``categorical=colour,city``) or JSON (``assignment=[[0,1],[2,3]]``)."""
+def split_commas(text: str, *, before_key: bool) -> list[str]:
+    """``text`` split at its commas outside brackets that are followed by a ``key=``
+    (``before_key=True``: the items of a ``key=value`` list) or that are not (``False``: the
+    entries of a list whose entries carry ``key=value`` parameters, ``crc,gc-dc:clusters=2,r=2``).
+    Brackets keep their commas either way (JSON values: ``assignment=[[0,1],[2,3]]``)."""
     import re
 
     parts, depth, start = [], 0, 0
@@ -64,11 +65,18 @@ def split_kv(text: str) -> list[str]:
             depth += 1
         elif ch in "]})":
             depth -= 1
-        elif ch == "," and depth == 0 and re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
+        elif ch == "," and depth == 0 and bool(re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:])) == before_key:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
     return parts
+
+
+def split_kv(text: str) -> list[str]:
+    """``"lr=0.1,momentum=0.9"`` -> ``["lr=0.1", "momentum=0.9"]``: a comma starts a new item only
+    where a ``key=`` follows it and it sits outside brackets, so values keep theirs: a list of
+    names (``categorical=colour,city``) or JSON (``assignment=[[0,1],[2,3]]``)."""
+    return split_commas(text, before_key=True)
 
 
 def parse_kv(items, what: str) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcode._options import described, flag_of, parse_kv
+from gradcode._options import described, flag_of, parse_kv, split_commas
 from gradcode.codes import CODES
 from gradcode.experiments.cli_output import EXIT_USAGE, fail
 from gradcode.schemes import SCHEMES
@@ -180,16 +179,7 @@ def split_schemes(text: str) -> list[str]:
     starts a new scheme unless a ``key=`` follows it (a parameter of the scheme before) or it sits
     inside brackets (a JSON value: ``assignment=[[0,1],[2,3]]``). An empty name (``crc,,frc``, a
     trailing comma) is refused (``ValueError``), not skipped."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        elif ch == "," and depth == 0 and not re.match(r"\s*[A-Za-z_][\w-]*\s*=", text[i + 1:]):
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
+    parts = split_commas(text, before_key=False)
     if len(parts) > 1 and any(not p.strip() for p in parts):
         raise ValueError(f"--scheme {text!r}: an empty scheme name in the list (two commas, or one at an end)")
     return [p.strip() for p in parts]
