@@ -151,8 +151,8 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
     ``tol``: relative syndrome above which messages are inconsistent (default: what honest
     rounding can make, module docstring); ``probes``: columns of a random sketch to check on
     instead of the exact syndrome, when fewer than the checks (module docstring, "Cost"); ``locate``:
-    the most corrupted workers to name and decode without (default ``checks // 2``; 0: detect
-    only). Raises :class:`InconsistentMessagesError` when the messages disagree and no set of at
+    the most corrupted workers to name and decode without (default ``(distance - 1) // 2``, module
+    docstring; 0: detect only). Raises :class:`InconsistentMessagesError` when the messages disagree and no set of at
     most ``locate`` workers alone explains it, and :class:`NotDecodableError` when they do not
     determine the gradient at all."""
     d = check_int("dim", dim, minimum=1)
@@ -208,7 +208,7 @@ def verified_decode(code, messages, *, dim: int, tol: float | None = None, probe
                            "locate=0 detects only")
         else:
             why = (f"no set of up to {locate} worker(s) explains it (these results name up to {locate}"
-                   f" corrupted worker(s) and refuse up to {distance - 1 - locate}, never blaming an honest one)")
+                   f" corrupted worker(s) and refuse up to {capacity['detects']}, never blaming an honest one)")
         raise InconsistentMessagesError(
             f"the received messages are inconsistent (relative syndrome {inconsistency:.1e} over"
             f" {checks} check(s)); {why}",
