@@ -327,3 +327,28 @@ def test_trace_recorded_at_load_zero_is_accepted():
     np.testing.assert_allclose(m.sample(2, 2, None, load=0.5), ref + 2.0)
     np.testing.assert_allclose(m.sample(2, 2, None, load=0.0), ref)
     assert m.trace_load == 0.0
+
+
+def test_a_pickle_that_names_code_is_refused_not_run(tmp_path):
+    """A trace pickle is read with only the types a delay profile holds: one whose load would call
+    a function (os.system here) is refused naming it, and the function never runs; numpy arrays
+    and datetimes still load."""
+    import datetime
+    import os
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {tmp_path / 'ran'}",)
+
+    bad = tmp_path / "evil.pkl"
+    bad.write_bytes(pickle.dumps([{"results": [Payload()]}]))
+    with pytest.raises(TraceError, match="os.system|posix.system"):
+        load_trace(bad)
+    assert not (tmp_path / "ran").exists()
+    start = datetime.datetime(2026, 1, 1)
+    prof = [{"results": [{"worker_id": w, "started": start, "finished": start + datetime.timedelta(seconds=1 + w)}
+                         for w in range(2)]} for _ in range(3)]
+    np.testing.assert_allclose(load_trace(dump(tmp_path / "ok.pkl", prof)), [[1, 2]] * 3)
+    arr = tmp_path / "arr.pkl"
+    arr.write_bytes(pickle.dumps(np.arange(6.0).reshape(3, 2)))
+    np.testing.assert_array_equal(load_trace(arr), np.arange(6.0).reshape(3, 2))

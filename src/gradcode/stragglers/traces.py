@@ -10,8 +10,9 @@ Formats (chosen by the file's extension):
   a list over rounds of dicts whose ``'results'`` list holds one dict per worker with
   ``'worker_id'``, ``'started'`` and ``'finished'``; delay = finished - started (numbers, or
   ``datetime`` objects). Worker ids may be any sortable values; columns follow their sorted order
-  (integer ids ``0..W-1`` map to column ``id``). Unpickling runs code from the file: read only
-  pickles you trust.
+  (integer ids ``0..W-1`` map to column ``id``). Such a file is unpickled with only the types a
+  profile holds (containers, numbers, text, ``datetime``'s, numpy arrays: :class:`_ProfileUnpickler`),
+  so a pickle that names anything else (a function to call, ``os.system``) is refused, never run.
 
 Malformed input (a missing file, an unknown extension, ragged rows, text that is not a number,
 negative or non-finite delays, a worker count other than ``workers``, a pickled round that lacks a
@@ -207,9 +208,33 @@ def _seconds(value, where: str, path: Path) -> float:
     raise TraceError(f"{path}: {where}: expected a number of seconds, got {value!r}")
 
 
+class _ProfileUnpickler(pickle.Unpickler):
+    """Unpickles only what a delay profile holds: the builtin containers, numbers and text,
+    ``datetime``'s values and numpy arrays (their reconstruction functions and dtypes); any other
+    global a pickle names (a function it would call on load) is refused (module docstring)."""
+
+    ALLOWED = {
+        "builtins": {"dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float", "bool",
+                     "complex"},
+        "datetime": {"datetime", "date", "time", "timedelta", "timezone"},
+        "numpy": {"ndarray", "dtype"},
+        "numpy.core.multiarray": {"_reconstruct", "scalar"},
+        "numpy._core.multiarray": {"_reconstruct", "scalar"},
+        "numpy.core.numeric": {"_frombuffer"},
+        "numpy._core.numeric": {"_frombuffer"},
+    }
+
+    def find_class(self, module: str, name: str):
+        if name in self.ALLOWED.get(module, ()) or (module == "numpy" and name.endswith("DType")) \
+                or (module == "numpy.dtypes" and name.endswith("DType")):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a delay profile does not hold (only"
+                                     " containers, numbers, text, datetimes and numpy arrays are read)")
+
+
 def _read_pickle(path: Path, content: bytes, workers: int | None) -> np.ndarray:
     try:
-        profile = pickle.loads(content)
+        profile = _ProfileUnpickler(io.BytesIO(content)).load()
     except Exception as exc:  # unpickling can raise nearly anything
         raise TraceError(f"{path}: cannot unpickle ({type(exc).__name__}: {exc})") from None
     if isinstance(profile, np.ndarray) and profile.dtype != object:
