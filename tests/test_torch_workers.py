@@ -5,6 +5,8 @@ torch on the same samples."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -539,9 +541,108 @@ def test_a_dataloaders_collate_and_batch_size_are_honoured_and_its_sampler_refus
                engine="inprocess")
     with pytest.raises(ValueError, match="batch_size=40 and TorchConfig.batch_size=32 disagree"):
         gt.fit(net, loader, SPEC, engine="inprocess", torch_config=gt.TorchConfig(batch_size=32))
-    with pytest.warns(UserWarning, match="shuffle=False .*num_workers=2"):
-        gt.fit(net, DataLoader(_Pairs(X, y), batch_size=40, num_workers=2), SPEC, engine="inprocess",
-               run=RunConfig(rounds=1, eval_every=0, run_dir=tmp_path / "c"))
+
+
+def test_a_dataloaders_batch_size_and_torchconfigs_follow_one_rule(digits):
+    """Both given and different: refused, naming both (TorchConfig(batch_size=64), the default's
+    value, given explicitly included: the loader's 32 won silently); only the loader's: it;
+    DataLoader(ds), whose batch_size is its default 1: TorchConfig's (it trained on batches of 1)."""
+    from torch.utils.data import DataLoader
+
+    ds = _Pairs(*digits)
+    for config in (gt.TorchConfig(batch_size=64), gt.TorchConfig(batch_size=None)):
+        with pytest.raises(ValueError, match=rf"DataLoader's batch_size=32 and TorchConfig.batch_size="
+                                             rf"{config.batch_size} disagree"):
+            gt.Workers(LNBNNet(), DataLoader(ds, batch_size=32), SPEC, torch_config=config, engine="inprocess")
+    with pytest.raises(ValueError, match="batch_size=32 and TorchConfig.batch_size=64 disagree"):
+        gt.fit(LNBNNet(), DataLoader(ds, batch_size=32), SPEC, torch_config=gt.TorchConfig(batch_size=64),
+               engine="inprocess")
+
+    def batch(data, config=None) -> int:
+        return gt.Workers(LNBNNet(), data, SPEC, torch_config=config, engine="inprocess").spec.samples_per_job
+
+    assert batch(DataLoader(ds, batch_size=32)) == 32
+    assert batch(DataLoader(ds, batch_size=32), gt.TorchConfig(batch_size=32)) == 32
+    assert batch(DataLoader(ds)) == 64
+    assert batch(DataLoader(ds), gt.TorchConfig(batch_size=48)) == 48
+
+
+def test_a_dataloader_that_batches_otherwise_than_gradcode_is_refused_by_name(digits):
+    """A BatchSampler is refused as a sampler is (it was accepted and replaced by 64 without a
+    word); batch_size=None says the loader must batch (it blamed a collate_fn never given)."""
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+
+    ds = _Pairs(*digits)
+    with pytest.raises(ValueError, match="the DataLoader's batch_sampler, a BatchSampler of batch_size=32:"
+                                         " gradcode draws each partition's batches itself"):
+        gt.fit(LNBNNet(), DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 32, False)), SPEC,
+               engine="inprocess")
+    with pytest.raises(ValueError, match=r"DataLoader\(batch_size=None\) does not batch .* give the DataLoader a"
+                                         r" batch_size"):
+        gt.fit(LNBNNet(), DataLoader(ds, batch_size=None), SPEC, engine="inprocess")
+    with pytest.raises(ValueError, match="the DataLoader's RandomSampler: gradcode draws"):
+        gt.Workers(LNBNNet(), DataLoader(ds, batch_size=32, sampler=RandomSampler(ds, replacement=True)), SPEC,
+                   engine="inprocess")
+
+
+def test_a_dataloaders_options_warn_only_when_set_and_unused(digits):
+    """Options at their defaults (shuffle=False, drop_last=False) and those gradcode honours say
+    nothing (every DataLoader warned); one set and unused is named."""
+    import warnings
+
+    from torch.utils.data import DataLoader
+
+    ds = _Pairs(*digits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for loader in (DataLoader(ds, batch_size=40), DataLoader(ds, batch_size=40, shuffle=True, drop_last=True),
+                       DataLoader(ds, batch_size=40, num_workers=2, persistent_workers=True, timeout=30)):
+            gt.Workers(LNBNNet(), loader, SPEC, engine="inprocess")
+    with pytest.warns(UserWarning, match=r"DataLoader options gradcode does not use: generator \(each partition's"
+                                         r" samples are shuffled from the run's seed"):
+        gt.Workers(LNBNNet(), DataLoader(ds, batch_size=40, shuffle=True, generator=torch.Generator()), SPEC,
+                   engine="inprocess")
+
+
+class _Augmented(_Pairs):
+    """Pairs with noise from torch's generator drawn as an item is read (a random augmentation),
+    each read leaving the reading process's id in ``log``."""
+
+    def __init__(self, X, y, log):
+        super().__init__(X, y)
+        self.log = log
+
+    def __getitem__(self, i):
+        (self.log / str(os.getpid())).touch()
+        return self.X[i] + 0.1 * torch.randn_like(self.X[i]), self.y[i]
+
+
+def test_a_dataloaders_num_workers_read_each_batch_in_its_processes_bit_for_bit(digits, tmp_path):
+    """num_workers=2: every gradcode worker's batches are read by the loader's processes (it was
+    ignored), and they are the items num_workers=0 reads, bit for bit, augmentation included, so
+    training reaches the same weights."""
+    from torch.utils.data import DataLoader
+
+    log = tmp_path / "pids"
+    log.mkdir()
+    config = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.3})
+    runs = {}
+    for workers in (0, 2):
+        torch.manual_seed(5)
+        runs[workers] = gt.fit(LNBNNet(), DataLoader(_Augmented(*digits, log), batch_size=40, num_workers=workers),
+                               SPEC, engine="inprocess", torch_config=config,
+                               run=RunConfig(rounds=3, eval_every=0, run_dir=tmp_path / str(workers)))
+    assert {p.name for p in log.iterdir()} - {str(os.getpid())}  # read in other processes
+    assert torch.allclose(flat(runs[2].model), flat(runs[0].model), rtol=1e-6, atol=1e-7)
+    spec = runs[2].spec
+    assert spec.loader.num_workers == 2 and runs[0].spec.loader is None
+    parallel, rows = spec.build_partitions({1: np.arange(120, 240)})
+    alone, _ = runs[0].spec.build_partitions({1: np.arange(120, 240)})
+    for job in (0, 5):
+        batch = parallel.batch_rows(job, 1, rows[1])
+        for a, b in zip(parallel.read(batch), alone.read(batch)):
+            assert torch.equal(a, b)
+    assert parallel._reader is not None and alone._reader is None
 
 
 def test_nan_results_of_some_partitions_stop_the_run_at_once_naming_the_workers(digits, tmp_path):

@@ -13,7 +13,20 @@ from gradcode._options import described
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.codes.precision import WIRE_DTYPES
 
-__all__ = ["WIRE_DTYPES", "TorchConfig"]
+__all__ = ["WIRE_DTYPES", "TorchConfig", "batch_size_given"]
+
+
+class _DefaultBatch(int):
+    """``TorchConfig.batch_size``'s default, 64, as an ``int`` that remembers it was not given:
+    ``TorchConfig(batch_size=64)`` and ``TorchConfig()`` are otherwise the same value, and only the
+    first should stand against a ``DataLoader``'s own batch size (:func:`batch_size_given`). It is
+    64 in every other respect (arithmetic, comparison, JSON, pickling)."""
+
+
+def batch_size_given(config: TorchConfig) -> bool:
+    """Whether ``config.batch_size`` was given (``None`` included) rather than left at its default:
+    the rule by which a ``DataLoader``'s own ``batch_size`` applies (:func:`gradcode.torch.fit`)."""
+    return type(config.batch_size) is not _DefaultBatch
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,10 @@ class TorchConfig:
     gradient, once a round (an optimizer that needs a closure, as LBFGS, is refused).
     ``scheduler``: a factory ``optimizer -> LR scheduler``, or a schedule by name
     (``"step"``, ``"cosine"``, with parameters as ``"step:gamma=0.5"``:
-    :func:`~gradcode.torch.loading.scheduler_factory`), stepped after every optimizer step. ``batch_size``: samples per job (None: full batch, or a ``DataLoader``'s).
+    :func:`~gradcode.torch.loading.scheduler_factory`), stepped after every optimizer step.
+    ``batch_size``: samples per job (None: full batch); left at its default (64), a
+    ``DataLoader``'s own ``batch_size`` applies, and one given that differs from the loader's is
+    refused, naming both (:func:`batch_size_given`).
     ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
     ``N / batch_size`` jobs per model).
 
@@ -83,7 +99,8 @@ class TorchConfig:
               " third of the rounds, gamma 0.1), cosine (to 0 over the rounds), with parameters as"
               " step:step_size=10,gamma=0.5; or FILE.py:NAME, a factory optimizer -> LR scheduler.",
         torch_only=True)
-    batch_size: int | None = described(64, "Samples per job, split over the partitions.", torch_only=True)
+    batch_size: int | None = described(_DefaultBatch(64), "Samples per job, split over the partitions.",
+                                        torch_only=True)
     epochs: float | None = described(None, "The run's length in epochs when --rounds is not given (default 1).",
                                      torch_only=True)
     wire_dtype: str = described("float32", "float32, float64, float16 or bfloat16 messages.", torch_only=True)
@@ -116,7 +133,7 @@ class TorchConfig:
     def __post_init__(self):
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
         check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
-        if self.batch_size is not None:
+        if self.batch_size is not None and type(self.batch_size) is not _DefaultBatch:
             object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
         from gradcode.torch.loading import check_scheduler, loss_function, optimizer_class
 

@@ -141,6 +141,9 @@ class TorchSpec:
     path's reader: :func:`gradcode.torch.data.from_path`); each worker calls it and keeps only its
     partitions' samples, and ``samples`` (the master's copy) is not shipped. ``collate``: how a
     ``Dataset``'s items become a batch (a DataLoader's ``collate_fn``; default: stacked).
+    ``loader``: a DataLoader's options each worker honours in reading a ``Dataset``
+    (:class:`~gradcode.torch.reading.LoaderOptions`: ``num_workers`` processes reading each batch's
+    items, the same items bit for bit; ``pin_memory``); None: read in the worker's own process.
 
     A ``Dataset``'s items are read when a batch needs them, as a DataLoader reads them: item ``i``
     of epoch ``e`` under ``torch.manual_seed`` of ``(seed, 3, i, e)``, so random augmentation is
@@ -172,6 +175,7 @@ class TorchSpec:
     device: str = "cpu"
     source: Callable | None = None
     collate: Callable | None = None
+    loader: Any = None
 
     def __post_init__(self):
         self.order = np.asarray(self.order, dtype=np.int64)
@@ -282,6 +286,7 @@ class TorchWorkerProblem:
         self.wire_dtype = spec.wire_dtype
         self._loaded = None
         self._layout_key, self._layout = None, None
+        self._reader = None  # the DataLoader processes reading a Dataset's items, started at the first batch
 
     def batch_rows(self, job: int, j: int, rows: np.ndarray, sizes=None) -> Batch:
         return self.spec.batch_rows(job, j, rows, sizes)
@@ -308,12 +313,24 @@ class TorchWorkerProblem:
 
     def read(self, batch: Batch):
         """``(X, y)`` of ``batch`` on the device: rows of the stacked tensors, or the Dataset's items
-        read now (the epoch's augmentation)."""
+        read now (the epoch's augmentation), in the DataLoader's ``num_workers`` processes when
+        ``TorchSpec.loader`` asks for them (the same items; :mod:`gradcode.torch.reading`), pinned
+        before the copy to a GPU with its ``pin_memory``."""
         if self.dataset is None:
             idx = torch.from_numpy(np.asarray(batch.rows, dtype=np.int64)).to(self.device)
             return self.X[idx], self.y[idx]
-        X, y = fetch(self.dataset, self.index[batch.rows], seed=self.spec.seed, epoch=batch.epoch,
-                     collate=self.spec.collate)
+        options = self.spec.loader
+        if options is None or not options.num_workers:
+            X, y = fetch(self.dataset, self.index[batch.rows], seed=self.spec.seed, epoch=batch.epoch,
+                         collate=self.spec.collate)
+        else:
+            if self._reader is None:
+                from gradcode.torch.reading import ParallelReader
+
+                self._reader = ParallelReader(read_item, self.dataset, self.spec.seed, options)
+            X, y = collate_items(self._reader.items(self.index[batch.rows], batch.epoch), self.spec.collate)
+        if options is not None and options.pin_memory and self.device.type == "cuda":
+            return X.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
         return X.to(self.device), y.to(self.device)
 
     def gradient(self, x: np.ndarray, batch: Batch) -> np.ndarray:
@@ -554,14 +571,26 @@ def fetch(samples, index: np.ndarray, seed: int = 0, *, epoch: int | None = None
     if isinstance(samples, tuple):
         idx = torch.from_numpy(np.asarray(index, dtype=np.int64))
         return samples[0][idx], samples[1][idx]
-    items = []
     with torch.random.fork_rng(devices=[]):
-        for i in np.asarray(index).tolist():
-            torch.manual_seed(_seed(seed, 3, i) if epoch is None else _seed(seed, 3, i, epoch))
-            item = samples[i]
-            if not isinstance(item, (tuple, list)) or len(item) != 2:
-                raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
-            items.append(item)
+        items = [read_item(samples, i, seed, epoch) for i in np.asarray(index).tolist()]
+    return collate_items(items, collate)
+
+
+def read_item(samples, i: int, seed: int, epoch: int | None):
+    """Item ``i`` of a ``Dataset`` under the seed :func:`fetch` gives it, checked to be an
+    ``(input, target)`` pair: one place, so that items read in a DataLoader's processes
+    (:mod:`gradcode.torch.reading`) are those read here. It seeds torch's generator and leaves it
+    so; :func:`fetch` restores it around its reads."""
+    torch.manual_seed(_seed(seed, 3, i) if epoch is None else _seed(seed, 3, i, epoch))
+    item = samples[i]
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        raise GradcodeError(f"data[{i}] must be an (input, target) pair, got {type(item).__name__}")
+    return item
+
+
+def collate_items(items: list, collate: Callable | None = None):
+    """``(X, y)`` tensors of a batch's ``(input, target)`` items: ``collate``'d (a DataLoader's
+    ``collate_fn``, which must return an ``(inputs, targets)`` pair), or stacked."""
     if not items:
         raise GradcodeError("no samples to fetch")
     if collate is not None:

@@ -34,7 +34,7 @@ from gradcode.errors import GradcodeError, UserCodeError
 from gradcode.runtime.progress import RoundBar, show_progress
 from gradcode.schemes.switch import ProbeThenSwitch, SlopeSource, set_decode_rtol
 from gradcode.torch.data import from_path
-from gradcode.torch.config import TorchConfig
+from gradcode.torch.config import TorchConfig, batch_size_given
 from gradcode.torch.loading import optimizer_class, scheduler_factory
 from gradcode.torch.problem import (
     ModelLayout,
@@ -109,8 +109,10 @@ def fit(
 
     ``model``: an ``nn.Module`` (its own initialisation is kept and copied to the workers) or a
     zero-argument factory (called once under ``torch.manual_seed(seed)``; with ``models=M`` each
-    model is its own call). ``data``: a map-style ``Dataset`` of ``(input, target)`` pairs (a
-    ``DataLoader`` gives its dataset and batch size), or ``(X, y)`` tensors or arrays.
+    model is its own call). ``data``: a map-style ``Dataset`` of ``(input, target)`` pairs, a
+    ``DataLoader`` (its dataset, ``collate_fn``, ``num_workers`` and batch size: one given to both
+    it and ``TorchConfig`` must agree; its own sampler is refused: :func:`_loader_options`), or
+    ``(X, y)`` tensors or arrays.
 
     ``spec``: a :class:`~gradcode.runtime.config.TrainSpec` for the code or scheme (``"auto"``:
     chosen after a probe, :class:`TorchConfig`), ``workers``, ``stragglers``/``delay``/
@@ -215,35 +217,47 @@ class _Data:
     batch_size: int | None
     source: Callable | None = None  # what each worker reads its samples from (None: shipped)
     collate: Callable | None = None
+    loader: Any = None  # a DataLoader's options the workers honour (gradcode.torch.reading.LoaderOptions)
 
 
 def _samples(data, tconf: TorchConfig, seed: int = 0) -> _Data:
     """The run's data: ``data`` as :func:`as_samples` reads it (a factory or a path: a source
     each worker reads itself, read here once for the master), the held-out samples, the batch
-    size (a DataLoader's unless ``TorchConfig.batch_size`` is set to another) and a
-    DataLoader's ``collate_fn``. ``seed``: a path's split (:func:`~gradcode.torch.data.load_data`)."""
+    size (:func:`_batch_size`), and a DataLoader's ``collate_fn`` and the options its workers
+    honour (:func:`_loader_options`). ``seed``: a path's split (:func:`~gradcode.torch.data.load_data`)."""
     source = None
     if isinstance(data, (str, os.PathLike)):
         source = from_path(str(data), seed)
     elif _is_factory(data):
         source = data
-    collate, loader_batch = None, None
+    collate, loader, loader_batch = None, None, None
     if source is not None:
         samples = read_source(source)
     else:
+        collate, loader = _loader_options(data)
         samples, loader_batch = as_samples(data, "data")
-        collate = _loader_options(data)
-    batch_size = tconf.batch_size
-    if loader_batch is not None and batch_size != loader_batch:
-        if batch_size != TorchConfig.batch_size and batch_size is not None:
-            raise ValueError(f"the DataLoader's batch_size={loader_batch} and TorchConfig.batch_size={batch_size}"
-                             " disagree: give one")
-        batch_size = loader_batch
+    batch_size = _batch_size(loader_batch, tconf)
     eval_samples = None if tconf.eval_data is None else as_samples(tconf.eval_data, "eval_data")[0]
     N = length(samples)
     if batch_size is not None and N < batch_size:
         raise ValueError(f"data has {N} samples, fewer than one batch (batch_size={batch_size})")
-    return _Data(samples, eval_samples, batch_size, source, collate)
+    return _Data(samples, eval_samples, batch_size, source, collate, loader)
+
+
+def _batch_size(loader_batch: int | None, tconf: TorchConfig) -> int | None:
+    """The run's batch size, by one rule: a DataLoader's ``batch_size`` counts as given unless it
+    is 1 (the DataLoader's default: ``DataLoader(ds)`` says nothing about batches, and one sample
+    cannot be split over a code's partitions), ``TorchConfig.batch_size`` unless left at its
+    default (:func:`~gradcode.torch.config.batch_size_given`). Both given and different: refused,
+    naming both (neither silently wins); only the loader's: the loader's; otherwise the
+    TorchConfig's (64 by default, None for full batches)."""
+    own = tconf.batch_size
+    if loader_batch is None or loader_batch == 1 or loader_batch == own:
+        return own
+    if batch_size_given(tconf):
+        raise ValueError(f"the DataLoader's batch_size={loader_batch} and TorchConfig.batch_size={own} disagree:"
+                         " give one, or the same in both")
+    return loader_batch
 
 
 def _is_factory(data) -> bool:
@@ -253,33 +267,58 @@ def _is_factory(data) -> bool:
 
 
 def _loader_options(data):
-    """A DataLoader's ``collate_fn`` (None for the default stacking), after refusing what gradcode
-    cannot honour (a sampler or batch sampler of one's own: every worker holding a partition must
-    draw the same samples, from the run's seed) and warning once about what it does not use."""
-    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+    """``(collate_fn, options)`` of a DataLoader: its ``collate_fn`` (None for the default stacking)
+    and the options each worker honours in reading its items
+    (:class:`~gradcode.torch.reading.LoaderOptions`: ``num_workers``, ``timeout``,
+    ``worker_init_fn``, ``multiprocessing_context``, ``pin_memory``; None when all are defaults);
+    ``(None, None)`` for data that is no DataLoader.
+
+    Refused, by name: a ``sampler`` or ``batch_sampler`` of one's own (every worker holding a
+    partition must draw the same samples, from the run's seed: gradcode draws the batches itself,
+    shuffling each partition every epoch) and ``batch_size=None`` (no batching: gradcode needs the
+    loader's items to be single samples it batches). Options gradcode does not use and left at
+    other values than their defaults are named in one warning; defaults never warn (``shuffle``
+    and ``drop_last`` whichever way: the order is gradcode's, and a partition's epoch is whole
+    batches, as ``drop_last=True``)."""
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate
 
+    from gradcode.torch.reading import LoaderOptions
+
     if not isinstance(data, DataLoader):
-        return None
-    if type(data.sampler) not in (RandomSampler, SequentialSampler) or (
-            data.batch_sampler is not None and type(data.batch_sampler) is not BatchSampler):
-        own = data.sampler if type(data.sampler) not in (RandomSampler, SequentialSampler) else data.batch_sampler
-        raise ValueError(f"the DataLoader's {type(own).__name__}: gradcode draws each partition's batches itself"
-                         " (every worker holding a partition computes on the same samples, drawn from the run's"
-                         " seed), so a sampler of one's own cannot be honoured; pass the Dataset")
+        return None, None
+    why = (" gradcode draws each partition's batches itself (every worker holding a partition computes on the same"
+           " samples, drawn from the run's seed), so a sampler of one's own cannot be honoured; pass the Dataset")
+    if data.batch_sampler is not None and data.batch_size is None:  # DataLoader(batch_sampler=...)
+        own = data.batch_sampler
+        size = getattr(own, "batch_size", None)
+        raise ValueError(f"the DataLoader's batch_sampler, a {type(own).__name__}"
+                         f"{'' if size is None else f' of batch_size={size}'}:{why} in"
+                         f" DataLoader(dataset, batch_size={size or 'B'}) or with TorchConfig.batch_size")
+    if data.batch_size is None:
+        raise ValueError("DataLoader(batch_size=None) does not batch (each item is used as a batch); gradcode"
+                         " batches the samples itself, so give the DataLoader a batch_size (or leave it out and"
+                         " set TorchConfig.batch_size), with a Dataset whose items are single (input, target)"
+                         " pairs")
+    sampler = data.sampler
+    if type(sampler) not in (RandomSampler, SequentialSampler) or (
+            isinstance(sampler, RandomSampler) and (sampler.replacement or sampler._num_samples is not None)):
+        raise ValueError(f"the DataLoader's {type(sampler).__name__}:{why}")
     unused = []
-    if isinstance(data.sampler, SequentialSampler):
-        unused.append("shuffle=False (each partition's samples are shuffled every epoch with the run's seed)")
-    if not data.drop_last:
-        unused.append("drop_last=False (an epoch of a partition is whole batches; its remainder waits for the next)")
-    if data.num_workers:
-        unused.append(f"num_workers={data.num_workers} (each gradcode worker reads its own samples, in its"
-                      " process)")
-    if data.pin_memory:
-        unused.append("pin_memory=True")
+    if data.generator is not None:
+        unused.append("generator (each partition's samples are shuffled from the run's seed, TrainSpec.seed)")
+    if data.prefetch_factor not in (None, 2):
+        unused.append(f"prefetch_factor={data.prefetch_factor} (a worker reads the batch in hand, split over"
+                      " num_workers)")
+    if not getattr(data, "in_order", True):
+        unused.append("in_order=False (a batch's items keep the training order, as every copy of the partition"
+                      " must)")
+    if data.pin_memory_device:
+        unused.append(f"pin_memory_device={data.pin_memory_device!r} (a batch is pinned for the run's device)")
     if unused:
         warnings.warn("DataLoader options gradcode does not use: " + "; ".join(unused), UserWarning, stacklevel=4)
-    return None if data.collate_fn is default_collate else data.collate_fn
+    collate = None if data.collate_fn is default_collate else data.collate_fn
+    return collate, LoaderOptions.of(data)
 
 
 def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
@@ -298,7 +337,7 @@ def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
                      batch_size=data.batch_size, sizes=sizes, seed=spec.seed,
                      wire_dtype=tconf.wire_dtype, eval_samples=data.eval_samples,
                      metrics=tconf.metrics, models=spec.models, device=device, source=data.source,
-                     collate=data.collate)
+                     collate=data.collate, loader=data.loader)
     tspec = TorchSpec(model=factories[0], **spec_args)
     _probe(tspec)
     return tspec, [TorchSpec(model=f, **spec_args) for f in factories]
