@@ -240,12 +240,12 @@ def per_step_against(ref: str, repeats: int, hogs: int = 0) -> None:
 def startup_phases() -> dict:
     """Seconds from a ``fit`` call (small CNN, CRC s = 1, n = 4, embedded cluster) to: Ray up,
     the workers up (their processes started, imports done, data built), the end of round 0."""
-    from gradcode.runtime import RunConfig, TrainSpec, engine
+    from gradcode.runtime import RunConfig, TrainSpec, cluster, engine
     from gradcode.torch import SmallCNN, TorchConfig, digits, fit
 
     (X, y), _ = digits(seed=0)
     marks = {}
-    init_ray, spawn = engine.init_ray, engine.RayEngine.spawn
+    init_ray, spawn = cluster.init_ray, engine.RayEngine.spawn
 
     def timed_init(**kw):
         out = init_ray(**kw)
@@ -257,7 +257,7 @@ def startup_phases() -> dict:
         marks["workers"] = time.perf_counter()
         return out
 
-    engine.init_ray, engine.RayEngine.spawn = timed_init, timed_spawn
+    cluster.init_ray, engine.RayEngine.spawn = timed_init, timed_spawn
     t0 = time.perf_counter()
     fit(lambda: SmallCNN((1, 8, 8), 10), (X, y), TrainSpec("crc", workers=N_WORKERS, stragglers=1, seed=0),
         torch_config=TorchConfig(batch_size=BATCH), run=RunConfig(rounds=1, eval_every=0),

@@ -1,4 +1,6 @@
-"""Shared fixtures. ``ray_session``: one Ray session (2 CPUs, embedded) for every runtime test.
+"""Shared fixtures. ``ray_session``: one Ray session (2 CPUs, embedded) for every runtime test:
+the process's embedded cluster, as a user's first run starts it, so the tests' runs share its
+idle workers as a user's runs in one process do.
 
 Tests that start Ray (the ``test_runtime*`` modules, and any test using ``ray_session``) are
 marked ``ray``: ``pytest -m "not ray"`` runs everything else in well under a minute."""
@@ -24,14 +26,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def ray_session():
     ray = pytest.importorskip("ray")
-    from gradcode.runtime.cluster import init_ray
+    from gradcode.errors import GradcodeError
+    from gradcode.runtime import cluster
 
-    import shutil
-
-    temp_dir = None
-    if not ray.is_initialized():
-        temp_dir = init_ray(num_cpus=2)
+    if not ray.is_initialized() or "embedded" in cluster.session:
+        cluster.local_cluster(num_cpus=2)
     yield ray
-    if temp_dir is not None:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        cluster.shutdown()
+    except GradcodeError:  # an engine a test did not shut down: the exit hook stops the cluster
+        pass

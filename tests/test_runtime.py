@@ -353,16 +353,87 @@ def test_the_embedded_clusters_workers_run_at_the_drivers_priority(ray_session):
 
 
 def test_ignored_engine_options_are_warned_about(ray_session, monkeypatch):
+    """Settings the embedded cluster cannot take while another run uses it are ignored, with a
+    warning; its shutdown is refused meanwhile."""
+    from gradcode.errors import GradcodeError
     from gradcode.runtime import cluster
     from gradcode.runtime.engine import RayEngine
 
-    with pytest.warns(cluster.IgnoredOptionWarning, match=r"num_cpus=3 ignored: Ray is already running"):
-        RayEngine(num_cpus=3)
+    user = RayEngine()
+    try:
+        with pytest.warns(cluster.IgnoredOptionWarning, match=r"num_cpus=3 ignored: this process's embedded Ray"
+                                                              r" cluster, with 2 CPUs, is in use by another run"):
+            RayEngine(num_cpus=3).shutdown()
+        with pytest.warns(cluster.IgnoredOptionWarning, match=r"address='auto' ignored: Ray is already running"):
+            joined = RayEngine(address="auto")
+        assert joined.connection == "running" and ray_session.is_initialized()
+        joined.shutdown()
+        with pytest.raises(GradcodeError, match="a run still uses Ray"):
+            cluster.shutdown()
+    finally:
+        user.shutdown()
     seen = {}
     monkeypatch.setattr(cluster.ray, "init", lambda **kw: seen.update(kw))
     with pytest.warns(cluster.IgnoredOptionWarning, match=r"num_cpus=2 is ignored: joining the cluster at 'auto'"):
         cluster.init_ray(address="auto", num_cpus=2)
     assert seen["address"] == "auto" and "num_cpus" not in seen
+
+
+class _FakeRay:
+    """What :mod:`gradcode.runtime.cluster` asks of Ray, for a cluster that is not started."""
+
+    def __init__(self):
+        self.up, self.inits, self.shutdowns = True, [], 0
+
+    def is_initialized(self):
+        return self.up
+
+    def init(self, **kw):
+        self.up = True
+        self.inits.append(kw)
+
+    def shutdown(self):
+        self.up = False
+        self.shutdowns += 1
+
+    def cluster_resources(self):
+        return {"CPU": float(self.inits[-1]["num_cpus"] or 2) if self.inits else 2.0}
+
+    def get_runtime_context(self):
+        raise RuntimeError("no head node to look at")
+
+
+def test_the_embedded_cluster_is_kept_restarted_for_other_cpus_and_left_for_an_address(monkeypatch, tmp_path):
+    """The process's embedded cluster serves every later run that asks for no other CPUs; asked
+    for other CPUs while no run uses it, it is started again, saying why; a run that names an
+    address leaves it for that cluster (never stopping the cluster it joins: it only disconnects).
+    On a stand-in for Ray, so that nothing is started."""
+    from gradcode.runtime import cluster
+
+    fake = _FakeRay()
+    monkeypatch.setattr(cluster, "ray", fake)
+    monkeypatch.setattr(cluster, "session", {})
+    monkeypatch.setattr(cluster, "_users", __import__("weakref").WeakSet())
+    monkeypatch.setattr(cluster, "wait_for_address", lambda address, timeout: None)
+    monkeypatch.setattr(cluster.watchdog, "start", lambda temp_dir: None)
+    fake.up = False
+    try:
+        assert cluster.connect(num_cpus=2, run_dir=tmp_path / "a") == "embedded" and len(fake.inits) == 1
+        first = cluster.session["embedded"]["temp_dir"]
+        assert first.startswith("/tmp/gcray-") and os.path.isdir(first)  # not under the run's folder
+        assert cluster.connect(run_dir=tmp_path / "b") == "embedded" and cluster.connect(num_cpus=2) == "embedded"
+        assert len(fake.inits) == 1 and cluster.session["embedded"]["run_dir"] == str(tmp_path / "b")
+        with pytest.warns(cluster.ClusterRestartWarning, match="has 2 CPUs, so it is started again"):
+            assert cluster.connect(num_cpus=3) == "embedded"
+        assert len(fake.inits) == 2 and fake.inits[-1]["num_cpus"] == 3 and fake.shutdowns == 1
+        assert not os.path.exists(first)  # the first cluster's files went with it
+        assert cluster.connect("host:6379") == "joined" and "embedded" not in cluster.session
+        assert fake.inits[-1]["address"] == "host:6379" and fake.shutdowns == 2
+        cluster.disconnect(None, "joined")
+        assert fake.shutdowns == 3 and not fake.up  # left: ray.shutdown() ends this process's session only
+    finally:
+        if "embedded" in cluster.session:
+            cluster.retire_temp_dir(cluster.session["embedded"]["temp_dir"], None)
 
 
 def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_session, tmp_path):
@@ -517,27 +588,36 @@ def test_a_worker_exception_stops_the_run_with_its_message(ray_session, tmp_path
         run(tmp_path, scheme=AsksForWrongPartition(4), rounds=2)
 
 
-def test_an_engine_that_starts_ray_leaves_nothing_in_tmp(tmp_path):
-    """A run dir too long for Ray's socket paths makes Ray use /tmp/gcray-*: the engine that
-    started Ray removes that folder at shutdown and keeps its logs under run_dir/ray/logs. (In a
-    subprocess: this test session's Ray is already running.)"""
+def test_the_embedded_cluster_outlives_its_run_and_leaves_nothing_in_tmp_at_exit(tmp_path):
+    """The embedded cluster a run starts keeps Ray's files in /tmp/gcray-* and stays up after the
+    run for the next engine, which starts no Ray; at the interpreter's exit the folder is removed
+    and Ray's logs are kept under the latest run's run_dir/ray/logs. (In a subprocess: this test
+    session's Ray is already running.)"""
     import subprocess
     import sys
 
-    run_dir = tmp_path / ("long-run-directory-name-" * 3)
+    first, latest = tmp_path / ("long-run-directory-name-" * 3), tmp_path / "b"
+    latest.mkdir()  # as train() makes it before it starts Ray
     script = (
-        "import os, sys\n"
+        "import os, ray\n"
+        "from gradcode.runtime import cluster\n"
         "from gradcode.runtime.engine import RayEngine\n"
-        f"e = RayEngine(num_cpus=1, run_dir={str(run_dir)!r})\n"
+        f"e = RayEngine(num_cpus=1, run_dir={str(first)!r})\n"
         "d = e.temp_dir\n"
         "assert d.startswith('/tmp/gcray-') and os.path.isdir(d), d\n"
         "e.shutdown()\n"
-        "print(os.path.exists(d))\n"
+        "assert ray.is_initialized() and os.path.isdir(d)\n"
+        "starts = []\n"
+        "cluster.init_ray = lambda **kw: starts.append(kw)\n"
+        f"again = RayEngine(run_dir={str(latest)!r})\n"
+        "assert again.connection == 'embedded' and again.temp_dir == d and starts == []\n"
+        "again.shutdown()\n"
+        "print(d)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False"
-    assert any((run_dir / "ray" / "logs").iterdir())
+    assert not os.path.exists(out.stdout.strip().splitlines()[-1])
+    assert any((latest / "ray" / "logs").iterdir())
 
 
 class _DiesOnce:

@@ -222,6 +222,55 @@ def test_workers_on_ray(digits, ray_session, tmp_path):
     assert torch.allclose(flat(net), flat(fitted.model), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.ray
+def test_a_second_workers_block_reuses_the_cluster_and_workers_and_trains_as_on_new_ones(digits, ray_session,
+                                                                                         tmp_path, monkeypatch):
+    """Two ``with Workers(...)`` blocks in one process: the second starts no Ray (the embedded
+    cluster the first ran on is kept) and creates no worker process (it takes the idle ones,
+    reset with its own data), yet reaches bit for bit the weights of the same loop on workers
+    created for it (a restart limit keeps a run out of the pool): nothing of the first run's
+    model, data, channels or tokens carries over, though the first loop stopped with an error
+    after its first round, its straggler's 2 s delay not slept out."""
+    from gradcode.runtime import FaultConfig, cluster
+
+    starts = []
+    monkeypatch.setattr(cluster, "init_ray", lambda **kw: starts.append(kw))
+
+    def idle() -> set:  # the processes of the workers runs have left to the next
+        return {ray_session.get(a.ping.remote()) for actors in cluster.session["pool"].values() for a, _ in actors}
+
+    def loop(name, spec, data, faults=None, stop=None):
+        torch.manual_seed(7)
+        net = LNBNNet()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+        with gt.Workers(net, data, spec, torch_config=gt.TorchConfig(batch_size=48), faults=faults,
+                        run=RunConfig(rounds=3, run_dir=tmp_path / name)) as workers:
+            engine = workers._session.engine
+            pids = engine.pids()
+            for r in range(3):
+                if r == stop:  # the loop's own error, between two rounds
+                    raise KeyError(pids)
+                opt.zero_grad()
+                workers.backward()
+                opt.step()
+        assert engine.connection == "embedded"
+        return flat(net), pids
+
+    spec = TrainSpec("crc", workers=4, stragglers=1, delay=0.05, seed=3)
+    with pytest.raises(KeyError) as stopped:
+        loop("first", TrainSpec("crc", workers=4, stragglers=1, delay=2.0, seed=11),
+             (digits[0][:240].flip(0), digits[1][:240].flip(0)), stop=1)
+    first = stopped.value.args[0]
+    left = idle()
+    assert set(first) <= left  # the first block left its workers to the next
+    reused, second = loop("second", spec, digits)
+    assert set(second) <= left and len(set(second)) == 4  # no process started
+    fresh, third = loop("fresh", spec, digits, faults=FaultConfig(max_restarts=3))
+    assert not set(third) & left
+    assert starts == []
+    assert torch.equal(reused, fresh)
+
+
 # ------------------------------------------------------------------------ stopping and resuming
 
 

@@ -9,6 +9,8 @@ made of: :mod:`gradcode.runtime.setup`; a run in progress: :mod:`gradcode.runtim
 Ray) or :class:`InProcessEngine` (:mod:`gradcode.runtime.inprocess`: the same workers in this
 process on a virtual clock, for tests), both running the generic worker
 (:mod:`gradcode.runtime.worker`). Records and checkpoints: :mod:`gradcode.runtime.records`.
+The embedded Ray cluster a run starts stays up, with its idle workers, for the process's next
+runs; :func:`shutdown` stops it before the interpreter exits (:mod:`gradcode.runtime.cluster`).
 Importing this package does not import Ray.
 """
 
@@ -19,6 +21,7 @@ from gradcode._lazy import lazy_names
 #: driver, the codes and numba
 _HOMES = {
     "Engine": ".base", "Event": ".base",
+    "shutdown": ".cluster",
     "ClusterConfig": ".config", "FaultConfig": ".config", "RunConfig": ".config", "TrainSpec": ".config",
     "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
     "TrainingStopped": ".driver",

@@ -94,7 +94,10 @@ class WorkerActor:
     # ------------------------------------------------------------ the collective path
     def join_replica(self, replica, store) -> int:
         """Hold ``replica`` (the run's models) and reach the run's store at ``store`` (host, port,
-        timeout) for the reductions' groups."""
+        timeout) for the reductions' groups. A worker an earlier run left (the embedded cluster's
+        pool) drops that run's groups first: its store is gone, and the new one may have been given
+        the same port while the driver numbers its groups from 0 again."""
+        self._groups = None
         return self.load_replica(replica, store)
 
     def export_replica(self):

@@ -1,18 +1,30 @@
 """The Ray cluster a run uses: started here or joined, one session for several runs, Ray's files.
 
+:func:`connect` is how every run reaches Ray: this process's embedded local cluster
+(:func:`local_cluster`: started by the first run that needs it and kept, with its idle worker
+actors, for the runs after it until the interpreter exits or :func:`shutdown`), a cluster at an
+address (joined for the run, left at its end), or a Ray session the user started (used as it is).
 :func:`init_ray` starts an embedded local cluster or joins one at an address;
 :func:`ray_session` keeps one session (and its idle worker actors) for several runs;
 :func:`ray_temp_dir`, :func:`retire_temp_dir` and :func:`reap_dead_temp_dirs` keep Ray's files out
-of ``/tmp`` once a run ends, however it ends. The workers themselves are
+of ``/tmp`` once the cluster ends, however it ends. The workers themselves are
 :mod:`gradcode.runtime.engine`'s.
+
+Why the embedded cluster outlives a run: starting it, and a process for each worker, is most of
+what a ``with Workers(...)`` block costs before its first round on a small machine, many times
+what resetting idle workers with new data costs (BENCHMARKS.md, "A second block's start-up"); a
+user who trains, evaluates and trains again in one process (a notebook, a hyper-parameter loop)
+paid it at every block.
 
 Behaviour of Ray 2.60 measured on these machines and what is done about it:
 
 * Ray 2.60 turns token authentication on by default: a local cluster started here sets
-  ``RAY_AUTH_MODE=disabled`` unless the user set it; Ray's temp dir goes under the run's folder when
-  that path is short enough for Unix socket names (else a short ``/tmp/gcray-*``, removed at
-  shutdown after its logs are copied to ``run_dir/ray/logs``: :func:`retire_temp_dir`), the dashboard is
-  off, workers' logs are not forwarded to the driver, and Ray logs only errors (to stderr);
+  ``RAY_AUTH_MODE=disabled`` unless the user set it; Ray's temp dir is a short ``/tmp/gcray-*``
+  (Unix caps socket paths at 107 characters; :func:`init_ray` alone puts it under its ``run_dir``
+  when that is short enough), removed when the cluster stops, after its logs are copied to the
+  latest run's ``run_dir/ray/logs`` (:func:`retire_temp_dir`): the embedded cluster outlives the run
+  that started it, whose folder the user may delete meanwhile; the dashboard is off, workers' logs
+  are not forwarded to the driver, and Ray logs only errors (to stderr);
 * a driver killed with SIGKILL (or by the OOM killer) takes most of Ray's processes with it
   (measured: the embedded cluster's gcs_server, raylet and workers exit with it) but not Ray's
   dashboard and runtime-env agents, which a watchdog process then stops
@@ -28,6 +40,7 @@ Behaviour of Ray 2.60 measured on these machines and what is done about it:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import json
@@ -38,6 +51,7 @@ import socket
 import tempfile
 import time
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +60,9 @@ import ray
 import gradcode.runtime.watchdog as watchdog
 from gradcode.errors import GradcodeError
 
-__all__ = ["IgnoredOptionWarning", "init_ray", "ray_session", "ray_temp_dir", "reap_dead_temp_dirs",
-           "retire_temp_dir", "session", "wait_for_address", "warn_ignored"]
+__all__ = ["ClusterRestartWarning", "IgnoredOptionWarning", "connect", "disconnect", "in_use", "init_ray",
+           "local_cluster", "ray_session", "ray_temp_dir", "reap_dead_temp_dirs", "retire_temp_dir", "session",
+           "short_temp_dir", "shutdown", "wait_for_address", "warn_ignored"]
 
 try:
     import fcntl
@@ -72,6 +87,12 @@ def ray_temp_dir(run_dir: str | os.PathLike | None) -> str:
         if len(str(path)) <= _MAX_TEMP_DIR:
             path.mkdir(parents=True, exist_ok=True)
             return str(path)
+    return short_temp_dir(run_dir)
+
+
+def short_temp_dir(run_dir: str | os.PathLike | None = None) -> str:
+    """A new ``/tmp/gcray-*`` folder for Ray's files, claimed by this process for ``run_dir``
+    (whose ``ray/logs`` get its logs should this process die without removing it)."""
     path = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=_TEMP_ROOT)
     _claim(path, run_dir)
     return path
@@ -90,6 +111,18 @@ def _claim(path: str, run_dir) -> None:
     os.write(fd, json.dumps(info).encode())
     os.replace(owner + ".new", owner)
     _claims[path] = fd
+
+
+def _reclaim(path: str, run_dir) -> None:
+    """Name ``run_dir`` in the owner file of ``path`` (claimed by this process), rewritten in
+    place through the descriptor holding its lock: a later run's logs go to that run's folder."""
+    fd = _claims.get(str(path))
+    if fd is None:
+        return
+    info = {"pid": os.getpid(), "run_dir": None if run_dir is None else str(Path(run_dir).resolve())}
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
 
 
 def _release(path) -> None:
@@ -169,10 +202,10 @@ def retire_temp_dir(temp_dir: str | os.PathLike, run_dir: str | os.PathLike | No
 
 
 def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir=None,
-             start_timeout: float = 120.0) -> str | None:
+             start_timeout: float = 120.0, temp_dir: str | None = None) -> str | None:
     """Start (``address=None``: an embedded local cluster) or join (``address``) Ray, quietly.
-    Returns the temp dir of a local cluster (None when joining). Used by :class:`~gradcode.runtime.engine.RayEngine` and
-    by the test suite's session fixture.
+    Returns the temp dir of a local cluster (None when joining): ``temp_dir`` when given (a folder
+    of :func:`short_temp_dir`), else :func:`ray_temp_dir` of ``run_dir``. Used by :func:`connect`.
 
     A local start runs the workers at the driver's priority (Ray's default lowers them to niceness
     15; on a cluster started by hand, ``RAY_worker_niceness=0 ray start ...`` does the same) and
@@ -185,11 +218,10 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
         logging_level=logging.ERROR,
         configure_logging=True,
     )
-    temp_dir = None
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         reap_dead_temp_dirs()
-        temp_dir = ray_temp_dir(run_dir)
+        temp_dir = temp_dir if temp_dir is not None else ray_temp_dir(run_dir)
         # Ray runs its worker processes at niceness 15 (below the driver): they do the training's
         # compute, and beside any other load the scheduler's weights owe them ~3 % of a core each
         # (measured: fit's start-up took 70 s instead of 13 beside two busy loops); an embedded
@@ -199,6 +231,7 @@ def init_ray(*, address: str | None = None, num_cpus: int | None = None, run_dir
         if num_cpus is not None:
             warn_ignored(f"num_cpus={num_cpus} is ignored: joining the cluster at {address!r}, whose nodes"
                           " have their own CPUs")
+        temp_dir = None
         wait_for_address(address, start_timeout)
         kwargs.update(address=address)
     try:
@@ -264,40 +297,213 @@ def wait_for_address(address: str, timeout: float) -> None:
     )
 
 
-#: what :func:`ray_session` shares while it lasts: ``cluster`` (the settings it started Ray with,
-#: None when it joined a running session) and ``pool`` (idle worker actors and the data generation
-#: each holds, by ``(worker_cpus, worker_gpus)``; only actors restarted without limit); empty outside a session
+#: what this process shares between runs: ``embedded`` (this process's embedded cluster, while it
+#: runs: its temp dir, its CPUs and the latest run dir it served), ``cluster`` (the settings a
+#: :func:`ray_session` joined a cluster with; None otherwise), ``pool`` (idle worker actors and the
+#: data generation each holds, by ``(interruptible, worker_cpus, worker_gpus)``; only actors
+#: restarted without limit; there while the embedded cluster runs or a :func:`ray_session` lasts)
+#: and ``block`` (a :func:`ray_session` is open)
 session: dict = {}
+
+#: the engines using Ray now (connected and not yet disconnected): the embedded cluster is neither
+#: restarted nor stopped under them
+_users: weakref.WeakSet = weakref.WeakSet()
+_exit_hook = False  # whether _at_exit is registered
+
+
+class ClusterRestartWarning(RuntimeWarning):
+    """This process's embedded Ray cluster was stopped and started again: a run asked for another
+    number of CPUs than it has, or its head node was gone. Its idle workers ended with it, and the
+    start costs what a first run's does (seconds)."""
+
+
+def in_use() -> bool:
+    """Whether a run uses Ray now (an engine between :func:`connect` and :func:`disconnect`: an
+    open ``Workers`` block, a ``fit`` or ``train`` in progress) or a :func:`ray_session` is open."""
+    return bool(session.get("block")) or len(_users) > 0
+
+
+def connect(address: str | None = None, num_cpus: int | None = None, *, run_dir=None, start_timeout: float = 120.0,
+            user=None, quiet: bool = False) -> str:
+    """Reach Ray for a run; ``user`` (its engine) counts as using it until :func:`disconnect`.
+    Returns how: ``"embedded"``, this process's embedded cluster (:func:`local_cluster`: started
+    now, or the one earlier runs left), when ``address`` is None and no other Ray session runs here;
+    ``"joined"``, the cluster at ``address`` joined now (an embedded cluster no run uses is stopped
+    first), which :func:`disconnect` leaves, never stops; ``"running"``, a Ray session started
+    otherwise (yours, a :func:`ray_session`'s, or the embedded cluster while another run uses it
+    and this one names an address), used as it is, with an :class:`IgnoredOptionWarning` naming the
+    settings it then ignores (none with ``quiet``)."""
+    _forget_lost()
+    if address is None and (not ray.is_initialized() or "embedded" in session):
+        local_cluster(num_cpus, run_dir=run_dir, start_timeout=start_timeout)
+        kind = "embedded"
+    else:
+        if address is not None and "embedded" in session and not in_use():
+            _stop_embedded()
+        if not ray.is_initialized():
+            init_ray(address=address, num_cpus=num_cpus, start_timeout=start_timeout)
+            kind = "joined"
+        else:
+            kind = "running"
+            applied = session.get("cluster")  # settings a ray_session applied are not ignored
+            if not quiet and (applied is None or (applied.address, applied.num_cpus) != (address, num_cpus)):
+                ignored = [f"{k}={v!r}" for k, v in (("address", address), ("num_cpus", num_cpus)) if v is not None]
+                if ignored:
+                    warn_ignored(f"{' and '.join(ignored)} ignored: Ray is already running in this process"
+                                 " and its session is used")
+    if user is not None:
+        _users.add(user)
+    return kind
+
+
+def disconnect(user, kind: str) -> None:
+    """``user`` no longer uses Ray; a cluster it joined (``kind`` ``"joined"``) is left (Ray's
+    session in this process ends; the cluster itself runs on). The embedded cluster stays."""
+    if user is not None:
+        _users.discard(user)
+    if kind == "joined" and ray.is_initialized():
+        ray.shutdown()
+
+
+def local_cluster(num_cpus: int | None = None, *, run_dir=None, start_timeout: float = 120.0) -> bool:
+    """This process's embedded local cluster: started on first use (``num_cpus`` CPUs, Ray's files
+    in a :func:`short_temp_dir`) and kept, with the worker actors that runs leave in the pool, until
+    the interpreter exits (an ``atexit`` hook) or :func:`shutdown`. Returns True when the running
+    one serves. ``num_cpus`` None takes it as it is; a number of CPUs other than it has starts it
+    again, with a :class:`ClusterRestartWarning` saying why, unless a run uses it, in which case
+    it is kept and an :class:`IgnoredOptionWarning` says that ``num_cpus`` is ignored. ``run_dir``:
+    the run it now serves, whose ``ray/logs`` get Ray's logs when it stops."""
+    held = session.get("embedded")
+    if held is not None and num_cpus is not None and num_cpus != held["cpus"]:
+        if in_use():
+            warn_ignored(f"num_cpus={num_cpus} ignored: this process's embedded Ray cluster, with {held['cpus']:g}"
+                         " CPUs, is in use by another run")
+        else:
+            idle = sum(len(actors) for actors in session.get("pool", {}).values())
+            warnings.warn(f"num_cpus={num_cpus}: this process's embedded Ray cluster has {held['cpus']:g} CPUs, so it"
+                          f" is started again ({idle} idle workers end with it); ask for the same num_cpus, or"
+                          " none, to keep it", ClusterRestartWarning, stacklevel=4)
+            _stop_embedded()
+            held = None
+    if held is not None:
+        if run_dir is not None:
+            held["run_dir"] = str(run_dir)
+            _reclaim(held["temp_dir"], run_dir)
+        return True
+    temp_dir = short_temp_dir(run_dir)
+    init_ray(num_cpus=num_cpus, run_dir=run_dir, start_timeout=start_timeout, temp_dir=temp_dir)
+    cpus = float(ray.cluster_resources().get("CPU", 0.0))
+    session.update(embedded={"temp_dir": temp_dir, "cpus": cpus, "run_dir": None if run_dir is None else str(run_dir)},
+                   cluster=None, pool={})
+    global _exit_hook
+    if not _exit_hook:  # registered after Ray's own hook, so it runs before it
+        atexit.register(_at_exit)
+        _exit_hook = True
+    return False
+
+
+def _forget_lost() -> None:
+    """Forget an embedded cluster that is gone, removing its files, so that the next run starts
+    another: Ray shut down in this process (``ray.shutdown()`` called by the user), or its head node
+    not answering (killed, out of memory), which a :class:`ClusterRestartWarning` says."""
+    held = session.get("embedded")
+    if held is None or (ray.is_initialized() and _head_answers()):
+        return
+    if ray.is_initialized():
+        warnings.warn("this process's embedded Ray cluster is gone (its head node does not answer): another is"
+                      " started", ClusterRestartWarning, stacklevel=4)
+    _stop_embedded()
+
+
+def _head_answers() -> bool:
+    """Whether the head node (GCS) of this process's Ray session accepts a connection (True when
+    its address cannot be read: nothing to tell)."""
+    try:
+        host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+        target = (host.strip("[]"), int(port))
+    except Exception:
+        return True
+    try:
+        with socket.create_connection(target, timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
+def _stop_embedded() -> None:
+    """Stop this process's embedded cluster (its actors with it) and retire its temp dir, keeping
+    Ray's logs in the latest run's ``run_dir/ray/logs`` when that folder still exists."""
+    held = session.pop("embedded", None)
+    if held is None:
+        return
+    session.pop("pool", None)
+    session.pop("cluster", None)
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+    run_dir = held["run_dir"]
+    retire_temp_dir(held["temp_dir"], run_dir if run_dir is not None and os.path.isdir(run_dir) else None)
+
+
+def _at_exit() -> None:
+    with contextlib.suppress(Exception):
+        _stop_embedded()
+
+
+def shutdown() -> None:
+    """Stop this process's embedded Ray cluster now rather than when the interpreter exits: its
+    idle workers end, its logs go to the latest run's ``run_dir/ray/logs``, its ``/tmp/gcray-*``
+    folder is removed, and the next run starts another. In a Ray session gradcode did not start
+    (yours, or a cluster a :func:`ray_session` joined) only the idle workers gradcode keeps there
+    end. Refused (:class:`GradcodeError`) while a run uses Ray (:func:`in_use`); nothing happens
+    when nothing runs."""
+    if in_use():
+        raise GradcodeError("gradcode.runtime.shutdown(): a run still uses Ray (an open Workers block, a fit or train"
+                            " in progress, or a ray_session); call it once they have ended")
+    if "embedded" in session:
+        _stop_embedded()
+        return
+    for actors in session.get("pool", {}).values():
+        for a, _ in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        actors.clear()
 
 
 @contextlib.contextmanager
 def ray_session(cluster=None, *, run_dir=None):
     """One Ray session for several runs (``gradcode train --scheme crc,frc,uncoded``): Ray starts
-    (or joins ``cluster.address``) once, every :class:`~gradcode.runtime.engine.RayEngine` made inside uses it without
-    warning that its cluster settings are ignored, and it stops at the end, its logs kept under
-    ``run_dir/ray/logs``. Inside a Ray session that is already running (yours) it only shares the
-    workers; inside an outer ``ray_session`` it does nothing.
+    (or joins ``cluster.address``) once, every :class:`~gradcode.runtime.engine.RayEngine` made
+    inside uses it without warning that its cluster settings are ignored, and the runs share the
+    worker actors. Locally it is this process's embedded cluster (:func:`local_cluster`), which
+    the block keeps from being restarted and which, with its idle workers, outlives the block; a
+    joined cluster is left at the end, its idle workers ended. Inside a Ray session that is already
+    running (yours) it only shares the workers; inside an outer ``ray_session`` it does nothing.
 
-    The worker actors are shared too: an engine's :meth:`~gradcode.runtime.engine.RayEngine.shutdown` leaves its live
-    actors to the next engine, which makes them its workers with
-    :meth:`AsyncWorker.reset <gradcode.runtime.actors.AsyncWorker.reset>` (a
-    rebuilt core, ~ms) instead of starting processes (~0.5 s each, measured on 2 cores). Ray
-    restarts a dead actor with its *first* constructor arguments, so every task names the data
-    generation it needs and a worker that holds another refuses it (a lost task); the engine
-    resets a reused worker after any lost task before it gives it work. Only actors restarted
-    without limit (``max_restarts=-1``) are shared: Ray counts restarts over an actor's life."""
+    The worker actors are shared: an engine's :meth:`~gradcode.runtime.engine.RayEngine.shutdown`
+    leaves its live actors to the next engine, which makes them its workers with
+    :meth:`AsyncWorker.reset <gradcode.runtime.actors.AsyncWorker.reset>` (a rebuilt core, ~ms)
+    instead of starting processes (~0.5 s each, measured on 2 cores). Ray restarts a dead actor
+    with its *first* constructor arguments, so every task names the data generation it needs and a
+    worker that holds another refuses it (a lost task); the engine resets a reused worker after any
+    lost task before it gives it work. Only actors restarted without limit (``max_restarts=-1``)
+    are shared: Ray counts restarts over an actor's life."""
     from gradcode.runtime.config import ClusterConfig
 
     cluster = cluster if cluster is not None else ClusterConfig()
-    if "pool" in session:  # an outer ray_session
+    if session.get("block"):  # an outer ray_session
         yield
         return
-    owned = not ray.is_initialized()
-    temp_dir = None
-    if owned:
-        temp_dir = init_ray(address=cluster.address, num_cpus=cluster.num_cpus, run_dir=run_dir,
-                            start_timeout=cluster.start_timeout)
-    session.update(cluster=cluster if owned else None, pool={})
+    kind = connect(cluster.address, cluster.num_cpus, run_dir=run_dir, start_timeout=cluster.start_timeout,
+                   quiet=True)
+    if "embedded" in session:  # this process's cluster: its pool outlives the block
+        session["block"] = True
+        try:
+            yield
+        finally:
+            session.pop("block", None)
+        return
+    session.update(cluster=cluster if kind == "joined" else None, pool={}, block=True)
     try:
         yield
     finally:
@@ -306,7 +512,5 @@ def ray_session(cluster=None, *, run_dir=None):
                 with contextlib.suppress(Exception):
                     ray.kill(a, no_restart=True)
         session.clear()
-        if owned:
+        if kind == "joined" and ray.is_initialized():
             ray.shutdown()
-            if temp_dir is not None:
-                retire_temp_dir(temp_dir, run_dir)

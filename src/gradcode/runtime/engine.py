@@ -60,7 +60,7 @@ from gradcode.errors import GradcodeError
 from gradcode.runtime.actors import AsyncWorker, PlainWorker, StaleWorkerError, stale
 from gradcode.runtime.base import Engine, Event
 from gradcode.runtime.channel import WorkerTaskError
-from gradcode.runtime.cluster import init_ray, retire_temp_dir, session, warn_ignored
+from gradcode.runtime.cluster import connect, disconnect, session
 from gradcode.runtime.replica import StaleReplicaError
 from gradcode.runtime.transports import load_transport
 from gradcode.runtime.transports.channels import ChannelWarning
@@ -82,6 +82,16 @@ def lost(exc) -> bool:
     return not (isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc, ray.exceptions.RayActorError))
 
 
+def _end_reserving(pool: dict, keep) -> None:
+    """End the idle workers in ``pool`` of another kind than ``keep`` that reserve CPUs or GPUs:
+    the new workers about to be created may need them (Ray would not place them while idle actors
+    hold the cluster's cores). Idle workers that reserve nothing stay for a later run of their kind."""
+    for key in [k for k in pool if k != keep and (k[1] > 0 or k[2] > 0)]:
+        for actor, _ in pool.pop(key):
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+
+
 class SharedCoresWarning(RuntimeWarning):
     """More workers than the cluster has CPUs, none reserving a core: they share cores, so round
     times include that contention (a coded scheme can then look slower than uncoded)."""
@@ -90,10 +100,12 @@ class SharedCoresWarning(RuntimeWarning):
 class RayEngine(Engine):
     """Ray actors as gradcode workers.
 
-    ``address=None`` uses the Ray session already initialised in this process, or starts an
-    embedded local cluster (``num_cpus`` cores, temp dir from :func:`ray_temp_dir`) and stops it in
-    :meth:`shutdown`; ``address="auto"`` or ``"host:port"`` joins an existing cluster (raising
-    :class:`GradcodeError` when nothing answers there within ``start_timeout`` seconds).
+    ``address=None`` uses this process's embedded local cluster (``num_cpus`` cores), started by
+    the first engine that needs it and kept for the next ones with the workers they leave
+    (:func:`~gradcode.runtime.cluster.local_cluster`), or a Ray session you started yourself;
+    ``address="auto"`` or ``"host:port"`` joins an existing cluster for this engine's run (raising
+    :class:`GradcodeError` when nothing answers there within ``start_timeout`` seconds) and leaves
+    it in :meth:`shutdown` (:func:`~gradcode.runtime.cluster.connect`).
     ``worker_cpus``: CPUs each worker actor reserves (0: none, and a :class:`SharedCoresWarning`
     when the workers outnumber the cluster's CPUs). ``worker_gpus``: GPUs each reserves (None: as
     :class:`~gradcode.runtime.config.ClusterConfig` says, by the problem's ``device``).
@@ -123,19 +135,12 @@ class RayEngine(Engine):
         self.address = address
         self.worker_cpus = float(worker_cpus)
         self.worker_gpus = worker_gpus
-        self._owned = False
-        self.temp_dir = None
         self.run_dir = run_dir
-        if not ray.is_initialized():
-            self.temp_dir = init_ray(address=address, num_cpus=num_cpus, run_dir=run_dir,
-                                     start_timeout=start_timeout)
-            self._owned = True
-        elif session.get("cluster") is None or (session["cluster"].address, session["cluster"].num_cpus) != (
-                address, num_cpus):  # settings that ray_session applied are not ignored
-            ignored = [f"{k}={v!r}" for k, v in (("address", address), ("num_cpus", num_cpus)) if v is not None]
-            if ignored:
-                warn_ignored(f"{' and '.join(ignored)} ignored: Ray is already running in this process"
-                              " and its session is used")
+        #: how this engine reached Ray (:func:`~gradcode.runtime.cluster.connect`): "embedded", "joined", "running"
+        self.connection = connect(address, num_cpus, run_dir=run_dir, start_timeout=start_timeout, user=self)
+        self._connected = True
+        #: the embedded cluster's temp dir (None on another cluster); it outlives the engine
+        self.temp_dir = session["embedded"]["temp_dir"] if self.connection == "embedded" else None
         #: the worker actors, by worker id
         self.actors: list[Any] = []
         #: worker -> (round, reference, streaming) of the task it runs; the reference is None for a
@@ -191,6 +196,8 @@ class RayEngine(Engine):
         reused = pool[: len(specs)]
         for entry in pool[len(specs):]:  # more than this run needs: kept for the next one
             session["pool"].setdefault(self._pool_key, []).append(entry)
+        if len(reused) < len(specs):
+            _end_reserving(session.get("pool", {}), keep=self._pool_key)
         self._specs = [tuple(x) for x in specs]
         self._stale = set()
         self.actors = [a for a, _ in reused] + [cls.remote(worker_threads(self.worker_cpus))
@@ -482,10 +489,11 @@ class RayEngine(Engine):
             return f"the Ray cluster{where} is gone: its head node (GCS {gcs}) does not answer ({exc})"
 
     def shutdown(self) -> None:
-        """Kill the workers; stop Ray if this engine started it (then its temp dir is retired:
-        logs kept under ``run_dir/ray/logs``, a ``/tmp/gcray-*`` folder removed). Inside a
-        :func:`~gradcode.runtime.cluster.ray_session` the workers not killed are left to the
-        session's next engine."""
+        """End this engine's part: on the embedded cluster or inside a
+        :func:`~gradcode.runtime.cluster.ray_session` its workers not killed are left to the next
+        engine (their sleeping tasks aborted), and the cluster stays up for it; otherwise the
+        workers are killed, and a cluster this engine joined is left
+        (:func:`~gradcode.runtime.cluster.disconnect`)."""
         pool = session.get("pool") if self._pool_key is not None else None
         for w, a in enumerate(self.actors):
             if pool is not None and w not in self.killed:
@@ -503,9 +511,6 @@ class RayEngine(Engine):
         self.actors = []
         self.running = {}
         self.pending_events = []
-        if self._owned and ray.is_initialized():
-            ray.shutdown()
-            self._owned = False
-            if self.temp_dir is not None:
-                retire_temp_dir(self.temp_dir, self.run_dir)
-                self.temp_dir = None
+        if self._connected:
+            disconnect(self, self.connection)
+            self._connected = False
