@@ -219,6 +219,51 @@ def test_16_bit_messages_train_close_to_float32(digits, wire):
     assert low.result.config["data"]["wire_dtype"] == wire
 
 
+@pytest.mark.parametrize("cast", ["bfloat16", "float16"])
+def test_autocast_runs_the_workers_forward_in_16_bits_close_to_float32(digits, cast):
+    """TorchConfig(autocast=...) reaches the workers: the forward pass runs in the 16-bit type (the
+    weights differ from float32's by its rounding, not more), and the run's config records it."""
+    torch.manual_seed(4)
+    net = LNBNNet()
+    kw = dict(scheme="crc", workers=4, stragglers=1, optimizer="sgd", optimizer_params={"lr": 0.2}, rounds=6)
+    f32 = fit(net, digits[0], **kw)
+    low = fit(net, digits[0], autocast=cast, **kw)
+    assert not torch.equal(flat(low.model), flat(f32.model))  # it did run in 16 bits
+    drift = float((flat(low.model) - flat(f32.model)).norm() / flat(f32.model).norm())
+    assert drift < 5e-2, drift  # a few rounds of 16-bit forward passes: percent-level drift, no divergence
+    assert low.result.config["data"]["autocast"] == cast and "autocast" not in f32.result.config["data"]
+    with pytest.raises(ValueError, match="autocast"):
+        gt.TorchConfig(autocast="float8")
+
+
+def test_float16_loss_scaling_overflows_are_run_again_at_a_smaller_scale(digits, monkeypatch):
+    """float16 autocast scales each worker's loss as GradScaler does: started far too high, every
+    backward pass overflows, is run again at half the scale from the same buffers and seed, and the
+    run trains exactly as one started at a scale that never overflows; the scale grows back after
+    clean passes (GROWTH_INTERVAL)."""
+    from gradcode.torch.problem import TorchWorkerProblem
+
+    torch.manual_seed(5)
+    net = LNBNNet()
+    kw = dict(scheme="frc", workers=4, stragglers=1, optimizer="sgd", optimizer_params={"lr": 0.2}, rounds=5,
+              autocast="float16")
+    monkeypatch.setattr(TorchWorkerProblem, "INITIAL_SCALE", 2.0**8)
+    calm = fit(net, digits[0], **kw)
+    seen = []
+    real = TorchWorkerProblem._scaled
+
+    def counting(self, *, clean):
+        seen.append(clean)
+        return real(self, clean=clean)
+
+    monkeypatch.setattr(TorchWorkerProblem, "_scaled", counting)
+    monkeypatch.setattr(TorchWorkerProblem, "INITIAL_SCALE", 2.0**40)
+    monkeypatch.setattr(TorchWorkerProblem, "GROWTH_INTERVAL", 3)
+    wild = fit(net, digits[0], **kw)
+    assert seen.count(False) >= 4 and seen.count(True) >= 4  # overflows halved it; clean passes counted
+    assert torch.allclose(flat(wild.model), flat(calm.model), rtol=1e-6, atol=1e-7)
+
+
 def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):
     """AGC's coefficients (L = 16) amplify float32 rounding past 1e-3 in the worst case: refused by
     default, trained when the user accepts the looser bound (and then close to float64). (With

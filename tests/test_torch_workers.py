@@ -709,3 +709,36 @@ def test_nan_results_of_some_partitions_stop_the_run_at_once_naming_the_workers(
                faults=gradcode.runtime.FaultConfig(round_timeout=1000),
                run=RunConfig(rounds=2, eval_every=0, run_dir=tmp_path))
     assert not isinstance(info.value, RoundTimeoutError) and "inputs or targets holding NaN" in str(info.value)
+
+
+def test_mixed_precision_in_an_own_loop_and_a_grad_scaler_refused(digits, tmp_path):
+    """The own-loop recipe for mixed precision: TorchConfig(autocast="float16") makes every worker's
+    forward pass float16 with its own loss scaling, and the loop steps the unscaled gradients with
+    its optimizer as for float32 (the weights follow fit's with the same settings). A GradScaler
+    stepping the Workers' model would divide those gradients by its scale without a word: it is
+    refused, naming the recipe; a GradScaler of another model is untouched."""
+    torch.manual_seed(1)
+    net, start = LNBNNet(), LNBNNet()
+    start.load_state_dict(net.state_dict())
+    conf = dict(batch_size=48, autocast="float16")
+    fitted = gt.fit(net, digits, SPEC, engine="inprocess",
+                    run=RunConfig(rounds=3, eval_every=0, run_dir=tmp_path / "f"),
+                    torch_config=gt.TorchConfig(optimizer=torch.optim.SGD, optimizer_params={"lr": 0.3}, **conf))
+    opt = torch.optim.SGD(start.parameters(), lr=0.3)
+    with gt.Workers(start, digits, SPEC, torch_config=gt.TorchConfig(**conf), engine="inprocess",
+                    run=RunConfig(rounds=4, run_dir=tmp_path / "loop")) as workers:
+        for _ in range(3):
+            opt.zero_grad()
+            workers.backward()
+            opt.step()
+        assert torch.allclose(flat(start), flat(fitted.model), rtol=1e-5, atol=1e-6)
+        scaler = torch.amp.GradScaler("cpu")
+        opt.zero_grad()
+        scaler.scale(torch.tensor(workers.backward()))
+        with pytest.raises(GradcodeError, match="unscaled already"):
+            scaler.step(opt)
+        other = nn.Linear(2, 1)
+        other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(other(torch.ones(1, 2)).sum()).backward()
+        scaler.step(other_opt)  # not a Workers' model: GradScaler as usual

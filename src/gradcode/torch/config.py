@@ -13,7 +13,10 @@ from gradcode._options import described
 from gradcode._validation import check_choice, check_int, check_real
 from gradcode.codes.precision import WIRE_DTYPES
 
-__all__ = ["WIRE_DTYPES", "TorchConfig", "batch_size_given"]
+#: what a worker's forward pass may run in under torch.autocast
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+
+__all__ = ["AUTOCAST_DTYPES", "WIRE_DTYPES", "TorchConfig", "batch_size_given"]
 
 
 class _DefaultBatch(int):
@@ -52,6 +55,16 @@ class TorchConfig:
     refused, naming both (:func:`batch_size_given`).
     ``epochs``: the run's length when ``RunConfig.rounds`` is None (default one epoch of
     ``N / batch_size`` jobs per model).
+
+    ``autocast``: ``"bfloat16"`` or ``"float16"`` runs each worker's forward pass (model and loss)
+    under :func:`torch.autocast` in that type, the parameters and their gradients staying float32
+    (None: float32 throughout). With float16 each worker scales its loss as
+    :class:`torch.amp.GradScaler` does (from 2**16; halved after an overflow, doubled after 2000
+    clean backward passes) and unscales its gradients before encoding them: a backward pass that
+    overflows is run again at the halved scale on the same samples and seed (its buffers put
+    back), so no step is skipped and every message is the unscaled gradient. Do not wrap an own
+    loop's :meth:`Workers.backward` in a ``GradScaler``: the gradients it sets are unscaled
+    already (``scaler.step`` would divide them by its scale).
 
     ``wire_dtype``: what messages cross the wire in: ``"float32"`` (default), ``"float64"``, or
     ``"float16"``/``"bfloat16"`` (half the bytes, as SGC App. L). The master decodes in float64 and
@@ -110,6 +123,8 @@ class TorchConfig:
                                           torch_only=True)
     decode_strict: bool = described(False, "Refuse every decode beyond --decode-rtol, and any whose bound is an"
                                            " estimate (messages without scales).", torch_only=True)
+    autocast: str | None = described(None, "Each worker's forward pass under torch.autocast: bfloat16 or float16"
+                                           " (float16 with loss scaling on the workers).", torch_only=True)
     eval_data: Any = described(None, "Held-out data.", cli=False)
     metrics: Mapping[str, Callable] | None = described(None, "Held-out metrics, name -> fn(output, target).",
                                                        cli=False)
@@ -133,6 +148,8 @@ class TorchConfig:
     def __post_init__(self):
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
         check_choice("wire_dtype", self.wire_dtype, WIRE_DTYPES)
+        if self.autocast is not None:
+            check_choice("autocast", self.autocast, AUTOCAST_DTYPES)
         if self.batch_size is not None and type(self.batch_size) is not _DefaultBatch:
             object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
         from gradcode.torch.loading import check_scheduler, loss_function, optimizer_class

@@ -37,6 +37,7 @@ copies agree exactly.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
@@ -176,6 +177,7 @@ class TorchSpec:
     source: Callable | None = None
     collate: Callable | None = None
     loader: Any = None
+    autocast: str | None = None
 
     def __post_init__(self):
         self.order = np.asarray(self.order, dtype=np.int64)
@@ -202,7 +204,7 @@ class TorchSpec:
                 "samples_per_job": self.samples_per_job, "loss": _name(self.loss),
                 "loss_reduction": self.loss_reduction, "wire_dtype": self.wire_dtype.name,
                 "eval_samples": None if self.eval_samples is None else length(self.eval_samples),
-                "device": self.device}
+                "device": self.device, **({"autocast": self.autocast} if self.autocast else {})}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -333,29 +335,77 @@ class TorchWorkerProblem:
             return X.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
         return X.to(self.device), y.to(self.device)
 
+    #: float16 autocast's loss scaling on the worker, as torch.amp.GradScaler's defaults: the first
+    #: scale, the clean backward passes after which it doubles, and the fewest before it gives up
+    INITIAL_SCALE, GROWTH_INTERVAL, MIN_SCALE = 2.0**16, 2000, 1.0
+
     def gradient(self, x: np.ndarray, batch: Batch) -> np.ndarray:
-        """``g_j`` of the module docstring, float32, for the samples of ``batch`` at ``x``."""
+        """``g_j`` of the module docstring, float32, for the samples of ``batch`` at ``x``; under
+        the spec's ``autocast`` the forward pass runs in that type, with float16's loss scaling
+        (:class:`~gradcode.torch.TorchConfig`): a backward pass whose scaled gradients overflow is
+        run again at half the scale, from the same buffers and seed."""
         module, layout = self.module, self.layout
         layout.load(module, x, params=self._loaded is not x)  # buffers always: a forward moved them
         self._loaded = x
         before = [b.detach().clone() for _, b in layout.buffers]
         X, y = self.read(batch)
         count = int(y.shape[0])
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_seed(self.spec.seed, 2, batch.job, batch.partition))
-            out = module(X)
-            loss = self.spec.loss(out, y)
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise TypeError(f"loss must return a scalar tensor, got {type(loss).__name__}"
-                                f"{'' if not isinstance(loss, torch.Tensor) else f' of shape {tuple(loss.shape)}'}")
-            total = loss.reshape(()) * count if self.spec.loss_reduction == "mean" else loss.reshape(())
-            grads = torch.autograd.grad(total, layout.params, allow_unused=True)
-        parts = [(g if g is not None else torch.zeros_like(p)).reshape(-1).float() for g, p in zip(grads, layout.params)]
+        while True:
+            scale = self._loss_scale()
+            total, grads = self._backward(module, layout, X, y, count, batch, scale)
+            parts = [(g if g is not None else torch.zeros_like(p)).reshape(-1).float() for g, p in
+                     zip(grads, layout.params)]
+            if scale == 1.0:
+                break
+            parts = [p / scale for p in parts]  # a power of two: exact
+            if all(bool(torch.isfinite(p).all()) for p in parts) or scale <= self.MIN_SCALE:
+                self._scaled(clean=True)
+                break
+            self._scaled(clean=False)  # overflowed: the buffers the forward moved are put back, then again
+            with torch.no_grad():
+                for (_, b), b0 in zip(layout.buffers, before):
+                    b.copy_(b0)
         with torch.no_grad():
             parts += [((b - b0) * count).reshape(-1).float() for (_, b), b0 in zip(layout.buffers, before)]
             parts.append(total.detach().float().reshape(1))
             parts.append(torch.tensor([float(count)], device=self.device))
         return torch.cat(parts).cpu().numpy()  # one copy to the host (none on a CPU)
+
+
+    def _backward(self, module, layout, X, y, count: int, batch: Batch, scale: float):
+        """``(total loss, gradients of scale x total)`` of one forward and backward pass, under the
+        partition's seed and the spec's autocast."""
+        cast = self.spec.autocast
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_seed(self.spec.seed, 2, batch.job, batch.partition))
+            with (torch.autocast(torch.device(self.device).type, dtype=getattr(torch, cast)) if cast
+                  else contextlib.nullcontext()):
+                out = module(X)
+                loss = self.spec.loss(out, y)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise TypeError(f"loss must return a scalar tensor, got {type(loss).__name__}"
+                                f"{'' if not isinstance(loss, torch.Tensor) else f' of shape {tuple(loss.shape)}'}")
+            total = loss.reshape(()).float() * count if self.spec.loss_reduction == "mean" else loss.reshape(()).float()
+            grads = torch.autograd.grad(total * scale if scale != 1.0 else total, layout.params, allow_unused=True)
+        return total, grads
+
+    def _loss_scale(self) -> float:
+        """The worker's current loss scale: 1 but under float16 autocast (GradScaler's rule)."""
+        if self.spec.autocast != "float16":
+            return 1.0
+        if not hasattr(self, "_scale"):
+            self._scale, self._clean, self.overflows = self.INITIAL_SCALE, 0, 0
+        return self._scale
+
+    def _scaled(self, *, clean: bool) -> None:
+        """After a backward pass at the current scale: grow it after GROWTH_INTERVAL clean ones,
+        halve it after an overflow (counted in ``overflows``)."""
+        if clean:
+            self._clean += 1
+            if self._clean >= self.GROWTH_INTERVAL:
+                self._scale, self._clean = self._scale * 2, 0
+        else:
+            self._scale, self._clean, self.overflows = self._scale / 2, 0, self.overflows + 1
 
 
 class TorchMaster:

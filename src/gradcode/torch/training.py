@@ -337,7 +337,7 @@ def _torch_spec(model, data: _Data, spec, tconf: TorchConfig, scheme):
                      batch_size=data.batch_size, sizes=sizes, seed=spec.seed,
                      wire_dtype=tconf.wire_dtype, eval_samples=data.eval_samples,
                      metrics=tconf.metrics, models=spec.models, device=device, source=data.source,
-                     collate=data.collate, loader=data.loader)
+                     collate=data.collate, loader=data.loader, autocast=tconf.autocast)
     tspec = TorchSpec(model=factories[0], **spec_args)
     _probe(tspec)
     return tspec, [TorchSpec(model=f, **spec_args) for f in factories]

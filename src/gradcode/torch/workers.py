@@ -24,6 +24,7 @@ scheduler, clipping) reaches ``fit``'s weights (``tests/test_torch_workers.py``)
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 from torch import nn
@@ -122,6 +123,8 @@ class Workers:
     def __enter__(self) -> Workers:
         from gradcode.runtime.session import open_session
 
+        _guard_grad_scalers()
+        _OPEN.add(self)
         self._shipping.__enter__()
         try:
             self._session = open_session(self._train_spec, cluster=self._cluster, faults=self._faults,
@@ -134,6 +137,7 @@ class Workers:
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
+        _OPEN.discard(self)
         session, self._session = self._session, None
         try:
             suppressed = session.__exit__(kind, exc, tb) if session is not None else False
@@ -182,6 +186,37 @@ class Workers:
         state = "open" if self._session is not None else "closed"
         of = f"of {self.limit}" if self.limit is not None else "(no limit)"
         return f"Workers({self.spec.model!r}, {state}, round {self.round} {of})"
+
+
+#: the Workers blocks open in this process (a GradScaler refuses their models' gradients)
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+
+
+def _guard_grad_scalers() -> None:
+    """Make ``torch.amp.GradScaler.unscale_`` (which ``scaler.step`` calls) refuse an optimizer of
+    an open :class:`Workers` block's model: the gradients :meth:`Workers.backward` sets are the
+    decoded, unscaled gradients (float16's loss scaling runs on the workers,
+    ``TorchConfig(autocast="float16")``), so a scaler's unscaling would divide them by its scale
+    without a word. Installed once; every other use of GradScaler is untouched."""
+    from torch.amp import grad_scaler
+
+    scaler = grad_scaler.GradScaler
+    if getattr(scaler.unscale_, "_gradcode_guard", False):
+        return
+    unscale = scaler.unscale_
+
+    def guarded(self, optimizer):
+        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for block in list(_OPEN):
+            if any(id(p) in params for p in block.model.parameters()):
+                raise GradcodeError(
+                    "a GradScaler would unscale the gradients Workers.backward() set, which are unscaled already"
+                    " (the workers scale and unscale their own loss: TorchConfig(autocast='float16')); leave the"
+                    " scaler out of the loop and call optimizer.step() (README: mixed precision in your own loop)")
+        return unscale(self, optimizer)
+
+    guarded._gradcode_guard = True
+    scaler.unscale_ = guarded
 
 
 class _Capture:
