@@ -210,9 +210,10 @@ class AsyncWorker(WorkerActor):
         self._wake = asyncio.Event()
 
     async def reset(self, generation: int, worker: int, spec, partitions: dict, chunks: int) -> int:
-        """Become worker ``worker`` of another run (:func:`~gradcode.runtime.cluster.ray_session` reuses actors between
-        runs), holding data ``generation``: the tasks of the previous data end at their next
-        sleep, the new core is built."""
+        """Become worker ``worker`` of another run (the embedded cluster and a
+        :func:`~gradcode.runtime.cluster.ray_session` keep idle actors for the next runs), holding
+        data ``generation``: the tasks of the previous data end at their next sleep, the new core
+        is built."""
         self._build(generation, worker, spec, partitions, chunks)
         self._wake.set()
         return os.getpid()

@@ -45,9 +45,11 @@ class ClusterConfig:
     builds a :class:`~gradcode.runtime.engine.RayEngine` from them; the in-process engine has no
     cluster and refuses settings that would be ignored).
 
-    ``address``: join an existing Ray cluster (``"auto"``, ``"host:port"``, ``"ray://..."``);
-    None uses the Ray session already running in this process, or starts an embedded local one
-    with ``num_cpus`` cores. ``start_timeout``: seconds the cluster may take to answer and the
+    ``address``: join an existing Ray cluster (``"auto"``, ``"host:port"``, ``"ray://..."``) for
+    the run; None uses the Ray session already running in this process, or this process's
+    embedded local cluster, started with ``num_cpus`` cores by the first run and kept for the later
+    ones (other ``num_cpus`` start it again: :func:`gradcode.runtime.cluster.local_cluster`).
+    ``start_timeout``: seconds the cluster may take to answer and the
     workers to start (build their data) before the run stops with a clear error.
     ``worker_cpus``: CPUs each worker reserves (Ray's ``num_cpus`` of the worker actors;
     ``--worker-cpus``); 0 (default) so that the number of workers is not limited by the cores

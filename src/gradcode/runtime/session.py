@@ -47,8 +47,9 @@ ENGINES = ("ray", "inprocess")
 def make_engine(engine=None, *, cluster: ClusterConfig | None = None, run_dir=None) -> Engine:
     """The engine a run uses: ``engine`` itself when it is an :class:`Engine`; ``"ray"`` (the
     default, also for None) a :class:`~gradcode.runtime.engine.RayEngine` built from ``cluster``
-    (a :class:`~gradcode.runtime.config.ClusterConfig`: the Ray engine's settings) with Ray's
-    temp dir under ``run_dir``; ``"inprocess"`` an
+    (a :class:`~gradcode.runtime.config.ClusterConfig`: the Ray engine's settings) on this
+    process's embedded cluster (kept for the next runs; Ray's logs go to the latest run's
+    ``run_dir/ray/logs`` when it stops) or the cluster at its address; ``"inprocess"`` an
     :class:`~gradcode.runtime.inprocess.InProcessEngine` (no processes, no Ray) on its declared
     clock: compute at a per-sample cost calibrated once when the workers start (``"inprocess"``
     with another clock: pass the engine, ``InProcessEngine(compute_time=...)``); it refuses cluster
