@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import glob
 import json
 import logging
@@ -457,6 +458,8 @@ def shutdown() -> None:
     (yours, or a cluster a :func:`ray_session` joined) only the idle workers gradcode keeps there
     end. Refused (:class:`GradcodeError`) while a run uses Ray (:func:`in_use`); nothing happens
     when nothing runs."""
+    if _users:  # an engine dropped without its shutdown holds a reference cycle: collected first
+        gc.collect()
     if in_use():
         raise GradcodeError("gradcode.runtime.shutdown(): a run still uses Ray (an open Workers block, a fit or train"
                             " in progress, or a ray_session); call it once they have ended")
