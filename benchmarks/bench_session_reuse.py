@@ -5,6 +5,7 @@ kept for the process's later runs) and only resets the workers with its own data
 repo root:
 
     python benchmarks/bench_session_reuse.py [--repeats 3] [--blocks 2] [--kinds workers train] [--against REV]
+        [--hogs 2]
 
 Each repeat is a fresh process per kind (a user's script or notebook: Python, torch and Ray start
 as they do for a user). ``workers``: the small CNN on scikit-learn's 8x8 digits, CRC s = 1, n = 4,
@@ -15,6 +16,7 @@ start-up is the wall time from the call (``Workers(...)`` built, the block enter
 called) to the end of round 0 (the first ``backward`` returned; the callback of round 0); each
 block also reports how many times it called ``ray.init``. ``--against REV``: the same processes
 with git revision ``REV``'s ``src/`` too, interleaved (each block then started its own cluster).
+``--hogs K``: K busy loops at normal priority beside every process (a machine with other work).
 Prints every process's blocks and the medians.
 """
 
@@ -89,9 +91,23 @@ print(json.dumps(out))
 '''
 
 
-def one_process(kind: str, blocks: int, env: dict) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(blocks)], capture_output=True, text=True,
-                          env=env)
+@contextlib.contextmanager
+def busy_loops(hogs: int):
+    """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    try:
+        time.sleep(0.5 if hogs else 0.0)  # running before the measured process starts
+        yield
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+
+
+def one_process(kind: str, blocks: int, env: dict, hogs: int = 0) -> list[dict]:
+    with busy_loops(hogs):
+        proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(blocks)], capture_output=True, text=True,
+                              env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -103,6 +119,7 @@ def main():
     ap.add_argument("--blocks", type=int, default=2, help="blocks (or train runs) in each process")
     ap.add_argument("--kinds", nargs="+", default=["workers", "train"], choices=("workers", "train"))
     ap.add_argument("--against", metavar="REV", help="also run git revision REV's src/, interleaved")
+    ap.add_argument("--hogs", type=int, default=0, help="busy loops beside every process")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-reuse-") as runs_dir, contextlib.ExitStack() as stack:
         sources = {"this tree": None}
@@ -112,12 +129,13 @@ def main():
         envs = {name: dict(with_source(src) if src else os.environ, GRADCODE_RUNS=runs_dir)
                 for name, src in sources.items()}
         print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')};"
-              f" {args.blocks} blocks a process, {args.repeats} processes a kind and source, interleaved", flush=True)
+              f" {args.blocks} blocks a process, {args.repeats} processes a kind and source, interleaved,"
+              f" {args.hogs} busy loops beside them", flush=True)
         results = {(name, kind): [] for name in sources for kind in args.kinds}
         for r in range(args.repeats):
             for kind in args.kinds:
                 for name in sources:
-                    res = one_process(kind, args.blocks, envs[name])
+                    res = one_process(kind, args.blocks, envs[name], args.hogs)
                     results[name, kind].append(res)
                     print(f"  repeat {r} {name} {kind}: " + ", ".join(
                         f"block {b} {x['start_s']:.2f} s ({x['ray_init']} ray.init)" for b, x in enumerate(res)),
