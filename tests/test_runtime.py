@@ -436,6 +436,36 @@ def test_the_embedded_cluster_is_kept_restarted_for_other_cpus_and_left_for_an_a
             cluster.retire_temp_dir(cluster.session["embedded"]["temp_dir"], None)
 
 
+def test_a_ray_the_user_started_again_is_used_as_theirs_not_taken_for_the_embedded_cluster(monkeypatch, tmp_path):
+    """After ``ray.shutdown(); ray.init()`` by the user, the embedded cluster gradcode kept is gone:
+    its pool and files are forgotten (its workers belonged to the other cluster), the user's
+    session is used as it is ("running") and gradcode never shuts it down."""
+    import types
+
+    from gradcode.runtime import cluster
+
+    fake = _FakeRay()
+    fake.gcs = "10.0.0.1:6379"
+    fake.get_runtime_context = lambda: types.SimpleNamespace(gcs_address=fake.gcs)
+    monkeypatch.setattr(cluster, "ray", fake)
+    monkeypatch.setattr(cluster, "session", {})
+    monkeypatch.setattr(cluster, "_users", __import__("weakref").WeakSet())
+    monkeypatch.setattr(cluster, "_head_answers", lambda: True)
+    monkeypatch.setattr(cluster.watchdog, "start", lambda temp_dir: None)
+    fake.up = False
+    assert cluster.connect(num_cpus=2, run_dir=tmp_path / "a") == "embedded"
+    first = cluster.session["embedded"]["temp_dir"]
+    cluster.session["pool"][(True, 0, 0)] = ["an actor of the first cluster"]
+    fake.shutdown()  # the user's own restart
+    fake.init(num_cpus=2)
+    fake.gcs = "10.0.0.1:6380"
+    assert cluster.connect(run_dir=tmp_path / "b") == "running"
+    assert "embedded" not in cluster.session and "pool" not in cluster.session and not os.path.exists(first)
+    assert fake.up and fake.shutdowns == 1  # only the user's own shutdown
+    cluster.shutdown()
+    assert fake.up  # not gradcode's to stop
+
+
 def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_session, tmp_path):
     """gradcode train --scheme A,B: a run takes over the previous one's worker processes (reset,
     not restarted), and a reused worker that dies is restarted by Ray with the constructor

@@ -21,7 +21,7 @@ from gradcode._lazy import lazy_names
 #: driver, the codes and numba
 _HOMES = {
     "Engine": ".base", "Event": ".base",
-    "shutdown": ".cluster",
+    "shutdown": ".cluster", "ClusterRestartWarning": ".cluster", "IgnoredOptionWarning": ".cluster",
     "ClusterConfig": ".config", "FaultConfig": ".config", "RunConfig": ".config", "TrainSpec": ".config",
     "ImpreciseWaitWarning": ".driver", "RoundDriver": ".driver", "RoundTimeoutError": ".driver", "RunSetup": ".driver",
     "TrainingStopped": ".driver",

@@ -320,7 +320,11 @@ class ClusterRestartWarning(RuntimeWarning):
 
 def in_use() -> bool:
     """Whether a run uses Ray now (an engine between :func:`connect` and :func:`disconnect`: an
-    open ``Workers`` block, a ``fit`` or ``train`` in progress) or a :func:`ray_session` is open."""
+    open ``Workers`` block, a ``fit`` or ``train`` in progress) or a :func:`ray_session` is open.
+    An engine dropped without its ``shutdown`` (a reference cycle) is collected first, so that it
+    does not count."""
+    if _users:
+        gc.collect()
     return bool(session.get("block")) or len(_users) > 0
 
 
@@ -388,13 +392,14 @@ def local_cluster(num_cpus: int | None = None, *, run_dir=None, start_timeout: f
             held = None
     if held is not None:
         if run_dir is not None:
-            held["run_dir"] = str(run_dir)
+            held["run_dir"] = str(Path(run_dir).resolve())
             _reclaim(held["temp_dir"], run_dir)
         return True
     temp_dir = short_temp_dir(run_dir)
     init_ray(num_cpus=num_cpus, run_dir=run_dir, start_timeout=start_timeout, temp_dir=temp_dir)
     cpus = float(ray.cluster_resources().get("CPU", 0.0))
-    session.update(embedded={"temp_dir": temp_dir, "cpus": cpus, "run_dir": None if run_dir is None else str(run_dir)},
+    session.update(embedded={"temp_dir": temp_dir, "cpus": cpus, "gcs": _gcs_address(),
+                             "run_dir": None if run_dir is None else str(Path(run_dir).resolve())},
                    cluster=None, pool={})
     global _exit_hook
     if not _exit_hook:  # registered after Ray's own hook, so it runs before it
@@ -408,12 +413,38 @@ def _forget_lost() -> None:
     another: Ray shut down in this process (``ray.shutdown()`` called by the user), or its head node
     not answering (killed, out of memory), which a :class:`ClusterRestartWarning` says."""
     held = session.get("embedded")
-    if held is None or (ray.is_initialized() and _head_answers()):
+    if held is None:
+        return
+    if ray.is_initialized() and _gcs_address() not in (None, held.get("gcs")):
+        # Ray was shut down and started again here (by the user): another cluster, whose actors and
+        # files are not the embedded one's; forget that one without touching this session
+        _forget_embedded()
+        return
+    if ray.is_initialized() and _head_answers():
         return
     if ray.is_initialized():
         warnings.warn("this process's embedded Ray cluster is gone (its head node does not answer): another is"
                       " started", ClusterRestartWarning, stacklevel=4)
     _stop_embedded()
+
+
+def _gcs_address() -> str | None:
+    """The head node (GCS) address of this process's Ray session (None when it cannot be read)."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:
+        return None
+
+
+def _forget_embedded() -> None:
+    """Drop what this process kept of an embedded cluster that Ray no longer runs (its pool of
+    actors, its temp dir) without stopping the Ray session that now runs here."""
+    held = session.pop("embedded", None)
+    session.pop("pool", None)
+    session.pop("cluster", None)
+    if held is not None:
+        run_dir = held["run_dir"]
+        retire_temp_dir(held["temp_dir"], run_dir if run_dir is not None and os.path.isdir(run_dir) else None)
 
 
 def _head_answers() -> bool:
@@ -458,8 +489,6 @@ def shutdown() -> None:
     (yours, or a cluster a :func:`ray_session` joined) only the idle workers gradcode keeps there
     end. Refused (:class:`GradcodeError`) while a run uses Ray (:func:`in_use`); nothing happens
     when nothing runs."""
-    if _users:  # an engine dropped without its shutdown holds a reference cycle: collected first
-        gc.collect()
     if in_use():
         raise GradcodeError("gradcode.runtime.shutdown(): a run still uses Ray (an open Workers block, a fit or train"
                             " in progress, or a ray_session); call it once they have ended")

@@ -491,12 +491,16 @@ class RayEngine(Engine):
     def shutdown(self) -> None:
         """End this engine's part: on the embedded cluster or inside a
         :func:`~gradcode.runtime.cluster.ray_session` its workers not killed are left to the next
-        engine (their sleeping tasks aborted), and the cluster stays up for it; otherwise the
+        engine (their sleeping tasks aborted; a synchronous one still computing is killed), and the
+        cluster stays up for it; otherwise the
         workers are killed, and a cluster this engine joined is left
         (:func:`~gradcode.runtime.cluster.disconnect`)."""
         pool = session.get("pool") if self._pool_key is not None else None
         for w, a in enumerate(self.actors):
-            if pool is not None and w not in self.killed:
+            # a synchronous worker still computing a task (a run that timed out or was interrupted)
+            # would make the next run's reset wait behind it: it is killed, not pooled
+            busy = pool is not None and w in self.running and not self._pool_key[0]
+            if pool is not None and w not in self.killed and not busy:
                 with contextlib.suppress(Exception):
                     a.abort.remote(2**62)  # the run's sleeping tasks end now
                 pool.setdefault(self._pool_key, []).append((a, self._generations[w]))
