@@ -7,6 +7,7 @@ import contextlib
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -61,3 +62,16 @@ def with_source(path: str) -> dict:
     """This process's environment with ``path`` first on ``PYTHONPATH`` (Ray's workers inherit it)."""
     return dict(os.environ, GRADCODE_BENCH_SRC=path,
                 PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
+
+
+@contextlib.contextmanager
+def busy_loops(hogs: int):
+    """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
+    try:
+        time.sleep(0.5 if hogs else 0.0)  # running before the measured process starts
+        yield
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()

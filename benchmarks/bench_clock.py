@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from _timing import exported_source, with_source
+from _timing import busy_loops, exported_source, with_source
 
 CHILD = r'''
 import json, time
@@ -60,19 +60,6 @@ for code in ("crc", "uncoded"):
 out["wall"] = time.perf_counter() - t0
 print(json.dumps(out))
 '''
-
-
-@contextlib.contextmanager
-def busy_loops(hogs: int):
-    """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
-    try:
-        time.sleep(0.5 if hogs else 0.0)  # running before the measured process starts
-        yield
-    finally:
-        for p in spin:
-            p.kill()
-            p.wait()
 
 
 def one_run(env: dict, hogs: int) -> dict:
