@@ -237,7 +237,9 @@ def test_a_second_workers_block_reuses_the_cluster_and_workers_and_trains_as_on_
     monkeypatch.setattr(cluster, "init_ray", lambda **kw: starts.append(kw))
 
     def idle() -> set:  # the processes of the workers runs have left to the next
-        return {ray_session.get(a.ping.remote()) for actors in cluster.session["pool"].values() for a, _ in actors}
+        # a bounded wait: an idle worker that does not answer fails the test instead of hanging it
+        return {ray_session.get(a.ping.remote(), timeout=60) for actors in cluster.session["pool"].values()
+                for a, _ in actors}
 
     def loop(name, spec, data, faults=None, stop=None):
         torch.manual_seed(7)
