@@ -64,6 +64,18 @@ def with_source(path: str) -> dict:
                 PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")]))
 
 
+def source_envs(stack: contextlib.ExitStack, against: str | None, runs_dir: str) -> dict[str, dict]:
+    """The child processes' environments of a benchmark that compares this tree with git revision
+    ``against`` (None: this tree only), by label, each with ``GRADCODE_RUNS=runs_dir``; the exported
+    source lives as long as ``stack``."""
+    sources = {"this tree": None}
+    if against:
+        exported = stack.enter_context(exported_source(against))
+        sources = {"this tree": exported["after"], against: exported["before"]}
+    return {name: dict(with_source(src) if src else os.environ, GRADCODE_RUNS=runs_dir)
+            for name, src in sources.items()}
+
+
 @contextlib.contextmanager
 def busy_loops(hogs: int):
     """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from _timing import busy_loops, exported_source, with_source
+from _timing import busy_loops, source_envs
 
 CHILD = r'''
 import json, time
@@ -83,12 +83,8 @@ def main():
     ap.add_argument("--against", metavar="REV", help="also run git revision REV's src/, interleaved")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-clock-") as runs_dir, contextlib.ExitStack() as stack:
-        sources = {"this tree": None}
-        if args.against:
-            exported = stack.enter_context(exported_source(args.against))
-            sources = {"this tree": exported["after"], args.against: exported["before"]}
-        envs = {name: dict(with_source(src) if src else os.environ, GRADCODE_RUNS=runs_dir)
-                for name, src in sources.items()}
+        envs = source_envs(stack, args.against, runs_dir)
+        sources = list(envs)
         print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')};"
               f" the README's in-process fit example, fresh process a run, {args.repeats} repeats, quiet and"
               f" beside {args.hogs} busy loops, alternating", flush=True)

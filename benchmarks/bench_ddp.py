@@ -54,6 +54,7 @@ import time
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import numpy as np  # noqa: E402
+from _timing import busy_loops  # noqa: E402
 
 N_WORKERS, BATCH, EVAL_EVERY, MAX_STEPS = 4, 240, 5, 400
 
@@ -263,19 +264,6 @@ def startup_phases() -> dict:
         torch_config=TorchConfig(batch_size=BATCH), run=RunConfig(rounds=1, eval_every=0),
         callback=lambda rec: marks.setdefault("round 0", time.perf_counter()))
     return {k: v - t0 for k, v in marks.items()}
-
-
-@contextlib.contextmanager
-def busy_loops(hogs: int):
-    """``hogs`` processes spinning at normal priority while the block runs (a machine with other work)."""
-    import subprocess
-
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
-    try:
-        yield
-    finally:
-        for p in spin:
-            p.kill()
 
 
 def startup(repeats: int, hogs: int) -> None:

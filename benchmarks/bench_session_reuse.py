@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from _timing import busy_loops, exported_source, with_source
+from _timing import busy_loops, source_envs
 
 CHILD = r'''
 import json, sys, time
@@ -109,12 +109,8 @@ def main():
     ap.add_argument("--hogs", type=int, default=0, help="busy loops beside every process")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-reuse-") as runs_dir, contextlib.ExitStack() as stack:
-        sources = {"this tree": None}
-        if args.against:
-            exported = stack.enter_context(exported_source(args.against))
-            sources = {"this tree": exported["after"], args.against: exported["before"]}
-        envs = {name: dict(with_source(src) if src else os.environ, GRADCODE_RUNS=runs_dir)
-                for name, src in sources.items()}
+        envs = source_envs(stack, args.against, runs_dir)
+        sources = list(envs)
         print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')};"
               f" {args.blocks} blocks a process, {args.repeats} processes a kind and source, interleaved,"
               f" {args.hogs} busy loops beside them", flush=True)
