@@ -138,8 +138,9 @@ def _honest_syndrome(code, messages, arrays, rows, N, m: int, prec: str) -> floa
             S[i], factors[i] = one.scale, one.factor
         else:  # a plain array: its own norm stands in (an estimate if its worker's terms cancel)
             S[i] = float(np.linalg.norm(arrays[w][r].astype(np.float64, copy=False)))
-    ids = code._sparse_rows()[1][[w for w, _ in rows]] + np.array([r for _, r in rows], dtype=np.intp)
-    terms = np.maximum(code._sparse_rows()[3][ids], 1)
+    _, row_start, _, row_nnz, _ = code._sparse_rows()
+    ids = row_start[[w for w, _ in rows]] + np.array([r for _, r in rows], dtype=np.intp)
+    terms = np.maximum(row_nnz[ids], 1)
     r_i = row_errors(S, terms, factors, prec, m, len(rows))
     return float(np.linalg.norm(N, axis=1) @ r_i) + 64 * len(rows) * _EPS * float(S.sum())
 

@@ -645,8 +645,8 @@ def _report_several(runs: list[dict], results: list, errors: list, pngs: list[Pa
         columns = [c for c in rows[0] if any(row.get(c) is not None for row in rows)] if rows else None
         emit({"rows": rows}, as_json=False, columns=columns,
              title=f"gradcode train: {len(runs)} schemes, same data, seed and injected delays")
-    for res in results[:1] if results and results[0] is not None else ():  # the runs share one clock
-        _note_clock(res)
+    if results and results[0] is not None:  # the runs share one clock
+        _note_clock(results[0])
     if o.fail:
         for r, res in zip(runs, results):
             if res is not None:
