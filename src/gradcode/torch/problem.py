@@ -288,6 +288,8 @@ class TorchWorkerProblem:
         self.wire_dtype = spec.wire_dtype
         self._loaded = None
         self._layout_key, self._layout = None, None
+        #: float16 autocast's loss scale, clean backward passes since it last changed, overflows
+        self._scale, self._clean, self.overflows = self.INITIAL_SCALE, 0, 0
         self._reader = None  # the DataLoader processes reading a Dataset's items, started at the first batch
 
     def batch_rows(self, job: int, j: int, rows: np.ndarray, sizes=None) -> Batch:
@@ -391,11 +393,7 @@ class TorchWorkerProblem:
 
     def _loss_scale(self) -> float:
         """The worker's current loss scale: 1 but under float16 autocast (GradScaler's rule)."""
-        if self.spec.autocast != "float16":
-            return 1.0
-        if not hasattr(self, "_scale"):
-            self._scale, self._clean, self.overflows = self.INITIAL_SCALE, 0, 0
-        return self._scale
+        return self._scale if self.spec.autocast == "float16" else 1.0
 
     def _scaled(self, *, clean: bool) -> None:
         """After a backward pass at the current scale: grow it after GROWTH_INTERVAL clean ones,
