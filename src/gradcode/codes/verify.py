@@ -240,7 +240,8 @@ def _syndrome(arrays, rows, N, m: int, probes: int | None, seed) -> tuple[np.nda
 
 
 #: each code's round distances by pattern (:func:`_round_distance`): a pattern recurs round after
-#: round (every worker in), and its search costs ~20 ms at n = 64
+#: round (every worker in), and its search is a search over sets of workers (BENCHMARKS.md,
+#: "2026-11-28: verification against honest rounding, the exact syndrome")
 _DISTANCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
