@@ -36,7 +36,7 @@ from gradcode.runtime import (
     train,
     trust_modules,
 )
-from gradcode.runtime.records import json_safe, read_checkpoint
+from gradcode.runtime.records import TrainState, json_safe, read_checkpoint
 from gradcode.stragglers import make_delay_model
 from runtime_util import (DATA, REGISTRY_PARAMS, SEED, PoisonedWorker, SkipsWorkers, SplitJobs, TwoMessages,
                           _Poison, gd_reference, rel, train_options)
@@ -481,7 +481,8 @@ def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
     body = inner["body"]
     assert body["version"] == 3 and body["scheme"]["__object"] == "gradcode.schemes.static:StaticScheme"
     assert set(body["state"]) == {"next_round", "params", "opt_states", "steps", "round_times", "arrivals",
-                                  "messages", "injected", "losses", "waitouts", "loose", "metrics", "failures"}
+                                  "messages", "injected", "losses", "waitouts", "loose", "overflows", "metrics",
+                                  "failures"}
     assert [p.name for p in folder.glob("checkpoint-*.npz")] == [inner["arrays"]]
     doc = read_checkpoint(folder / "checkpoint.json")
     assert isinstance(doc["spec"], TrainSpec) and doc["run"].rounds == 2
@@ -490,6 +491,19 @@ def test_the_checkpoint_is_json_and_npz_without_pickle(tmp_path):
     (folder / "checkpoint.pkl").write_bytes(pickle.dumps({"version": 2}))
     with pytest.raises(CheckpointError, match="does not load"):
         resume(folder, engine=InProcessEngine())
+
+
+def test_a_checkpoint_state_from_before_the_later_tables_resumes_with_their_empty_rows(tmp_path):
+    """A state written before ``waitouts``, ``loose`` or ``overflows`` existed restores with
+    none waited out, none loose and no overflow in its rounds, and its result says so."""
+    run(tmp_path, scheme="crc", stragglers=1, rounds=2, checkpoint_every=2)
+    state = dict(read_checkpoint(tmp_path / "run" / "checkpoint.json")["state"])
+    for key in ("waitouts", "loose", "overflows"):
+        del state[key]
+    old = TrainState.from_dict(state)
+    assert old.waitouts.tolist() == [False, False] and np.isnan(old.loose).all()
+    assert old.overflows.dtype == np.int64 and old.overflows.tolist() == [0, 0]
+    assert old.result({}, None, None).total_overflows == 0
 
 
 def test_every_flipped_bit_of_a_checkpoint_is_detected(tmp_path):

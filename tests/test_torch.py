@@ -7,8 +7,10 @@ a coded run with stragglers reaches the weights of an uncoded run up to float32 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -259,9 +261,52 @@ def test_float16_loss_scaling_overflows_are_run_again_at_a_smaller_scale(digits,
     monkeypatch.setattr(TorchWorkerProblem, "_scaled", counting)
     monkeypatch.setattr(TorchWorkerProblem, "INITIAL_SCALE", 2.0**40)
     monkeypatch.setattr(TorchWorkerProblem, "GROWTH_INTERVAL", 3)
-    wild = fit(net, digits[0], **kw)
+    history = []
+    wild = fit(net, digits[0], callback=history.append, **kw)
     assert seen.count(False) >= 4 and seen.count(True) >= 4  # overflows halved it; clean passes counted
     assert torch.allclose(flat(wild.model), flat(calm.model), rtol=1e-6, atol=1e-7)
+    res = wild.result  # recorded by round, in the records and the history
+    assert 0 < res.total_overflows <= seen.count(False) and res.overflows[0] > 0
+    assert [r["overflows"] for r in history] == res.overflows.tolist()
+    assert res.to_json()["total_overflows"] == res.total_overflows and calm.result.total_overflows == 0
+
+
+def test_float16_overflows_are_recorded_for_the_messages_received(digits, monkeypatch, tmp_path):
+    """Each round records the overflowed backward passes behind the messages it received (every
+    worker's, uncoded), not the clock's timed gradients (which leave the scale as it was), in
+    ``TrainResult.overflows``, ``rounds.jsonl`` and the history records."""
+    from gradcode.runtime.worker import WorkerCore
+    from gradcode.torch.problem import TorchWorkerProblem
+
+    monkeypatch.setattr(TorchWorkerProblem, "INITIAL_SCALE", 2.0**40)
+    timing, per_round = [False], []
+    real_time, real_gradient = WorkerCore.time_gradients, TorchWorkerProblem.gradient
+
+    def timed(self, *args, **kwargs):
+        timing[0] = True
+        try:
+            return real_time(self, *args, **kwargs)
+        finally:
+            timing[0] = False
+
+    def gradient(self, x, batch):
+        before = self.overflows
+        out = real_gradient(self, x, batch)
+        if not timing[0]:
+            per_round.append(self.overflows - before)
+        return out
+
+    monkeypatch.setattr(WorkerCore, "time_gradients", timed)
+    monkeypatch.setattr(TorchWorkerProblem, "gradient", gradient)
+    torch.manual_seed(5)
+    history = []
+    res = fit(LNBNNet(), digits[0], scheme="uncoded", workers=4, optimizer="sgd", optimizer_params={"lr": 0.2},
+              rounds=3, autocast="float16", callback=history.append, run_dir=tmp_path).result
+    assert len(per_round) == 12 and sum(per_round[:4]) > 0  # four partial gradients a round
+    assert res.overflows.tolist() == [sum(per_round[4 * t:4 * t + 4]) for t in range(3)]
+    assert [r["overflows"] for r in history] == res.overflows.tolist()
+    lines = [json.loads(line) for line in (Path(res.run_dir) / "rounds.jsonl").read_text().splitlines()]
+    assert [line["overflows"] for line in lines] == res.overflows.tolist()
 
 
 def test_agc_in_float32_is_refused_unless_its_bound_is_accepted(digits):

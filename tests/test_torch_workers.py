@@ -18,7 +18,7 @@ import gradcode.torch as gt  # noqa: E402
 from gradcode.errors import GradcodeError  # noqa: E402
 from gradcode.runtime import ClusterConfig, RunConfig, TrainingStopped, TrainSpec  # noqa: E402
 from gradcode.torch.problem import _seed, check_device, model_device  # noqa: E402
-from torch_util import LNBNNet, NaNOnMarker  # noqa: E402
+from torch_util import LNBNNet, NaNOnMarker, loud_loss  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +220,29 @@ def test_workers_on_ray(digits, ray_session, tmp_path):
                                                                               run_dir=tmp_path / "fit"))
     # uncoded over 4 partitions and CRC over 4: the same batches, the same exact gradient
     assert torch.allclose(flat(net), flat(fitted.model), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.ray
+def test_float16_overflows_on_ray_are_recorded_as_in_process(digits, ray_session, tmp_path):
+    """A loss whose float16 backward pass overflows at the first loss scale: each worker on Ray
+    lowers its scale and says so with its message, and the rounds record the same overflows, and
+    train the same weights, as the in-process engine (uncoded: every message is received)."""
+    conf = dict(batch_size=48, autocast="float16", loss=loud_loss)
+    runs = {}
+    for engine in ("ray", "inprocess"):
+        torch.manual_seed(3)
+        net = LNBNNet()
+        opt = torch.optim.SGD(net.parameters(), lr=1e-4)
+        with gt.Workers(net, digits, TrainSpec("uncoded", workers=4), torch_config=gt.TorchConfig(**conf),
+                        engine=engine, run=RunConfig(rounds=2, run_dir=tmp_path / engine)) as workers:
+            for _ in range(2):
+                opt.zero_grad()
+                workers.backward()
+                opt.step()
+        runs[engine] = (flat(net), [r["overflows"] for r in workers.history], workers.result.overflows.tolist())
+    (ray_net, ray_history, ray_rounds), (local_net, local_history, local_rounds) = runs["ray"], runs["inprocess"]
+    assert ray_history == ray_rounds == local_history == local_rounds and ray_rounds[0] >= 4
+    assert torch.allclose(ray_net, local_net, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.ray

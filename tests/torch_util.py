@@ -46,3 +46,9 @@ class NaNOnMarker(nn.Module):
         out = self.inner(x)
         hit = x.reshape(x.shape[0], -1)[:, 0] == self.marker
         return torch.where(hit[:, None], torch.full_like(out, float("nan")), out)
+
+
+def loud_loss(out, target):
+    """Cross-entropy times 100: at float16 loss scaling's first scale (2**16) its backward pass
+    overflows float16, so a worker must lower the scale before a clean pass."""
+    return 100 * nn.functional.cross_entropy(out, target)

@@ -51,7 +51,10 @@ _NARROW = ("float16", "bfloat16")
 class Message(NDArrayOperatorsMixin):
     """One message of a worker: ``values`` (``(m,)``, in the wire type) ``= wire(factor * m_i)``;
     ``scale`` ``S_i`` what ``m_i`` summed, in the message's own units (module docstring);
-    ``factor`` the power of two the values were scaled by (1 for wide wire types).
+    ``factor`` the power of two the values were scaled by (1 for wide wire types);
+    ``overflows`` the backward passes behind the partials first computed for this message that
+    overflowed float16's loss scale and were run again at a smaller one (the runtime records them
+    per round: :attr:`~gradcode.runtime.TrainResult.overflows`).
 
     To numpy it is the message in its own units (``np.asarray``, arithmetic, ufuncs), so a
     scheme written for plain array payloads keeps working."""
@@ -59,6 +62,7 @@ class Message(NDArrayOperatorsMixin):
     values: np.ndarray
     scale: float
     factor: float = 1.0
+    overflows: int = 0
 
     @property
     def finite(self) -> bool:
@@ -89,19 +93,20 @@ class Message(NDArrayOperatorsMixin):
 class Note:
     """What a worker on the collective path tells the driver of a message it keeps
     (:mod:`gradcode.codes.reduce`): everything of a :class:`Message` but its values. ``scale`` and
-    ``factor`` as the Message's; ``dtype`` the wire type the values are held in; ``length`` their
-    number (``m``). The error bound needs no more (``||m_i|| <= S_i``), so a decode is planned and
+    ``factor`` (and ``overflows``) as the Message's; ``dtype`` the wire type the values are held in;
+    ``length`` their number (``m``). The error bound needs no more (``||m_i|| <= S_i``), so a decode is planned and
     bounded on notes; the values never leave the worker."""
 
     scale: float
     factor: float
     dtype: np.dtype
     length: int
+    overflows: int = 0
 
     @classmethod
     def of(cls, message: Message) -> Note:
         return cls(float(message.scale), float(message.factor), np.dtype(message.values.dtype),
-                   int(message.values.shape[-1]))
+                   int(message.values.shape[-1]), int(message.overflows))
 
     @property
     def finite(self) -> bool:

@@ -403,7 +403,8 @@ def summary_rows(result) -> list[dict]:
     ``stragglers_per_round`` (mean), ``faults`` (each worker death, non-finite or dropped result
     once, however many tasks it failed), ``waitouts`` (rounds waited out, ``--close MU`` only),
     ``loose_rounds`` (rounds whose gradient was accepted beyond its tolerance as no worse than a
-    plain sum; shown when there were any), ``loss`` (final training objective) and the last
+    plain sum; shown when there were any), ``overflows`` (float16 loss scaling's backward passes
+    run again at a smaller scale; shown when there were any), ``loss`` (final training objective) and the last
     held-out ``test_loss``, ``accuracy`` and ``roc_auc``."""
     rows = []
     last = {}
@@ -422,6 +423,7 @@ def summary_rows(result) -> list[dict]:
             **({} if result.config.get("close", "decodable") == "decodable"
                else {"waitouts": int(result.waitouts.sum())}),
             **({"loose_rounds": result.loose_rounds} if result.loose_rounds else {}),
+            **({"overflows": result.total_overflows} if result.total_overflows else {}),
             "loss": float(result.losses[-1, m]),
             "test_loss": met.get("loss"),
             "accuracy": met.get("accuracy"),

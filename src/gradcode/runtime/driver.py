@@ -288,6 +288,7 @@ class RoundDriver:
             "elapsed": elapsed,
             "loss": current_loss[0] if models == 1 else list(current_loss),
             "stragglers": int((state.arrivals[t] < 0).sum()),
+            "overflows": int(state.overflows[t]),
             "jobs": list(self.finished_jobs),  # the jobs this round finished (their models stepped)
         }
         # 0: at the end only (an open-ended run, rounds None, has no last round to evaluate)
@@ -683,6 +684,7 @@ class RoundDriver:
             got.streamed = i + 1
             if i < got.count or got.discarded:
                 return
+            self.state.overflows[t] += getattr(ev.payload, "overflows", 0)
             if not finite(ev.payload):
                 # a worker that computes NaN or infinity is a straggler of the round, never part of
                 # a gradient: its messages of the round are withheld from the scheme (which holds

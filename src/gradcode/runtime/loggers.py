@@ -4,7 +4,8 @@
 :class:`~gradcode.torch.TensorBoard`, which writes the same scalars as event files.
 
 The scalars of a round, by name: ``train/loss`` (the batch's mean loss), ``round/time_s`` (the
-round's duration: plan to close), ``round/elapsed_s`` and ``round/stragglers``; on evaluation
+round's duration: plan to close), ``round/elapsed_s``, ``round/stragglers`` and ``round/overflows``
+(float16 loss scaling's backward passes run again at a smaller scale); on evaluation
 rounds each held-out metric as ``eval/<name>`` (``eval/accuracy``, ``eval/loss``...). With several
 models (``models=M``) the loss and the metrics are under ``model<m>/``. Use a log as the callback
 of :func:`gradcode.train` or :func:`gradcode.torch.fit` (or call it from your own, or on
@@ -44,6 +45,8 @@ def scalars(record: dict) -> dict[str, float]:
     out["round/time_s"] = float(record["time"])
     out["round/elapsed_s"] = float(record["elapsed"])
     out["round/stragglers"] = float(int(record["stragglers"]))
+    if "overflows" in record:
+        out["round/overflows"] = float(int(record["overflows"]))
     for entry in record.get("metrics", ()):
         prefix = f"model{entry.get('model', 0)}/eval" if several else "eval"
         for name, value in entry.items():

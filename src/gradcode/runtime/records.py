@@ -57,6 +57,9 @@ class TrainResult:
     a decode round ``t`` accepted beyond its tolerance, as no worse than a plain sum of the partial
     gradients (:func:`~gradcode.codes.precision.accept_bound`), NaN when every decode was within it
     (``loose_rounds`` counts them; a run with ``decode_strict`` refuses such decodes instead);
+    ``overflows[t]``: backward passes behind the messages received for round ``t`` that overflowed
+    float16's loss scale and were run again at half the scale on their worker (``autocast="float16"``:
+    no step is skipped, the gradient is the unscaled one; ``total_overflows`` sums them);
     ``metrics``: one dict per evaluation (round, elapsed, model and held-out metrics).
 
     ``failures``: one record per *fault* (not per failed task), in the order they happened::
@@ -106,12 +109,15 @@ class TrainResult:
     clock: dict | None = None
     files: dict = field(default_factory=dict)
     loose: np.ndarray | None = None
+    overflows: np.ndarray | None = None
 
     def __post_init__(self):
         if self.waitouts is None:
             self.waitouts = np.zeros(self.round_times.shape[0], dtype=bool)
         if self.loose is None:
             self.loose = np.full(self.round_times.shape[0], np.nan)
+        if self.overflows is None:
+            self.overflows = np.zeros(self.round_times.shape[0], dtype=np.int64)
 
     @property
     def rounds(self) -> int:
@@ -133,6 +139,12 @@ class TrainResult:
         """Rounds whose gradient was accepted beyond its tolerance as no worse than a plain sum
         (``result.json``'s ``loose_rounds``)."""
         return int(np.count_nonzero(~np.isnan(self.loose)))
+
+    @property
+    def total_overflows(self) -> int:
+        """float16 loss scaling's overflowed backward passes, run again on their workers
+        (``result.json``'s ``total_overflows``)."""
+        return int(self.overflows.sum())
 
     @property
     def final_params(self) -> np.ndarray:
@@ -198,6 +210,8 @@ class TrainResult:
             "waitout_rounds": self.waitout_rounds,
             "loose": self.loose.tolist(),
             "loose_rounds": self.loose_rounds,
+            "overflows": self.overflows.tolist(),
+            "total_overflows": self.total_overflows,
             "metrics": self.metrics,
             "failures": self.failures,
             "faults": len(self.faults),
@@ -284,7 +298,8 @@ class TrainState:
     row per round of the run (``rounds`` rows, filled up to ``next_round``): ``round_times``,
     ``arrivals`` and ``injected`` (``(rounds, n)`` seconds, ``-1`` for a straggler),
     ``messages`` (``(rounds, n)`` counts), ``losses`` (``(rounds, models)``) and ``waitouts``
-    (``rounds`` booleans), ``loose`` (``rounds`` relative bounds, NaN: within tolerance). ``metrics`` and
+    (``rounds`` booleans), ``loose`` (``rounds`` relative bounds, NaN: within tolerance), ``overflows``
+    (``rounds`` counts of float16 backward passes run again). ``metrics`` and
     ``failures`` are the records :class:`TrainResult` documents.
     """
 
@@ -299,12 +314,13 @@ class TrainState:
     losses: np.ndarray
     waitouts: np.ndarray
     loose: np.ndarray
+    overflows: np.ndarray
     metrics: list = field(default_factory=list)
     failures: list = field(default_factory=list)
 
     #: the per-round tables and the value of a row not yet run
     TABLES = {"round_times": 0.0, "arrivals": -1.0, "messages": 0, "injected": 0.0, "losses": np.nan,
-              "waitouts": False, "loose": np.nan}
+              "waitouts": False, "loose": np.nan, "overflows": 0}
 
     @classmethod
     def fresh(cls, params: list, optimizers: Sequence, *, rounds: int, n: int) -> TrainState:
@@ -312,7 +328,7 @@ class TrainState:
         per-round tables are allocated for every round now: a run whose tables exceed this
         machine's memory is refused here, saying how many rounds fit."""
         models = len(params)
-        per_round = 8 + n * (8 + 8 + 8) + models * 8 + 1 + 8  # ..., losses, waitouts, loose
+        per_round = 8 + n * (8 + 8 + 8) + models * 8 + 1 + 8 + 8  # ..., losses, waitouts, loose, overflows
         check_memory(f"rounds={rounds} (the per-round records of {n} workers, {per_round} bytes a round)",
                      float(rounds) * per_round)
         return cls(
@@ -327,6 +343,7 @@ class TrainState:
             losses=np.full((rounds, models), np.nan),
             waitouts=np.zeros(rounds, dtype=bool),
             loose=np.full(rounds, np.nan),
+            overflows=np.zeros(rounds, dtype=np.int64),
         )
 
     @property
@@ -350,22 +367,22 @@ class TrainState:
             "next_round": self.next_round, "params": self.params, "opt_states": self.opt_states,
             "steps": self.steps, "round_times": self.round_times, "arrivals": self.arrivals,
             "messages": self.messages, "injected": self.injected, "losses": self.losses,
-            "waitouts": self.waitouts, "loose": self.loose, "metrics": self.metrics, "failures": self.failures,
+            "waitouts": self.waitouts, "loose": self.loose, "overflows": self.overflows, "metrics": self.metrics,
+            "failures": self.failures,
         }
 
     @classmethod
     def from_dict(cls, state: dict) -> TrainState:
         """Undo :meth:`to_dict` (also for checkpoints written before this class existed, before
         ``waitouts``: their rounds closed when decodable, so none was waited out, or before
-        ``loose``: no round was recorded as accepted beyond its tolerance)."""
+        ``loose``: no round was recorded as accepted beyond its tolerance, or before ``overflows``:
+        none was counted)."""
         rounds = np.shape(state["round_times"])[0]
-        waitouts = state.get("waitouts")
-        if waitouts is None:
-            waitouts = np.zeros(rounds, dtype=bool)
-        loose = state.get("loose")
-        if loose is None:
-            loose = np.full(rounds, np.nan)
-        out = cls(waitouts=waitouts, loose=loose, **{key: state[key] for key in (
+        later = {key: state.get(key) for key in ("waitouts", "loose", "overflows")}
+        for key, value in later.items():
+            if value is None:
+                later[key] = np.full(rounds, cls.TABLES[key], dtype=np.int64 if key == "overflows" else None)
+        out = cls(**later, **{key: state[key] for key in (
             "next_round", "params", "opt_states", "steps", "round_times", "arrivals", "messages", "injected",
             "losses", "metrics", "failures")})
         out._check()
@@ -384,7 +401,7 @@ class TrainState:
         R = shape("round_times")[0] if len(shape("round_times")) == 1 else -1
         n = shape("arrivals")[1] if len(shape("arrivals")) == 2 else -1
         expected = {"round_times": (R,), "arrivals": (R, n), "messages": (R, n), "injected": (R, n),
-                    "losses": (R, models), "waitouts": (R,), "loose": (R,)}
+                    "losses": (R, models), "waitouts": (R,), "loose": (R,), "overflows": (R,)}
         bad = [f"{k} {shape(k)}" for k, want in expected.items() if shape(k) != want or -1 in want]
         if models < 1 or not isinstance(self.opt_states, list) or len(self.opt_states) != models or \
                 not isinstance(self.steps, list) or len(self.steps) != models:
@@ -411,6 +428,7 @@ class TrainState:
             losses=self.losses[:k],
             waitouts=self.waitouts[:k],
             loose=self.loose[:k],
+            overflows=self.overflows[:k],
             metrics=self.metrics,
             failures=self.failures,
             run_dir=None if run_dir is None else str(run_dir),
@@ -459,6 +477,7 @@ class RoundLog:
             "losses": state.losses[t],
             "waited_out": bool(state.waitouts[t]),
             "loose_decode": state.loose[t],
+            "overflows": int(state.overflows[t]),
             "metrics": record.get("metrics", []),
         }
         if fault_version != self.faults_seen:

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -178,7 +178,8 @@ class WorkerCore:
         :class:`~gradcode.codes.messages.Message` is the next message: its values in the wire type
         (scaled into a 16-bit type's range), and what it summed, ``S = sum |E| ||g_j[c]||`` from
         the chunk norms of the partials computed here (one float64 pass over each, while it is in
-        cache), for the master's error bound."""
+        cache), for the master's error bound, and the problem's ``overflows`` (float16 loss
+        scaling's re-run backward passes) while they were computed."""
         if fail:
             os._exit(17)  # chaos: the process dies as a crashed machine would
         plan = [self._message_plan(task) for task in tasks]
@@ -197,13 +198,17 @@ class WorkerCore:
                     yield pause
                 if self._aborted >= t:
                     return
+                overflows = getattr(self.problem, "overflows", 0)
                 for pos in needed:
                     partials[pos] = g = self._partial(x, task, task.partitions[pos], m)
                     norms[pos] = np.sqrt([sum_squares(chunk) for chunk in g])
+                overflows = getattr(self.problem, "overflows", 0) - overflows
                 E = task.coefficients[r]
                 msg = self._combine(E, partials, m)
                 scale = sum(float(np.abs(E[pos]) @ v) for pos, v in norms.items())
                 message = to_wire(msg, scale, self.wire_dtype)
+                if overflows:
+                    message = replace(message, overflows=overflows)
                 # the collective path keeps the message and tells the driver its note
                 yield self.replica.keep(t, i, message) if keep else message
                 i += 1
@@ -310,12 +315,15 @@ class WorkerCore:
         if samples == 0:
             return 0, []
         x = np.zeros(int(self.problem.dim))
+        scaling = getattr(self.problem, "scaling", None)  # a loss scale the timing must not move
         self.problem.gradient(x, rows)  # warm-up, untimed
         times: list[float] = []
         while len(times) < repeats and (len(times) < 3 or sum(times) < budget):
             began = time.thread_time()
             self.problem.gradient(x, rows)
             times.append(time.thread_time() - began)
+        if scaling is not None:
+            self.problem.scaling = scaling
         return samples, times
 
     @staticmethod

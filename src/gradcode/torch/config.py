@@ -62,7 +62,9 @@ class TorchConfig:
     :class:`torch.amp.GradScaler` does (from 2**16; halved after an overflow, doubled after 2000
     clean backward passes) and unscales its gradients before encoding them: a backward pass that
     overflows is run again at the halved scale on the same samples and seed (its buffers put
-    back), so no step is skipped and every message is the unscaled gradient. Do not wrap an own
+    back), so no step is skipped and every message is the unscaled gradient; each round records
+    the re-run passes behind the messages it received (``TrainResult.overflows``, ``rounds.jsonl``,
+    the history's ``overflows``, the ``round/overflows`` scalar). Do not wrap an own
     loop's :meth:`Workers.backward` in a ``GradScaler``: the gradients it sets are unscaled
     already (``scaler.step`` would divide them by its scale).
 

@@ -391,6 +391,16 @@ class TorchWorkerProblem:
             grads = torch.autograd.grad(total * scale if scale != 1.0 else total, layout.params, allow_unused=True)
         return total, grads
 
+    @property
+    def scaling(self) -> tuple[float, int, int]:
+        """float16 loss scaling's state: the scale, clean passes since it changed, overflows. The
+        runtime's timed gradients (a clock's calibration) put it back after them: they do not train."""
+        return self._scale, self._clean, self.overflows
+
+    @scaling.setter
+    def scaling(self, state: tuple[float, int, int]) -> None:
+        self._scale, self._clean, self.overflows = state
+
     def _loss_scale(self) -> float:
         """The worker's current loss scale: 1 but under float16 autocast (GradScaler's rule)."""
         return self._scale if self.spec.autocast == "float16" else 1.0

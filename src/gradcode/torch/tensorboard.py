@@ -2,7 +2,7 @@
 
 Beside the run dir's ``rounds.jsonl`` (every round's arrivals, messages and faults), the scalars a
 practitioner watches, by round (:func:`gradcode.runtime.loggers.scalars`: ``train/loss``,
-``round/time_s``, ``round/elapsed_s``, ``round/stragglers``, ``eval/<name>``; with several models
+``round/time_s``, ``round/elapsed_s``, ``round/stragglers``, ``round/overflows``, ``eval/<name>``; with several models
 the loss and metrics under ``model<m>/``); :class:`~gradcode.runtime.loggers.ScalarLog` writes the
 same as CSV or JSON lines. Use it as :func:`~gradcode.torch.fit`'s
 ``callback`` (or call it from your own, or on :attr:`gradcode.torch.Workers.history`'s records)::

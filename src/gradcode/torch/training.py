@@ -420,7 +420,7 @@ def _earlier_records(result, rounds: int, batch_size: int) -> list[dict]:
         losses = [float(v) for v in np.atleast_1d(result.losses[t])]
         rec = {"round": t, "time": float(result.round_times[t]), "elapsed": float(elapsed[t]),
                "loss": losses[0] if models == 1 else losses, "stragglers": int((result.arrivals[t] < 0).sum()),
-               "batch_size": batch_size}
+               "overflows": int(result.overflows[t]), "batch_size": batch_size}
         metrics = [m for m in result.metrics if m.get("round") == t]
         if metrics:
             rec["metrics"] = metrics

@@ -60,7 +60,7 @@ class Workers:
     Checkpoints are the loop's (``torch.save`` of the model and the optimizer).
 
     After the block: :attr:`history` (one record per round, as ``fit``'s: ``loss``,
-    ``batch_size``, ``time``, ``stragglers``...), :attr:`result` (the runtime's
+    ``batch_size``, ``time``, ``stragglers``, ``overflows``...), :attr:`result` (the runtime's
     :class:`~gradcode.runtime.TrainResult`, also saved under :attr:`run_dir`).
     """
 
