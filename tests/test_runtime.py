@@ -481,6 +481,14 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
         return specs, [(sum(len(r) for r in parts.values()), 0) for _, parts, _ in specs]
 
     with shared():
+        import ray
+
+        from gradcode.runtime.cluster import session
+
+        # idle workers earlier tests left would be taken first (the pool is first in, first out)
+        for key in [(True, 0, 0), (False, 0, 0)]:
+            for actor, _ in session.get("pool", {}).pop(key, []):
+                ray.kill(actor, no_restart=True)
         first = RayEngine()
         specs, rows = planned("uncoded", {"n_samples": 200, "n_features": 6})
         first.spawn(specs)
