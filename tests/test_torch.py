@@ -906,3 +906,37 @@ def test_reproduce_sgc_resnet_small(tmp_path):
     assert {r["scheme"] for r in doc["rows"]} == {"uncoded", "GC", "SR-SGC", "M-SGC"}
     assert all(np.isfinite(r["time_to_jobs"]) for r in doc["rows"])
     assert doc["title"].startswith("SGC App. L") and doc["files"] == [str(tmp_path / "sgc-resnet.json")]
+
+
+def test_a_step_writes_its_gradient_into_the_last_steps_buffer_while_the_grads_are_still_its_views():
+    """``apply_decoded`` without accumulation reuses the buffer whose views the parameters' ``.grad``
+    are (no gradient-sized allocation a step), with the same values as a fresh one; a ``.grad``
+    replaced or dropped since, or accumulation, gets a buffer of its own."""
+    from gradcode.torch.problem import ModelLayout, apply_decoded
+
+    net = LNBNNet()
+    layout = ModelLayout(net)
+    rng = np.random.default_rng(0)
+
+    def decoded():
+        g = rng.standard_normal(layout.dim).astype(np.float32)
+        g[-1] = 32.0
+        return g
+
+    g1, g2 = decoded(), decoded()
+    apply_decoded(net, layout, g1)
+    first = layout.grads
+    assert first is not None and all(p.grad._base is first for p in net.parameters())
+    apply_decoded(net, layout, g2)
+    assert layout.grads is first  # reused, and holds g2 / B
+    assert torch.equal(flat_grads(net), torch.from_numpy(g2[:layout.d_params]) / 32.0)
+    net.fc2.bias.grad = None  # zero_grad(set_to_none=True) on one parameter: a buffer of its own
+    apply_decoded(net, layout, g1)
+    assert layout.grads is not first and torch.equal(flat_grads(net), torch.from_numpy(g1[:layout.d_params]) / 32.0)
+    before = flat_grads(net).clone()
+    apply_decoded(net, layout, g2, accumulate=True)  # an own loop's: added to what is there
+    assert torch.allclose(flat_grads(net), before + torch.from_numpy(g2[:layout.d_params]) / 32.0)
+
+
+def flat_grads(module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in module.parameters()])

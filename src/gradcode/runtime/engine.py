@@ -65,7 +65,7 @@ from gradcode.runtime.replica import StaleReplicaError
 from gradcode.runtime.transports import load_transport
 from gradcode.runtime.transports.channels import ChannelWarning
 from gradcode.runtime.transports.ray import ActorCalls
-from gradcode.runtime.worker import ProblemSpec, WireTask, task_messages, worker_threads
+from gradcode.runtime.worker import WORKER_ENV, ProblemSpec, WireTask, task_messages, worker_threads
 
 __all__ = ["ChannelWarning", "NodeDiedError", "RayEngine", "SharedCoresWarning", "StaleWorkerError"]
 
@@ -183,6 +183,7 @@ class RayEngine(Engine):
             max_task_retries=0,
             num_cpus=self.worker_cpus,
             num_gpus=gpus,
+            runtime_env={"env_vars": dict(WORKER_ENV)},
         )
         cpus = ray.cluster_resources().get("CPU", 0.0)
         if self.worker_cpus == 0 and len(specs) > cpus:

@@ -417,20 +417,34 @@ def limit_threads(threads: int) -> Callable[[], None]:
 #: freed memory a worker process keeps at the top of its heap before returning any to the system
 KEEP_FREED_BYTES = 1 << 30
 
+#: the worker processes' environment: one malloc arena for all their threads (glibc fixes the
+#: arena limit at the first thread's allocation, before an actor's ``__init__`` runs, so only the
+#: environment reaches it; :func:`keep_freed_memory`)
+WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}
+
 
 def keep_freed_memory() -> bool:
     """Make this process's allocator (glibc's malloc) serve large arrays from its heap and keep
-    what is freed (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` :data:`KEEP_FREED_BYTES`);
-    True where it applied (Linux with glibc), False elsewhere (nothing changes).
+    what is freed (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` :data:`KEEP_FREED_BYTES`),
+    for every thread started after the call (``M_ARENA_MAX`` 1); True where it applied (Linux
+    with glibc), False elsewhere (nothing changes).
 
     Why: by default an array above 32 MiB is a fresh ``mmap`` and is returned to the system when
     freed, so every round's gradient, message, reduced part and new parameters are page-faulted in
     anew, which doubles the cost of each pass over them. Keeping freed memory makes each copy and
     each round cheaper for a little more peak memory (freed arrays are reused, not returned:
     BENCHMARKS.md, "The collective path, continued: heap reuse, one all-reduce, the crossover
-    (2026-11-27, later)", "Why the heap"). PyTorch's CPU guides reach the
-    same with jemalloc or tcmalloc. Called by the Ray workers (processes gradcode owns), never in
-    the user's own process."""
+    (2026-11-27, later)", "Why the heap"). One arena: glibc gives a new thread an arena of its
+    own, whose large blocks live in sub-heaps of at most 64 MiB that are given back to the system
+    as soon as they are free, whatever the two settings above; the worker's computations and
+    reductions run on threads of their own (:mod:`gradcode.runtime.channel`), so without it every
+    gradient-sized array those threads allocate (the step's ``.grad``, the new parameters) is
+    faulted in anew (BENCHMARKS.md, "2026-11-28: one malloc arena for the worker's threads").
+    glibc reads the limit once, at the first thread's allocation: a Ray worker has threads before
+    an actor starts, so the actors get it from their environment (:data:`WORKER_ENV`); the
+    ``mallopt`` here covers a process whose threads come later.
+    PyTorch's CPU guides reach the same with jemalloc or tcmalloc. Called by the Ray workers
+    (processes gradcode owns) before they start those threads, never in the user's own process."""
     import ctypes
     import platform
 
@@ -440,8 +454,9 @@ def keep_freed_memory() -> bool:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # <malloc.h>
-    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
+    M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8  # <malloc.h>
+    return (bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
+            and bool(libc.mallopt(M_ARENA_MAX, 1)))
 
 
 def return_freed_memory() -> None:

@@ -77,6 +77,23 @@ class ModelLayout:
         self.d_params = int(sum(p.numel() for p in self.params))
         self.d_buffers = int(sum(b.numel() for _, b in self.buffers))
         self.dim = self.d_params + self.d_buffers + 2
+        #: the CPU buffer whose views :func:`apply_decoded` last made the parameters' ``.grad``
+        self.grads: torch.Tensor | None = None
+
+    def grad_buffer(self, module: nn.Module) -> torch.Tensor | None:
+        """:attr:`grads`, when every parameter's ``.grad`` of ``module`` is still its view (no
+        one replaced or dropped them since): the buffer the next :func:`apply_decoded` may write."""
+        flat = self.grads
+        if flat is None:
+            return None
+        off = 0
+        for p in module.parameters():
+            g, k = p.grad, p.numel()
+            if g is None or g.data_ptr() != flat[off:].data_ptr() or g.shape != p.shape or g._base is not flat:
+                self.grads = None
+                return None
+            off += k
+        return flat
 
     def flatten(self, module: nn.Module, loss: float = math.nan) -> np.ndarray:
         """``[theta | beta | loss | 0]`` as a new float32 array of its own (one copy: the runtime
@@ -553,19 +570,29 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
     weighted mean update, BatchNorm's batch counters += 1; returns the batch's mean loss. ``g`` is
     the decoded sum ``[sum grad | sum b_j (beta_j' - beta) | sum loss | B]`` (module docstring).
     What :class:`TorchOptimizer` does before its step, and :class:`~gradcode.torch.Workers` before
-    the user's."""
+    the user's.
+
+    Without ``accumulate``, on a CPU, the ``.grad`` tensors are views of one buffer, which the next
+    call overwrites when they are still the parameters' (as ``zero_grad(set_to_none=False)``
+    reuses them; torch's optimizers keep no ``.grad`` from one step to the next): a fresh
+    gradient-sized tensor a step costs more than the step's pass over it where its memory is
+    faulted in anew (BENCHMARKS.md, "2026-11-28: one malloc arena for the worker's threads")."""
     g = np.asarray(g)
     if g.dtype != np.float32:  # the star path's float64 decode; the collective path reduces in float32
         g = g.astype(np.float64, copy=False)
     B = float(g[-1])  # the decoded batch size (module docstring)
     if not B > 0.5:
         raise GradcodeError(f"the decoded batch size is {B:g}: no samples were summed (a scheme bug)")
-    mean = torch.empty(layout.d_params + layout.d_buffers, dtype=torch.float32)
+    mean = None if accumulate else layout.grad_buffer(module)
+    if mean is None:
+        mean = torch.empty(layout.d_params + layout.d_buffers, dtype=torch.float32)
     with warnings.catch_warnings():  # g may be read-only (a decode's result): it is only read here
         warnings.simplefilter("ignore", UserWarning)
         part = torch.from_numpy(g[: mean.numel()])
     torch.mul(part, 1.0 / B, out=mean)  # one pass to float32, threaded
     mean = _to_device_of(mean, module)  # one copy to a GPU, not one per parameter
+    if not accumulate and mean.device.type == "cpu":
+        layout.grads = mean
     with torch.no_grad():
         off = 0
         for p in module.parameters():

@@ -1,0 +1,165 @@
+"""Where a collective round's time goes on the workers: a per-phase profile of bench_collective's step.
+
+    python benchmarks/profile_collective.py [--rounds 25] [--schemes uncoded crc] [--hidden 2862]
+
+The same trainers as ``bench_collective.py`` (an MLP 1024 -> H -> H -> 10, 4 Ray workers of one
+thread each, batch 64, SGD), without delays. Ray is started here with a worker set-up hook that
+wraps the functions a round runs on a worker with wall-clock timers (``time.perf_counter``); each
+worker writes its totals to a file as it goes, and the table gives, per phase, the median over the
+workers of its time a round (after 5 warm-up rounds), in wall time and in the thread's CPU time
+(``time.thread_time``: what the phase costs, without the time its thread waited for a core: with
+4 workers on 2 cores every phase's wall time includes the others'), beside the round itself (the
+median time between consecutive steps at the driver). Phases (nested ones are part of their parent):
+
+* ``gradient``: ``TorchWorkerProblem.gradient`` (per partition): ``load`` (the replica's or the
+  task's parameters into the worker's module), ``backward`` (forward and backward pass), the rest
+  (the flat float32 message: ``torch.cat`` of the gradients, buffers and loss);
+* ``norms``: the chunk norms for the error bound's scale; ``combine``: a coded message's sum
+  ``E @ partials`` (none for uncoded);
+* ``part``: the member's weighted contribution with its flag slots; ``allreduce``: gloo's
+  all-reduce (waiting for the slowest member included);
+* ``apply``: the acceptance rule and the optimizer step of the replica: ``apply norm`` (the
+  reduced gradient's norm for an unchecked plan), ``finite`` (the gradient's and new parameters'
+  finiteness), ``apply_decoded`` (``.grad`` := g / B), ``flatten`` (the new parameters as a flat
+  vector), ``fingerprint`` (the replicas' drift check).
+
+The wrappers cost a few microseconds a call. The phases of 4 workers on 2 cores overlap in time
+and do not add up to the round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+#: (module, attribute path, phase): the functions timed on the workers
+TIMED = [
+    ("gradcode.torch.problem", "TorchWorkerProblem.gradient", "gradient"),
+    ("gradcode.torch.problem", "ModelLayout.load", "load"),
+    ("gradcode.torch.problem", "TorchWorkerProblem._backward", "backward"),
+    ("gradcode.runtime.worker", "sum_squares", "norms"),
+    ("gradcode.runtime.worker", "WorkerCore._combine", "combine"),
+    ("gradcode.runtime.replica", "Replica.part", "part"),
+    ("gradcode.runtime.gloo", "Groups.allreduce", "allreduce"),
+    ("gradcode.runtime.replica", "Replica.apply", "apply"),
+    ("gradcode.runtime.replica", "sum_squares", "apply norm"),
+    ("gradcode.runtime.records", "finite", "finite"),
+    ("gradcode.torch.problem", "apply_decoded", "apply_decoded"),
+    ("gradcode.torch.problem", "ModelLayout.flatten", "flatten"),
+    ("gradcode.runtime.replica", "Replica.fingerprint", "fingerprint"),
+]
+
+
+def install_timers() -> None:
+    """Ray's worker set-up hook: wrap :data:`TIMED` with timers whose totals (seconds and calls
+    per phase, and the replica steps so far) go to ``$GC_PROFILE_DIR/prof-<pid>.json``."""
+    import functools
+    import importlib
+    import threading
+
+    out = os.path.join(os.environ["GC_PROFILE_DIR"], f"prof-{os.getpid()}.json")
+    warmup = int(os.environ.get("GC_PROFILE_WARMUP", "5"))
+    totals: dict = {}
+    base: dict = {}
+    lock = threading.Lock()
+
+    def timed(fn, phase):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            began, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent, used = time.perf_counter() - began, time.thread_time() - cpu
+                snapshot = None
+                with lock:
+                    row = totals.setdefault(phase, [0.0, 0.0, 0])
+                    row[0] += spent
+                    row[1] += used
+                    row[2] += 1
+                    if phase == "apply":  # once a round: the totals so far, and those after the warm-up
+                        if row[2] == warmup:
+                            base.update({k: list(v) for k, v in totals.items()})
+                        snapshot = {"totals": totals, "base": base}
+                        with open(out + ".tmp", "w") as fh:
+                            json.dump(snapshot, fh)
+                        os.replace(out + ".tmp", out)
+        return wrapper
+
+    for module, path, phase in TIMED:
+        owner = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        raw = owner.__dict__[name]
+        wrapped = timed(raw.__func__ if isinstance(raw, staticmethod) else raw, phase)
+        setattr(owner, name, staticmethod(wrapped) if isinstance(raw, staticmethod) else wrapped)
+
+
+def profile(scheme: str, hidden: int, rounds: int, folder: str) -> dict:
+    """One run on the collective path; returns ``{"round": median round, phase: (median over the
+    workers of its wall seconds a round after the warm-up, the same of its thread CPU seconds)}``."""
+    from bench_collective import run_gradcode
+
+    for path in glob.glob(os.path.join(folder, "prof-*.json")):
+        os.unlink(path)
+    step, _ = run_gradcode(scheme, "collective", hidden, rounds, 0.0)
+    per_worker = []
+    for path in glob.glob(os.path.join(folder, "prof-*.json")):
+        with open(path) as fh:
+            doc = json.load(fh)
+        totals, base = doc["totals"], doc["base"]
+        calls = totals["apply"][2] - base.get("apply", [0, 0, 0])[2]
+        if calls > 0:
+            per_worker.append({p: [(v - b) / calls for v, b in zip(row[:2], base.get(p, [0.0, 0.0]))]
+                               for p, row in totals.items()})
+    phases = sorted({p for w in per_worker for p in w}, key=[t[2] for t in TIMED].index)
+    return {"round": (step, math.nan), **{p: tuple(statistics.median(w.get(p, (0.0, 0.0))[k] for w in per_worker)
+                                                  for k in (0, 1)) for p in phases}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--hidden", type=int, default=2862)
+    ap.add_argument("--schemes", nargs="+", choices=("uncoded", "crc"), default=["uncoded", "crc"])
+    args = ap.parse_args()
+    import warnings
+
+    import ray
+
+    warnings.simplefilter("ignore")
+    folder = tempfile.mkdtemp(prefix="gc-profile-")
+    ray.init(include_dashboard=False, log_to_driver=False, _system_config={"worker_niceness": 0},
+             runtime_env={"worker_process_setup_hook": install_timers,
+                          "env_vars": {"GC_PROFILE_DIR": folder, "GC_PROFILE_WARMUP": "5"}})
+    print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}; hidden {args.hidden},"
+          f" {args.rounds} rounds, a worker's phases a round (ms, median over the workers)", flush=True)
+    rows = {}
+    for scheme in args.schemes:
+        rows[scheme] = profile(scheme, args.hidden, args.rounds, folder)
+        print(f"  {scheme}: round {1e3 * rows[scheme]['round'][0]:.1f} ms", flush=True)
+    phases = [p for p in ["round"] + [t[2] for t in TIMED] if any(p in r for r in rows.values())]
+    print("\n| phase | " + " | ".join(f"{s} wall | {s} CPU" for s in rows) + " |")
+    print("|---|" + "---|---|" * len(rows))
+    for phase in phases:
+        cells = [f"{1e3 * r[phase][0]:.1f} | {1e3 * r[phase][1]:.1f}" if phase in r else " | " for r in rows.values()]
+        print(f"| {phase} | " + " | ".join(cells).replace("nan", "") + " |")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
