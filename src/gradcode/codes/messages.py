@@ -238,7 +238,8 @@ def sum_squares(v: np.ndarray) -> float:
 
 
 def weighted_add(out: np.ndarray, v: np.ndarray, c: float, first: bool, squares: bool) -> float:
-    """``out = c * v`` (``first``) or ``out += c * v``, in float64; returns ``sum(v**2)`` (float64)
+    """``out = c * v`` (``first``) or ``out += c * v``, each product and sum in float64 and stored
+    in ``out``'s type (float64, or float32 for a worker's message); returns ``sum(v**2)`` (float64)
     when ``squares``, else 0. ``v`` float64 or float32 is read as it is; 16-bit values (float16,
     ``ml_dtypes.bfloat16``, which numba cannot read) are widened one block at a time by the
     caller's slicing. Long rows are summed in :func:`decode_threads` parts at once."""
@@ -287,7 +288,8 @@ def over_parts(n: int, fn) -> list:
 
 def warm_kernels() -> None:
     """Make the compiled sums ready for every type they read (float64 and float32, writable and
-    read-only, as messages arrive from Ray's object store), so that no round pays for numba's
+    read-only, as messages arrive from Ray's object store) and write (float64, and float32 for a
+    worker's combined message), so that no round pays for numba's
     first call (a compile, or a load from its cache)."""
     for dtype in (np.float64, np.float32):
         for writeable in (True, False):
@@ -295,5 +297,7 @@ def warm_kernels() -> None:
             v.flags.writeable = writeable
             for first, squares in ((True, True), (False, False), (True, False)):
                 weighted_add(np.zeros(2), v, 1.0, first, squares)
+                if dtype is np.float32 and not squares:  # a worker's float32 message (its _combine)
+                    weighted_add(np.zeros(2, dtype=np.float32), v, 1.0, first, squares)
                 weighted_sum(np.zeros(2), [v] * 4, [1.0] * 4, squares)
             sum_squares(v)

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from gradcode._validation import check_int
-from gradcode.codes.messages import sum_squares, to_wire, warm_kernels
+from gradcode.codes.messages import sum_squares, to_wire, warm_kernels, weighted_add
 from gradcode.runtime.replica import ReplicaRef, StaleReplicaError
 
 
@@ -330,10 +330,12 @@ class WorkerCore:
     def _combine(E: np.ndarray, partials: Mapping[int, np.ndarray], m: int) -> np.ndarray:
         """``sum_j sum_c E[j, c] * partials[j][c]`` for the rows ``j`` with non-zero coefficients.
 
-        The first term is written straight into the output and unit coefficients add without a
-        product: a single-partition message (uncoded, FRC) costs one pass over ``m`` numbers
-        instead of three (zero fill, product temporary, add), which is most of a worker's time
-        when the gradient itself is cheap. A message that is one partial chunk with coefficient 1
+        Each term is one compiled pass (:func:`~gradcode.codes.messages.weighted_add`: the first
+        written straight into the output, the others added without a product temporary), each
+        product formed in float64 and rounded once into the partials' type: a single-partition
+        message (uncoded, FRC) costs one pass over ``m`` numbers instead of three (zero fill,
+        product temporary, add), which is most of a worker's time when the gradient itself is
+        cheap. A message that is one partial chunk with coefficient 1
         (uncoded, FRC, group codes) is that chunk itself, not a copy: every engine copies a message
         when it is sent (Ray serializes it, the in-process engine copies it), and nothing here writes
         to a partial after computing it."""
@@ -345,14 +347,20 @@ class WorkerCore:
         for pos, G in partials.items():
             coeff = E[pos]
             for c in np.flatnonzero(coeff):
-                a = float(coeff[c])  # a Python float keeps float32 partials float32 (NEP 50)
-                if out is None:
-                    out = G[c].copy() if a == 1.0 else np.multiply(G[c], a)
-                elif a == 1.0:
-                    out += G[c]
+                a, first = float(coeff[c]), out is None
+                if G[c].dtype in _COMPILED:  # out (=|+=) a * G[c] in one pass, the product in float64
+                    if first:
+                        out = np.empty_like(G[c])
+                    weighted_add(out, G[c], a, first, squares=False)
+                elif first:  # another type, in numpy
+                    out = np.multiply(G[c], a)
                 else:
                     out += a * G[c]
         return np.zeros(m, dtype=next(iter(partials.values())).dtype if partials else np.float64) if out is None else out
+
+
+#: the partials' types the compiled sums write
+_COMPILED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _samples(rows) -> int:
