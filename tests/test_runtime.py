@@ -494,6 +494,9 @@ def test_runs_in_one_ray_session_share_their_workers_and_train_as_alone(ray_sess
         first.spawn(specs)
         pids = first.pids()
         assert first.rows_held() == rows
+        # one malloc arena for the workers' threads: glibc reads it from the environment only
+        env = ray.get([a.__ray_call__.remote(lambda self: os.environ.get("MALLOC_ARENA_MAX")) for a in first.actors])
+        assert env == ["1"] * 4
         first.shutdown()
         second = RayEngine()
         specs, rows = planned("crc", DATA)
