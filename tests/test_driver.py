@@ -9,6 +9,7 @@ Times here are virtual seconds of :class:`InProcessEngine`, exact by constructio
 compared exactly; they say nothing about speed.
 """
 
+import dataclasses
 import json
 import pickle
 import re
@@ -290,13 +291,22 @@ class CrashesMidStream(InProcessEngine):
         return events
 
 
+class OverflowTagged(CrashesMidStream):
+    """As :class:`CrashesMidStream`, every message saying its worker re-ran one float16 pass."""
+
+    def poll(self, timeout):
+        return [dataclasses.replace(ev, payload=dataclasses.replace(ev.payload, overflows=1)) if ev.kind == "message"
+                else ev for ev in super().poll(timeout)]
+
+
 def test_a_task_resent_after_a_mid_stream_death_delivers_each_message_once(tmp_path):
     scheme = TwoMessages(4)
     # compute takes 10 ms a message, so the crash comes between worker 0's two messages
-    res = run(tmp_path, scheme=scheme, rounds=3, engine=CrashesMidStream(0, 1, compute_time=0.01), round_timeout=60)
+    res = run(tmp_path, scheme=scheme, rounds=3, engine=OverflowTagged(0, 1, compute_time=0.01), round_timeout=60)
     assert [(f["round"], f["worker"], f["injected"], f["recovery"]) for f in res.failures] == [(1, 0, False, "resent")]
     assert len(scheme.calls) == len(set(scheme.calls)) == 3 * 4 * 2
     assert res.messages[1, 0] == 2 and res.arrivals[1, 0] >= 0
+    assert res.overflows.tolist() == [8, 8, 8]  # the message delivered again is counted once
     assert rel(res.final_params, reference(3)) < 1e-9
 
 

@@ -317,3 +317,25 @@ def test_master_threads_leave_small_machines_to_the_workers():
     from gradcode.runtime.worker import master_threads
 
     assert [master_threads(c) for c in (1, 2, 3, 4, 8, 16, 64)] == [1, 1, 1, 2, 4, 8, 8]
+
+
+def test_a_message_pickled_before_its_overflow_count_existed_restores_and_pickles_again(monkeypatch):
+    """A checkpoint of a sequential scheme holds Message payloads: one written before
+    ``overflows`` was added (three pickled fields) restores with none counted, and can be
+    written again (a resumed run's next checkpoint)."""
+    import pickle
+
+    from gradcode.codes.messages import Note
+
+    with monkeypatch.context() as patch:  # pickled as the earlier Message was: its three field values
+        patch.setattr(Message, "__getstate__", lambda self: [self.values, self.scale, self.factor])
+        blob = pickle.dumps(Message(np.arange(3.0), 2.0, 1.0, 9))
+    old = pickle.loads(blob)
+    assert isinstance(old, Message) and old.overflows == 0 and old.scale == 2.0
+    again = pickle.loads(pickle.dumps(old))
+    assert again.overflows == 0 and np.array_equal(np.asarray(again), np.arange(3.0))
+    note = Note.__new__(Note)
+    note.__setstate__([1.0, 1.0, np.dtype(np.float32), 7])
+    assert note.overflows == 0 and pickle.loads(pickle.dumps(note)) == note
+    fresh = Message(np.ones(2, np.float32), 1.0, overflows=3)
+    assert pickle.loads(pickle.dumps(fresh)).overflows == 3

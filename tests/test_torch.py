@@ -933,6 +933,7 @@ def test_a_step_writes_its_gradient_into_the_last_steps_buffer_while_the_grads_a
     net.fc2.bias.grad = None  # zero_grad(set_to_none=True) on one parameter: a buffer of its own
     apply_decoded(net, layout, g1)
     assert layout.grads is not first and torch.equal(flat_grads(net), torch.from_numpy(g1[:layout.d_params]) / 32.0)
+    assert pickle.loads(pickle.dumps(layout)).grads is None  # a copy's parameters have no .grad to back
     before = flat_grads(net).clone()
     apply_decoded(net, layout, g2, accumulate=True)  # an own loop's: added to what is there
     assert torch.allclose(flat_grads(net), before + torch.from_numpy(g2[:layout.d_params]) / 32.0)

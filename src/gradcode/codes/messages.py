@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from numba import njit
@@ -118,6 +118,19 @@ class Note:
         return (self.length,)
 
 
+def _set_fields(obj, state) -> None:
+    """Restore a frozen slotted dataclass from its pickled field values, in field order; fields a
+    pickle of an earlier version does not have (added since at the end: ``overflows``) take their
+    defaults. (Set on the classes after their definition: ``dataclass(slots=True)`` replaces a
+    ``__setstate__`` written in the class body.)"""
+    for i, f in enumerate(fields(obj)):
+        object.__setattr__(obj, f.name, state[i] if i < len(state) else f.default)
+
+
+# a pickle of an earlier version (a checkpoint's held messages) restores with today's defaults
+Message.__setstate__ = Note.__setstate__ = _set_fields
+
+
 def as_rows(msgs) -> np.ndarray:
     """One worker's messages as an ``(r, m)`` array of their values in the message's own units:
     ``msgs`` an array (``(r, m)`` or ``(m,)``), a :class:`Message` or a sequence of them (scaled
@@ -169,11 +182,14 @@ def _sum_squares(v):
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _add_into(out, v, c, first, squares):
     s = 0.0
-    if first:
+    if first and squares:
         for i in range(v.size):
             x = np.float64(v[i])
             out[i] = c * x
             s += x * x
+    elif first:
+        for i in range(v.size):
+            out[i] = c * np.float64(v[i])
     elif squares:
         for i in range(v.size):
             x = np.float64(v[i])

@@ -682,9 +682,11 @@ class RoundDriver:
             got = self.ledger.at(t, w)
             i = got.streamed
             got.streamed = i + 1
+            if i >= got.tallied:
+                self.state.overflows[t] += getattr(ev.payload, "overflows", 0)
+                got.tallied = i + 1
             if i < got.count or got.discarded:
                 return
-            self.state.overflows[t] += getattr(ev.payload, "overflows", 0)
             if not finite(ev.payload):
                 # a worker that computes NaN or infinity is a straggler of the round, never part of
                 # a gradient: its messages of the round are withheld from the scheme (which holds

@@ -58,11 +58,14 @@ class Delivery:
     recomputes the messages the dead one delivered, which are not handed over twice), when the
     latest arrived (``last``, seconds into the round), and whether its result was discarded as
     non-finite (``discarded``; ``overflowed``: float16 values that overflowed) or its task failed
-    with the worker (``lost``)."""
+    with the worker (``lost``). ``tallied``: messages whose float16 overflows the round has counted
+    (a message delivered again after its worker died, or after the collective path forgot it, is
+    counted once)."""
 
     expected: int | None = None
     count: int = 0
     streamed: int = 0
+    tallied: int = 0
     last: float = -1.0
     discarded: bool = False
     overflowed: bool = False

@@ -315,15 +315,17 @@ class WorkerCore:
         if samples == 0:
             return 0, []
         x = np.zeros(int(self.problem.dim))
-        scaling = getattr(self.problem, "scaling", None)  # a loss scale the timing must not move
-        self.problem.gradient(x, rows)  # warm-up, untimed
+        scaling = getattr(self.problem, "loss_scaling", None)  # a loss scale the timing must not move
         times: list[float] = []
-        while len(times) < repeats and (len(times) < 3 or sum(times) < budget):
-            began = time.thread_time()
-            self.problem.gradient(x, rows)
-            times.append(time.thread_time() - began)
-        if scaling is not None:
-            self.problem.scaling = scaling
+        try:
+            self.problem.gradient(x, rows)  # warm-up, untimed
+            while len(times) < repeats and (len(times) < 3 or sum(times) < budget):
+                began = time.thread_time()
+                self.problem.gradient(x, rows)
+                times.append(time.thread_time() - began)
+        finally:
+            if scaling is not None:
+                self.problem.loss_scaling = scaling
         return samples, times
 
     @staticmethod
@@ -425,9 +427,9 @@ def limit_threads(threads: int) -> Callable[[], None]:
 #: freed memory a worker process keeps at the top of its heap before returning any to the system
 KEEP_FREED_BYTES = 1 << 30
 
-#: the worker processes' environment: one malloc arena for all their threads (glibc fixes the
-#: arena limit at the first thread's allocation, before an actor's ``__init__`` runs, so only the
-#: environment reaches it; :func:`keep_freed_memory`)
+#: the worker processes' environment: one malloc arena for all their threads (a Ray worker has
+#: threads with arenas of their own before an actor's ``__init__`` runs, so only the environment
+#: sets the limit in time; :func:`keep_freed_memory`)
 WORKER_ENV = {"MALLOC_ARENA_MAX": "1"}
 
 
@@ -448,9 +450,10 @@ def keep_freed_memory() -> bool:
     reductions run on threads of their own (:mod:`gradcode.runtime.channel`), so without it every
     gradient-sized array those threads allocate (the step's ``.grad``, the new parameters) is
     faulted in anew (BENCHMARKS.md, "2026-11-28: one malloc arena for the worker's threads").
-    glibc reads the limit once, at the first thread's allocation: a Ray worker has threads before
-    an actor starts, so the actors get it from their environment (:data:`WORKER_ENV`); the
-    ``mallopt`` here covers a process whose threads come later.
+    A limit set once a process has several arenas only makes new threads share those (not
+    necessarily the main one): a Ray worker has threads before an actor starts, so the actors get
+    the limit from their environment (:data:`WORKER_ENV`); the ``mallopt`` here covers a process
+    whose threads come later.
     PyTorch's CPU guides reach the same with jemalloc or tcmalloc. Called by the Ray workers
     (processes gradcode owns) before they start those threads, never in the user's own process."""
     import ctypes

@@ -80,6 +80,9 @@ class ModelLayout:
         #: the CPU buffer whose views :func:`apply_decoded` last made the parameters' ``.grad``
         self.grads: torch.Tensor | None = None
 
+    def __getstate__(self):  # a copy (a replica's, a checkpoint's) has no .grad for the buffer to back
+        return {**self.__dict__, "grads": None}
+
     def grad_buffer(self, module: nn.Module) -> torch.Tensor | None:
         """:attr:`grads`, when every parameter's ``.grad`` of ``module`` is still its view (no
         one replaced or dropped them since): the buffer the next :func:`apply_decoded` may write."""
@@ -409,13 +412,13 @@ class TorchWorkerProblem:
         return total, grads
 
     @property
-    def scaling(self) -> tuple[float, int, int]:
+    def loss_scaling(self) -> tuple[float, int, int]:
         """float16 loss scaling's state: the scale, clean passes since it changed, overflows. The
         runtime's timed gradients (a clock's calibration) put it back after them: they do not train."""
         return self._scale, self._clean, self.overflows
 
-    @scaling.setter
-    def scaling(self, state: tuple[float, int, int]) -> None:
+    @loss_scaling.setter
+    def loss_scaling(self, state: tuple[float, int, int]) -> None:
         self._scale, self._clean, self.overflows = state
 
     def _loss_scale(self) -> float:
