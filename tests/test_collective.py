@@ -9,6 +9,8 @@ restarts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import time
 
@@ -253,6 +255,70 @@ def test_collective_training_follows_the_star_path(data, scheme, spec, tmp_path,
     np.testing.assert_allclose(coll.losses, star.losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-5)
     assert coll.result.clock["allreduce_bandwidth"] == CollectiveCost().bandwidth
+
+
+class Ledgered(InProcessEngine):
+    """Records the largest array the driver handed the workers (``put``, task parameters,
+    catch-up updates) or got from them in an event, after the run's first round."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.sent, self.got, self.fetches, self.rounds = 0, 0, 0, -1
+
+    @staticmethod
+    def _largest(value) -> int:
+        if isinstance(value, np.ndarray):
+            return value.size
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, (list, tuple)):
+            return max((Ledgered._largest(v) for v in value), default=0)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return max((Ledgered._largest(getattr(value, f.name)) for f in dataclasses.fields(value)), default=0)
+        return 0
+
+    def submit(self, w, t, tasks, params, sleeps=(), fail=False):
+        self.rounds = max(self.rounds, t)
+        if t > 0:
+            self.sent = max(self.sent, self._largest(list(params)))
+        return super().submit(w, t, tasks, params, sleeps, fail)
+
+    def catch_up(self, w, updates):
+        self.sent = max(self.sent, self._largest(list(updates)))
+        return super().catch_up(w, updates)
+
+    def reduce(self, t, orders):
+        self.sent = max(self.sent, self._largest(list(orders.values())))
+        return super().reduce(t, orders)
+
+    def fetch(self, w):
+        self.fetches += 1
+        return super().fetch(w)
+
+    def poll(self, timeout):
+        events = super().poll(timeout)
+        if self.rounds > 0:
+            self.got = max([self.got] + [self._largest(ev.payload) for ev in events])
+        return events
+
+
+def test_on_the_collective_path_no_gradient_or_parameter_vector_crosses_the_driver(data):
+    """The driver's share of a round is notes in, orders out, replies in: after the first round no
+    array of more than a few numbers goes to a worker or comes from one (the star path sends the
+    parameters and gets the messages, each ``d`` numbers), and the parameters come back only for
+    the evaluations and the end of the run."""
+    from gradcode.torch.problem import ModelLayout
+
+    d = ModelLayout(net()).dim
+    paths = {}
+    for transport in ("channels", "collective"):
+        engine = Ledgered(compute_time=1e-3)
+        run(data, transport, "crc", engine=engine, rounds=6)
+        paths[transport] = engine
+    star, coll = paths["channels"], paths["collective"]
+    assert star.sent >= d and star.got >= d - 2
+    assert coll.sent < 100 and coll.got < 100, (coll.sent, coll.got)  # plans' weights, notes, replies
+    assert 1 <= coll.fetches <= 3  # an evaluation at round 5, the end of the run
 
 
 class Uninterruptible(Counting):
