@@ -1,7 +1,7 @@
 """The collective path against the star and against torch DDP: a large model's training step.
 
     python benchmarks/bench_collective.py [--rounds 30] [--repeats 1] [--delay 0.2] [--hidden 2862 [1024 ...]]
-        [--schemes uncoded crc [sr-sgc]]
+        [--schemes uncoded crc [sr-sgc]] [--memory]
 
 Set-up: an MLP 1024 -> H -> H -> 10 (H = 2862: 11.15 M float32
 parameters), 4 workers, batch 64 (16 a worker), SGD (lr 0.01), random inputs and labels (seed 0),
@@ -29,6 +29,12 @@ initial weights: they differ by float32 rounding only) and with each other. Seve
 widths run one after the other in the same session (``--delay 0``: without the delayed runs), the
 table giving each collective run's ratio to the star's at the same width: where the collective
 path starts to gain.
+
+``--memory`` times nothing: it runs each scheme on both paths at each width without delays and
+reports the driver's peak memory over the rounds after the warm-up (``tracemalloc``, which sees
+numpy's arrays; torch's own are not traced, and the driver holds none a round on either path),
+above what it held as they began: the star's decode and step hold a few gradient-sized vectors,
+the collective's driver none.
 """
 
 from __future__ import annotations
@@ -124,7 +130,13 @@ def run_ddp(hidden: int, rounds: int, delay: float) -> tuple[float, np.ndarray]:
 # ------------------------------------------------------------------------------------ gradcode
 
 
-def run_gradcode(scheme: str, transport: str, hidden: int, rounds: int, delay: float) -> tuple[float, np.ndarray]:
+def run_gradcode(scheme: str, transport: str, hidden: int, rounds: int, delay: float,
+                 memory: bool = False) -> tuple[float, np.ndarray, float | None]:
+    """``(median step, final weights, the driver's peak traced memory in bytes over the rounds
+    after the warm-up, above what it held when they began)``; the memory is traced
+    (``tracemalloc``: numpy's arrays and Python's objects) only with ``memory``, else None."""
+    import tracemalloc
+
     import torch
 
     import gradcode.torch as gt
@@ -135,14 +147,30 @@ def run_gradcode(scheme: str, transport: str, hidden: int, rounds: int, delay: f
     spec = TrainSpec(scheme, workers=N_WORKERS, stragglers=1 if delay > 0 or scheme != "uncoded" else 0, delay=delay,
                      seed=0, **sequential)
     stamps: list[float] = []
-    with tempfile.TemporaryDirectory() as run_dir:
-        res = gt.fit(model(hidden), data(), spec,
-                     torch_config=gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": LR}, batch_size=BATCH),
-                     run=RunConfig(rounds=rounds, eval_every=0, run_dir=run_dir),
-                     cluster=ClusterConfig(transport=transport), engine="ray",
-                     callback=lambda rec: stamps.append(time.perf_counter()))
+    traced: list[float] = []
+
+    def record(rec):
+        stamps.append(time.perf_counter())
+        if memory and len(stamps) == WARMUP:
+            tracemalloc.reset_peak()
+            traced.append(tracemalloc.get_traced_memory()[0])
+        elif memory and len(stamps) == rounds - 1:  # before the last round's fetch of the parameters
+            traced.append(tracemalloc.get_traced_memory()[1])
+
+    if memory:
+        tracemalloc.start()
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            res = gt.fit(model(hidden), data(), spec,
+                         torch_config=gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": LR}, batch_size=BATCH),
+                         run=RunConfig(rounds=rounds, eval_every=0, run_dir=run_dir),
+                         cluster=ClusterConfig(transport=transport), engine="ray", callback=record)
+    finally:
+        if memory:
+            tracemalloc.stop()
     flat = torch.nn.utils.parameters_to_vector(res.model.parameters()).detach().numpy()
-    return statistics.median(np.diff(stamps[WARMUP:])), flat
+    peak = traced[1] - traced[0] if len(traced) == 2 else None
+    return statistics.median(np.diff(stamps[WARMUP:])), flat, peak
 
 
 def main() -> None:
@@ -153,6 +181,8 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, nargs="+", default=[2862],
                     help="hidden widths, one model each (several: where the collective path starts to gain)")
     ap.add_argument("--only", choices=("ddp", "gradcode"), help="one kind of trainer")
+    ap.add_argument("--memory", action="store_true",
+                    help="instead of timing: the driver's peak traced memory over the rounds, both paths, each width")
     ap.add_argument("--schemes", nargs="+", choices=("uncoded", "crc", "sr-sgc"), default=["uncoded", "crc"],
                     help="gradcode's schemes, each on both paths")
     args = ap.parse_args()
@@ -167,6 +197,8 @@ def main() -> None:
     trainers = [] if args.only == "gradcode" else [("ddp", None)]
     if args.only != "ddp":
         trainers += [(s, t) for s in args.schemes for t in ("channels", "collective")]
+    if args.memory:
+        return driver_memory(args)
     delays = (0.0, args.delay) if args.delay > 0 else (0.0,)
     times: dict = {}
     weights: dict = {}
@@ -180,7 +212,7 @@ def main() -> None:
                         if scheme == "ddp":
                             step, w = run_ddp(hidden, args.rounds, delay)
                         else:
-                            step, w = run_gradcode(scheme, transport, hidden, args.rounds, delay)
+                            step, w, _ = run_gradcode(scheme, transport, hidden, args.rounds, delay)
                         key = (hidden, scheme, transport, delay)
                         times.setdefault(key, []).append(step)
                         if delay == 0:
@@ -198,6 +230,25 @@ def main() -> None:
               f" {med / ddp:.2f}x | {vs} |")
     for hidden in args.hidden:
         _weights(hidden, weights)
+
+
+def driver_memory(args) -> None:
+    """``--memory``: each scheme on both paths at each width, no delays; the driver's peak traced
+    memory over the rounds after the warm-up (before the last round's fetch of the parameters),
+    against one vector of the model's parameters."""
+    from gradcode.runtime import ClusterConfig
+    from gradcode.runtime.cluster import ray_session
+
+    print("\n| hidden | parameters | one vector (MB) | scheme | path | driver's peak over the rounds (MB) |")
+    print("|---|---|---|---|---|---|")
+    with ray_session(ClusterConfig()):
+        for hidden in args.hidden:
+            params = sum(p.numel() for p in model(hidden).parameters())
+            for scheme in args.schemes:
+                for transport in ("channels", "collective"):
+                    _, _, peak = run_gradcode(scheme, transport, hidden, args.rounds, 0.0, memory=True)
+                    print(f"| {hidden} | {params / 1e6:.2f} M | {4 * params / 1e6:.1f} | {scheme} | {transport} |"
+                          f" {peak / 1e6:.2f} |", flush=True)
 
 
 def _weights(hidden: int, weights: dict) -> None:

@@ -155,7 +155,7 @@ def profile(scheme: str, hidden: int, rounds: int, folder: str, driver: dict) ->
     for path in glob.glob(os.path.join(folder, "prof-*.json")):
         os.unlink(path)
     driver["totals"], driver["base"] = {}, {}
-    step, _ = run_gradcode(scheme, "collective", hidden, rounds, 0.0)
+    step, _, _ = run_gradcode(scheme, "collective", hidden, rounds, 0.0)
     per_worker = []
     for path in glob.glob(os.path.join(folder, "prof-*.json")):
         with open(path) as fh:
