@@ -1,6 +1,7 @@
 """Workers on a GPU, to run where a CUDA GPU is lent. From the repo root:
 
     python benchmarks/bench_device.py [--only exact|speed] [--rounds 30] [--engines inprocess,ray]
+        [--transports channels,collective] [--delay 0.2]
 
 (a) **Exactness** (``--only exact``): the README's model (LayerNorm first, BatchNorm inside) trained
     by :func:`gradcode.torch.fit` with CRC (n = 6, s = 2, two workers 0.2 s late), batch 120, on
@@ -15,7 +16,13 @@
     GPU (forward, backward and SGD step on the whole batch), medians over the rounds after two of
     warm-up. The in-process engine computes the workers one after another in one process and its
     round times are virtual (each worker's measured compute, as if in parallel: labelled so); on
-    Ray the workers share the GPU as actors (a quarter GPU each) and the round times are wall time.
+    Ray the workers share the GPU as actors (a quarter GPU each) and the round times are wall time,
+    on each of ``--transports`` (``channels``: the star, every message to the driver;
+    ``collective``: the members all-reduce their messages over gloo, from the host, and step
+    replicas on their GPU). Beside them, torch DDP run the same way: 4 processes on the same GPU
+    (one GPU cannot hold an NCCL group of several ranks, so gloo, as gradcode's collective path),
+    64 samples each, SGD, the median time between steps. ``--delay D``: the same runs again with
+    one of the 4 workers (a random one each step) sleeping ``D`` seconds before it computes.
 
 Prints one JSON document (and writes it to ``--out`` when given).
 """
@@ -100,17 +107,81 @@ def bench_exact(rounds: int, gpu: str) -> dict:
     return out
 
 
-def bench_speed(rounds: int, engines: list[str], gpu: str) -> dict:
+N_DDP = 4
+
+
+def _ddp_rank(rank: int, port: int, gpu: str, batch: int, rounds: int, delay: float, out: str) -> None:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gradcode.torch.models import ResNet18
+
+    torch.set_num_threads(1)  # as gradcode's workers
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=N_DDP)
+    X, y = resnet_data()
+    torch.manual_seed(0)
+    net = DistributedDataParallel(ResNet18(10).to(gpu))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    per = batch // N_DDP
+    slow = np.random.default_rng(1).integers(0, N_DDP, rounds + 2)
+    sync = torch.cuda.synchronize if gpu.startswith("cuda") else (lambda: None)
+    stamps = []
+    for step in range(rounds + 2):
+        lo = (step * batch + rank * per) % (len(X) - per)
+        Xb, yb = X[lo:lo + per].to(gpu), y[lo:lo + per].to(gpu)
+        if delay > 0 and slow[step] == rank:
+            time.sleep(delay)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(Xb), yb).backward()  # the all-reduce is in here
+        opt.step()
+        sync()
+        stamps.append(time.perf_counter())
+    if rank == 0:
+        np.save(out, np.diff(stamps[1:]))
+    dist.destroy_process_group()
+
+
+def ddp_step_ms(gpu: str, batch: int, rounds: int, delay: float) -> float:
+    """torch DDP's step (ms, median after two warm-up steps): ``N_DDP`` processes on ``gpu``, gloo."""
+    import os
+    import socket
+
+    import numpy as np
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tempfile.mktemp(suffix=".npy")
+    mp.spawn(_ddp_rank, args=(port, gpu, batch, rounds, delay, out), nprocs=N_DDP, join=True)
+    steps = np.load(out)
+    os.unlink(out)
+    return 1e3 * statistics.median(steps[1:])
+
+
+#: ResNet-18's samples
+N_SAMPLES = 4096
+
+
+def resnet_data():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(N_SAMPLES, 3, 32, 32, generator=g), torch.randint(0, 10, (N_SAMPLES,), generator=g)
+
+
+def bench_speed(rounds: int, engines: list[str], gpu: str, transports: list[str] = ("channels",),
+                delay: float = 0.0, batch: int = 256) -> dict:
     import torch
 
     import gradcode.torch as gt
-    from gradcode.runtime import RunConfig, TrainSpec
+    from gradcode.runtime import ClusterConfig, RunConfig, TrainSpec
     from gradcode.torch.models import ResNet18
 
+    X, y = resnet_data()
     torch.manual_seed(0)
-    N, batch = 4096, 256
-    X = torch.randn(N, 3, 32, 32)
-    y = torch.randint(0, 10, (N,))
     net = ResNet18(10)
     out = {"params": sum(p.numel() for p in net.parameters()), "batch": batch, "rounds": rounds}
 
@@ -132,6 +203,12 @@ def bench_speed(rounds: int, engines: list[str], gpu: str) -> dict:
             times.append(time.perf_counter() - t0)
     out["plain_gpu_step_ms"] = 1e3 * statistics.median(times)
 
+    delays = (0.0, delay) if delay > 0 else (0.0,)
+    for d in delays:
+        late = f"_late{d:g}" if d else ""
+        out[f"ddp{late}_step_ms"] = ddp_step_ms(gpu, batch, rounds, d)
+        print(f"DDP, {N_DDP} processes on {gpu}{', one late ' + str(d) + ' s' if d else ''}:"
+              f" {out[f'ddp{late}_step_ms']:.1f} ms", flush=True)
     for engine in engines:
         if engine == "ray":
             try:
@@ -139,21 +216,30 @@ def bench_speed(rounds: int, engines: list[str], gpu: str) -> dict:
             except ImportError:
                 out["ray"] = "not installed here"
                 continue
-        for code, s in (("uncoded", 0), ("crc", 1)):
-            spec = TrainSpec(code, workers=4, stragglers=s)
-            config = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.01}, batch_size=batch, device=gpu)
-            t0 = time.perf_counter()
-            res = gt.fit(net, (X, y), spec, torch_config=config, engine=engine,
-                         run=RunConfig(rounds=rounds + 2, eval_every=0, run_dir=tempfile.mkdtemp()))
-            total = time.perf_counter() - t0
-            walls = [h["time"] for h in res.history[2:]]
-            key = f"{engine}_{code}"
-            out[f"{key}_round_ms"] = 1e3 * statistics.median(walls)
-            out[f"{key}_vs_plain"] = out[f"{key}_round_ms"] / out["plain_gpu_step_ms"]
-            out[f"{key}_total_s"] = total  # start-up included
-            if engine == "inprocess":  # its round times are virtual: each worker's compute as if in parallel
-                out[f"{key}_round_ms"] = f"{out[f'{key}_round_ms']:.1f} (virtual clock)"
-                out[f"{key}_vs_plain"] = f"{out[f'{key}_vs_plain']:.2f} (virtual clock)"
+        for d in delays:
+            late = f"_late{d:g}" if d else ""
+            for code, s in (("uncoded", 0), ("crc", 1)):
+                for transport in transports if engine == "ray" else ("",):
+                    spec = TrainSpec(code, workers=4, stragglers=max(s, 1 if d else 0), delay=d, seed=0)
+                    config = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.01}, batch_size=batch,
+                                            device=gpu)
+                    t0 = time.perf_counter()
+                    res = gt.fit(net, (X, y), spec, torch_config=config, engine=engine,
+                                 cluster=ClusterConfig(transport=transport) if transport else None,
+                                 run=RunConfig(rounds=rounds + 3, eval_every=0, run_dir=tempfile.mkdtemp()))
+                    total = time.perf_counter() - t0
+                    walls = [h["time"] for h in res.history[2:-1]]  # the last round also fetches the parameters
+                    key = f"{engine}{'_' + transport if transport else ''}_{code}{late}"
+                    ms = 1e3 * statistics.median(walls)
+                    out[f"{key}_round_ms"] = ms
+                    out[f"{key}_vs_plain"] = ms / out["plain_gpu_step_ms"]
+                    out[f"{key}_vs_ddp"] = ms / out[f"ddp{late}_step_ms"]
+                    out[f"{key}_total_s"] = total  # start-up included
+                    print(f"{key}: {ms:.1f} ms, {ms / out[f'ddp{late}_step_ms']:.2f}x DDP", flush=True)
+                    if engine == "inprocess":  # its round times are virtual: each worker's compute as if in parallel
+                        out[f"{key}_round_ms"] = f"{ms:.1f} (virtual clock)"
+                        out[f"{key}_vs_plain"] = f"{out[f'{key}_vs_plain']:.2f} (virtual clock)"
+                        out[f"{key}_vs_ddp"] = f"{out[f'{key}_vs_ddp']:.2f} (virtual clock)"
     return out
 
 
@@ -162,6 +248,9 @@ def main() -> None:
     ap.add_argument("--only", choices=["exact", "speed"])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--engines", default="inprocess,ray")
+    ap.add_argument("--transports", default="channels,collective", help="the Ray engine's transports")
+    ap.add_argument("--batch", type=int, default=256, help="ResNet-18's batch (smaller: a quick dry run)")
+    ap.add_argument("--delay", type=float, default=0.0, help="also run with one worker this many seconds late")
     ap.add_argument("--out")
     ap.add_argument("--device", default="cuda", help="the workers' device ('cpu': a dry run of this script)")
     args = ap.parse_args()
@@ -176,7 +265,8 @@ def main() -> None:
         doc["exact"] = bench_exact(args.rounds, args.device)
         print(json.dumps(doc["exact"], indent=1), flush=True)
     if args.only in (None, "speed"):
-        doc["speed"] = bench_speed(args.rounds, args.engines.split(","), args.device)
+        doc["speed"] = bench_speed(args.rounds, args.engines.split(","), args.device, args.transports.split(","),
+                                   args.delay, args.batch)
         print(json.dumps(doc["speed"], indent=1), flush=True)
     text = json.dumps(doc, indent=1)
     print(text)

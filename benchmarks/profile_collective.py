@@ -1,6 +1,6 @@
 """Where a collective round's time goes, on the workers and on the driver: bench_collective's step by phase.
 
-    python benchmarks/profile_collective.py [--rounds 25] [--schemes uncoded crc] [--hidden 2862]
+    python benchmarks/profile_collective.py [--rounds 25] [--schemes uncoded crc] [--hidden 2862] [--no-compute]
 
 The same trainers as ``bench_collective.py`` (an MLP 1024 -> H -> H -> 10, 4 Ray workers of one
 thread each, batch 64, SGD), without delays. Ray is started here with a worker set-up hook that
@@ -146,7 +146,8 @@ def per_round(doc: dict, counter: str) -> dict | None:
     return {p: [(v - b) / calls for v, b in zip(row[:2], base.get(p, [0.0, 0.0]))] for p, row in totals.items()}
 
 
-def profile(scheme: str, hidden: int, rounds: int, folder: str, driver: dict) -> tuple[dict, dict]:
+def profile(scheme: str, hidden: int, rounds: int, folder: str, driver: dict,
+            no_compute: bool = False) -> tuple[dict, dict]:
     """One run on the collective path: ``{"round": median round, phase: (median over the workers
     of its wall seconds a round after the warm-up, the same of its thread CPU seconds)}``, and the
     driver's ``{phase: (wall, cpu)}`` a round (``driver``: its timers' document, reset here)."""
@@ -155,7 +156,7 @@ def profile(scheme: str, hidden: int, rounds: int, folder: str, driver: dict) ->
     for path in glob.glob(os.path.join(folder, "prof-*.json")):
         os.unlink(path)
     driver["totals"], driver["base"] = {}, {}
-    step, _, _ = run_gradcode(scheme, "collective", hidden, rounds, 0.0)
+    step, _, _ = run_gradcode(scheme, "collective", hidden, rounds, 0.0, no_compute=no_compute)
     per_worker = []
     for path in glob.glob(os.path.join(folder, "prof-*.json")):
         with open(path) as fh:
@@ -181,6 +182,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--hidden", type=int, default=2862)
     ap.add_argument("--schemes", nargs="+", choices=("uncoded", "crc"), default=["uncoded", "crc"])
+    ap.add_argument("--no-compute", action="store_true", help="bench_collective's model whose gradient costs nothing")
     args = ap.parse_args()
     import warnings
 
@@ -196,7 +198,7 @@ def main() -> None:
     driver = wrap_timers(DRIVER_TIMED, "round", 5)
     rows, drivers = {}, {}
     for scheme in args.schemes:
-        rows[scheme], drivers[scheme] = profile(scheme, args.hidden, args.rounds, folder, driver)
+        rows[scheme], drivers[scheme] = profile(scheme, args.hidden, args.rounds, folder, driver, args.no_compute)
         print(f"  {scheme}: round {1e3 * rows[scheme]['round'][0]:.1f} ms", flush=True)
     print("\nOn the workers:")
     table(rows, [p for p in ["round"] + [t[2] for t in TIMED] if any(p in r for r in rows.values())])

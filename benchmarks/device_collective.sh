@@ -1,0 +1,42 @@
+#!/bin/bash
+# The collective path's measurements that 2 cores cannot make, in one run on a lent device machine
+# (16 cores, one GPU), each part under its own time limit, its output kept in $OUT as it goes:
+#
+#   1. the round of an 11.2 M-parameter model whose gradient costs nothing, against a gloo
+#      all-reduce of the same vector and against DDP, n = 4, 8, 16, star and collective;
+#   2. GPU workers: ResNet-18, batch 256, 4 workers sharing the GPU, star and collective, against
+#      DDP run the same way on the same GPU, with and without one worker 0.2 s late;
+#   3. the small model against Ray Train's DDP (bench_ddp.py), both transports.
+#
+# From the repository root, after `bash ../shared/tools/ray-bundle` here (carry .devbundle):
+#   . .devbundle/setup.sh && bash benchmarks/device_collective.sh
+# A dry run on a machine without a GPU: DRY=1 bash benchmarks/device_collective.sh (small sizes).
+set -u
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+echo "# $(hostname) $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null)" \
+    | tee "$out/machine.txt"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee -a "$out/machine.txt"
+
+part() {  # part NAME SECONDS COMMAND...: run under a limit, keep its output, show its tail
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($limit s): $*"
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    echo "   exit $? after $((SECONDS - start)) s"
+    grep -v "Warning\|warnings.warn\|^\s*$" "$out/$name.txt" | tail -n 30
+}
+
+if [ -n "${DRY:-}" ]; then
+    part round 300 python benchmarks/bench_collective.py --no-compute --hidden 256 --workers 4 --rounds 8 --delay 0 \
+        --schemes uncoded
+    part gpu 300 python benchmarks/bench_device.py --only speed --device cpu --engines ray --rounds 3 --batch 16 \
+        --out "$out/device.json"
+    exit 0
+fi
+part round 240 python benchmarks/bench_collective.py --no-compute --workers 4 8 16 --rounds 15 --delay 0 \
+    --schemes uncoded
+part gpu 200 python benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
+    --out "$out/device.json"
+part ddp_small 120 python benchmarks/bench_ddp.py --repeats 1 --transports channels collective
