@@ -217,14 +217,15 @@ class Watch:
         self.builds = [self.engine.builds(w) for w in range(self.engine.n)]
 
 
-def run(data, transport, scheme="crc", *, engine=None, callback=None, rounds=10, optimizer="sgd", check=20, **spec):
+def run(data, transport, scheme="crc", *, engine=None, callback=None, rounds=10, optimizer="sgd", check=20,
+        decode_rtol=None, **spec):
     spec.setdefault("workers", 4)
     spec.setdefault("stragglers", 1)
     spec.setdefault("delay", 0.3)
     engine = engine if engine is not None else InProcessEngine(compute_time=1e-3)
     return gt.fit(net(), data, TrainSpec(scheme, seed=3, **spec),
                   torch_config=gt.TorchConfig(optimizer=optimizer, optimizer_params={"lr": 0.05, "momentum": 0.9},
-                                              batch_size=96),
+                                              batch_size=96, decode_rtol=decode_rtol),
                   run=RunConfig(rounds=rounds, eval_every=5, run_dir=None), cluster=ClusterConfig(transport=transport, replica_check=check),
                   engine=engine, callback=callback)
 
@@ -255,6 +256,20 @@ def test_collective_training_follows_the_star_path(data, scheme, spec, tmp_path,
     np.testing.assert_allclose(coll.losses, star.losses, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-5)
     assert coll.result.clock["allreduce_bandwidth"] == CollectiveCost().bandwidth
+
+
+@pytest.mark.parametrize("scheme,spec", [("uncoded", {"stragglers": 0, "delay": 0.0}), ("crc", {})])
+def test_decodes_accepted_beyond_their_tolerance_are_counted_on_both_paths(data, scheme, spec, tmp_path,
+                                                                          monkeypatch):
+    """With a tolerance below float32's rounding, every round's decode is accepted only as no
+    worse than a plain sum (the plan is accepted before the sum): both paths flag every round, also
+    when every worker is a member of the reduction (no one left out, no keeper)."""
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    star = run(data, "channels", scheme, rounds=4, decode_rtol=1e-12, **spec)
+    coll = run(data, "collective", scheme, rounds=4, decode_rtol=1e-12, **spec)
+    assert star.result.loose_rounds == coll.result.loose_rounds == 4
+    # the plan's bound also counts the reduction's rounding: no smaller than the held decode's
+    assert (coll.result.loose >= 0.5 * star.result.loose).all() and (coll.result.loose > 1e-12).all()
 
 
 class Ledgered(InProcessEngine):

@@ -245,8 +245,9 @@ class CollectiveDriver(RoundDriver):
         for job, job_plans in by_job.items():
             m = job % self.models
             step = int(self.state.steps[m])
-            keeper = next((w for w in members if self.versions[w] is not None and self.versions[w][m] == step), None)
-            jobs.append(JobReduction(job, m, step, tuple(job_plans), keeper if left_out else None))
+            first = next((w for w in members if self.versions[w] is not None and self.versions[w][m] == step), None)
+            jobs.append(JobReduction(job, m, step, tuple(job_plans), keeper=first if left_out else None,
+                                     reporter=first))
         orders = {w: ReduceOrder(t, tuple(jobs), key, rank, len(members), digest, group, live)
                   for rank, w in enumerate(members)}
         if all(p.checked for _, p in plans):  # a member still streaming (AGC's spare messages) stops, then

@@ -89,13 +89,16 @@ class JobReduction:
     its gradient the sum of what ``plans`` decode (one plan for a code's decode; a sequential
     scheme's job sums several, each judged by its own rule: :func:`~gradcode.codes.reduce.merge_plans`
     joins those judged before the sum); ``keeper``: the member that keeps the reduced gradient for
-    the workers left out (:class:`Kept`), None when none is left out."""
+    the workers left out (:class:`Kept`), None when none is left out; ``reporter``: the member that
+    measures the relative bound of a plan accepted before the sum, for the run's records (a decode
+    accepted beyond its tolerance is counted whether or not anyone is left out)."""
 
     job: int
     model: int
     step: int
     plans: tuple[ReducePlan, ...]
     keeper: int | None = None
+    reporter: int | None = None
 
     @property
     def length(self) -> int:
@@ -144,7 +147,7 @@ class ReduceOrder:
 class JobStep:
     """A member's step of one job: model ``model`` went from ``step`` to ``step + 1`` with training
     objective ``loss``; ``relative_bound`` the decode's (a plan accepted before the sum: measured by
-    the job's keeper only, NaN at the other members);
+    the job's reporter only, NaN at the other members);
     ``digest`` of the new parameters (a full one when asked, else a :meth:`Replica.fingerprint`);
     ``update``: where the reduced gradient is kept for the lagging workers (:class:`Kept`), when
     this member is the job's keeper."""
@@ -333,7 +336,7 @@ class Replica:
                     except ImpreciseDecodeError as exc:
                         return ReduceReply(**base, job=job.job, relative_bound=exc.relative_bound, error="imprecise",
                                            message=str(exc))
-                elif job.keeper == worker:  # accepted before the sum: one member says by how much, for the records
+                elif job.reporter == worker:  # accepted before the sum: one member says by how much, for the records
                     rel = max(plan.relative_bound(math.sqrt(sum_squares(seg))), 0.0 if math.isnan(rel) else rel)
                 g = seg if g is None else g + seg  # a sequential job's plans summed in the reduce type
             grads.append(g)
