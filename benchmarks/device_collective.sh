@@ -6,10 +6,13 @@
 #      all-reduce of the same vector and against DDP, n = 4, 8, 16, star and collective;
 #   2. GPU workers: ResNet-18, batch 256, 4 workers sharing the GPU, star and collective, against
 #      DDP run the same way on the same GPU, with and without one worker 0.2 s late;
-#   3. the small model against Ray Train's DDP (bench_ddp.py), both transports.
+#   3. crossover: the MLP at three widths (0.33, 2.11, 11.16 M parameters), n = 8, star and
+#      collective: where the collective path starts to gain (what the default transport follows);
+#   4. ddp_small: the small model against Ray Train's DDP (bench_ddp.py), both transports.
 #
 # From the repository root, after `bash ../shared/tools/ray-bundle` here (carry .devbundle):
-#   . .devbundle/setup.sh && bash benchmarks/device_collective.sh
+#   . .devbundle/setup.sh && bash benchmarks/device_collective.sh [round] [gpu] [crossover] [ddp_small]
+# (no names: all four, about 9 minutes on 16 cores; two calls of two fit one call's 10-minute limit).
 # A dry run on a machine without a GPU: DRY=1 bash benchmarks/device_collective.sh (small sizes).
 set -u
 out=${OUT:-$(mktemp -d)}
@@ -35,8 +38,16 @@ if [ -n "${DRY:-}" ]; then
         --out "$out/device.json"
     exit 0
 fi
-part round 240 python benchmarks/bench_collective.py --no-compute --workers 4 8 16 --rounds 15 --delay 0 \
-    --schemes uncoded
-part gpu 200 python benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
-    --out "$out/device.json"
-part ddp_small 120 python benchmarks/bench_ddp.py --repeats 1 --transports channels collective
+parts=${*:-round gpu crossover ddp_small}
+for p in $parts; do
+    case $p in
+        round) part round 240 python benchmarks/bench_collective.py --no-compute --workers 4 8 16 --rounds 15 \
+            --delay 0 --schemes uncoded ;;
+        gpu) part gpu 200 python benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
+            --out "$out/device.json" ;;
+        crossover) part crossover 150 python benchmarks/bench_collective.py --hidden 256 1024 2862 --workers 8 \
+            --rounds 15 --delay 0 --schemes uncoded ;;
+        ddp_small) part ddp_small 120 python benchmarks/bench_ddp.py --repeats 1 --transports channels collective ;;
+        *) echo "unknown part $p (round, gpu, crossover, ddp_small)"; exit 2 ;;
+    esac
+done
