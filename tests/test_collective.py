@@ -82,6 +82,21 @@ def test_a_reduction_of_the_parts_is_the_held_decode_for_every_straggler_set(nam
             assert plan.error_bound / norm > plan.rtol
 
 
+def test_float64_messages_are_reduced_in_float64_and_narrower_ones_in_float32():
+    """The reduction keeps the precision a user chose for the wire: float64 messages (a code whose
+    coefficients amplify float32's rounding) are all-reduced in float64, judged in float64; float32
+    and 16-bit ones in float32 (16-bit sums would overflow or lose the decode)."""
+    code = gradcode.make_code("crc", n=4, s=1)
+    for wire, reduced, judged in ((np.float64, "float64", "float64"), (np.float32, "float32", "float32"),
+                                  (np.float16, "float32", "float16")):  # judged in the coarser of the two
+        notes = {w: [Note(1.0, 1.0, np.dtype(wire), 5)] for w in range(3)}
+        plan = reduce_plan(code, notes, dim=5, reduced_by=3)
+        assert (plan.reduce_precision, plan.precision) == (reduced, judged)
+    plan = reduce_plan(code, {w: [Note(1.0, 1.0, np.dtype(np.float64), 5)] for w in range(3)}, dim=5, reduced_by=3,
+                       reduce_dtype=np.float32)  # asked for: the coarser precision judges
+    assert plan.reduce_precision == plan.precision == "float32"
+
+
 def test_a_plan_refuses_what_a_held_decode_refuses():
     code = gradcode.make_code("crc", n=4, s=1)
     note = Note(1.0, 1.0, np.dtype(np.float32), 5)
@@ -270,6 +285,29 @@ def test_decodes_accepted_beyond_their_tolerance_are_counted_on_both_paths(data,
     assert star.result.loose_rounds == coll.result.loose_rounds == 4
     # the plan's bound also counts the reduction's rounding: no smaller than the held decode's
     assert (coll.result.loose >= 0.5 * star.result.loose).all() and (coll.result.loose > 1e-12).all()
+
+
+def test_float64_messages_decode_on_the_collective_path_what_they_decode_on_the_star(data, tmp_path, monkeypatch):
+    """AGC with L = 16 needs float64 messages (its float32 decode is refused): on the collective
+    path they are reduced in float64, so the rounds close on the same survivors as on the star
+    path, without waiting for more workers, and train the same weights."""
+    import warnings
+
+    from gradcode.runtime.driver import ImpreciseWaitWarning
+
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    spec = TrainSpec("agc", workers=4, stragglers=1, delay=1.0, scheme_params={"d": 3, "L": 16}, seed=0)
+    tconf = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.1}, batch_size=96, wire_dtype="float64")
+    out = {}
+    for transport in ("channels", "collective"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ImpreciseWaitWarning)
+            out[transport] = gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=4),
+                                    cluster=ClusterConfig(transport=transport),
+                                    engine=InProcessEngine(compute_time=1e-3))
+    star, coll = out["channels"], out["collective"]
+    np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
 
 
 class Ledgered(InProcessEngine):
@@ -591,6 +629,9 @@ def test_one_gloo_all_reduce_sums_the_parts_and_agrees_on_who_could_not_contribu
         np.testing.assert_array_equal(total, np.arange(5, dtype=np.float32) * 6)
     for exc in reduce(0, (True, False, True)):  # the cached group again; rank 1 cannot contribute
         assert isinstance(exc, ReductionFailed) and exc.absent == (1,)
+    wide = [np.array([1.0 + 2.0**-40 * (r + 1), 0.0, 0.0, 0.0]) for r in range(3)]  # float64: beyond float32
+    for total in in_threads(members, 1, 3, wide, (True, True, True)):
+        assert total.dtype == np.float64 and total[0] == 3.0 + 6 * 2.0**-40
     alone = members[0].allreduce(7, 0, 1, (7,), np.array([2.0, 3.0, 0.0], dtype=np.float32))
     np.testing.assert_array_equal(alone, [2.0, 3.0])
     with pytest.raises(ReductionFailed, match="cannot contribute"):

@@ -87,11 +87,13 @@ class ReducePlan:
         return self.error_bound / norm if norm > 0 else (0.0 if self.error_bound == 0 else math.inf)
 
 
-def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float32, precision=None,
+def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=None, precision=None,
                 rtol: float | None = None, strict: bool | None = None) -> ReducePlan:
     """The plan of a decode of the messages described by ``notes`` (``{w: [Note, ...]}``, the
     leading ``r_w`` messages each worker holds) reduced by ``reduced_by`` workers in
-    ``reduce_dtype``; ``precision``, ``rtol`` and ``strict`` as for
+    ``reduce_dtype`` (default: float64 when a message is float64, the wire type a user chooses for
+    a code whose coefficients amplify float32's rounding, else float32, which 16-bit messages are
+    widened to); ``precision``, ``rtol`` and ``strict`` as for
     :meth:`~gradcode.codes.base.LinearCode.decode_report`. Raises what a held decode of the same
     pattern raises: :class:`~gradcode.errors.NotDecodableError` for a pattern that does not decode,
     :class:`~gradcode.codes.NonFiniteMessageError` naming the workers whose sums were not finite.
@@ -125,6 +127,9 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=np.float
         raise NonFiniteMessageError(
             f"messages from workers {list(bad)} hold non-finite values (their sums are not finite); treat them"
             " as stragglers and decode without them", bad)
+    if reduce_dtype is None:
+        wide = any(np.dtype(x.dtype) == np.float64 for ns in held.values() for x in ns)
+        reduce_dtype = np.float64 if wide else np.float32
     reduce_prec = wire_precision(reduce_dtype)
     # judged in the coarser of the wire's and the reduction's precision (float64 messages reduced in
     # float32 are float32's sums, and their default tolerance is float32's)
