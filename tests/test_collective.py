@@ -310,6 +310,43 @@ def test_float64_messages_decode_on_the_collective_path_what_they_decode_on_the_
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
 
 
+def test_a_reduction_refused_in_float32_is_run_again_in_float64_before_the_round_waits(data, tmp_path,
+                                                                                       monkeypatch):
+    """CRC(16, 3) with a strict tolerance between the held decode's relative bound and the float32
+    ring's (its rounding grows with the 16 members): the star path decodes every round; the
+    collective path's float32 reduction is refused, and the same messages reduced again in
+    float64 are accepted, so the rounds close on the star's survivors, without waiting, to the
+    same weights."""
+    import warnings
+
+    from gradcode.runtime import collective
+    from gradcode.runtime.driver import ImpreciseWaitWarning
+
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    spec = TrainSpec("crc", workers=16, stragglers=3, delay=0.3, seed=3)
+
+    def fit(transport, rtol, strict):
+        tconf = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.05}, batch_size=96, decode_rtol=rtol,
+                               decode_strict=strict)
+        return gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=2),
+                      cluster=ClusterConfig(transport=transport), engine=InProcessEngine(compute_time=1e-3))
+
+    with warnings.catch_warnings():  # every round flagged (some wait for more workers): the held decode's bound
+        warnings.simplefilter("ignore", ImpreciseWaitWarning)
+        rtol = 2 * float(fit("channels", 1e-12, False).result.loose.max())
+    reduced = []
+    real = collective.CollectiveDriver._reduce
+    monkeypatch.setattr(collective.CollectiveDriver, "_reduce", lambda self, rnd, plans, members: (
+        reduced.append((rnd.t, [p.reduce_precision for _, p in plans])), real(self, rnd, plans, members))[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ImpreciseWaitWarning)
+        star = fit("channels", rtol, True)
+        coll = fit("collective", rtol, True)
+    assert reduced == [(0, ["float32"]), (0, ["float64"]), (1, ["float32"]), (1, ["float64"])]
+    np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-6, atol=1e-7)
+
+
 class Ledgered(InProcessEngine):
     """Records the largest array the driver handed the workers (``put``, task parameters,
     catch-up updates) or got from them in an event, after the run's first round."""

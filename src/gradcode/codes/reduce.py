@@ -27,8 +27,10 @@ size: peeling is not linear in a fixed set of coefficients) have no plan:
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -39,7 +41,23 @@ from gradcode.codes.messages import Note, weighted_sum
 from gradcode.codes.precision import PLAIN_SUM_SLACK, accept_bound, error_bound, wire_precision
 from gradcode.errors import CollectiveUnsupportedError
 
-__all__ = ["ReducePlan", "contribution", "merge_plans", "reduce_plan", "relabel"]
+__all__ = ["ReducePlan", "contribution", "merge_plans", "reduce_plan", "reduced_in_float64", "relabel"]
+
+_WIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("gradcode_reduced_in_float64", default=False)
+
+
+@contextmanager
+def reduced_in_float64():
+    """Plans made while the block runs (:func:`reduce_plan` without a ``reduce_dtype``) reduce in
+    float64 whatever the messages' type: a driver's second attempt at a reduction whose float32
+    sum was refused as imprecise. The reduction's own float32 rounding, which grows with the number
+    of members, is what the held decode (float64 sums) does not have; in float64 the plan's bound
+    is the held decode's, so the collective path accepts what the star path accepts."""
+    token = _WIDE.set(True)
+    try:
+        yield
+    finally:
+        _WIDE.reset(token)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,8 +110,8 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=None, pr
     """The plan of a decode of the messages described by ``notes`` (``{w: [Note, ...]}``, the
     leading ``r_w`` messages each worker holds) reduced by ``reduced_by`` workers in
     ``reduce_dtype`` (default: float64 when a message is float64, the wire type a user chooses for
-    a code whose coefficients amplify float32's rounding, else float32, which 16-bit messages are
-    widened to); ``precision``, ``rtol`` and ``strict`` as for
+    a code whose coefficients amplify float32's rounding, or inside :func:`reduced_in_float64`,
+    else float32, which 16-bit messages are widened to); ``precision``, ``rtol`` and ``strict`` as for
     :meth:`~gradcode.codes.base.LinearCode.decode_report`. Raises what a held decode of the same
     pattern raises: :class:`~gradcode.errors.NotDecodableError` for a pattern that does not decode,
     :class:`~gradcode.codes.NonFiniteMessageError` naming the workers whose sums were not finite.
@@ -128,7 +146,7 @@ def reduce_plan(code, notes, *, dim: int, reduced_by: int, reduce_dtype=None, pr
             f"messages from workers {list(bad)} hold non-finite values (their sums are not finite); treat them"
             " as stragglers and decode without them", bad)
     if reduce_dtype is None:
-        wide = any(np.dtype(x.dtype) == np.float64 for ns in held.values() for x in ns)
+        wide = _WIDE.get() or any(np.dtype(x.dtype) == np.float64 for ns in held.values() for x in ns)
         reduce_dtype = np.float64 if wide else np.float32
     reduce_prec = wire_precision(reduce_dtype)
     # judged in the coarser of the wire's and the reduction's precision (float64 messages reduced in

@@ -29,8 +29,11 @@ the data kept where it is computed:
 Faults. A member that dies during the reduction fails it for all: its results are forgotten
 (``scheme.forget_results``), it becomes a straggler of the round, and the round is planned again
 among the living (waiting for more workers if they no longer decode): the run goes on, exact, and
-the death is one fault record. A reduction the acceptance rule refuses (imprecise) waits for more
-messages, as a refused held decode does; a diverging step stops the run as on the star path.
+the death is one fault record. A reduction the acceptance rule refuses (imprecise) in float32 is
+run once more in float64 (:func:`~gradcode.codes.reduce.reduced_in_float64`: the float32 ring's
+own rounding, which grows with the members, is what the star path's float64 decode does not
+have); refused in float64, the round waits for more messages, as a refused held decode does; a
+diverging step stops the run as on the star path.
 
 Replicas that never drift. The driver knows each worker's version; a worker that was not a member
 (one still busy with an earlier round when this one started, a worker that died and was restarted,
@@ -76,6 +79,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradcode.codes.precision import ImpreciseDecodeError, note_loose
+from gradcode.codes.reduce import reduced_in_float64
 from gradcode.errors import ResultsLostError
 from gradcode.runtime.driver import RoundDriver, RoundTimeoutError, TrainingStopped
 from gradcode.runtime.gloo import LIVE_GROUPS
@@ -122,6 +126,7 @@ class CollectiveDriver(RoundDriver):
         self._groups: OrderedDict[tuple, int] = OrderedDict()  # member key -> group number (the live ones)
         self._next_group = 0
         self.reductions_failed = 0
+        self.widened = 0  # reductions refused in float32 and run again in float64
         #: the reduced gradients kept for lagging workers: ``(model, step) -> ReduceReply.update``
         self.updates: dict[tuple[int, int], object] = {}
         self.replayed = self.synced = 0  # laggers brought up to date by updates, by copies
@@ -222,8 +227,20 @@ class CollectiveDriver(RoundDriver):
         members = sorted(reached.union(*(p.workers for _, p in plans)))
         if len(members) != max(len(reached), 1):  # the plans' bounds count the reducing workers
             plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
-        if plans and not self._reduce(rnd, plans, members):
-            return None
+        try:
+            if plans and not self._reduce(rnd, plans, members):
+                return None
+        except ImpreciseDecodeError:
+            # refused as imprecise in float32: the ring's own rounding grows with the members and the
+            # star path's float64 decode has none of it, so the same messages are reduced once more
+            # in float64 (twice the bytes, rarely) before the round waits for more workers
+            if all(p.reduce_precision == "float64" for _, p in plans):
+                raise
+            with reduced_in_float64():
+                plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
+            self.widened += 1
+            if not self._reduce(rnd, plans, members):
+                return None
         finished = self.scheme.close(t, arrived)
         return [(job, self.losses.pop(job)) for job, _ in finished], arrived
 
