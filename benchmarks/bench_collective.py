@@ -175,29 +175,30 @@ def _allreduce_rank(rank: int, n: int, port: int, dim: int, rounds: int, out: st
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-    x = torch.ones(dim)
+    x = torch.zeros(dim)
     times = []
     for _ in range(rounds):
         dist.barrier()
         t0 = time.perf_counter()
         dist.all_reduce(x)
         times.append(time.perf_counter() - t0)
-    dist.barrier()
+    gathered = [None] * n
+    dist.all_gather_object(gathered, times[WARMUP:])
     if rank == 0:
-        np.save(out, np.array(times))
+        np.save(out, np.max(gathered, axis=0))
     dist.destroy_process_group()
 
 
 def run_allreduce(dim: int, rounds: int, n: int = N_WORKERS) -> float:
-    """The median time of one gloo all-reduce of ``dim`` float32 over ``n`` processes (after the
-    warm-up; rank 0's clock, each between two barriers)."""
+    """The median time of one gloo all-reduce of ``dim`` float32 over ``n`` processes after the
+    warm-up, each between two barriers, the slowest rank's (as ``bench_step_floor.py`` times it)."""
     import torch.multiprocessing as mp
 
     out = tempfile.mktemp(suffix=".npy")
     mp.spawn(_allreduce_rank, args=(n, free_port(), dim, rounds, out), nprocs=n, join=True)
     times = np.load(out)
     os.unlink(out)
-    return statistics.median(times[WARMUP:])
+    return statistics.median(times)
 
 
 # ------------------------------------------------------------------------------------ gradcode
@@ -267,6 +268,9 @@ def main() -> None:
     ap.add_argument("--schemes", nargs="+", choices=("uncoded", "crc", "sr-sgc"), default=["uncoded", "crc"],
                     help="gradcode's schemes, each on both paths")
     args = ap.parse_args()
+    if args.rounds < WARMUP + 3:
+        ap.error(f"--rounds must be at least {WARMUP + 3}: the median is over the steps after {WARMUP} of warm-up,"
+                 " less the last (which also fetches the parameters)")
     import warnings
 
     from gradcode.runtime import ClusterConfig

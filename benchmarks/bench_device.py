@@ -146,16 +146,13 @@ def _ddp_rank(rank: int, port: int, gpu: str, batch: int, rounds: int, delay: fl
 def ddp_step_ms(gpu: str, batch: int, rounds: int, delay: float) -> float:
     """torch DDP's step (ms, median after two warm-up steps): ``N_DDP`` processes on ``gpu``, gloo."""
     import os
-    import socket
 
     import numpy as np
     import torch.multiprocessing as mp
+    from bench_collective import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     out = tempfile.mktemp(suffix=".npy")
-    mp.spawn(_ddp_rank, args=(port, gpu, batch, rounds, delay, out), nprocs=N_DDP, join=True)
+    mp.spawn(_ddp_rank, args=(free_port(), gpu, batch, rounds, delay, out), nprocs=N_DDP, join=True)
     steps = np.load(out)
     os.unlink(out)
     return 1e3 * statistics.median(steps[1:])

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_collective import BATCH, LR, N_WORKERS, data, model  # noqa: E402
+from bench_collective import BATCH, LR, N_WORKERS, data, free_port, model  # noqa: E402
 
 HIDDEN, WARMUP = 2862, 3
 
@@ -96,11 +95,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tempfile.mktemp(suffix=".npz")
-    mp.spawn(_rank, args=(port, args.repeats, out), nprocs=N_WORKERS, join=True)
+    mp.spawn(_rank, args=(free_port(), args.repeats, out), nprocs=N_WORKERS, join=True)
     res = np.load(out)
     os.unlink(out)
     print(f"# {platform.node()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; MLP {HIDDEN}, {N_WORKERS}"

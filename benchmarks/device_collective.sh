@@ -41,8 +41,10 @@ fi
 parts=${*:-round gpu crossover ddp_small}
 for p in $parts; do
     case $p in
-        round) part round 240 python benchmarks/bench_collective.py --no-compute --workers 4 8 16 --rounds 15 \
-            --delay 0 --schemes uncoded ;;
+        round) for n in 4 8 16; do  # one table each: a part cut short keeps the numbers before it
+                part "round_n$n" 120 python benchmarks/bench_collective.py --no-compute --workers "$n" --rounds 15 \
+                    --delay 0 --schemes uncoded
+            done ;;
         gpu) part gpu 200 python benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
             --out "$out/device.json" ;;
         crossover) part crossover 150 python benchmarks/bench_collective.py --hidden 256 1024 2862 --workers 8 \

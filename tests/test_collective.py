@@ -298,6 +298,7 @@ def test_float64_messages_decode_on_the_collective_path_what_they_decode_on_the_
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
     spec = TrainSpec("agc", workers=4, stragglers=1, delay=1.0, scheme_params={"d": 3, "L": 16}, seed=0)
     tconf = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.1}, batch_size=96, wire_dtype="float64")
+    reduced = spy_reductions(monkeypatch)
     out = {}
     for transport in ("channels", "collective"):
         with warnings.catch_warnings():
@@ -305,6 +306,60 @@ def test_float64_messages_decode_on_the_collective_path_what_they_decode_on_the_
             out[transport] = gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=4),
                                     cluster=ClusterConfig(transport=transport),
                                     engine=InProcessEngine(compute_time=1e-3))
+    star, coll = out["channels"], out["collective"]
+    assert [r[0] for r in reduced] == [0, 1, 2, 3] and {p for r in reduced for p in r[1]} == {"float64"}
+    assert {r[2] for r in reduced} == {"stepped"}
+    np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
+    np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
+
+
+def spy_reductions(monkeypatch) -> list:
+    """``(round, [each plan's reduce precision], outcome)`` of every reduction the collective
+    driver runs from now on (outcome ``"stepped"``, ``"refused"`` or ``"failed"``)."""
+    from gradcode.runtime import collective
+
+    reduced = []
+    real = collective.CollectiveDriver._reduce
+
+    def spy(self, rnd, plans, members):
+        row = (rnd.t, [p.reduce_precision for _, p in plans])
+        try:
+            ok = real(self, rnd, plans, members)
+        except ImpreciseDecodeError:
+            reduced.append((*row, "refused"))
+            raise
+        reduced.append((*row, "stepped" if ok else "failed"))
+        return ok
+
+    monkeypatch.setattr(collective.CollectiveDriver, "_reduce", spy)
+    return reduced
+
+
+def test_a_reduction_certain_to_be_refused_is_not_run(data, tmp_path, monkeypatch):
+    """AGC (L = 16) in float32 streams its messages, and its decode is refused until enough of them
+    are in: each refusal gives where the gradient's norm lies, so a later plan whose bound is
+    beyond the tolerance at any such norm is not all-reduced (it was, at every message: 12 or more
+    reductions a round), and a float64 reduction runs only when it would be accepted. The rounds
+    close on the star path's survivors to the same weights."""
+    import warnings
+
+    from gradcode.runtime.driver import ImpreciseWaitWarning
+
+    monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
+    spec = TrainSpec("agc", workers=4, stragglers=1, delay=1.0, scheme_params={"d": 3, "L": 16}, seed=0)
+    tconf = gt.TorchConfig(optimizer="sgd", optimizer_params={"lr": 0.1}, batch_size=96)
+    reduced = spy_reductions(monkeypatch)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImpreciseWaitWarning)
+        for transport in ("channels", "collective"):
+            out[transport] = gt.fit(net(), data, spec, torch_config=tconf, run=RunConfig(rounds=3),
+                                    cluster=ClusterConfig(transport=transport),
+                                    engine=InProcessEngine(compute_time=1e-3))
+    for t in range(3):
+        rows = [r for r in reduced if r[0] == t]
+        assert rows[-1][2] == "stepped" and len(rows) <= 2, rows
+        assert ("float64" not in rows[0][1]) and all(r[2] == "stepped" for r in rows if "float64" in r[1])
     star, coll = out["channels"], out["collective"]
     np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
@@ -319,7 +374,6 @@ def test_a_reduction_refused_in_float32_is_run_again_in_float64_before_the_round
     same weights."""
     import warnings
 
-    from gradcode.runtime import collective
     from gradcode.runtime.driver import ImpreciseWaitWarning
 
     monkeypatch.setenv("GRADCODE_RUNS", str(tmp_path))
@@ -334,15 +388,13 @@ def test_a_reduction_refused_in_float32_is_run_again_in_float64_before_the_round
     with warnings.catch_warnings():  # every round flagged (some wait for more workers): the held decode's bound
         warnings.simplefilter("ignore", ImpreciseWaitWarning)
         rtol = 2 * float(fit("channels", 1e-12, False).result.loose.max())
-    reduced = []
-    real = collective.CollectiveDriver._reduce
-    monkeypatch.setattr(collective.CollectiveDriver, "_reduce", lambda self, rnd, plans, members: (
-        reduced.append((rnd.t, [p.reduce_precision for _, p in plans])), real(self, rnd, plans, members))[1])
+    reduced = spy_reductions(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ImpreciseWaitWarning)
         star = fit("channels", rtol, True)
         coll = fit("collective", rtol, True)
-    assert reduced == [(0, ["float32"]), (0, ["float64"]), (1, ["float32"]), (1, ["float64"])]
+    assert reduced == [(0, ["float32"], "refused"), (0, ["float64"], "stepped"), (1, ["float32"], "refused"),
+                       (1, ["float64"], "stepped")]
     np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-6, atol=1e-7)
 

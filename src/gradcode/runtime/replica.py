@@ -180,6 +180,9 @@ class ReduceReply:
     lost: tuple = ()
     #: members that could not take part, alive (``error="failed"``)
     stale: tuple = ()
+    #: ``error="imprecise"``: which of the job's plans was refused, and its reduced gradient's norm
+    plan: int | None = None
+    norm: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,7 @@ class Replica:
             state = self.models[job.model]
             g = None
             rel = math.nan
-            for plan in job.plans:
+            for i, plan in enumerate(job.plans):
                 seg = total[off: off + plan.chunks * plan.length][: np.size(state.params)]  # less a chunk's padding
                 off += plan.chunks * plan.length
                 if not plan.checked:
@@ -335,7 +338,7 @@ class Replica:
                         rel = max(plan.accept(norm), 0.0 if math.isnan(rel) else rel)
                     except ImpreciseDecodeError as exc:
                         return ReduceReply(**base, job=job.job, relative_bound=exc.relative_bound, error="imprecise",
-                                           message=str(exc))
+                                           message=str(exc), plan=i, norm=norm)
                 elif job.reporter == worker:  # accepted before the sum: one member says by how much, for the records
                     rel = max(plan.relative_bound(math.sqrt(sum_squares(seg))), 0.0 if math.isnan(rel) else rel)
                 g = seg if g is None else g + seg  # a sequential job's plans summed in the reduce type

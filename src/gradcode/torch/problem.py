@@ -581,7 +581,7 @@ def apply_decoded(module: nn.Module, layout: ModelLayout, g, *, accumulate: bool
     gradient-sized tensor a step costs more than the step's pass over it where its memory is
     faulted in anew (BENCHMARKS.md, "2026-11-28: one malloc arena for the worker's threads")."""
     g = np.asarray(g)
-    if g.dtype != np.float32:  # the star path's float64 decode; the collective path reduces in float32
+    if g.dtype != np.float32:  # the star path's float64 decode (the collective path's float64 reductions too)
         g = g.astype(np.float64, copy=False)
     B = float(g[-1])  # the decoded batch size (module docstring)
     if not B > 0.5:
