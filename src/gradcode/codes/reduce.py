@@ -52,7 +52,8 @@ def reduced_in_float64():
     float64 whatever the messages' type: a driver's second attempt at a reduction whose float32
     sum was refused as imprecise. The reduction's own float32 rounding, which grows with the number
     of members, is what the held decode (float64 sums) does not have; in float64 the plan's bound
-    is the held decode's, so the collective path accepts what the star path accepts."""
+    is essentially the held decode's (the float64 ring's own rounding is all it adds), so the
+    collective path accepts what the star path accepts."""
     token = _WIDE.set(True)
     try:
         yield

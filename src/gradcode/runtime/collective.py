@@ -409,10 +409,11 @@ class CollectiveDriver(RoundDriver):
         if "imprecise" in errors:
             reply = next(r for r in replies.values() if r.error == "imprecise")
             job = next(j for j in jobs if j.job == reply.job)
-            plan = job.plans[reply.plan]
+            plan = job.plans[reply.plan] if reply.plan is not None else next(p for p in job.plans if not p.checked)
             exc = ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound, precision=plan.precision,
                                        rtol=plan.rtol)
-            exc.refused = (job.job, reply.plan, reply.norm)  # what a wider reduction would be judged on
+            if reply.plan is not None:  # what a wider reduction would be judged on
+                exc.refused = (job.job, reply.plan, reply.norm)
             if len(job.plans) == 1 and math.isfinite(reply.norm):  # where the job's gradient's norm lies
                 known = self.refused_norms.get(job.job)
                 if known is None or plan.error_bound < known[1]:
