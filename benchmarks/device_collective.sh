@@ -15,6 +15,7 @@
 # (no names: all four, about 9 minutes on 16 cores; two calls of two fit one call's 10-minute limit).
 # A dry run on a machine without a GPU: DRY=1 bash benchmarks/device_collective.sh (small sizes).
 set -u
+py=${PYTHON:-python3}  # the device machine has python3 (and maybe no `python`)
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 echo "# $(hostname) $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2>/dev/null)" \
@@ -32,9 +33,9 @@ part() {  # part NAME SECONDS COMMAND...: run under a limit, keep its output, sh
 }
 
 if [ -n "${DRY:-}" ]; then
-    part round 300 python benchmarks/bench_collective.py --no-compute --hidden 256 --workers 4 --rounds 8 --delay 0 \
+    part round 300 "$py" benchmarks/bench_collective.py --no-compute --hidden 256 --workers 4 --rounds 8 --delay 0 \
         --schemes uncoded
-    part gpu 300 python benchmarks/bench_device.py --only speed --device cpu --engines ray --rounds 3 --batch 16 \
+    part gpu 300 "$py" benchmarks/bench_device.py --only speed --device cpu --engines ray --rounds 3 --batch 16 \
         --out "$out/device.json"
     exit 0
 fi
@@ -42,14 +43,14 @@ parts=${*:-round gpu crossover ddp_small}
 for p in $parts; do
     case $p in
         round) for n in 4 8 16; do  # one table each: a part cut short keeps the numbers before it
-                part "round_n$n" 120 python benchmarks/bench_collective.py --no-compute --workers "$n" --rounds 15 \
+                part "round_n$n" 120 "$py" benchmarks/bench_collective.py --no-compute --workers "$n" --rounds 15 \
                     --delay 0 --schemes uncoded
             done ;;
-        gpu) part gpu 200 python benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
+        gpu) part gpu 200 "$py" benchmarks/bench_device.py --only speed --engines ray --rounds 15 --delay 0.2 \
             --out "$out/device.json" ;;
-        crossover) part crossover 150 python benchmarks/bench_collective.py --hidden 256 1024 2862 --workers 8 \
+        crossover) part crossover 150 "$py" benchmarks/bench_collective.py --hidden 256 1024 2862 --workers 8 \
             --rounds 15 --delay 0 --schemes uncoded ;;
-        ddp_small) part ddp_small 120 python benchmarks/bench_ddp.py --repeats 1 --transports channels collective ;;
+        ddp_small) part ddp_small 120 "$py" benchmarks/bench_ddp.py --repeats 1 --transports channels collective ;;
         *) echo "unknown part $p (round, gpu, crossover, ddp_small)"; exit 2 ;;
     esac
 done
