@@ -339,8 +339,8 @@ def test_a_reduction_certain_to_be_refused_is_not_run(data, tmp_path, monkeypatc
     """AGC (L = 16) in float32 streams its messages, and its decode is refused until enough of them
     are in: each refusal gives where the gradient's norm lies, so a later plan whose bound is
     beyond the tolerance at any such norm is not all-reduced (it was, at every message: 12 or more
-    reductions a round), and a float64 reduction runs only when it would be accepted. The rounds
-    close on the star path's survivors to the same weights."""
+    reductions a round), nor a float64 one certain to be refused (here every float64 reduction run
+    was accepted). The rounds close on the star path's survivors to the same weights."""
     import warnings
 
     from gradcode.runtime.driver import ImpreciseWaitWarning
@@ -365,13 +365,16 @@ def test_a_reduction_certain_to_be_refused_is_not_run(data, tmp_path, monkeypatc
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("margin", [2.0, 1.5, 1.2])
 def test_a_reduction_refused_in_float32_is_run_again_in_float64_before_the_round_waits(data, tmp_path,
-                                                                                       monkeypatch):
+                                                                                       monkeypatch, margin):
     """CRC(16, 3) with a strict tolerance between the held decode's relative bound and the float32
-    ring's (its rounding grows with the 16 members): the star path decodes every round; the
-    collective path's float32 reduction is refused, and the same messages reduced again in
-    float64 are accepted, so the rounds close on the star's survivors, without waiting, to the
-    same weights."""
+    ring's (its rounding grows with the 16 members; ``margin`` times the held decode's largest):
+    the star path decodes every round (at ``margin`` 2 without waiting; nearer, after waiting for
+    more workers in some rounds); the collective path's float32 reduction is refused (or certain
+    to be), and the same messages reduced in float64 are accepted, so the rounds close on the
+    star's survivors to the same weights (a float32 refusal certain in advance once stopped the
+    run here, every result in and the float64 reduction never tried)."""
     import warnings
 
     from gradcode.runtime.driver import ImpreciseWaitWarning
@@ -387,14 +390,16 @@ def test_a_reduction_refused_in_float32_is_run_again_in_float64_before_the_round
 
     with warnings.catch_warnings():  # every round flagged (some wait for more workers): the held decode's bound
         warnings.simplefilter("ignore", ImpreciseWaitWarning)
-        rtol = 2 * float(fit("channels", 1e-12, False).result.loose.max())
+        rtol = margin * float(fit("channels", 1e-12, False).result.loose.max())
     reduced = spy_reductions(monkeypatch)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ImpreciseWaitWarning)
+        warnings.simplefilter("error" if margin == 2.0 else "ignore", ImpreciseWaitWarning)
         star = fit("channels", rtol, True)
         coll = fit("collective", rtol, True)
-    assert reduced == [(0, ["float32"], "refused"), (0, ["float64"], "stepped"), (1, ["float32"], "refused"),
-                       (1, ["float64"], "stepped")]
+    assert [r for r in reduced if r[2] == "stepped"] == [(0, ["float64"], "stepped"), (1, ["float64"], "stepped")]
+    if margin == 2.0:
+        assert reduced == [(0, ["float32"], "refused"), (0, ["float64"], "stepped"), (1, ["float32"], "refused"),
+                           (1, ["float64"], "stepped")]
     np.testing.assert_array_equal(coll.result.arrivals < 0, star.result.arrivals < 0)
     np.testing.assert_allclose(flat(coll.model), flat(star.model), rtol=1e-6, atol=1e-7)
 

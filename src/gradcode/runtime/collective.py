@@ -30,7 +30,7 @@ Faults. A member that dies during the reduction fails it for all: its results ar
 (``scheme.forget_results``), it becomes a straggler of the round, and the round is planned again
 among the living (waiting for more workers if they no longer decode): the run goes on, exact, and
 the death is one fault record. A reduction the acceptance rule refuses (imprecise) in float32 is
-run once more in float64 when the norm the members measured says it would be accepted
+run once more in float64 unless that is certain to be refused too
 (:func:`~gradcode.codes.reduce.reduced_in_float64`: the float32 ring's own rounding, which grows
 with the members, is what the star path's float64 decode does not have); else the round waits
 for more messages, as a refused held decode does, and a later plan whose refusal is certain at
@@ -128,9 +128,9 @@ class CollectiveDriver(RoundDriver):
         self._groups: OrderedDict[tuple, int] = OrderedDict()  # member key -> group number (the live ones)
         self._next_group = 0
         self.reductions_failed = 0
-        #: a job whose reduction was refused as imprecise: ``(norm, bound)`` of the refused gradient
-        #: (its true gradient's norm is within ``bound`` of ``norm``), until the job finishes
-        self.refused_norms: dict[int, tuple[float, float]] = {}
+        #: a job whose reduction was refused as imprecise: the most its gradient's norm can be (the
+        #: refused gradient's norm plus its error bound; the least over its refusals), until it finishes
+        self.refused_norms: dict[int, float] = {}
         #: the reduced gradients kept for lagging workers: ``(model, step) -> ReduceReply.update``
         self.updates: dict[tuple[int, int], object] = {}
         self.replayed = self.synced = 0  # laggers brought up to date by updates, by copies
@@ -237,8 +237,8 @@ class CollectiveDriver(RoundDriver):
                 raise doomed
             if plans and not self._reduce(rnd, plans, members):
                 return None
-        except ImpreciseDecodeError as exc:
-            wider = self._wider(rnd, arrived, reached, members, plans, exc)
+        except ImpreciseDecodeError:
+            wider = self._wider(rnd, arrived, reached, members, plans)
             if wider is None:
                 raise
             members, plans = wider
@@ -249,52 +249,48 @@ class CollectiveDriver(RoundDriver):
             self.refused_norms.pop(job, None)
         return [(job, self.losses.pop(job)) for job, _ in finished], arrived
 
+    #: the relative margin on a refused reduction's norm (computed in float64: its own rounding)
+    NORM_MARGIN = 1e-6
+
     def _certain_refusal(self, t: int, plans: list) -> ImpreciseDecodeError | None:
         """The refusal of a reduction of ``plans`` known before it runs, or None. A job refused
-        once (:attr:`refused_norms`: norm ``N`` measured, bound ``b``) has a gradient of norm at
-        most ``N + b``, so a plan of bound ``b2`` will measure at most ``N + b + b2``: when even
-        that leaves ``b2`` beyond its tolerance, the members would refuse it, and the all-reduce
-        of a whole gradient is saved (a code that streams its messages, AGC, tries again at each
-        one while its coefficients are still too large). Exact: never a reduction that could be
-        accepted; only for a job of one plan judged after the sum."""
+        once has a gradient of norm at most ``M`` (:attr:`refused_norms`: the refused gradient's
+        measured norm plus its error bound), so a plan of bound ``b`` will measure at most
+        ``M + b``: when even that leaves ``b`` beyond its tolerance, the members would refuse it,
+        and the all-reduce of a whole gradient is saved (a code that streams its messages, AGC,
+        tries again at each one while its coefficients are still too large). Exact: never a
+        reduction that could be accepted; only for a job of one plan judged after the sum."""
         for job, plan in plans:
-            known = self.refused_norms.get(job)
-            if known is None or plan.checked or sum(1 for j, _ in plans if j == job) != 1:
+            most = self.refused_norms.get(job)
+            if most is None or plan.checked or sum(1 for j, _ in plans if j == job) != 1:
                 continue
-            most = known[0] + known[1] + plan.error_bound
+            most = most * (1 + self.NORM_MARGIN) + plan.error_bound
             rel = plan.error_bound / most if most > 0 else math.inf
             if rel > plan.rtol:
                 return ImpreciseDecodeError(
                     f"round {t}: job {job}'s decode from the messages in so far would be refused as imprecise in"
                     f" {plan.precision}: its error bound is at least {rel:.1e} of any norm its gradient can have"
-                    f" (rtol {plan.rtol:g}; the norm is at most {most:.3g}, from the refused reduction before)",
+                    f" (rtol {plan.rtol:g}; the norm is at most {most:.3g}, from a refused reduction before)",
                     relative_bound=rel, precision=plan.precision, rtol=plan.rtol)
         return None
 
-    def _wider(self, rnd: OpenRound, arrived: frozenset, reached: set, members: list, plans: list, exc):
-        """A reduction refused as imprecise in float32: ``(members, plans)`` of the same messages
-        reduced in float64 when its plans would accept the refused gradient (judged on the norm the
-        members measured), else None (the round waits for more messages). The float32 ring's own
-        rounding grows with the members, and the star path's float64 decode has none of it: in
-        float64 the plan's bound is essentially the held decode's, at twice the bytes."""
-        refused = getattr(exc, "refused", None)
-        if refused is None or all(p.reduce_precision == "float64" for _, p in plans):
+    def _wider(self, rnd: OpenRound, arrived: frozenset, reached: set, members: list, plans: list):
+        """A reduction refused as imprecise in float32 (by the members, or certain to be):
+        ``(members, plans)`` of the same messages reduced in float64, unless they too are certain
+        to be refused (:meth:`_certain_refusal`), else None (the round waits for more messages).
+        The float32 ring's own rounding grows with the members, and the star path's float64 decode
+        has none of it: in float64 the plan's bound is essentially the held decode's, at twice the
+        bytes."""
+        if all(p.reduce_precision == "float64" for _, p in plans):
             return None
         if any(w in self.down or self.versions[w] is None for w in members):  # a member lost meanwhile
             return None
-        old = plans
         with reduced_in_float64():
             plans = self.scheme.reduce_plans(rnd.t, arrived, reduced_by=len(members))
             wide = sorted(reached.union(*(p.workers for _, p in plans)))
             if wide != members:  # more messages came meanwhile: the bounds count the reducing workers
                 plans = self.scheme.reduce_plans(rnd.t, arrived, reduced_by=len(wide))
-        job, index, norm = refused
-        before, after = ([p for j, p in ps if j == job] for ps in (old, plans))
-        if len(after) != len(before):  # M-SGC's plans merged otherwise in float64: no plan to judge by
-            return None
-        try:
-            after[index].accept(norm)
-        except ImpreciseDecodeError:
+        if self._certain_refusal(rnd.t, plans) is not None:
             return None
         return wide, plans
 
@@ -302,8 +298,8 @@ class CollectiveDriver(RoundDriver):
         """Run round ``rnd.t``'s reduction of the jobs of ``plans`` (``[(job, ReducePlan)]``, a job's
         plans summed) among ``members``: True when members stepped, False when a member died and
         the round must be planned again; raises :class:`ImpreciseDecodeError` when the members
-        refused a reduced gradient (:meth:`_close_once` reduces again in float64 when that would
-        be accepted, else the round waits for more messages)."""
+        refused a reduced gradient (:meth:`_close_once` reduces again in float64 unless that is
+        certain to be refused too, else the round waits for more messages)."""
         t = rnd.t
         by_job: dict[int, list] = {}
         for job, plan in plans:
@@ -410,15 +406,11 @@ class CollectiveDriver(RoundDriver):
             reply = next(r for r in replies.values() if r.error == "imprecise")
             job = next(j for j in jobs if j.job == reply.job)
             plan = job.plans[reply.plan] if reply.plan is not None else next(p for p in job.plans if not p.checked)
-            exc = ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound, precision=plan.precision,
+            if len(job.plans) == 1 and math.isfinite(reply.norm):  # how large the job's gradient can be
+                most = reply.norm + plan.error_bound
+                self.refused_norms[job.job] = min(most, self.refused_norms.get(job.job, math.inf))
+            raise ImpreciseDecodeError(reply.message, relative_bound=reply.relative_bound, precision=plan.precision,
                                        rtol=plan.rtol)
-            if reply.plan is not None:  # what a wider reduction would be judged on
-                exc.refused = (job.job, reply.plan, reply.norm)
-            if len(job.plans) == 1 and math.isfinite(reply.norm):  # where the job's gradient's norm lies
-                known = self.refused_norms.get(job.job)
-                if known is None or plan.error_bound < known[1]:
-                    self.refused_norms[job.job] = (reply.norm, plan.error_bound)
-            raise exc
         dead = set(died).union(*(r.lost for r in replies.values()))
         out = set().union(*(r.stale for r in replies.values())) - dead
         for w in sorted(out):  # alive, but its replica could not take part: planned again without it, re-sent
