@@ -225,12 +225,7 @@ class CollectiveDriver(RoundDriver):
         # part: sequential schemes, stragglers as members, transports as modules (2026-11-28)")
         reached = {w for w in sent if counts[w] > 0 or (
             w not in rnd.unsent and w not in self.down and self.versions[w] is not None)}
-        plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(reached), 1))
-        # and every worker holding a message a plan reads: a sequential scheme's job reads those
-        # of earlier rounds too, kept by workers that may be busy with a round still
-        members = sorted(reached.union(*(p.workers for _, p in plans)))
-        if len(members) != max(len(reached), 1):  # the plans' bounds count the reducing workers
-            plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
+        members, plans = self._plan(t, arrived, reached)
         try:
             doomed = self._certain_refusal(t, plans)
             if doomed is not None:
@@ -248,6 +243,16 @@ class CollectiveDriver(RoundDriver):
         for job, _ in finished:
             self.refused_norms.pop(job, None)
         return [(job, self.losses.pop(job)) for job, _ in finished], arrived
+
+    def _plan(self, t: int, arrived: frozenset, reached: set) -> tuple[list, list]:
+        """``(members, plans)`` of round ``t``'s reduction: ``reached`` and every worker holding a
+        message a plan reads (a sequential scheme's job reads those of earlier rounds too, kept by
+        workers that may be busy with a round still), the plans bounded for that many reducers."""
+        plans = self.scheme.reduce_plans(t, arrived, reduced_by=max(len(reached), 1))
+        members = sorted(reached.union(*(p.workers for _, p in plans)))
+        if len(members) != max(len(reached), 1):  # the plans' bounds count the reducing workers
+            plans = self.scheme.reduce_plans(t, arrived, reduced_by=len(members))
+        return members, plans
 
     #: the relative margin on a refused reduction's norm (computed in float64: its own rounding)
     NORM_MARGIN = 1e-6
@@ -285,14 +290,11 @@ class CollectiveDriver(RoundDriver):
             return None
         if any(w in self.down or self.versions[w] is None for w in members):  # a member lost meanwhile
             return None
-        with reduced_in_float64():
-            plans = self.scheme.reduce_plans(rnd.t, arrived, reduced_by=len(members))
-            wide = sorted(reached.union(*(p.workers for _, p in plans)))
-            if wide != members:  # more messages came meanwhile: the bounds count the reducing workers
-                plans = self.scheme.reduce_plans(rnd.t, arrived, reduced_by=len(wide))
+        with reduced_in_float64():  # the members again: more messages may have come meanwhile
+            members, plans = self._plan(rnd.t, arrived, reached)
         if self._certain_refusal(rnd.t, plans) is not None:
             return None
-        return wide, plans
+        return members, plans
 
     def _reduce(self, rnd: OpenRound, plans: list, members: list[int]) -> bool:
         """Run round ``rnd.t``'s reduction of the jobs of ``plans`` (``[(job, ReducePlan)]``, a job's
